@@ -1,0 +1,88 @@
+# tessera — build, test and run.
+#
+#   make            build build/tessera (installs missing Debian build deps first)
+#   make run        build, fetch the default model, run it
+#   make test       build and run every test (C unit tests + pytest); last line "N passed, N failed"
+#   make asan       the C and Python tests against an ASan/UBSan build (build-asan/)
+#   make bench      benchmarks (see docs/BENCHMARKS.md)
+#   make model      place the default model in models/
+#
+# Sources are found by wildcard: a new src/<module>/*.c joins libtessera.a, a new
+# tests/c/test_*.c becomes build/tests/test_*.
+
+CC       ?= gcc
+BUILD    ?= build
+OPT      ?= -O2
+ARCH     ?= -march=native
+SAN      ?=
+CFLAGS   += -std=c11 $(OPT) -g $(ARCH) -Wall -Wextra -Werror -pthread -Isrc -MMD -MP $(SAN)
+LDFLAGS  += -pthread $(SAN)
+LDLIBS   += -lcjson -lyaml -lpcre2-8 -lutf8proc -lm
+
+PYTHON   ?= python3
+VENV     := .venv
+MODEL    := models/SmolLM2-135M-Instruct.Q4_1.gguf
+
+LIB_SRC  := $(shell find src -name '*.c' ! -path 'src/main.c' | sort)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_SRC := $(sort $(wildcard tests/c/test_*.c))
+TEST_BIN := $(TEST_SRC:tests/c/%.c=$(BUILD)/tests/%)
+TOOL_SRC := $(sort $(wildcard tests/c/tool_*.c))
+TOOL_BIN := $(TOOL_SRC:tests/c/%.c=$(BUILD)/tests/%)
+DEPS_OK  := $(BUILD)/.deps-ok
+
+.SECONDARY:
+
+.PHONY: all run test asan bench model deps venv clean fuzz
+
+all: $(BUILD)/tessera $(TEST_BIN) $(TOOL_BIN)
+
+$(DEPS_OK): scripts/install-deps.sh
+	@scripts/install-deps.sh
+	@mkdir -p $(BUILD) && touch $@
+
+deps: $(DEPS_OK)
+
+$(BUILD)/obj/%.o: %.c | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libtessera.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tessera: $(BUILD)/obj/src/main.o $(BUILD)/libtessera.a
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/c/%.o $(BUILD)/libtessera.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+$(VENV)/.ok: requirements-test.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements-test.txt
+	@touch $@
+
+venv: $(VENV)/.ok
+
+$(MODEL): scripts/get-model.sh
+	scripts/get-model.sh
+
+model: $(MODEL)
+
+run: all $(MODEL)
+	$(BUILD)/tessera generate --model $(MODEL) --chat --prompt "What is the capital of France?" --max-tokens 128
+
+test: all $(VENV)/.ok $(MODEL)
+	@BUILD=$(BUILD) scripts/run-tests.sh
+
+asan:
+	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
+
+bench: all $(VENV)/.ok $(MODEL)
+	@BUILD=$(BUILD) scripts/bench.sh
+
+clean:
+	rm -rf build build-asan
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tessera builds against, if any is missing.
+# Called by the Makefile before the first compile; safe to run by hand.
+set -euo pipefail
+pkgs=(gcc make pkg-config python3 python3-venv unzip curl
+      libcjson-dev libyaml-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+# python3 may come from elsewhere (pyenv); only ask apt for it when none is on PATH
+if command -v python3 >/dev/null 2>&1; then
+    missing=("${missing[@]/python3}")
+    python3 -c 'import venv, ensurepip' 2>/dev/null && missing=("${missing[@]/python3-venv}")
+fi
+read -r -a missing <<< "${missing[*]}"
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

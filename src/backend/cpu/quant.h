@@ -1,0 +1,38 @@
+/* quant.h — CPU kernels over stored weight types: dequantization and matmul.
+ *
+ * Weights stay in their stored type (util/tensor.h: F32, F16, BF16, Q8_0, Q4_0, Q4_1,
+ * Q5_0, Q5_1, Q4_K, Q6_K) and are dequantized inside the dot products; nothing is
+ * expanded to F32 in RAM. Accumulation is F32. Block layouts are GGUF's.
+ */
+#ifndef TESSERA_BACKEND_CPU_QUANT_H
+#define TESSERA_BACKEND_CPU_QUANT_H
+
+#include "util/tensor.h"
+#include "util/threadpool.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Dequantizes n elements (a multiple of the type's block size) starting at src, which
+ * must point at the start of a block, into dst[n]. Used for embedding lookups. */
+void quant_dequant_row(enum dtype type, const void *src, float *dst, int64_t n);
+
+/* Bytes of scratch cpu_matmul needs for a weight of this type, n_in columns and up to
+ * max_tokens activation rows (the quantized copy of x). The caller allocates it once
+ * (outside the decode loop) and passes it to every call. */
+size_t cpu_matmul_scratch_size(enum dtype type, int64_t n_in, int max_tokens);
+
+/* y[t][o] = sum_i W[o][i] * x[t][i]   for t < num_tokens, o < n_out
+ *   w: ne[0] = n_in, ne[1] = n_out (rows of n_in elements in w->type)
+ *   x: [num_tokens, n_in] f32 (row stride n_in)
+ *   y: [num_tokens, n_out] f32 (row stride n_out)
+ * Work is split across the pool by output rows (and tokens for large batches).
+ * scratch: cpu_matmul_scratch_size(w->type, n_in, num_tokens) bytes.
+ * Called by the forward pass's thread only. */
+void cpu_matmul(struct threadpool *tp, const struct tensor *w, const float *x, float *y,
+                int num_tokens, void *scratch);
+
+/* Reference (plain loop, dequantize-then-dot) version of cpu_matmul for tests. */
+void cpu_matmul_ref(const struct tensor *w, const float *x, float *y, int num_tokens);
+
+#endif

@@ -1,0 +1,70 @@
+/* safetensors.h — safetensors file parser and Hugging Face model directories.
+ *
+ * st_parse works on a memory buffer (mmap or fuzzer input): an 8-byte little-endian
+ * header length, a JSON header {name: {dtype, shape, data_offsets}, "__metadata__": {}},
+ * then the data. Every entry is validated: known dtype (F32, F16, BF16 accepted as
+ * weights; others ERR_UNSUPPORTED naming the tensor), shape product times element size
+ * equals the offset span, offsets inside the data section, no overlapping tensors,
+ * header length inside the file, no integer overflow. Errors name the file and tensor.
+ * Shapes are reversed into util/tensor.h order (ne[0] innermost).
+ */
+#ifndef TESSERA_LOADER_SAFETENSORS_H
+#define TESSERA_LOADER_SAFETENSORS_H
+
+#include "util/mapfile.h"
+#include "util/tensor.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct st_file; /* one parsed .safetensors buffer; tensor views point into the buffer */
+
+int st_parse(const uint8_t *buf, size_t len, const char *name, struct st_file **out,
+             char *err, size_t errlen);
+void st_free(struct st_file *f);
+int64_t st_n_tensors(const struct st_file *f);
+const struct tensor *st_tensor(const struct st_file *f, int64_t i);
+const struct tensor *st_find_tensor(const struct st_file *f, const char *name);
+
+/* A Hugging Face model directory: config.json, model.safetensors or the shards listed
+ * in model.safetensors.index.json (each shard mapped once; every indexed tensor must be
+ * in the shard the index names), tokenizer.json, tokenizer_config.json,
+ * generation_config.json (optional). */
+struct hf_dir;
+struct cJSON;
+
+int hf_open(const char *dir, struct hf_dir **out, char *err, size_t errlen);
+void hf_close(struct hf_dir *d);
+const char *hf_path(const struct hf_dir *d); /* the directory */
+
+/* Parsed config.json (owned by d). */
+const struct cJSON *hf_config(const struct hf_dir *d);
+/* Tensor lookup across all shards; NULL if absent. */
+const struct tensor *hf_find_tensor(const struct hf_dir *d, const char *name);
+int64_t hf_n_tensors(const struct hf_dir *d);
+const struct tensor *hf_tensor(const struct hf_dir *d, int64_t i);
+
+/* tokenizer.json path inside the directory (may not exist: the caller's load reports). */
+const char *hf_tokenizer_json_path(const struct hf_dir *d);
+
+/* What tokenizer_config.json and generation_config.json contribute. Strings are owned
+ * by d; NULL when absent. bos/eos tokens may be given as strings or {"content": ...}. */
+struct hf_tokenizer_config {
+    const char *chat_template; /* the default template (string or the "default" entry of a list) */
+    const char *bos_token;
+    const char *eos_token;
+    int add_bos_token;         /* -1 absent, 0/1 */
+};
+struct hf_generation_config {
+    int eos_ids[8];            /* eos_token_id (int or list) */
+    int n_eos;
+    int bos_id;                /* -1 absent */
+    double temperature, top_p; /* < 0 when absent */
+    int top_k;                 /* -1 absent */
+    double repetition_penalty; /* < 0 absent */
+};
+const struct hf_tokenizer_config *hf_tokenizer_config(const struct hf_dir *d);
+const struct hf_generation_config *hf_generation_config(const struct hf_dir *d);
+
+#endif

@@ -1,0 +1,74 @@
+/* tokenizer.h — byte-level BPE tokenizer (GPT-2 style, as used by Llama 3, Qwen2/2.5/3,
+ * SmolLM2, DeepSeek), loaded from a Hugging Face tokenizer.json or from GGUF metadata.
+ *
+ * Encoding follows Hugging Face `tokenizers` exactly: added/special tokens are matched
+ * in the text first (never split), an optional NFC normalizer runs, the pre-tokenizer
+ * regexes split the rest (full Unicode categories), bytes map to the GPT-2 byte
+ * alphabet and BPE merges apply by rank. A struct tokenizer is immutable after
+ * creation and may be used from any thread; per-call state lives in the caller.
+ */
+#ifndef TESSERA_TOKENIZER_H
+#define TESSERA_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct tokenizer;
+struct gguf_file;
+
+/* Loads tokenizer.json (path to the file). */
+int tok_load_hf_json(const char *path, struct tokenizer **out, char *err, size_t errlen);
+/* Same, from an in-memory JSON text (for fuzzing and tests). */
+int tok_load_hf_json_buf(const char *json, size_t len, struct tokenizer **out, char *err, size_t errlen);
+/* Loads tokenizer.ggml.* from a parsed GGUF file (model "gpt2" with its "pre" variant). */
+int tok_load_gguf(const struct gguf_file *g, struct tokenizer **out, char *err, size_t errlen);
+void tok_free(struct tokenizer *t);
+
+int tok_vocab_size(const struct tokenizer *t);
+/* -1 when the tokenizer has none. */
+int tok_bos_id(const struct tokenizer *t);
+int tok_eos_id(const struct tokenizer *t);
+/* Whether encode with add_special=true prepends BOS (tokenizer.json post-processor /
+ * tokenizer_config add_bos_token / tokenizer.ggml.add_bos_token). */
+bool tok_adds_bos(const struct tokenizer *t);
+void tok_set_adds_bos(struct tokenizer *t, bool on);
+/* Id of an exact token string (added or regular vocab, in its stored form), or -1. */
+int tok_find(const struct tokenizer *t, const char *piece);
+/* True for added tokens flagged special / GGUF CONTROL tokens. */
+bool tok_is_special(const struct tokenizer *t, int id);
+
+/* Encodes len bytes of text (UTF-8; invalid bytes are encoded as their byte tokens).
+ * add_special: apply the post-processor (BOS). parse_special: match special added
+ * tokens in the text (true for chat-template output; false for untrusted user text in
+ * the completions API, where "<|im_start|>" must be plain text).
+ * Writes up to cap ids to ids and returns the total count (which may exceed cap: call
+ * again with a bigger buffer), or a negative ERR_* code. */
+int tok_encode(const struct tokenizer *t, const char *text, size_t len, bool add_special,
+               bool parse_special, int32_t *ids, int cap);
+
+/* The bytes of one token as they appear in decoded text (GPT-2 byte alphabet undone).
+ * Returns the token's full byte length and writes min(length, cap) bytes to buf (no
+ * NUL). Special tokens decode to their text unless skip_special (then length 0). */
+int tok_token_bytes(const struct tokenizer *t, int id, bool skip_special, char *buf, int cap);
+
+/* Decodes ids to a malloc'd NUL-terminated string (caller frees); invalid UTF-8 byte
+ * sequences are kept as is (callers that need valid UTF-8 use the stream decoder). */
+char *tok_decode(const struct tokenizer *t, const int32_t *ids, int n, bool skip_special);
+
+/* Incremental detokenizer for streaming: feed one id at a time; out receives only
+ * complete UTF-8 characters (a partial multi-byte character is held until its
+ * continuation arrives). Caller-owned state, no allocation. */
+struct tok_stream {
+    char pending[8]; /* bytes of an incomplete UTF-8 character */
+    int n_pending;
+};
+void tok_stream_init(struct tok_stream *s);
+/* Appends the text completed by token id to out (at most cap bytes, NUL-terminated)
+ * and returns the byte count; returns a negative code if cap is too small. */
+int tok_stream_feed(const struct tokenizer *t, struct tok_stream *s, int id, bool skip_special,
+                    char *out, int cap);
+/* Flushes held bytes at end of stream (an incomplete trailing character becomes U+FFFD). */
+int tok_stream_flush(struct tok_stream *s, char *out, int cap);
+
+#endif

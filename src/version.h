@@ -1,0 +1,4 @@
+#ifndef TESSERA_VERSION_H
+#define TESSERA_VERSION_H
+#define TESSERA_VERSION "0.1.0"
+#endif

@@ -1,0 +1,80 @@
+/* test.h — the tiny harness every C unit test uses.
+ *
+ *   static void test_something(void) { CHECK(x == 1, "x was %d", x); }
+ *   int main(void) { RUN(test_something); return test_summary(); }
+ *
+ * A test function fails if any CHECK in it fails; the first few failures print their
+ * location and message. test_summary() prints "N passed, N failed" (counting test
+ * functions) and returns the exit status. test_path() resolves paths relative to the
+ * repository root (TESSERA_ROOT, default ".") or shared/ (TESSERA_SHARED, default
+ * "../shared").
+ */
+#ifndef TESSERA_TEST_H
+#define TESSERA_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int test_passed_, test_failed_, test_cur_failed_;
+
+#define CHECK(cond, ...)                                                          \
+    do {                                                                          \
+        if (!(cond)) {                                                            \
+            if (test_cur_failed_++ < 5) {                                         \
+                fprintf(stderr, "  FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+                fprintf(stderr, __VA_ARGS__);                                     \
+                fputc('\n', stderr);                                              \
+            }                                                                     \
+        }                                                                         \
+    } while (0)
+
+/* |a - b| <= atol + rtol * |b| */
+#define CHECK_CLOSE(a, b, atol, rtol)                                                   \
+    CHECK(fabs((double)(a) - (double)(b)) <= (atol) + (rtol) * fabs((double)(b)),       \
+          "%s=%.9g %s=%.9g", #a, (double)(a), #b, (double)(b))
+
+#define RUN(fn)                                               \
+    do {                                                      \
+        test_cur_failed_ = 0;                                 \
+        fn();                                                 \
+        if (test_cur_failed_) {                               \
+            test_failed_++;                                   \
+            printf("FAIL %s\n", #fn);                         \
+        } else {                                              \
+            test_passed_++;                                   \
+            printf("ok   %s\n", #fn);                         \
+        }                                                     \
+        fflush(stdout);                                       \
+    } while (0)
+
+static inline int test_summary(void)
+{
+    printf("%d passed, %d failed\n", test_passed_, test_failed_);
+    return test_failed_ ? 1 : 0;
+}
+
+/* Writes ROOT/rel (root = TESSERA_ROOT or ".") into a static buffer. */
+static inline const char *test_path(const char *rel)
+{
+    static char buf[4][1024];
+    static int i;
+    const char *root = getenv("TESSERA_ROOT");
+    char *b = buf[i++ & 3];
+    snprintf(b, sizeof buf[0], "%s/%s", root ? root : ".", rel);
+    return b;
+}
+
+/* Writes SHARED/rel (shared = TESSERA_SHARED or "../shared"). */
+static inline const char *test_shared_path(const char *rel)
+{
+    static char buf[4][1024];
+    static int i;
+    const char *root = getenv("TESSERA_SHARED");
+    char *b = buf[i++ & 3];
+    snprintf(b, sizeof buf[0], "%s/%s", root ? root : "../shared", rel);
+    return b;
+}
+
+#endif
