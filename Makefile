@@ -86,3 +86,16 @@ clean:
 	rm -rf build build-asan
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# libFuzzer runs over the parsers that take untrusted bytes (FUZZ_SECONDS each).
+FUZZ_SECONDS ?= 30
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+fuzz: $(DEPS_OK)
+	@mkdir -p $(BUILD)/fuzz
+	@for f in $(FUZZ_SRC); do \
+		n=$$(basename $$f .c); \
+		echo "fuzz: $$n"; \
+		clang -std=c11 -O1 -g -Isrc -fsanitize=fuzzer,address,undefined $$f $(LIB_SRC) $(LDLIBS) -pthread -o $(BUILD)/fuzz/$$n || exit 1; \
+		mkdir -p $(BUILD)/fuzz/corpus-$$n; \
+		$(BUILD)/fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(BUILD)/fuzz/corpus-$$n 2>&1 | tail -n 2 || exit 1; \
+	done

@@ -24,6 +24,7 @@ static const struct subcommand commands[] = {
     { "logits", cli_logits, "write the logits of every position of a token sequence (testing)" },
     { "tokenize", cli_tokenize, "encode text to token ids, or decode ids to text" },
     { "template", cli_template, "render a chat template with a JSON context" },
+    { "bench", cli_bench, "measure prefill/decode speed against the memory-bandwidth roofline" },
     { "version", cmd_version, "print the version" },
 };
 

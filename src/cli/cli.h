@@ -8,5 +8,6 @@ int cli_generate(int argc, char **argv); /* cli/generate.c: stream a continuatio
 int cli_logits(int argc, char **argv);   /* cli/logits.c: dump logits for token ids */
 int cli_tokenize(int argc, char **argv); /* cli/tokenize.c: encode/decode text */
 int cli_template(int argc, char **argv); /* cli/template.c: render a chat template */
+int cli_bench(int argc, char **argv);    /* cli/bench.c: prefill/decode speed vs roofline */
 
 #endif

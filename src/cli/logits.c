@@ -1,4 +1,236 @@
-/* logits.c — placeholder until the owning module lands; replaced in this same change. */
+/* logits.c — `tessera logits`: the logits of every position of a token sequence, the
+ * contract the reference tests (tests/python) call.
+ *
+ *   tessera logits --model PATH --tokens 1,2,3 --out FILE [--threads N]
+ *                  [--kv-dtype f32|f16] [--chunk N] [--batch-copies K] [--block-size B]
+ *
+ * FILE receives little-endian float32 [n_tokens][vocab]. --chunk N feeds the sequence
+ * in steps of N tokens (the paged KV cache carries the context across steps);
+ * --batch-copies K runs K copies of the sequence as one varlen batch with interleaved
+ * block tables, checks every copy against the first, and writes the first.
+ * Exit 0 ok, 1 runtime error, 2 usage.
+ */
 #include "cli/cli.h"
+
+#include "model/forward.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "util/err.h"
+
+#include <math.h>
 #include <stdio.h>
-int cli_logits(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "logits: not built yet\n"); return 1; }
+#include <stdlib.h>
+#include <string.h>
+
+static void logits_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: tessera logits --model PATH --tokens ID,ID,... --out FILE [--threads N]\n"
+            "                      [--kv-dtype f32|f16] [--chunk N] [--batch-copies K] [--block-size B]\n"
+            "writes float32 logits [n_tokens][vocab] (little-endian) of every position to FILE\n");
+}
+
+/* Parses "1,2,3" into a malloc'd array; returns the count or -1. */
+static int parse_tokens(const char *s, int32_t **out)
+{
+    int cap = 16, n = 0;
+    int32_t *v = malloc(sizeof *v * (size_t)cap);
+    if (!v) return -1;
+    while (*s) {
+        char *end;
+        long x = strtol(s, &end, 10);
+        if (end == s || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
+            free(v);
+            return -1;
+        }
+        if (n == cap) {
+            int32_t *nv = realloc(v, sizeof *v * (size_t)(cap *= 2));
+            if (!nv) {
+                free(v);
+                return -1;
+            }
+            v = nv;
+        }
+        v[n++] = (int32_t)x;
+        s = *end ? end + 1 : end;
+    }
+    if (n == 0) {
+        free(v);
+        return -1;
+    }
+    *out = v;
+    return n;
+}
+
+static int parse_pos_int(const char *s, int *out)
+{
+    char *end;
+    long x = strtol(s, &end, 10);
+    if (end == s || *end || x <= 0 || x > 1 << 24) return -1;
+    *out = (int)x;
+    return 0;
+}
+
+int cli_logits(int argc, char **argv)
+{
+    const char *model_path = NULL, *tokens_arg = NULL, *out_path = NULL;
+    int n_threads = 0, chunk = 0, copies = 1, block_size = KV_DEFAULT_BLOCK_SIZE;
+    enum kv_dtype kv_dtype = KV_F32;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            logits_usage(stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "logits: %s needs a value\n", a);
+            logits_usage(stderr);
+            return 2;
+        }
+        const char *v = argv[++i];
+        int bad = 0;
+        if (!strcmp(a, "--model")) model_path = v;
+        else if (!strcmp(a, "--tokens")) tokens_arg = v;
+        else if (!strcmp(a, "--out")) out_path = v;
+        else if (!strcmp(a, "--threads")) bad = parse_pos_int(v, &n_threads);
+        else if (!strcmp(a, "--chunk")) bad = parse_pos_int(v, &chunk);
+        else if (!strcmp(a, "--batch-copies")) bad = parse_pos_int(v, &copies);
+        else if (!strcmp(a, "--block-size")) bad = parse_pos_int(v, &block_size);
+        else if (!strcmp(a, "--kv-dtype")) bad = kv_dtype_parse(v, &kv_dtype) ? -1 : 0;
+        else {
+            fprintf(stderr, "logits: unknown option '%s'\n", a);
+            logits_usage(stderr);
+            return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "logits: bad value '%s' for %s\n", v, a);
+            return 2;
+        }
+    }
+    if (!model_path || !tokens_arg || !out_path) {
+        logits_usage(stderr);
+        return 2;
+    }
+    int32_t *tokens = NULL;
+    int n = parse_tokens(tokens_arg, &tokens);
+    if (n < 0) {
+        fprintf(stderr, "logits: --tokens must be a comma-separated list of token ids\n");
+        return 2;
+    }
+    if (chunk <= 0 || chunk > n) chunk = n;
+
+    char err[ERR_BUF];
+    int rc = 1;
+    struct model *m = NULL;
+    struct kv_cache *kv = NULL;
+    struct forward_state *fs = NULL;
+    float *all = NULL;
+    int32_t *ids = NULL, *pos = NULL, *qs = NULL, *lens = NULL, *bt = NULL, *li = NULL;
+    int64_t *slots = NULL;
+    FILE *f = NULL;
+
+    if (model_load(model_path, MODEL_LOAD_NO_TOKENIZER, &m, err, sizeof err)) goto fail;
+    char desc[512];
+    model_describe(m, desc, sizeof desc);
+    fprintf(stderr, "model: %s\n", desc);
+    const int vocab = m->cfg.vocab_size;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] >= vocab) {
+            snprintf(err, sizeof err, "token id %d out of range (vocab %d)", tokens[i], vocab);
+            goto fail;
+        }
+
+    /* Copy c uses blocks c, c + K, c + 2K, ...: interleaved tables exercise the paging. */
+    int bps = (n + block_size - 1) / block_size;
+    if (kv_cache_create(&kv, &m->cfg, bps * copies, block_size, kv_dtype, err, sizeof err)) goto fail;
+    int rows = chunk * copies;
+    struct forward_opts fo = { .max_tokens = rows, .max_logits = rows, .max_ctx = n,
+                               .n_threads = n_threads };
+    if (forward_create(&fs, &m->cfg, &m->w, &fo, err, sizeof err)) goto fail;
+
+    all = malloc(sizeof(float) * (size_t)n * vocab);
+    ids = malloc(sizeof(int32_t) * rows);
+    pos = malloc(sizeof(int32_t) * rows);
+    li = malloc(sizeof(int32_t) * rows);
+    slots = malloc(sizeof(int64_t) * rows);
+    qs = malloc(sizeof(int32_t) * (copies + 1));
+    lens = malloc(sizeof(int32_t) * copies);
+    bt = malloc(sizeof(int32_t) * (size_t)copies * bps);
+    if (!all || !ids || !pos || !li || !slots || !qs || !lens || !bt) {
+        snprintf(err, sizeof err, "out of memory");
+        goto fail;
+    }
+    for (int c = 0; c < copies; c++)
+        for (int j = 0; j < bps; j++) bt[c * bps + j] = c + j * copies;
+
+    double max_diff = 0.0;
+    for (int p0 = 0; p0 < n; p0 += chunk) {
+        int len = p0 + chunk < n ? chunk : n - p0, r = 0;
+        for (int c = 0; c < copies; c++) {
+            qs[c] = r;
+            lens[c] = p0 + len;
+            for (int i = 0; i < len; i++, r++) {
+                int p = p0 + i;
+                ids[r] = tokens[p];
+                pos[r] = p;
+                slots[r] = (int64_t)bt[c * bps + p / block_size] * block_size + p % block_size;
+                li[r] = r;
+            }
+        }
+        qs[copies] = r;
+        struct batch b = { .num_tokens = r, .num_seqs = copies, .token_ids = ids, .positions = pos,
+                           .slot_mapping = slots, .query_start = qs, .seq_lens = lens,
+                           .block_tables = bt, .max_blocks_per_seq = bps, .num_logits = r,
+                           .logits_indices = li };
+        if (model_forward(fs, kv, &b, err, sizeof err)) goto fail;
+        memcpy(all + (size_t)p0 * vocab, fs->logits, sizeof(float) * (size_t)len * vocab);
+        for (int c = 1; c < copies; c++) {
+            const float *x = fs->logits + (size_t)c * len * vocab;
+            for (size_t i = 0; i < (size_t)len * vocab; i++) {
+                double d = fabs((double)x[i] - fs->logits[i]);
+                if (!(d <= max_diff)) max_diff = d; /* NaN propagates as a failure below */
+            }
+        }
+    }
+    for (size_t i = 0; i < (size_t)n * vocab; i++)
+        if (!isfinite(all[i])) {
+            snprintf(err, sizeof err, "non-finite logit at position %zu", i / vocab);
+            goto fail;
+        }
+    if (copies > 1) {
+        fprintf(stderr, "logits: %d batch copies, max |diff| vs the first = %.3g\n", copies, max_diff);
+        if (!(max_diff <= 1e-3)) {
+            snprintf(err, sizeof err, "batch copies disagree (max |diff| %.3g)", max_diff);
+            goto fail;
+        }
+    }
+    /* float32 in host order: every supported host is little-endian */
+    if (!(f = fopen(out_path, "wb"))) {
+        snprintf(err, sizeof err, "%s: cannot open for writing", out_path);
+        goto fail;
+    }
+    size_t nw = fwrite(all, sizeof(float), (size_t)n * vocab, f);
+    int cerr = fclose(f);
+    f = NULL;
+    if (nw != (size_t)n * vocab || cerr != 0) {
+        snprintf(err, sizeof err, "%s: write failed", out_path);
+        goto fail;
+    }
+    rc = 0;
+fail:
+    if (rc) fprintf(stderr, "logits: %s\n", err);
+    if (f) fclose(f);
+    forward_free(fs);
+    kv_cache_free(kv);
+    model_free(m);
+    free(tokens);
+    free(all);
+    free(ids);
+    free(pos);
+    free(li);
+    free(slots);
+    free(qs);
+    free(lens);
+    free(bt);
+    return rc;
+}

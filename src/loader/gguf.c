@@ -285,7 +285,7 @@ struct parse_ctx {
 };
 
 /* Reads a GGUF string header; on success *off and *n give the bytes and pos moves past them.
- * `what` describes the string in messages ("key of kv 3", "tensor 5 name"). */
+ * `what` describes the string in messages ("key of kv 3", "name of tensor 5"). */
 static int parse_str(struct parse_ctx *c, const char *what, const char *ctx_key,
                      uint64_t *off, uint64_t *n)
 {

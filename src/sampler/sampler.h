@@ -3,10 +3,21 @@
  * Pipeline, in the order vLLM / llama.cpp apply it: logit bias → repetition, presence
  * and frequency penalties (over the tokens seen so far) → greedy if temperature == 0,
  * else temperature → top-k → top-p → min-p → sample from the renormalised distribution
- * with the sampler's own RNG (seeded: the same seed, logits and history give the same
- * token on any machine). A struct sampler owns its RNG state and preallocated scratch
- * sized for the vocabulary, so sampling does not allocate. One sampler per sequence;
- * not shared between threads.
+ * with the sampler's own RNG (xoshiro256** seeded through splitmix64: the same seed,
+ * logits and history give the same token sequence; see docs/sampling.md). A struct
+ * sampler owns its RNG state and preallocated scratch sized for the vocabulary
+ * (about 20 bytes per vocabulary entry), so sampling does not allocate. One sampler
+ * per sequence; not shared between threads (any thread may use it, one at a time).
+ *
+ * History: sampler_accept_prompt() records prompt tokens, which count for the
+ * repetition penalty only; sampler_accept() records generated tokens, which count for
+ * all three penalties (vLLM's convention; OpenAI's presence/frequency penalties are
+ * defined over the completion).
+ *
+ * Logprobs: sampler_logprobs() is a pure function over the *raw* model logits (before
+ * bias, penalties and temperature — vLLM's default "raw_logprobs"; OpenAI's logprobs do
+ * not depend on temperature either). sampler_sample() restores logits[] before it
+ * returns, so the engine calls sampler_sample() then sampler_logprobs() on the same row.
  */
 #ifndef TESSERA_SAMPLER_H
 #define TESSERA_SAMPLER_H
@@ -15,33 +26,78 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define SAMPLER_MAX_LOGIT_BIAS 300  /* OpenAI's limit on logit_bias entries */
+#define SAMPLER_MAX_TOP_LOGPROBS 20 /* OpenAI's limit on top_logprobs */
+
 struct sampler_params {
-    float temperature;        /* 0 = greedy (argmax, lowest id wins ties) */
-    int top_k;                /* <= 0: off */
+    float temperature;        /* 0 = greedy (argmax, lowest id wins ties); else finite > 0 */
+    int top_k;                /* <= 0 or >= vocab_size: off */
     float top_p;              /* 1.0: off; (0, 1] */
     float min_p;              /* 0: off; [0, 1] */
-    float repetition_penalty; /* 1.0: off; > 0. Divides positive / multiplies negative logits of seen tokens */
-    float presence_penalty;   /* 0: off; subtracted once per seen token */
-    float frequency_penalty;  /* 0: off; subtracted per occurrence */
-    uint64_t seed;
+    float repetition_penalty; /* 1.0: off; > 0. Divides positive / multiplies negative logits
+                                 of tokens seen in the prompt or the output */
+    float presence_penalty;   /* 0: off; [-2, 2]; subtracted once per token seen in the output */
+    float frequency_penalty;  /* 0: off; [-2, 2]; subtracted per occurrence in the output */
+    uint64_t seed;            /* RNG seed; the API layer picks one when a request has none */
 };
 
 /* Defaults: temperature 1, top_k off, top_p 1, min_p 0, penalties off, seed 0. */
 void sampler_params_default(struct sampler_params *p);
-/* Checks ranges; writes the offending parameter's name and reason to err. */
+/* Checks ranges; returns 0 or ERR_RANGE and writes the offending parameter's name and
+ * reason to err (caller-owned, may be NULL). */
 int sampler_params_validate(const struct sampler_params *p, char *err, size_t errlen);
 
 struct sampler;
 
-/* Creates a sampler for vocab_size logits. NULL on allocation failure. */
+/* Creates a sampler for vocab_size logits, with p copied (p must pass
+ * sampler_params_validate). Allocates everything sampling will need. NULL on allocation
+ * failure, vocab_size <= 0 or invalid p. The caller owns the result (sampler_free). */
 struct sampler *sampler_create(const struct sampler_params *p, int vocab_size);
+/* Frees s and its scratch; NULL is a no-op. */
 void sampler_free(struct sampler *s);
-/* Restarts the RNG and the history (for reuse across requests). */
+/* Reuse across requests: copies p (if not NULL; must be valid), restarts the RNG from
+ * p->seed, clears the history (O(tokens seen), not O(vocab)) and the logit bias. */
 void sampler_reset(struct sampler *s, const struct sampler_params *p);
-/* Records a token as seen (prompt tokens, if penalties should count them, and each
- * generated token). */
+/* Replaces the logit bias with n entries: bias[i] is added to logits[ids[i]] before the
+ * penalties (OpenAI's logit_bias; a repeated id adds up). -INFINITY bans a token. The
+ * arrays are copied. Returns 0, or ERR_RANGE (n outside [0, SAMPLER_MAX_LOGIT_BIAS], an
+ * id outside [0, vocab_size)) or ERR_INVALID (NULL arrays with n > 0, a NaN or +inf
+ * bias), leaving the previous bias in place. n == 0 clears it. */
+int sampler_set_logit_bias(struct sampler *s, const int32_t *ids, const float *bias, int n);
+/* Records n prompt tokens: they count for the repetition penalty only. Ids outside
+ * [0, vocab_size) are ignored. */
+void sampler_accept_prompt(struct sampler *s, const int32_t *tokens, int n);
+/* Records a generated token: it counts for the repetition, presence and frequency
+ * penalties. Call it with each token sampler_sample returned (or that the engine forced).
+ * Ids outside [0, vocab_size) are ignored. */
 void sampler_accept(struct sampler *s, int32_t token);
-/* Samples from logits[vocab_size] (modified in place). Returns the token id. */
+/* Samples from logits[vocab_size]. Returns the token id, or ERR_RANGE (negative) when no
+ * token can be sampled (every logit -inf or NaN after the bias). NaN logits are never
+ * chosen. With a +inf logit (after bias and penalties) the lowest such id is returned.
+ * logits[] is used as scratch for the bias and penalties and holds exactly its input
+ * values again on return. Does not record the token (see sampler_accept). No allocation. */
 int32_t sampler_sample(struct sampler *s, float *logits);
+/* The distribution sampler_sample would draw from next, without drawing: writes the
+ * support's ids and normalised probabilities (in no particular order) into the caller's
+ * ids[vocab_size] / probs[vocab_size] and returns its size (1 when greedy), or ERR_RANGE
+ * / ERR_INVALID as sampler_sample. Does not touch the RNG. logits[] is restored. For tests,
+ * and for speculative decoding (which needs the target distribution). No allocation. */
+int sampler_probs(struct sampler *s, float *logits, int32_t *ids, float *probs);
+
+/* Applies the logit bias and the penalties to logits[vocab_size] in place — the first
+ * steps of sampler_sample — and leaves them applied. For tests and for a future
+ * "processed logprobs" mode; sampling does not need it. */
+void sampler_process_logits(struct sampler *s, float *logits);
+
+/* Log-softmax of the raw logits[vocab_size] (caller-owned, read only; normally the row
+ * just given to sampler_sample): writes the log-probability of `token` to *token_logprob
+ * and the n_top (0..SAMPLER_MAX_TOP_LOGPROBS) most likely tokens, most likely first (lowest
+ * id first among equals), to the caller's top_ids[n_top] / top_logprobs[n_top] (may be
+ * NULL when n_top == 0). NaN and -inf logits get logprob -inf and are never listed. Returns
+ * the number of entries written (< n_top only when fewer tokens have finite logits), or
+ * ERR_INVALID (bad argument) / ERR_RANGE (no finite logit, or a +inf one). Pure; any
+ * thread; no allocation; O(vocab_size). */
+int sampler_logprobs(const float *logits, int vocab_size, int32_t token, int n_top,
+                     int32_t *top_ids, float *top_logprobs, float *token_logprob);
 
 #endif

@@ -1,4 +1,5 @@
 /* log.c — see log.h. */
+#define _POSIX_C_SOURCE 200809L
 #include "util/log.h"
 
 #include <stdarg.h>

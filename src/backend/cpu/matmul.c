@@ -1,0 +1,188 @@
+/* matmul.c — cpu_matmul: y[t][o] = sum_i W[o][i] * x[t][i] over stored weight types.
+ *
+ * Steps:
+ *  1. Quantized weights: quantize every activation row once into the caller's scratch
+ *     (Q8_0 / Q8_1 / Q8_K, see quant_kernels.h). Small inputs (decode) are quantized by
+ *     the calling thread — a few hundred ns, less than waking the pool; large ones
+ *     (prefill) are split across the pool by (token, activation block).
+ *  2. Each thread takes one contiguous range of output rows (tp_split), so it streams a
+ *     contiguous stretch of the weight matrix and the hardware prefetcher sees one
+ *     sequential stream per thread. Within the range rows go in tiles of ~TILE_BYTES of
+ *     weights; for each tile all tokens are processed before the next tile, so with
+ *     num_tokens > 1 every weight byte comes from DRAM once per call and is reused from
+ *     L1/L2 for the other tokens. With many tokens and fewer rows than threads, the
+ *     split is by tokens instead.
+ *  3. Per (row, token) one dot kernel call (quant_dot_*.c) — F32 accumulation.
+ * Nothing is allocated; the threads write disjoint parts of y.
+ */
+#include "backend/cpu/quant.h"
+#include "backend/cpu/quant_kernels.h"
+
+#include <assert.h>
+#include <stdlib.h>
+
+/* Weight bytes per tile: half of a 32-48 KB L1d, so the tile and one activation row stay
+ * in L1 while the tokens loop over it. */
+#define TILE_BYTES (16 * 1024)
+/* Quantize x on the calling thread below this many elements (pool wake-up ~1-2 us). */
+#define QUANT_PARALLEL_MIN (32 * 1024)
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* Bytes of one quantized activation row (q, d, s / bsums), 64-byte aligned. */
+static size_t act_row_bytes(enum dtype act, int64_t n)
+{
+    if (act == DT_F32) return 0;
+    int qa = quant_act_block(act);
+    size_t b = align64((size_t)n) + align64((size_t)(n / qa) * sizeof(float) * (act == DT_Q8_1 ? 2 : 1));
+    if (act == DT_Q8_K) b += align64((size_t)(n / 16) * sizeof(int16_t));
+    return b;
+}
+
+static uint8_t *scratch_base(void *scratch) { return (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63); }
+
+struct qact quant_act_row(void *scratch, enum dtype act, int64_t n, int t)
+{
+    struct qact a = { 0 };
+    int qa = quant_act_block(act);
+    uint8_t *p = scratch_base(scratch) + (size_t)t * act_row_bytes(act, n);
+    a.q = (int8_t *)p;
+    p += align64((size_t)n);
+    if (act == DT_Q8_1) {
+        a.ds = (float *)p;
+        return a;
+    }
+    a.d = (float *)p;
+    p += align64((size_t)(n / qa) * sizeof(float));
+    if (act == DT_Q8_K) a.bsums = (int16_t *)p;
+    return a;
+}
+
+size_t cpu_matmul_scratch_size(enum dtype type, int64_t n_in, int max_tokens)
+{
+    enum dtype act = quant_act_type(type);
+    if (act == DT_F32) return 64;
+    return 64 + (size_t)(max_tokens > 0 ? max_tokens : 1) * act_row_bytes(act, n_in);
+}
+
+struct mm_job {
+    const struct quant_impl *impl;
+    quant_dot_fn dot;
+    enum dtype act;
+    const uint8_t *w;     /* [n_out][row_bytes] */
+    size_t row_bytes;
+    int64_t n_in, n_out;
+    int num_tokens;
+    const float *x;       /* [num_tokens][n_in] */
+    float *y;             /* [num_tokens][n_out] */
+    void *scratch;
+};
+
+static void mm_quantize_range(const struct mm_job *j, int64_t begin, int64_t end)
+{
+    int64_t nb = j->n_in / quant_act_block(j->act);
+    for (int64_t k = begin; k < end;) {
+        int t = (int)(k / nb);
+        int64_t b0 = k % nb, b1 = nb;
+        if (b1 - b0 > end - k) b1 = b0 + (end - k);
+        struct qact a = quant_act_row(j->scratch, j->act, j->n_in, t);
+        j->impl->quantize(j->act, j->x + (size_t)t * (size_t)j->n_in, b0, b1, &a);
+        k += b1 - b0;
+    }
+}
+
+static void mm_quantize_task(void *arg, int ith, int nth)
+{
+    const struct mm_job *j = arg;
+    long begin, end;
+    long total = (long)j->num_tokens * (long)(j->n_in / quant_act_block(j->act));
+    tp_split(total, ith, nth, &begin, &end);
+    mm_quantize_range(j, begin, end);
+}
+
+/* rows [r0, r1) x tokens [t0, t1), tile by tile */
+static void mm_block(const struct mm_job *j, int64_t r0, int64_t r1, int t0, int t1)
+{
+    int64_t tile = (int64_t)(TILE_BYTES / j->row_bytes);
+    if (tile < 1) tile = 1;
+    if (t1 - t0 == 1) tile = r1 - r0; /* decode: nothing to reuse, one pass */
+    for (int64_t a = r0; a < r1; a += tile) {
+        int64_t b = a + tile < r1 ? a + tile : r1;
+        for (int t = t0; t < t1; t++) {
+            struct qact xq = { 0 };
+            const float *xf = j->x + (size_t)t * (size_t)j->n_in;
+            if (j->act != DT_F32) xq = quant_act_row(j->scratch, j->act, j->n_in, t);
+            float *yt = j->y + (size_t)t * (size_t)j->n_out;
+            j->dot(j->n_in, j->w + (size_t)a * j->row_bytes, j->row_bytes, b - a, &xq, xf, yt + a);
+        }
+    }
+}
+
+static void mm_task(void *arg, int ith, int nth)
+{
+    const struct mm_job *j = arg;
+    long begin, end;
+    if (j->n_out < 4L * nth && j->num_tokens >= 2L * nth) {
+        tp_split(j->num_tokens, ith, nth, &begin, &end);
+        mm_block(j, 0, j->n_out, (int)begin, (int)end);
+    } else {
+        tp_split((long)j->n_out, ith, nth, &begin, &end);
+        if (begin < end) mm_block(j, begin, end, 0, j->num_tokens);
+    }
+}
+
+void cpu_matmul_impl(struct threadpool *tp, const struct quant_impl *impl,
+                     const struct tensor *w, const float *x, float *y, int num_tokens,
+                     void *scratch)
+{
+    struct mm_job j = {
+        .impl = impl,
+        .dot = impl->dot[w->type],
+        .act = quant_act_type(w->type),
+        .w = w->data,
+        .n_in = w->ne[0],
+        .n_out = w->ne[1],
+        .num_tokens = num_tokens,
+        .x = x,
+        .y = y,
+        .scratch = scratch,
+    };
+    assert(j.dot && "unsupported weight type");
+    j.row_bytes = dtype_row_bytes(w->type, j.n_in);
+    assert(j.row_bytes > 0 && "n_in must be a multiple of the block size");
+    if (num_tokens <= 0 || j.n_out <= 0) return;
+    if (j.act != DT_F32) {
+        assert(scratch);
+        int64_t total = (int64_t)num_tokens * j.n_in;
+        if (total < QUANT_PARALLEL_MIN || tp_size(tp) == 1)
+            mm_quantize_range(&j, 0, (int64_t)num_tokens * (j.n_in / quant_act_block(j.act)));
+        else
+            tp_run(tp, mm_quantize_task, &j);
+    }
+    tp_run(tp, mm_task, &j);
+}
+
+void cpu_matmul(struct threadpool *tp, const struct tensor *w, const float *x, float *y,
+                int num_tokens, void *scratch)
+{
+    cpu_matmul_impl(tp, quant_impl_best(), w, x, y, num_tokens, scratch);
+}
+
+void cpu_matmul_ref(const struct tensor *w, const float *x, float *y, int num_tokens)
+{
+    int64_t n_in = w->ne[0], n_out = w->ne[1];
+    size_t rb = dtype_row_bytes(w->type, n_in);
+    assert(rb > 0);
+    float *row = malloc((size_t)n_in * sizeof *row);
+    assert(row && "cpu_matmul_ref is a test twin; allocation failure is fatal");
+    for (int64_t o = 0; o < n_out; o++) {
+        quant_dequant_row(w->type, (const uint8_t *)w->data + (size_t)o * rb, row, n_in);
+        for (int t = 0; t < num_tokens; t++) {
+            const float *xt = x + (size_t)t * (size_t)n_in;
+            double s = 0.0;
+            for (int64_t i = 0; i < n_in; i++) s += (double)row[i] * (double)xt[i];
+            y[(size_t)t * (size_t)n_out + (size_t)o] = (float)s;
+        }
+    }
+    free(row);
+}

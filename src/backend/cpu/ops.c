@@ -1,0 +1,333 @@
+/* ops.c — CPU twins of the non-matmul ops (contracts in ops.h).
+ *
+ * Plain C loops, with AVX2/FMA/F16C paths for the dot products and axpys that dominate
+ * attention; everything else is O(num_tokens * dim) and left to the compiler. No op
+ * allocates: attention uses the caller's scratch.
+ */
+#include "backend/cpu/ops.h"
+
+#include "util/err.h"
+#include "util/half.h"
+
+#include <assert.h>
+#include <math.h>
+#include <string.h>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define OPS_AVX2 1
+#endif
+
+/* ---- KV dtypes ------------------------------------------------------------------------ */
+
+size_t kv_dtype_size(enum kv_dtype t)
+{
+    switch (t) {
+    case KV_F32: return 4;
+    case KV_F16: return 2;
+    case KV_FP8_E4M3: return 1;
+    }
+    return 0;
+}
+
+const char *kv_dtype_name(enum kv_dtype t)
+{
+    switch (t) {
+    case KV_F32: return "f32";
+    case KV_F16: return "f16";
+    case KV_FP8_E4M3: return "fp8";
+    }
+    return "unknown";
+}
+
+int kv_dtype_parse(const char *s, enum kv_dtype *out)
+{
+    if (!strcmp(s, "f32")) *out = KV_F32;
+    else if (!strcmp(s, "f16")) *out = KV_F16;
+    else if (!strcmp(s, "fp8")) *out = KV_FP8_E4M3;
+    else return ERR_INVALID;
+    return 0;
+}
+
+/* ---- vector kernels ------------------------------------------------------------------- */
+
+#ifdef OPS_AVX2
+static inline float hsum256(__m256 v)
+{
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+#endif
+
+float cpu_dot_f32(const float *a, const float *b, int n)
+{
+    int i = 0;
+    float s = 0.0f;
+#ifdef OPS_AVX2
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    }
+    for (; i + 8 <= n; i += 8)
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    s = hsum256(_mm256_add_ps(acc0, acc1));
+#endif
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+float cpu_dot_f16(const float *a, const uint16_t *b, int n)
+{
+    int i = 0;
+    float s = 0.0f;
+#if defined(OPS_AVX2) && defined(__F16C__)
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        __m256 b0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i)));
+        __m256 b1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i + 8)));
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), b0, acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), b1, acc1);
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 b0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i)));
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), b0, acc0);
+    }
+    s = hsum256(_mm256_add_ps(acc0, acc1));
+#endif
+    for (; i < n; i++) s += a[i] * fp16_to_fp32(b[i]);
+    return s;
+}
+
+void cpu_axpy_f32(float *y, float a, const float *x, int n)
+{
+    int i = 0;
+#ifdef OPS_AVX2
+    __m256 va = _mm256_set1_ps(a);
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+#endif
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+void cpu_axpy_f16(float *y, float a, const uint16_t *x, int n)
+{
+    int i = 0;
+#if defined(OPS_AVX2) && defined(__F16C__)
+    __m256 va = _mm256_set1_ps(a);
+    for (; i + 8 <= n; i += 8) {
+        __m256 vx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, vx, _mm256_loadu_ps(y + i)));
+    }
+#endif
+    for (; i < n; i++) y[i] += a * fp16_to_fp32(x[i]);
+}
+
+/* ---- row ops -------------------------------------------------------------------------- */
+
+void cpu_rmsnorm(float *out, const float *x, const float *w, int num_rows, int n, float eps)
+{
+    for (int r = 0; r < num_rows; r++) {
+        const float *xr = x + (int64_t)r * n;
+        float *o = out + (int64_t)r * n;
+        float ss = cpu_dot_f32(xr, xr, n);
+        float inv = 1.0f / sqrtf(ss / (float)n + eps);
+        for (int i = 0; i < n; i++) o[i] = xr[i] * inv * w[i];
+    }
+}
+
+void cpu_softmax(float *x, int n)
+{
+    float max = x[0];
+    for (int i = 1; i < n; i++)
+        if (x[i] > max) max = x[i];
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    float inv = 1.0f / sum;
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+void cpu_silu_mul(float *out, const float *gate, const float *up, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+/* ---- RoPE ----------------------------------------------------------------------------- */
+
+void cpu_rope_inv_freq(float *inv_freq, int head_dim, const struct rope_params *p,
+                       const float *freq_factors)
+{
+    const double two_pi = 6.283185307179586;
+    int half = head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        /* HF computes base ** (arange(0, dim, 2).float() / dim) in f32; the difference to
+         * a double computation is below 1 ulp of the f32 result we store. */
+        double f = 1.0 / pow(p->theta, (double)(2 * i) / (double)head_dim);
+        if (p->scaling == ROPE_SCALING_LINEAR) {
+            f /= p->factor;
+        } else if (p->scaling == ROPE_SCALING_LLAMA3) {
+            double old_ctx = (double)p->original_max_position_embeddings;
+            double low_wavelen = old_ctx / p->low_freq_factor;
+            double high_wavelen = old_ctx / p->high_freq_factor;
+            double wavelen = two_pi / f;
+            if (wavelen > low_wavelen) {
+                f = f / p->factor;  /* low frequency: fully scaled */
+            } else if (wavelen >= high_wavelen) {
+                /* medium: interpolate between scaled and unscaled */
+                double smooth = (old_ctx / wavelen - p->low_freq_factor) /
+                                (p->high_freq_factor - p->low_freq_factor);
+                f = (1.0 - smooth) * f / p->factor + smooth * f;
+            } /* high frequency (wavelen < high_wavelen): unchanged */
+        }
+        if (freq_factors) f /= (double)freq_factors[i];
+        inv_freq[i] = (float)f;
+    }
+}
+
+void cpu_rope(float *x, const int32_t *positions, int num_tokens, int n_heads, int head_dim,
+              const float *inv_freq, enum rope_layout layout)
+{
+    float cs[512], sn[512];
+    int half = head_dim / 2;
+    assert(half <= 512);
+    for (int t = 0; t < num_tokens; t++) {
+        double pos = (double)positions[t];
+        for (int i = 0; i < half; i++) {
+            double a = pos * (double)inv_freq[i];
+            cs[i] = (float)cos(a);
+            sn[i] = (float)sin(a);
+        }
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + ((int64_t)t * n_heads + h) * head_dim;
+            if (layout == ROPE_NEOX) {
+                for (int i = 0; i < half; i++) {
+                    float a = v[i], b = v[i + half];
+                    v[i] = a * cs[i] - b * sn[i];
+                    v[i + half] = a * sn[i] + b * cs[i];
+                }
+            } else {
+                for (int i = 0; i < half; i++) {
+                    float a = v[2 * i], b = v[2 * i + 1];
+                    v[2 * i] = a * cs[i] - b * sn[i];
+                    v[2 * i + 1] = a * sn[i] + b * cs[i];
+                }
+            }
+        }
+    }
+}
+
+/* ---- KV write ------------------------------------------------------------------------- */
+
+/* Element offset of (block, k/v, kv head, offset 0) in a layer pool. */
+static inline int64_t kv_off(const struct kv_layer *kv, int64_t block, int which, int h)
+{
+    return ((block * 2 + which) * kv->n_kv_heads + h) * (int64_t)kv->block_size * kv->head_dim;
+}
+
+void cpu_kv_write(const struct kv_layer *kv, const float *k, const float *v,
+                  const int64_t *slot_mapping, int num_tokens)
+{
+    int hd = kv->head_dim, nkv = kv->n_kv_heads;
+    for (int t = 0; t < num_tokens; t++) {
+        int64_t slot = slot_mapping[t];
+        if (slot < 0) continue;
+        int64_t block = slot / kv->block_size, off = slot % kv->block_size;
+        assert(block < kv->num_blocks);
+        for (int h = 0; h < nkv; h++) {
+            const float *ks = k + ((int64_t)t * nkv + h) * hd;
+            const float *vs = v + ((int64_t)t * nkv + h) * hd;
+            int64_t ko = kv_off(kv, block, 0, h) + off * hd;
+            int64_t vo = kv_off(kv, block, 1, h) + off * hd;
+            if (kv->dtype == KV_F32) {
+                memcpy((float *)kv->data + ko, ks, sizeof(float) * hd);
+                memcpy((float *)kv->data + vo, vs, sizeof(float) * hd);
+            } else {
+                uint16_t *kd = (uint16_t *)kv->data + ko, *vd = (uint16_t *)kv->data + vo;
+                for (int i = 0; i < hd; i++) {
+                    kd[i] = fp32_to_fp16(ks[i]);
+                    vd[i] = fp32_to_fp16(vs[i]);
+                }
+            }
+        }
+    }
+}
+
+/* ---- paged attention ------------------------------------------------------------------ */
+
+size_t cpu_paged_attention_scratch_floats(int n_threads, int max_ctx)
+{
+    return (size_t)(n_threads > 0 ? n_threads : 1) * (size_t)max_ctx;
+}
+
+/* One query row and head: two passes over the context (scores, then weighted V sum). */
+static void attend_one(const struct paged_attention_args *a, int s, int t, int h, float *sc)
+{
+    const struct kv_layer *kv = a->kv;
+    int hd = kv->head_dim, bs = kv->block_size;
+    int kvh = h / (a->n_heads / kv->n_kv_heads);
+    int q_end = a->query_start[s + 1];
+    int ctx = a->seq_lens[s] - (q_end - t) + 1;
+    const int32_t *bt = a->block_tables + (int64_t)s * a->max_blocks_per_seq;
+    const float *q = a->q + ((int64_t)t * a->n_heads + h) * hd;
+    float *out = a->out + ((int64_t)t * a->n_heads + h) * hd;
+    int f16 = kv->dtype == KV_F16;
+
+    float max = -INFINITY;
+    for (int p0 = 0; p0 < ctx; p0 += bs) {
+        int64_t base = kv_off(kv, bt[p0 / bs], 0, kvh);
+        int n = ctx - p0 < bs ? ctx - p0 : bs;
+        for (int j = 0; j < n; j++) {
+            float d = f16 ? cpu_dot_f16(q, (const uint16_t *)kv->data + base + (int64_t)j * hd, hd)
+                          : cpu_dot_f32(q, (const float *)kv->data + base + (int64_t)j * hd, hd);
+            d *= a->scale;
+            sc[p0 + j] = d;
+            if (d > max) max = d;
+        }
+    }
+    float sum = 0.0f;
+    for (int p = 0; p < ctx; p++) {
+        sc[p] = expf(sc[p] - max);
+        sum += sc[p];
+    }
+    float inv = 1.0f / sum;
+    memset(out, 0, sizeof(float) * hd);
+    for (int p0 = 0; p0 < ctx; p0 += bs) {
+        int64_t base = kv_off(kv, bt[p0 / bs], 1, kvh);
+        int n = ctx - p0 < bs ? ctx - p0 : bs;
+        for (int j = 0; j < n; j++) {
+            float w = sc[p0 + j] * inv;
+            if (f16) cpu_axpy_f16(out, w, (const uint16_t *)kv->data + base + (int64_t)j * hd, hd);
+            else cpu_axpy_f32(out, w, (const float *)kv->data + base + (int64_t)j * hd, hd);
+        }
+    }
+}
+
+static void attention_worker(void *arg, int ith, int nth)
+{
+    const struct paged_attention_args *a = arg;
+    long begin, end;
+    tp_split((long)a->num_tokens * a->n_heads, ith, nth, &begin, &end);
+    float *sc = a->scratch + (size_t)ith * a->max_ctx;
+    int s = 0;
+    for (long w = begin; w < end; w++) {
+        int t = (int)(w / a->n_heads), h = (int)(w % a->n_heads);
+        while (t >= a->query_start[s + 1]) s++; /* rows are in sequence order */
+        attend_one(a, s, t, h, sc);
+    }
+}
+
+void cpu_paged_attention(struct threadpool *tp, const struct paged_attention_args *a)
+{
+    if (a->num_tokens <= 0) return;
+    if (tp) tp_run(tp, attention_worker, (void *)a);
+    else attention_worker((void *)a, 0, 1);
+}

@@ -1,0 +1,142 @@
+/* ops.h — the CPU twins of the transformer's non-matmul ops: RMSNorm, RoPE (both
+ * layouts, with llama3/linear frequency scaling), softmax, SiLU·mul, KV-cache writes
+ * and varlen paged attention.
+ *
+ * Every op is stateless: it takes plain arrays, positions, slot mappings and block
+ * tables, and owns no memory. These are the references future CUDA kernels are tested
+ * against (same arguments, `cuda_<op>` vs `cpu_<op>`), so each contract below is the
+ * specification. Shapes are written outermost first: q [num_tokens][n_heads][head_dim]
+ * means head_dim is contiguous. Matmuls live in quant.h (weights stay quantized).
+ *
+ * The KV pool layout (one pool per layer):
+ *   [num_blocks][2 (k, v)][n_kv_heads][block_size][head_dim]
+ * so that for one (block, kv head) the block_size key rows are contiguous head_dim
+ * vectors: the attention loop streams them with unit stride, and a block of one layer
+ * is one contiguous chunk (copy/swap of a block is one memcpy).
+ */
+#ifndef TESSERA_BACKEND_CPU_OPS_H
+#define TESSERA_BACKEND_CPU_OPS_H
+
+#include "util/threadpool.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- KV cache storage ---------------------------------------------------------------- */
+
+/* Element type of the KV pool. FP8 stores e4m3 codes with a per-layer scale for K and V
+ * (value = code * scale); it is reserved in the API and not implemented yet. */
+enum kv_dtype { KV_F32 = 0, KV_F16 = 1, KV_FP8_E4M3 = 2 };
+
+size_t kv_dtype_size(enum kv_dtype t); /* bytes per element; 0 if unknown */
+const char *kv_dtype_name(enum kv_dtype t);
+/* "f32", "f16", "fp8" -> 0 and *out; ERR_INVALID otherwise. */
+int kv_dtype_parse(const char *s, enum kv_dtype *out);
+
+/* One layer's KV pool (a view; the model's kv_cache owns the memory). */
+struct kv_layer {
+    void *data;     /* [num_blocks][2][n_kv_heads][block_size][head_dim] of dtype */
+    enum kv_dtype dtype;
+    int num_blocks;
+    int block_size;
+    int n_kv_heads;
+    int head_dim;
+    float k_scale;  /* FP8 only: stored code * k_scale = value (1 otherwise) */
+    float v_scale;
+};
+
+/* ---- elementwise / row ops ----------------------------------------------------------- */
+
+/* RMSNorm of each row: out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w
+ *   x, out: [num_rows][n] (may alias), w: [n] */
+void cpu_rmsnorm(float *out, const float *x, const float *w, int num_rows, int n, float eps);
+
+/* In place: x[i] = exp(x[i] - max) / sum, in F32 with max subtraction. n >= 1. */
+void cpu_softmax(float *x, int n);
+
+/* out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i]; may alias. */
+void cpu_silu_mul(float *out, const float *gate, const float *up, int64_t n);
+
+/* ---- rotary position embedding ------------------------------------------------------- */
+
+enum rope_layout {
+    ROPE_NORMAL = 0, /* rotate adjacent pairs (x[2i], x[2i+1]): GGUF llama (rows permuted) */
+    ROPE_NEOX = 1,   /* rotate halves (x[i], x[i + head_dim/2]): HF checkpoints, GGUF qwen */
+};
+
+enum rope_scaling_type {
+    ROPE_SCALING_NONE = 0,
+    ROPE_SCALING_LINEAR = 1,  /* inv_freq / factor */
+    ROPE_SCALING_LLAMA3 = 2,  /* HF _compute_llama3_parameters */
+};
+
+struct rope_params {
+    double theta;                          /* base, e.g. 10000, 500000 */
+    enum rope_scaling_type scaling;
+    double factor;                         /* linear and llama3 */
+    double low_freq_factor;                /* llama3 */
+    double high_freq_factor;               /* llama3 */
+    int original_max_position_embeddings;  /* llama3 */
+};
+
+/* inv_freq[i] for i < head_dim/2: theta^(-2i/head_dim), then the scaling rule.
+ * freq_factors (may be NULL): GGUF's rope_freqs.weight, a divisor per frequency, applied
+ * after the scaling rule (GGUF files carry llama3 scaling this way). */
+void cpu_rope_inv_freq(float *inv_freq, int head_dim, const struct rope_params *p,
+                       const float *freq_factors);
+
+/* In place: rotate every head of token t by angle positions[t] * inv_freq[i].
+ *   x: [num_tokens][n_heads][head_dim], head_dim even and <= 1024
+ *   NORMAL pairs (x[2i], x[2i+1]); NEOX pairs (x[i], x[i + head_dim/2]); both use
+ *   (a, b) -> (a cos - b sin, a sin + b cos). */
+void cpu_rope(float *x, const int32_t *positions, int num_tokens, int n_heads, int head_dim,
+              const float *inv_freq, enum rope_layout layout);
+
+/* ---- KV cache write (vLLM's reshape_and_cache) ---------------------------------------- */
+
+/* Stores token t's K and V rows in slot slot_mapping[t] (= block * block_size + offset) of
+ * the pool, converting to the pool's dtype; slot < 0 skips the token (padding).
+ *   k, v: [num_tokens][n_kv_heads][head_dim] f32 */
+void cpu_kv_write(const struct kv_layer *kv, const float *k, const float *v,
+                  const int64_t *slot_mapping, int num_tokens);
+
+/* ---- paged attention ------------------------------------------------------------------ */
+
+/* Varlen causal attention over a paged KV pool (the new tokens' K/V are already written).
+ * Sequence s owns query rows [query_start[s], query_start[s+1]); after this step it holds
+ * seq_lens[s] tokens, the last of which is its last query row, so query row i (in seq s)
+ * sees context positions [0, seq_lens[s] - (query_start[s+1] - i) + 1). Context position
+ * p lives in block block_tables[s * max_blocks_per_seq + p / block_size] at offset
+ * p % block_size. GQA: query head h reads kv head h / (n_heads / n_kv_heads).
+ *   out = softmax(q k^T * scale) v, softmax in F32 with max subtraction.
+ * Parallel over (token, head) pairs; scratch is nth * max_ctx floats, where max_ctx bounds
+ * every seq_lens[s]. */
+struct paged_attention_args {
+    float *out;                 /* [num_tokens][n_heads][head_dim] */
+    const float *q;             /* [num_tokens][n_heads][head_dim] */
+    const struct kv_layer *kv;
+    const int32_t *query_start; /* [num_seqs + 1], query_start[0] = 0, [num_seqs] = num_tokens */
+    const int32_t *seq_lens;    /* [num_seqs] */
+    const int32_t *block_tables;/* [num_seqs][max_blocks_per_seq] */
+    int max_blocks_per_seq;
+    int num_seqs;
+    int num_tokens;
+    int n_heads;
+    float scale;                /* usually 1/sqrt(head_dim) */
+    float *scratch;             /* [nth][max_ctx] */
+    int max_ctx;
+};
+
+size_t cpu_paged_attention_scratch_floats(int n_threads, int max_ctx);
+/* tp may be NULL (runs on the caller). Called by the forward's thread only. */
+void cpu_paged_attention(struct threadpool *tp, const struct paged_attention_args *a);
+
+/* ---- small vector kernels (SIMD), exposed for the forward and tests ------------------- */
+
+float cpu_dot_f32(const float *a, const float *b, int n);
+float cpu_dot_f16(const float *a, const uint16_t *b, int n);
+/* y[i] += a * x[i] */
+void cpu_axpy_f32(float *y, float a, const float *x, int n);
+void cpu_axpy_f16(float *y, float a, const uint16_t *x, int n);
+
+#endif

@@ -1,0 +1,85 @@
+/* quant_kernels.h — internal to backend/cpu: the per-type dot kernels behind cpu_matmul,
+ * the quantized-activation layout they read, and the two kernel sets (portable scalar,
+ * SIMD). Included by the kernel files, matmul.c and the kernel tests only; the model
+ * uses quant.h.
+ *
+ * Activations. For a quantized weight type, each activation row x[n] (f32) is quantized
+ * once per matmul into the caller's scratch, in the integer format its kernel wants:
+ *   weight Q4_0, Q5_0, Q8_0 -> Q8_0: q[i] = round(x[i] / d_b), d_b = amax(block of 32)/127
+ *   weight Q4_1, Q5_1       -> Q8_1: as Q8_0 plus s_b = d_b * sum(q in block), stored
+ *                              interleaved with d as ds[2b] = d_b, ds[2b+1] = s_b so one
+ *                              load gives the (d, s) of 4 blocks to match 4 weight (d, m)
+ *   weight Q4_K, Q6_K       -> Q8_K: one d per 256, plus bsums[16 per 256] = sum of q per 16
+ * stored structure-of-arrays so SIMD loads of q are contiguous:
+ *   Q8_0: q[n] int8 | d[n / 32] f32
+ *   Q8_1: q[n] int8 | ds[n / 32][2] f32
+ *   Q8_K: q[n] int8 | d[n / 256] f32 | bsums[n / 16] int16
+ * (QA = 32 or 256). d is kept in f32, not fp16 as in ggml, so the only activation error is
+ * the rounding of q: |x[i] - d_b q[i]| <= d_b / 2 (plus f32 rounding of x*1/d).
+ * Float weight types (F32, F16, BF16) read x directly and need no scratch.
+ */
+#ifndef TESSERA_BACKEND_CPU_QUANT_KERNELS_H
+#define TESSERA_BACKEND_CPU_QUANT_KERNELS_H
+
+#include "util/tensor.h"
+#include "util/threadpool.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One quantized activation row (views into scratch). Unused arrays are NULL. */
+struct qact {
+    int8_t *q;       /* [n] */
+    float *d;        /* [n / 32] (Q8_0) or [n / 256] (Q8_K) */
+    float *ds;       /* [n / 32][2] Q8_1 only: (d, d * sum(q)) per block */
+    int16_t *bsums;  /* [n / 16] Q8_K only: sum(q) per 16 elements */
+};
+
+/* out[r] = sum_i W_r[i] * x[i] for r < nrows, over n elements (a multiple of the weight's
+ * block size); row r starts at w + r * row_bytes (block-aligned). One call covers a run
+ * of rows so per-call setup (constants, tail masks) is paid once, not once per row.
+ *   xq: x quantized to the kernel's activation type (quantized weights), or NULL
+ *   xf: x[n] f32 (float weights), or NULL */
+typedef void (*quant_dot_fn)(int64_t n, const void *w, size_t row_bytes, int64_t nrows,
+                             const struct qact *xq, const float *xf, float *out);
+
+/* Quantizes x[n] into out in format act (DT_Q8_0, DT_Q8_1 or DT_Q8_K); blocks
+ * [b0, b1) of the activation block size only (so rows can be split across threads). */
+typedef void (*quant_act_fn)(enum dtype act, const float *x, int64_t b0, int64_t b1,
+                             const struct qact *out);
+
+struct quant_impl {
+    const char *name;                 /* "scalar", "avx2", "avx2+vnni" */
+    quant_dot_fn dot[DT_COUNT_];      /* indexed by weight type; NULL = unsupported */
+    quant_act_fn quantize;
+};
+
+/* The portable kernels (always compiled) and the best SIMD set (NULL when this build has
+ * no AVX2+FMA+F16C; AVX-512 kernels for Q8_0/Q4_1/Q5_1 when it has F/BW/VL/VBMI/VNNI).
+ * quant_impl_simd_list writes every SIMD set this build has (up to max; the AVX2 set
+ * first) so tests can check each one. quant_impl_best() is what cpu_matmul uses. All
+ * return static tables. */
+const struct quant_impl *quant_impl_scalar(void);
+const struct quant_impl *quant_impl_simd(void);
+int quant_impl_simd_list(const struct quant_impl **out, int max);
+const struct quant_impl *quant_impl_best(void);
+
+/* Activation format for a weight type: DT_F32 for float weights, else DT_Q8_0/1/K. */
+enum dtype quant_act_type(enum dtype wtype);
+/* Elements per activation scale block of act (32 or 256). */
+int quant_act_block(enum dtype act);
+
+/* Scalar helper shared by both kernel sets: unpacks the 6-bit scales and mins of a Q4_K
+ * block (12 bytes) into sc[8], m[8]. */
+void quant_q4k_scales(const uint8_t *packed, uint8_t sc[8], uint8_t m[8]);
+
+/* cpu_matmul with an explicit kernel set (tests run the scalar set through the same
+ * driver). Same contract as cpu_matmul. */
+void cpu_matmul_impl(struct threadpool *tp, const struct quant_impl *impl,
+                     const struct tensor *w, const float *x, float *y, int num_tokens,
+                     void *scratch);
+
+/* Views of token t's quantized row inside scratch (layout above). */
+struct qact quant_act_row(void *scratch, enum dtype act, int64_t n_in, int t);
+
+#endif

@@ -1,0 +1,126 @@
+/* bench.c — `tessera bench`: prefill and decode speed of one sequence, printed beside
+ * the memory-bandwidth roofline measured in the same run.
+ *
+ * Roofline: a decode step is memory-bound — it reads every weight matrix once (plus one
+ * embedding row and the KV cache so far). bytes_per_token / measured read bandwidth is
+ * the fastest a step can be; the ratio achieved/roofline is the figure of merit. The
+ * bandwidth is measured with the same thread count right before the runs.
+ */
+#define _GNU_SOURCE
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "cli/runner.h"
+#include "model/model.h"
+#include "util/err.h"
+#include "util/membw.h"
+#include "util/threadpool.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Bytes a decode step at context length ctx reads: every matrix, one embedding row,
+ * the K and V of ctx positions in every layer. */
+static double decode_bytes(const struct model *m, int ctx, enum kv_dtype kv)
+{
+    const struct model_weights *w = &m->w;
+    double b = 0;
+    for (int l = 0; l < w->n_layers; l++) {
+        const struct layer_weights *L = &w->layers[l];
+        b += (double)(L->wq->nbytes + L->wk->nbytes + L->wv->nbytes + L->wo->nbytes +
+                      L->w_gate->nbytes + L->w_up->nbytes + L->w_down->nbytes);
+    }
+    b += (double)w->output->nbytes;
+    b += (double)w->token_embd->nbytes / (double)m->cfg.vocab_size;
+    b += 2.0 * m->cfg.n_layers * m->cfg.n_kv_heads * m->cfg.head_dim * (double)ctx * (double)kv_dtype_size(kv);
+    return b;
+}
+
+int cli_bench(int argc, char **argv)
+{
+    const char *model_path = NULL;
+    int threads = 0, n_prompt = 128, n_gen = 64, reps = 3;
+    enum kv_dtype kv = KV_F16;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v;
+        if (!strcmp(f, "--model") && (v = args_value(argc, argv, &i))) model_path = v;
+        else if (!strcmp(f, "--threads") && (v = args_value(argc, argv, &i))) { if (args_int(f, v, 1, 1024, &threads)) return 2; }
+        else if (!strcmp(f, "--prompt-tokens") && (v = args_value(argc, argv, &i))) { if (args_int(f, v, 1, 1 << 16, &n_prompt)) return 2; }
+        else if (!strcmp(f, "--gen-tokens") && (v = args_value(argc, argv, &i))) { if (args_int(f, v, 1, 1 << 16, &n_gen)) return 2; }
+        else if (!strcmp(f, "--reps") && (v = args_value(argc, argv, &i))) { if (args_int(f, v, 1, 100, &reps)) return 2; }
+        else if (!strcmp(f, "--kv-dtype") && (v = args_value(argc, argv, &i))) {
+            if (kv_dtype_parse(v, &kv) || kv == KV_FP8_E4M3) { fprintf(stderr, "--kv-dtype: f32 or f16\n"); return 2; }
+        } else {
+            fprintf(stderr,
+                    "usage: tessera bench --model PATH [--threads N] [--prompt-tokens N] [--gen-tokens N]\n"
+                    "                     [--reps N] [--kv-dtype f32|f16]\n");
+            return 2;
+        }
+    }
+    if (!model_path) { fprintf(stderr, "bench: --model is required\n"); return 2; }
+    if (threads <= 0) threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+
+    char err[ERR_BUF];
+    struct model *m = NULL;
+    struct runner run = { 0 };
+    int32_t *ids = NULL;
+    int rc, status = 1;
+    if ((rc = model_load(model_path, 0, &m, err, sizeof err))) goto fail;
+    struct threadpool *tp = tp_create(threads);
+    if (!tp) { rc = err_set(err, sizeof err, ERR_NOMEM, "thread pool"); goto fail; }
+    double bw = membw_read(tp, 0, 5);
+    tp_free(tp);
+
+    int ctx = n_prompt + n_gen + 1;
+    ids = malloc(sizeof *ids * (size_t)n_prompt);
+    if (!ids) { rc = err_set(err, sizeof err, ERR_NOMEM, "out of memory"); goto fail; }
+    /* a fixed pseudo-random prompt: the speed does not depend on the ids */
+    for (int i = 0; i < n_prompt; i++) ids[i] = (int32_t)((1103515245u * (unsigned)i + 12345u) % (unsigned)m->cfg.vocab_size);
+
+    double best_prefill = 1e30, best_decode = 1e30;
+    for (int r = 0; r < reps; r++) {
+        runner_free(&run); /* a fresh cache per repetition */
+        if ((rc = runner_create(&run, m, ctx, n_prompt, threads, kv, err, sizeof err))) goto fail;
+        float *logits;
+        double t0 = now_s();
+        if ((rc = runner_feed(&run, ids, n_prompt, &logits, err, sizeof err))) goto fail;
+        double tp_ = now_s() - t0;
+        t0 = now_s();
+        for (int g = 0; g < n_gen; g++) {
+            int32_t tok = (int32_t)(g * 7919 % m->cfg.vocab_size);
+            if ((rc = runner_feed(&run, &tok, 1, &logits, err, sizeof err))) goto fail;
+        }
+        double td = now_s() - t0;
+        if (tp_ < best_prefill) best_prefill = tp_;
+        if (td < best_decode) best_decode = td;
+    }
+    double bytes = decode_bytes(m, n_prompt + n_gen / 2, kv);
+    double decode_tps = n_gen / best_decode;
+    double roof_tps = bw / bytes;
+    printf("model: %s  threads: %d  kv: %s  prompt: %d  gen: %d\n", m->name, threads, kv_dtype_name(kv), n_prompt, n_gen);
+    printf("| metric | value |\n| --- | --- |\n");
+    printf("| memory read bandwidth | %.2f GB/s |\n", bw / 1e9);
+    printf("| bytes read per decode token | %.1f MB |\n", bytes / 1e6);
+    printf("| prefill | %.1f tok/s |\n", n_prompt / best_prefill);
+    printf("| decode | %.1f tok/s |\n", decode_tps);
+    printf("| decode roofline | %.1f tok/s |\n", roof_tps);
+    printf("| decode / roofline | %.2f |\n", decode_tps / roof_tps);
+    status = 0;
+    goto done;
+fail:
+    fprintf(stderr, "bench: %s\n", err);
+done:
+    free(ids);
+    runner_free(&run);
+    if (m) model_free(m);
+    return status;
+}

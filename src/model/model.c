@@ -1,0 +1,197 @@
+/* model.c — model_load / model_free: opens a GGUF file or an HF directory and assembles
+ * config, weights, tokenizer, chat template, end-of-generation ids and generation
+ * defaults. Everything opened here is owned by struct model and released by model_free.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "model/model.h"
+
+#include "loader/gguf.h"
+#include "loader/safetensors.h"
+#include "template/jinja.h"
+#include "tokenizer/tokenizer.h"
+#include "util/err.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Tokens that end a turn in the chat formats we serve (as llama.cpp collects them). The
+ * SmolLM2 GGUF, for one, names <|im_start|> as eos in some conversions; <|im_end|> must
+ * still end the assistant's turn. */
+static const char *const eog_names[] = {
+    "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>",
+    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "</s>",
+};
+
+static void add_eog(struct model *m, int id)
+{
+    if (id < 0 || id >= m->cfg.vocab_size || m->n_eog >= MODEL_MAX_EOG) return;
+    for (int i = 0; i < m->n_eog; i++)
+        if (m->eog_ids[i] == id) return;
+    m->eog_ids[m->n_eog++] = id;
+}
+
+bool model_is_eog(const struct model *m, int32_t id)
+{
+    for (int i = 0; i < m->n_eog; i++)
+        if (m->eog_ids[i] == id) return true;
+    return false;
+}
+
+static char *dup_n(const char *s, size_t n)
+{
+    char *p = malloc(n + 1);
+    if (!p) return NULL;
+    memcpy(p, s, n);
+    p[n] = 0;
+    return p;
+}
+
+static int parse_template(struct model *m, char *err, size_t errlen)
+{
+    if (!m->chat_template) return 0;
+    char msg[ERR_BUF];
+    int rc = jinja_parse(m->chat_template, strlen(m->chat_template), &m->tmpl, msg, sizeof msg);
+    if (rc) return err_set(err, errlen, rc, "%s: chat template: %s", m->path, msg);
+    return 0;
+}
+
+/* Token string of id from the GGUF token list, or NULL. */
+static char *gguf_token_str(const struct gguf_file *g, int64_t id)
+{
+    enum gguf_vtype et;
+    uint64_t n;
+    if (id < 0 || gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n, NULL, 0) || et != GGUF_STRING ||
+        (uint64_t)id >= n)
+        return NULL;
+    struct gguf_str s = gguf_arr_str(g, "tokenizer.ggml.tokens", (uint64_t)id);
+    return dup_n(s.ptr, s.len);
+}
+
+static int load_gguf(struct model *m, unsigned flags, char *err, size_t errlen)
+{
+    int rc;
+    if ((rc = map_open(m->path, &m->map, err, errlen))) return rc;
+    if ((rc = gguf_parse(m->map.data, m->map.size, m->path, &m->gguf, err, errlen))) return rc;
+    if ((rc = config_from_gguf(m->gguf, m->path, &m->cfg, err, errlen))) return rc;
+    if ((rc = weights_from_gguf(m->gguf, m->path, &m->cfg, &m->w, err, errlen))) return rc;
+
+    struct gguf_str s;
+    if (!gguf_get_str(m->gguf, "general.name", &s, NULL, 0) && s.len > 0)
+        snprintf(m->name, sizeof m->name, "%.*s", (int)(s.len < 127 ? s.len : 127), s.ptr);
+    if (flags & MODEL_LOAD_NO_TOKENIZER) return 0;
+
+    if ((rc = tok_load_gguf(m->gguf, &m->tok, err, errlen))) return rc;
+    if (!gguf_get_str(m->gguf, "tokenizer.chat_template", &s, NULL, 0)) {
+        if (!(m->chat_template = dup_n(s.ptr, s.len)))
+            return err_set(err, errlen, ERR_NOMEM, "%s: out of memory", m->path);
+    }
+    int64_t id;
+    if (!gguf_get_int(m->gguf, "tokenizer.ggml.bos_token_id", &id, NULL, 0))
+        m->bos_token = gguf_token_str(m->gguf, id);
+    if (!gguf_get_int(m->gguf, "tokenizer.ggml.eos_token_id", &id, NULL, 0)) {
+        m->eos_token = gguf_token_str(m->gguf, id);
+        add_eog(m, (int)id);
+    }
+    if (!gguf_get_int(m->gguf, "tokenizer.ggml.eot_token_id", &id, NULL, 0)) add_eog(m, (int)id);
+    return 0;
+}
+
+static int load_hf(struct model *m, unsigned flags, char *err, size_t errlen)
+{
+    int rc;
+    if ((rc = hf_open(m->path, &m->hf, err, errlen))) return rc;
+    bool has_head = hf_find_tensor(m->hf, "lm_head.weight") != NULL;
+    if ((rc = config_from_hf(hf_config(m->hf), m->path, has_head, &m->cfg, err, errlen))) return rc;
+    if ((rc = weights_from_hf(m->hf, m->path, &m->cfg, &m->w, err, errlen))) return rc;
+
+    /* display name: the directory's last component */
+    size_t n = strlen(m->path);
+    while (n > 1 && m->path[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && m->path[b - 1] != '/') b--;
+    snprintf(m->name, sizeof m->name, "%.*s", (int)(n - b < 127 ? n - b : 127), m->path + b);
+
+    const struct hf_generation_config *gc = hf_generation_config(m->hf);
+    m->gen.temperature = gc->temperature;
+    m->gen.top_p = gc->top_p;
+    m->gen.top_k = gc->top_k;
+    m->gen.repetition_penalty = gc->repetition_penalty;
+    for (int i = 0; i < gc->n_eos; i++) add_eog(m, gc->eos_ids[i]);
+    if (flags & MODEL_LOAD_NO_TOKENIZER) return 0;
+
+    if ((rc = tok_load_hf_json(hf_tokenizer_json_path(m->hf), &m->tok, err, errlen))) return rc;
+    const struct hf_tokenizer_config *tc = hf_tokenizer_config(m->hf);
+    if (tc->add_bos_token >= 0) tok_set_adds_bos(m->tok, tc->add_bos_token != 0);
+    if ((tc->chat_template && !(m->chat_template = strdup(tc->chat_template))) ||
+        (tc->bos_token && !(m->bos_token = strdup(tc->bos_token))) ||
+        (tc->eos_token && !(m->eos_token = strdup(tc->eos_token))))
+        return err_set(err, errlen, ERR_NOMEM, "%s: out of memory", m->path);
+    if (m->eos_token) add_eog(m, tok_find(m->tok, m->eos_token));
+    return 0;
+}
+
+int model_load(const char *path, unsigned flags, struct model **out, char *err, size_t errlen)
+{
+    struct stat st;
+    *out = NULL;
+    if (stat(path, &st) != 0) return err_set(err, errlen, ERR_IO, "%s: no such file or directory", path);
+    struct model *m = calloc(1, sizeof *m);
+    if (!m || !(m->path = strdup(path))) {
+        free(m);
+        return err_set(err, errlen, ERR_NOMEM, "%s: out of memory", path);
+    }
+    m->gen.temperature = m->gen.top_p = m->gen.repetition_penalty = -1.0;
+    m->gen.top_k = -1;
+    m->source = S_ISDIR(st.st_mode) ? MODEL_HF : MODEL_GGUF;
+    int rc = m->source == MODEL_HF ? load_hf(m, flags, err, errlen) : load_gguf(m, flags, err, errlen);
+    if (rc) goto fail;
+    if (!m->name[0]) { /* GGUF without general.name: the file name */
+        const char *slash = strrchr(path, '/');
+        snprintf(m->name, sizeof m->name, "%s", slash ? slash + 1 : path);
+    }
+    if (m->tok) {
+        add_eog(m, tok_eos_id(m->tok));
+        for (size_t i = 0; i < sizeof eog_names / sizeof eog_names[0]; i++)
+            add_eog(m, tok_find(m->tok, eog_names[i]));
+        if ((rc = parse_template(m, err, errlen))) goto fail;
+    }
+    *out = m;
+    return 0;
+fail:
+    model_free(m);
+    return rc;
+}
+
+void model_free(struct model *m)
+{
+    if (!m) return;
+    weights_free(&m->w);
+    if (m->tmpl) jinja_free(m->tmpl);
+    if (m->tok) tok_free(m->tok);
+    if (m->gguf) gguf_free(m->gguf);
+    if (m->hf) hf_close(m->hf);
+    if (m->map.data) map_close(&m->map);
+    free(m->chat_template);
+    free(m->bos_token);
+    free(m->eos_token);
+    free(m->path);
+    free(m);
+}
+
+void model_describe(const struct model *m, char *buf, size_t len)
+{
+    const struct model_config *c = &m->cfg;
+    static const char *scal[] = { "none", "linear", "llama3" };
+    snprintf(buf, len,
+             "%s (%s, %s): %d layers, dim %d, heads %d/%d x %d, ffn %d, vocab %d, ctx %d, "
+             "rope %s theta %g scaling %s%s%s%s%s, weights %.1f MiB (%s)",
+             m->name, model_arch_name(c->arch), m->source == MODEL_HF ? "hf" : "gguf", c->n_layers,
+             c->dim, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn_dim, c->vocab_size, c->max_seq_len,
+             c->rope_layout == ROPE_NEOX ? "neox" : "normal", c->rope.theta, scal[c->rope.scaling],
+             c->rope_freq_factors ? "+freq_factors" : "", c->qkv_bias ? ", qkv bias" : "",
+             c->qk_norm ? ", qk norm" : "", c->tied_embeddings ? ", tied" : "",
+             (double)m->w.matrix_bytes / (1024.0 * 1024.0), dtype_name(m->w.layers[0].wq->type));
+}

@@ -1,0 +1,71 @@
+/* model.h — a loaded model: mapped files, config, weights, tokenizer, chat template,
+ * special tokens and generation defaults.
+ *
+ * model_load detects a GGUF file or a Hugging Face directory and owns everything it
+ * opens; the weights are views into the mappings. A loaded model is immutable and may
+ * be shared by threads (the forward's mutable state is struct forward_state).
+ */
+#ifndef TESSERA_MODEL_MODEL_H
+#define TESSERA_MODEL_MODEL_H
+
+#include "model/config.h"
+#include "model/weights.h"
+#include "util/mapfile.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct gguf_file;
+struct hf_dir;
+struct tokenizer;
+struct jinja_template;
+
+enum model_source { MODEL_GGUF = 0, MODEL_HF = 1 };
+
+#define MODEL_MAX_EOG 16
+
+/* Sampling defaults from generation_config.json (< 0 / -1 when absent). */
+struct gen_defaults {
+    double temperature;
+    double top_p;
+    int top_k;
+    double repetition_penalty;
+};
+
+struct model {
+    char *path;                     /* as given to model_load */
+    char name[128];                 /* display name: general.name or the directory name */
+    enum model_source source;
+    struct mapped_file map;         /* GGUF mapping (MODEL_GGUF) */
+    struct gguf_file *gguf;         /* MODEL_GGUF */
+    struct hf_dir *hf;              /* MODEL_HF */
+    struct model_config cfg;
+    struct model_weights w;
+    struct tokenizer *tok;          /* NULL with MODEL_LOAD_NO_TOKENIZER */
+    char *chat_template;            /* template source (owned copy), NULL if none */
+    struct jinja_template *tmpl;    /* parsed chat_template, NULL if none */
+    char *bos_token;                /* token strings for the template context, NULL if none */
+    char *eos_token;
+    int32_t eog_ids[MODEL_MAX_EOG]; /* ids that end generation (eos + known end-of-turn tokens) */
+    int n_eog;
+    struct gen_defaults gen;
+};
+
+/* Flags for model_load. */
+enum {
+    MODEL_LOAD_NO_TOKENIZER = 1 << 0, /* skip tokenizer and chat template (logits tests) */
+};
+
+/* Loads path: a .gguf file or an HF directory. On error returns a negative code with a
+ * message naming the file and key/tensor, and *out = NULL. Called once at start-up. */
+int model_load(const char *path, unsigned flags, struct model **out, char *err, size_t errlen);
+void model_free(struct model *m);
+
+/* True if id ends a generation (in eog_ids). */
+bool model_is_eog(const struct model *m, int32_t id);
+
+/* One-line summary ("llama 30 layers dim 576 heads 9/3 ...") into buf. */
+void model_describe(const struct model *m, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,380 @@
+/* test_ops.c — every CPU op in backend/cpu/ops.c against a naive double-precision
+ * reference: rmsnorm, softmax, silu·mul, SIMD dot/axpy, RoPE (both layouts and the
+ * Q/K row permutation that makes them equivalent), llama3/linear frequency scaling,
+ * KV writes, and paged attention vs dense attention over random block tables. */
+#include "test.h"
+
+#include "backend/cpu/ops.h"
+#include "util/half.h"
+#include "util/threadpool.h"
+
+#include <stdint.h>
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static float frand(void) /* uniform in [-1, 1) */
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) * (1.0 / (1 << 23))) - 1.0f;
+}
+static int irand(int n) { return (int)((frand() + 1.0f) * 0.5f * n) % n; }
+static void fill(float *x, size_t n, float scale)
+{
+    for (size_t i = 0; i < n; i++) x[i] = frand() * scale;
+}
+
+static void test_rmsnorm(void)
+{
+    int rows = 3, n = 37;
+    float x[3 * 37], w[37], out[3 * 37];
+    fill(x, sizeof x / 4, 2.0f);
+    fill(w, n, 1.0f);
+    cpu_rmsnorm(out, x, w, rows, n, 1e-5f);
+    for (int r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int i = 0; i < n; i++) ss += (double)x[r * n + i] * x[r * n + i];
+        double inv = 1.0 / sqrt(ss / n + 1e-5);
+        for (int i = 0; i < n; i++) CHECK_CLOSE(out[r * n + i], x[r * n + i] * inv * w[i], 1e-6, 1e-5);
+    }
+    cpu_rmsnorm(x, x, w, rows, n, 1e-5f); /* in place */
+    for (int i = 0; i < rows * n; i++) CHECK(x[i] == out[i], "in-place differs at %d", i);
+}
+
+static void test_softmax(void)
+{
+    for (int n = 1; n <= 33; n += 8) {
+        float x[40];
+        double ref[40], mx = -1e30, sum = 0;
+        fill(x, n, 30.0f);
+        x[0] = 80.0f; /* exp(80) overflows f32 without max subtraction */
+        for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+        for (int i = 0; i < n; i++) sum += (ref[i] = exp(x[i] - mx));
+        cpu_softmax(x, n);
+        for (int i = 0; i < n; i++) CHECK_CLOSE(x[i], ref[i] / sum, 1e-7, 1e-5);
+    }
+}
+
+static void test_silu_mul(void)
+{
+    float g[29], u[29], o[29];
+    fill(g, 29, 8.0f);
+    fill(u, 29, 2.0f);
+    cpu_silu_mul(o, g, u, 29);
+    for (int i = 0; i < 29; i++) CHECK_CLOSE(o[i], g[i] / (1.0 + exp(-(double)g[i])) * u[i], 1e-6, 1e-5);
+}
+
+static void test_dot_axpy(void)
+{
+    for (int n = 1; n <= 70; n += 3) {
+        float a[70], b[70], y[70], y2[70];
+        uint16_t h[70];
+        fill(a, n, 1.0f);
+        fill(b, n, 1.0f);
+        fill(y, n, 1.0f);
+        memcpy(y2, y, sizeof y);
+        double ref = 0, refh = 0;
+        for (int i = 0; i < n; i++) {
+            h[i] = fp32_to_fp16(b[i]);
+            ref += (double)a[i] * b[i];
+            refh += (double)a[i] * fp16_to_fp32(h[i]);
+        }
+        CHECK_CLOSE(cpu_dot_f32(a, b, n), ref, 1e-5, 1e-5);
+        CHECK_CLOSE(cpu_dot_f16(a, h, n), refh, 1e-5, 1e-5);
+        cpu_axpy_f32(y, 0.5f, b, n);
+        cpu_axpy_f16(y2, 0.5f, h, n);
+        for (int i = 0; i < n; i++) {
+            CHECK_CLOSE(y[i], y2[i] - 0.5 * fp16_to_fp32(h[i]) + 0.5 * b[i], 1e-6, 1e-5);
+        }
+    }
+}
+
+/* ---- RoPE ----------------------------------------------------------------------------- */
+
+static void test_rope_neox_formula(void)
+{
+    enum { T = 3, H = 2, D = 10 };
+    float x[T * H * D], x0[T * H * D], inv[D / 2];
+    int32_t pos[T] = { 0, 7, 1000 };
+    struct rope_params rp = { .theta = 10000.0 };
+    cpu_rope_inv_freq(inv, D, &rp, NULL);
+    for (int i = 0; i < D / 2; i++) CHECK_CLOSE(inv[i], pow(10000.0, -2.0 * i / D), 0, 1e-6);
+    fill(x, T * H * D, 1.0f);
+    memcpy(x0, x, sizeof x);
+    cpu_rope(x, pos, T, H, D, inv, ROPE_NEOX);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < D / 2; i++) {
+                const float *v = x0 + (t * H + h) * D;
+                double a = pos[t] * (double)inv[i], c = cos(a), s = sin(a);
+                CHECK_CLOSE(x[(t * H + h) * D + i], v[i] * c - v[i + D / 2] * s, 1e-5, 1e-5);
+                CHECK_CLOSE(x[(t * H + h) * D + i + D / 2], v[i] * s + v[i + D / 2] * c, 1e-5, 1e-5);
+            }
+    /* the normal layout rotates adjacent pairs */
+    memcpy(x, x0, sizeof x);
+    cpu_rope(x, pos, T, H, D, inv, ROPE_NORMAL);
+    for (int i = 0; i < D / 2; i++) {
+        double a = pos[1] * (double)inv[i], c = cos(a), s = sin(a);
+        const float *v = x0 + (1 * H + 1) * D;
+        CHECK_CLOSE(x[(1 * H + 1) * D + 2 * i], v[2 * i] * c - v[2 * i + 1] * s, 1e-5, 1e-5);
+        CHECK_CLOSE(x[(1 * H + 1) * D + 2 * i + 1], v[2 * i] * s + v[2 * i + 1] * c, 1e-5, 1e-5);
+    }
+}
+
+/* The GGUF converter's permutation of Q/K rows within each head:
+ * new row 2j + h  <-  old row h * (D/2) + j   (h in {0, 1}). */
+static void permute_rows(float *dst, const float *src, int n_heads, int D, int n_in)
+{
+    for (int hd = 0; hd < n_heads; hd++)
+        for (int j = 0; j < D / 2; j++)
+            for (int h = 0; h < 2; h++)
+                memcpy(dst + ((size_t)hd * D + 2 * j + h) * n_in, src + ((size_t)hd * D + h * D / 2 + j) * n_in,
+                       sizeof(float) * n_in);
+}
+
+static void matvec(float *y, const float *W, const float *x, int n_out, int n_in)
+{
+    for (int o = 0; o < n_out; o++) {
+        double s = 0;
+        for (int i = 0; i < n_in; i++) s += (double)W[(size_t)o * n_in + i] * x[i];
+        y[o] = (float)s;
+    }
+}
+
+static void test_rope_permutation_equivalence(void)
+{
+    enum { H = 3, D = 16, N = 24 };
+    static float wq[H * D * N], wk[H * D * N], wqp[H * D * N], wkp[H * D * N];
+    float x1[N], x2[N], q[H * D], k[H * D], qp[H * D], kp[H * D], inv[D / 2];
+    fill(wq, sizeof wq / 4, 0.5f);
+    fill(wk, sizeof wk / 4, 0.5f);
+    fill(x1, N, 1.0f);
+    fill(x2, N, 1.0f);
+    permute_rows(wqp, wq, H, D, N);
+    permute_rows(wkp, wk, H, D, N);
+    struct rope_params rp = { .theta = 500000.0 };
+    cpu_rope_inv_freq(inv, D, &rp, NULL);
+    int32_t pq = 37, pk = 5;
+    matvec(q, wq, x1, H * D, N);
+    matvec(k, wk, x2, H * D, N);
+    matvec(qp, wqp, x1, H * D, N);
+    matvec(kp, wkp, x2, H * D, N);
+    cpu_rope(q, &pq, 1, H, D, inv, ROPE_NEOX);
+    cpu_rope(k, &pk, 1, H, D, inv, ROPE_NEOX);
+    cpu_rope(qp, &pq, 1, H, D, inv, ROPE_NORMAL);
+    cpu_rope(kp, &pk, 1, H, D, inv, ROPE_NORMAL);
+    for (int h = 0; h < H; h++) {
+        double a = 0, b = 0;
+        for (int i = 0; i < D; i++) {
+            a += (double)q[h * D + i] * k[h * D + i];
+            b += (double)qp[h * D + i] * kp[h * D + i];
+        }
+        CHECK_CLOSE(b, a, 1e-6, 1e-6);
+        /* and element-wise: the rotated permuted vector is the permuted rotated vector */
+        for (int j = 0; j < D / 2; j++) {
+            CHECK(qp[h * D + 2 * j] == q[h * D + j], "head %d pair %d", h, j);
+            CHECK(qp[h * D + 2 * j + 1] == q[h * D + j + D / 2], "head %d pair %d", h, j);
+        }
+    }
+}
+
+static void test_rope_llama3_scaling(void)
+{
+    enum { D = 128 };
+    float inv[D / 2];
+    struct rope_params rp = { .theta = 500000.0, .scaling = ROPE_SCALING_LLAMA3, .factor = 8.0,
+                              .low_freq_factor = 1.0, .high_freq_factor = 4.0,
+                              .original_max_position_embeddings = 8192 };
+    cpu_rope_inv_freq(inv, D, &rp, NULL);
+    int n_low = 0, n_mid = 0, n_high = 0;
+    for (int i = 0; i < D / 2; i++) {
+        /* transformers' _compute_llama3_parameters, written out directly */
+        double f = 1.0 / pow(500000.0, (2.0 * i) / D), wl = 6.283185307179586 / f;
+        double low_wl = 8192 / 1.0, high_wl = 8192 / 4.0, ref;
+        if (wl < high_wl) ref = f, n_high++;
+        else if (wl > low_wl) ref = f / 8.0, n_low++;
+        else {
+            double sm = (8192 / wl - 1.0) / (4.0 - 1.0);
+            ref = (1 - sm) * f / 8.0 + sm * f;
+            n_mid++;
+        }
+        CHECK_CLOSE(inv[i], ref, 0, 1e-6);
+    }
+    CHECK(n_low > 0 && n_mid > 0 && n_high > 0, "bands %d %d %d", n_low, n_mid, n_high);
+    /* linear scaling and GGUF freq factors divide */
+    float lin[D / 2], ff[D / 2], fac[D / 2];
+    struct rope_params rl = { .theta = 500000.0, .scaling = ROPE_SCALING_LINEAR, .factor = 4.0 };
+    struct rope_params rn = { .theta = 500000.0 };
+    cpu_rope_inv_freq(lin, D, &rl, NULL);
+    for (int i = 0; i < D / 2; i++) fac[i] = 1.0f + (float)i;
+    cpu_rope_inv_freq(ff, D, &rn, fac);
+    for (int i = 0; i < D / 2; i++) {
+        double f = 1.0 / pow(500000.0, (2.0 * i) / D);
+        CHECK_CLOSE(lin[i], f / 4.0, 0, 1e-6);
+        CHECK_CLOSE(ff[i], f / (1.0 + i), 0, 1e-6);
+    }
+}
+
+/* ---- KV write + paged attention ------------------------------------------------------- */
+
+/* Dense causal attention for one sequence from f32 K/V [ctx][n_kv][D] (double). */
+static void dense_attention(float *out, const float *q, const float *K, const float *V, int n_new,
+                            int ctx, int H, int HKV, int D, float scale)
+{
+    double *s = malloc(sizeof(double) * ctx);
+    for (int i = 0; i < n_new; i++) {
+        int vis = ctx - n_new + i + 1;
+        for (int h = 0; h < H; h++) {
+            int kh = h / (H / HKV);
+            const float *qv = q + ((size_t)i * H + h) * D;
+            double mx = -1e300, sum = 0;
+            for (int p = 0; p < vis; p++) {
+                double d = 0;
+                for (int e = 0; e < D; e++) d += (double)qv[e] * K[((size_t)p * HKV + kh) * D + e];
+                s[p] = d * scale;
+                mx = s[p] > mx ? s[p] : mx;
+            }
+            for (int p = 0; p < vis; p++) sum += (s[p] = exp(s[p] - mx));
+            for (int e = 0; e < D; e++) {
+                double o = 0;
+                for (int p = 0; p < vis; p++) o += s[p] * V[((size_t)p * HKV + kh) * D + e];
+                out[((size_t)i * H + h) * D + e] = (float)(o / sum);
+            }
+        }
+    }
+    free(s);
+}
+
+/* Several sequences with odd lengths, random non-contiguous block tables, some decoding
+ * one token and some prefilling a chunk on top of earlier context; the K/V of earlier
+ * context are written in a previous "step", the new ones in this step. */
+static void run_paged_case(enum kv_dtype dt, int H, int HKV, int D, int BS, struct threadpool *tp)
+{
+    enum { S = 4 };
+    int ctx[S] = { 1, 37, 16, 53 }, n_new[S] = { 1, 1, 16, 20 };
+    int max_blocks = (64 + BS - 1) / BS, num_blocks = S * max_blocks + 3;
+    int total_new = 0;
+    for (int s = 0; s < S; s++) total_new += n_new[s];
+    size_t pool_elems = (size_t)num_blocks * 2 * HKV * BS * D;
+    void *pool = calloc(pool_elems, kv_dtype_size(dt));
+    struct kv_layer kv = { .data = pool, .dtype = dt, .num_blocks = num_blocks, .block_size = BS,
+                           .n_kv_heads = HKV, .head_dim = D, .k_scale = 1, .v_scale = 1 };
+    /* a random permutation of blocks shared out among sequences */
+    int32_t *perm = malloc(sizeof(int32_t) * num_blocks), *bt = malloc(sizeof(int32_t) * S * max_blocks);
+    for (int i = 0; i < num_blocks; i++) perm[i] = i;
+    for (int i = num_blocks - 1; i > 0; i--) {
+        int j = irand(i + 1), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (int i = 0; i < S * max_blocks; i++) bt[i] = perm[i];
+
+    float *q = malloc(sizeof(float) * total_new * H * D), *out = malloc(sizeof(float) * total_new * H * D);
+    float *ref = malloc(sizeof(float) * total_new * H * D);
+    int32_t qs[S + 1], lens[S];
+    int row = 0;
+    fill(q, (size_t)total_new * H * D, 1.0f);
+    for (int s = 0; s < S; s++) {
+        qs[s] = row;
+        lens[s] = ctx[s];
+        float *K = malloc(sizeof(float) * ctx[s] * HKV * D), *V = malloc(sizeof(float) * ctx[s] * HKV * D);
+        fill(K, (size_t)ctx[s] * HKV * D, 2.0f);
+        fill(V, (size_t)ctx[s] * HKV * D, 1.0f);
+        if (dt == KV_F16) /* the reference sees what the pool stores */
+            for (size_t i = 0; i < (size_t)ctx[s] * HKV * D; i++) {
+                K[i] = fp16_to_fp32(fp32_to_fp16(K[i]));
+                V[i] = fp16_to_fp32(fp32_to_fp16(V[i]));
+            }
+        int64_t *slots = malloc(sizeof(int64_t) * ctx[s]);
+        for (int p = 0; p < ctx[s]; p++) slots[p] = (int64_t)bt[s * max_blocks + p / BS] * BS + p % BS;
+        /* earlier context in one call, this step's tokens (plus a padding row) in another */
+        int old = ctx[s] - n_new[s];
+        cpu_kv_write(&kv, K, V, slots, old);
+        float junk[2 * 64 * 4];
+        fill(junk, sizeof junk / 4, 9.0f);
+        int64_t pad = -1;
+        cpu_kv_write(&kv, junk, junk, &pad, 1);
+        cpu_kv_write(&kv, K + (size_t)old * HKV * D, V + (size_t)old * HKV * D, slots + old, n_new[s]);
+        dense_attention(ref + (size_t)row * H * D, q + (size_t)row * H * D, K, V, n_new[s], ctx[s], H, HKV,
+                        D, 1.0f / sqrtf((float)D));
+        row += n_new[s];
+        free(K);
+        free(V);
+        free(slots);
+    }
+    qs[S] = row;
+    int nth = tp ? tp_size(tp) : 1;
+    float *scratch = malloc(sizeof(float) * cpu_paged_attention_scratch_floats(nth, 64));
+    struct paged_attention_args a = { .out = out, .q = q, .kv = &kv, .query_start = qs, .seq_lens = lens,
+                                      .block_tables = bt, .max_blocks_per_seq = max_blocks, .num_seqs = S,
+                                      .num_tokens = row, .n_heads = H, .scale = 1.0f / sqrtf((float)D),
+                                      .scratch = scratch, .max_ctx = 64 };
+    cpu_paged_attention(tp, &a);
+    for (size_t i = 0; i < (size_t)row * H * D; i++)
+        CHECK_CLOSE(out[i], ref[i], 2e-5, 2e-4);
+    free(scratch);
+    free(q);
+    free(out);
+    free(ref);
+    free(perm);
+    free(bt);
+    free(pool);
+}
+
+static void test_paged_attention_f32(void)
+{
+    struct threadpool *tp = tp_create(3);
+    run_paged_case(KV_F32, 4, 4, 8, 16, NULL);  /* MHA */
+    run_paged_case(KV_F32, 6, 2, 20, 16, tp);   /* GQA, odd head_dim */
+    run_paged_case(KV_F32, 9, 3, 64, 7, tp);    /* SmolLM2 shape, odd block size */
+    run_paged_case(KV_F32, 8, 1, 128, 32, tp);  /* MQA */
+    tp_free(tp);
+}
+
+static void test_paged_attention_f16(void)
+{
+    struct threadpool *tp = tp_create(2);
+    run_paged_case(KV_F16, 6, 2, 20, 16, tp);
+    run_paged_case(KV_F16, 9, 3, 64, 5, NULL);
+    tp_free(tp);
+}
+
+static void test_kv_write_layout(void)
+{
+    /* slot 2*4+3 = block 2 offset 3: check the documented layout offsets directly */
+    enum { NB = 3, BS = 4, HKV = 2, D = 3 };
+    float pool[NB * 2 * HKV * BS * D] = { 0 };
+    float k[HKV * D] = { 1, 2, 3, 4, 5, 6 }, v[HKV * D] = { -1, -2, -3, -4, -5, -6 };
+    struct kv_layer kv = { .data = pool, .dtype = KV_F32, .num_blocks = NB, .block_size = BS,
+                           .n_kv_heads = HKV, .head_dim = D, .k_scale = 1, .v_scale = 1 };
+    int64_t slot = 2 * BS + 3;
+    cpu_kv_write(&kv, k, v, &slot, 1);
+    for (int h = 0; h < HKV; h++)
+        for (int e = 0; e < D; e++) {
+            size_t ko = ((((size_t)2 * 2 + 0) * HKV + h) * BS + 3) * D + e;
+            size_t vo = ((((size_t)2 * 2 + 1) * HKV + h) * BS + 3) * D + e;
+            CHECK(pool[ko] == k[h * D + e], "k h%d e%d", h, e);
+            CHECK(pool[vo] == v[h * D + e], "v h%d e%d", h, e);
+        }
+    int nz = 0;
+    for (size_t i = 0; i < sizeof pool / 4; i++) nz += pool[i] != 0;
+    CHECK(nz == 2 * HKV * D, "wrote %d elements", nz);
+    enum kv_dtype t;
+    CHECK(kv_dtype_parse("f16", &t) == 0 && t == KV_F16, "parse f16");
+    CHECK(kv_dtype_parse("bf8", &t) != 0, "parse bf8 must fail");
+}
+
+int main(void)
+{
+    RUN(test_rmsnorm);
+    RUN(test_softmax);
+    RUN(test_silu_mul);
+    RUN(test_dot_axpy);
+    RUN(test_rope_neox_formula);
+    RUN(test_rope_permutation_equivalence);
+    RUN(test_rope_llama3_scaling);
+    RUN(test_kv_write_layout);
+    RUN(test_paged_attention_f32);
+    RUN(test_paged_attention_f16);
+    return test_summary();
+}

@@ -1,0 +1,461 @@
+/* test_quant.c — backend/cpu quant kernels: dequantization layouts, activation
+ * quantization, and cpu_matmul (SIMD and scalar kernel sets) against cpu_matmul_ref over
+ * a grid of types and shapes.
+ *
+ * Tolerance (per output y[t][o], ref computed in double from the exactly dequantized row):
+ *   act:  quantized weights see x through Q8 activations, |x_i - dx_b q_i| <= dx_b/2 (times
+ *         1.0001 for the f32 rounding of x * (1/dx)), so |err| <= sum_i |w_i| * h_i with
+ *         h_i = 0.5001 * dx of i's activation block. Zero for float weights.
+ *   acc:  f32 accumulation in any order: <= (n_in + 16) * 2^-24 * sum_i |w_i| (|x_i| + h_i).
+ *   |y - ref| <= act + acc. Both are worst-case bounds, so a failure is a real defect.
+ * Each case runs twice: with random x (the bound's act term is live) and with "exact" x
+ * whose every value is an integer multiple of 2^-7 and whose every activation block
+ * holds +-127/128, so Q8 quantization is lossless and only the tight acc term remains —
+ * that run catches a wrong nibble/bit order that the looser bound could hide in long rows.
+ * Every kernel set of the build (scalar, AVX2, AVX-512) is checked against ref and
+ * against the set cpu_matmul uses (identical activation bytes, so within acc only); the
+ * latter runs on 1, 2 and 3 threads, which must agree bitwise (each output is one kernel
+ * call whatever the split).
+ */
+#include "test.h"
+#include "backend/cpu/quant.h"
+#include "backend/cpu/quant_kernels.h"
+#include "util/half.h"
+#include "util/tensor.h"
+#include "util/threadpool.h"
+
+#include <stdint.h>
+
+struct rng { uint64_t s; };
+
+static uint64_t rng_next(struct rng *r)
+{
+    r->s ^= r->s >> 12;
+    r->s ^= r->s << 25;
+    r->s ^= r->s >> 27;
+    return r->s * 0x2545F4914F6CDD1DULL;
+}
+
+/* uniform in [-1, 1) */
+static float rng_f(struct rng *r) { return (float)((double)(rng_next(r) >> 11) * 0x1p-52 - 1.0); }
+
+static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+
+/* A random scale: +-[0.25, 1.25) / 64 in fp16. */
+static uint16_t rand_scale(struct rng *r)
+{
+    float f = (0.75f + 0.5f * rng_f(r)) / 64.0f;
+    return fp32_to_fp16(rng_next(r) & 1 ? -f : f);
+}
+
+/* Random weights [n_out][n_in] of type t: random bytes with finite scale fields. */
+static uint8_t *rand_weights(enum dtype t, int64_t n_in, int64_t n_out, struct rng *r)
+{
+    size_t rb = dtype_row_bytes(t, n_in), nbytes = rb * (size_t)n_out;
+    uint8_t *w = malloc(nbytes ? nbytes : 1);
+    for (size_t i = 0; i < nbytes; i++) w[i] = (uint8_t)rng_next(r);
+    int64_t n = n_in * n_out;
+    int be = dtype_block_elems(t), bb = dtype_block_bytes(t);
+    for (int64_t i = 0; i < n / be; i++) {
+        uint8_t *b = w + i * bb;
+        switch (t) {
+        case DT_F32: { float f = rng_f(r); memcpy(b, &f, 4); break; }
+        case DT_F16: put16(b, fp32_to_fp16(rng_f(r))); break;
+        case DT_BF16: put16(b, fp32_to_bf16(rng_f(r))); break;
+        case DT_Q8_0: case DT_Q4_0: case DT_Q5_0: put16(b, rand_scale(r)); break;
+        case DT_Q4_1: case DT_Q5_1: case DT_Q4_K:
+            put16(b, rand_scale(r));
+            put16(b + 2, rand_scale(r));
+            break;
+        case DT_Q6_K: put16(b + 208, rand_scale(r)); break;
+        default: break;
+        }
+    }
+    return w;
+}
+
+/* x [nt][n]: random (mode 0: uniform, per-row scale, some outliers, one all-zero row) or
+ * exactly representable in Q8 (mode 1). */
+static float *rand_x(int64_t n, int nt, int mode, struct rng *r)
+{
+    float *x = malloc((size_t)n * (size_t)nt * sizeof *x);
+    for (int t = 0; t < nt; t++) {
+        float *xt = x + (size_t)t * (size_t)n;
+        float scale = mode ? 1.0f : (float)(1 << (rng_next(r) % 8)) / 16.0f;
+        for (int64_t i = 0; i < n; i++) {
+            if (mode) {
+                xt[i] = (float)((int)(rng_next(r) % 255) - 127) / 128.0f;
+            } else {
+                xt[i] = scale * rng_f(r);
+                if (rng_next(r) % 97 == 0) xt[i] *= 20.0f;
+                if (t == 1) xt[i] = 0.0f;
+            }
+        }
+        if (mode)
+            for (int64_t b = 0; b < n; b += 32) xt[b + (int64_t)(rng_next(r) % (uint64_t)(n - b < 32 ? n - b : 32))] = rng_next(r) & 1 ? 127.0f / 128 : -127.0f / 128;
+    }
+    return x;
+}
+
+/* Per-output bound (see the header). h: half quantization step of each x element. */
+static void half_steps(enum dtype wt, const float *x, int64_t n, float *h)
+{
+    enum dtype act = quant_act_type(wt);
+    if (act == DT_F32) { for (int64_t i = 0; i < n; i++) h[i] = 0.0f; return; }
+    int qa = quant_act_block(act);
+    for (int64_t b = 0; b < n; b += qa) {
+        float amax = 0.0f;
+        for (int j = 0; j < qa; j++) amax = fmaxf(amax, fabsf(x[b + j]));
+        for (int j = 0; j < qa; j++) h[b + j] = 0.5001f * (amax / 127.0f);
+    }
+}
+
+struct bound { double act, acc; };
+
+static struct bound out_bound(const float *wrow, const float *x, const float *h, int64_t n)
+{
+    double a = 0, s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        a += fabs((double)wrow[i]) * h[i];
+        s += fabs((double)wrow[i]) * (fabs((double)x[i]) + h[i]);
+    }
+    struct bound b = { a, (double)(n + 16) * 0x1p-24 * s };
+    return b;
+}
+
+/* The two bound terms for every output y[t][o], t < nt: act[t * n_out + o], acc[...]. */
+static void out_bounds(const struct tensor *w, const float *x, int nt, double *act, double *acc)
+{
+    int64_t n_in = w->ne[0], n_out = w->ne[1];
+    size_t rb = dtype_row_bytes(w->type, n_in);
+    float *row = malloc((size_t)n_in * sizeof *row), *h = malloc((size_t)n_in * sizeof *h);
+    for (int t = 0; t < nt; t++) {
+        const float *xt = x + (size_t)t * (size_t)n_in;
+        half_steps(w->type, xt, n_in, h);
+        for (int64_t o = 0; o < n_out; o++) {
+            quant_dequant_row(w->type, (const uint8_t *)w->data + (size_t)o * rb, row, n_in);
+            struct bound b = out_bound(row, xt, h, n_in);
+            act[t * n_out + o] = b.act;
+            acc[t * n_out + o] = b.acc;
+        }
+    }
+    free(row);
+    free(h);
+}
+
+/* Compares y against ref over nt tokens with tolerance (act if with_act) + acc_mult * acc;
+ * returns the number of mismatches and prints the first few (unless quiet). */
+static int compare(const char *what, const struct tensor *w, const float *y, const float *ref,
+                   int nt, const double *act, const double *acc, double acc_mult, int with_act,
+                   int quiet)
+{
+    int64_t n_in = w->ne[0], n_out = w->ne[1];
+    int bad = 0;
+    for (int t = 0; t < nt; t++)
+        for (int64_t o = 0; o < n_out; o++) {
+            size_t k = (size_t)t * (size_t)n_out + (size_t)o;
+            double tol = (with_act ? act[k] : 0.0) + acc_mult * acc[k] + 1e-30;
+            double got = y[k], want = ref[k];
+            if (!(fabs(got - want) <= tol)) {
+                if (bad < 3 && !quiet)
+                    fprintf(stderr, "  %s %s n_in=%lld n_out=%lld nt=%d: y[%d][%lld]=%.9g ref=%.9g |d|=%.3g tol=%.3g\n",
+                            what, dtype_name(w->type), (long long)n_in, (long long)n_out, nt, t,
+                            (long long)o, got, want, fabs(got - want), tol);
+                bad++;
+            }
+        }
+    return bad;
+}
+
+/* ---- dequantization: hand-built blocks with known values ---- */
+
+static void test_dequant_known(void)
+{
+    uint8_t b[256];
+    float y[256];
+    /* Q4_0: d = 1, qs[j] = j | (15 - j) << 4 -> y[j] = j - 8, y[j+16] = 7 - j */
+    put16(b, 0x3C00);
+    for (int j = 0; j < 16; j++) b[2 + j] = (uint8_t)(j | (15 - j) << 4);
+    quant_dequant_row(DT_Q4_0, b, y, 32);
+    for (int j = 0; j < 16; j++) {
+        CHECK(y[j] == (float)(j - 8), "q4_0 y[%d]=%g", j, y[j]);
+        CHECK(y[j + 16] == (float)(7 - j), "q4_0 y[%d]=%g", j + 16, y[j + 16]);
+    }
+    /* Q4_1: d = 2, m = -1 */
+    put16(b, 0x4000);
+    put16(b + 2, 0xBC00);
+    for (int j = 0; j < 16; j++) b[4 + j] = (uint8_t)(j | (15 - j) << 4);
+    quant_dequant_row(DT_Q4_1, b, y, 32);
+    for (int j = 0; j < 16; j++) {
+        CHECK(y[j] == 2.0f * j - 1, "q4_1 y[%d]=%g", j, y[j]);
+        CHECK(y[j + 16] == 2.0f * (15 - j) - 1, "q4_1 y[%d]=%g", j + 16, y[j + 16]);
+    }
+    /* Q5_0: d = 1, nibbles 0, qh bit j set for odd j -> y[j] = (odd ? 16 : 0) - 16 */
+    put16(b, 0x3C00);
+    b[2] = b[3] = b[4] = b[5] = 0xAA;
+    memset(b + 6, 0, 16);
+    quant_dequant_row(DT_Q5_0, b, y, 32);
+    for (int j = 0; j < 32; j++) CHECK(y[j] == (j & 1 ? 0.0f : -16.0f), "q5_0 y[%d]=%g", j, y[j]);
+    /* Q5_1: d = 1, m = 0.5, qh only bit 31 -> y[31] = 15 + 16 + 0.5 */
+    put16(b, 0x3C00);
+    put16(b + 2, 0x3800);
+    b[4] = b[5] = b[6] = 0;
+    b[7] = 0x80;
+    memset(b + 8, 0xFF, 16);
+    quant_dequant_row(DT_Q5_1, b, y, 32);
+    for (int j = 0; j < 32; j++) CHECK(y[j] == (j == 31 ? 31.5f : 15.5f), "q5_1 y[%d]=%g", j, y[j]);
+    /* Q8_0: d = 0.5 */
+    put16(b, 0x3800);
+    for (int j = 0; j < 32; j++) b[2 + j] = (uint8_t)(int8_t)(j - 16);
+    quant_dequant_row(DT_Q8_0, b, y, 32);
+    for (int j = 0; j < 32; j++) CHECK(y[j] == 0.5f * (j - 16), "q8_0 y[%d]=%g", j, y[j]);
+    /* Q4_K: d = 1, dmin = 1; sub-block k has scale k+1 (k<4: low 6 bits; k>=4 split) and
+     * min 2k; all nibbles 1 (low) / 2 (high). */
+    memset(b, 0, 144);
+    put16(b, 0x3C00);
+    put16(b + 2, 0x3C00);
+    for (int k = 0; k < 4; k++) {
+        b[4 + k] = (uint8_t)(k + 1);            /* sc[k] */
+        b[8 + k] = (uint8_t)(2 * k);            /* m[k] */
+        int s2 = k + 5, m2 = 2 * (k + 4);       /* sc[k+4], m[k+4]: low 4 bits + high 2 bits */
+        b[12 + k] = (uint8_t)((s2 & 0xF) | (m2 & 0xF) << 4);
+        b[4 + k] |= (uint8_t)((s2 >> 4) << 6);
+        b[8 + k] |= (uint8_t)((m2 >> 4) << 6);
+    }
+    memset(b + 16, 0x21, 128);
+    quant_dequant_row(DT_Q4_K, b, y, 256);
+    for (int k = 0; k < 8; k++) {
+        float want = (float)(k + 1) * (float)(k & 1 ? 2 : 1) - (float)(2 * k);
+        CHECK(y[32 * k] == want && y[32 * k + 31] == want, "q4_k sub-block %d: %g want %g", k, y[32 * k], want);
+    }
+    /* Q6_K: d = 1, scale g = g - 8, ql low nibble 1 / high 2, qh = 0b11100100 -> per
+     * 32-quarter q = (1|0<<4), (1|1<<4), (2|2<<4), (2|3<<4) */
+    memset(b, 0, 210);
+    memset(b, 0x21, 128);
+    memset(b + 128, 0xE4, 64);
+    for (int g = 0; g < 16; g++) b[192 + g] = (uint8_t)(int8_t)(g - 8);
+    put16(b + 208, 0x3C00);
+    quant_dequant_row(DT_Q6_K, b, y, 256);
+    const int qv[4] = { 1, 17, 34, 50 };
+    for (int i = 0; i < 256; i++) {
+        int g = i / 16, quarter = (i % 128) / 32;
+        float want = (float)(g - 8) * (float)(qv[quarter] - 32);
+        CHECK(y[i] == want, "q6_k y[%d]=%g want %g", i, y[i], want);
+    }
+    /* F16, BF16 */
+    put16(b, 0x3C00);
+    put16(b + 2, 0xC000);
+    quant_dequant_row(DT_F16, b, y, 2);
+    CHECK(y[0] == 1.0f && y[1] == -2.0f, "f16 %g %g", y[0], y[1]);
+    put16(b, 0x3F80);
+    put16(b + 2, 0xC040);
+    quant_dequant_row(DT_BF16, b, y, 2);
+    CHECK(y[0] == 1.0f && y[1] == -3.0f, "bf16 %g %g", y[0], y[1]);
+}
+
+/* ---- activation quantization: scalar and SIMD write identical bytes ---- */
+
+static void test_quantize_agree(void)
+{
+    const struct quant_impl *sc = quant_impl_scalar(), *si = quant_impl_simd();
+    if (!si) { printf("  (no SIMD kernel set in this build)\n"); return; }
+    /* all SIMD sets share one quantizer (checked here) */
+    const struct quant_impl *all[6];
+    int n_all = quant_impl_simd_list(all, 6);
+    for (int k = 0; k < n_all; k++) CHECK(all[k]->quantize == si->quantize, "set %s", all[k]->name);
+    struct rng r = { 0x1234567 };
+    const int64_t n = 1024;
+    const enum dtype acts[] = { DT_Q8_0, DT_Q8_1, DT_Q8_K };
+    size_t sz = cpu_matmul_scratch_size(DT_Q4_K, n, 1) + cpu_matmul_scratch_size(DT_Q4_1, n, 1);
+    uint8_t *s1 = calloc(1, sz), *s2 = calloc(1, sz);
+    for (int a = 0; a < 3; a++) {
+        float *x = rand_x(n, 2, 0, &r);
+        int qa = quant_act_block(acts[a]);
+        struct qact q1 = quant_act_row(s1, acts[a], n, 0), q2 = quant_act_row(s2, acts[a], n, 0);
+        sc->quantize(acts[a], x, 0, n / qa, &q1);
+        si->quantize(acts[a], x, 0, n / qa, &q2);
+        CHECK(memcmp(q1.q, q2.q, (size_t)n) == 0, "act %d q bytes differ", a);
+        if (q1.d) CHECK(memcmp(q1.d, q2.d, (size_t)(n / qa) * sizeof(float)) == 0, "act %d d differ", a);
+        if (q1.ds) CHECK(memcmp(q1.ds, q2.ds, (size_t)(n / 32) * 2 * sizeof(float)) == 0, "ds differ");
+        if (q1.bsums) CHECK(memcmp(q1.bsums, q2.bsums, (size_t)(n / 16) * 2) == 0, "bsums differ");
+        /* the quantization error bound used by the matmul tolerance holds */
+        for (int64_t i = 0; i < n; i++) {
+            float d = q1.ds ? q1.ds[2 * (i / qa)] : q1.d[i / qa];
+            CHECK(fabsf(x[i] - d * q1.q[i]) <= 0.5001f * d, "x[%lld]=%g q=%d d=%g", (long long)i, x[i], q1.q[i], d);
+        }
+        free(x);
+    }
+    free(s1);
+    free(s2);
+}
+
+/* ---- cpu_matmul vs cpu_matmul_ref over the grid ---- */
+
+static void grid_type(enum dtype t, struct threadpool **pools, struct rng *r)
+{
+    const int n_outs[] = { 1, 3, 17, 64, 130 };
+    const int tokens[] = { 1, 2, 7, 33 };
+    int64_t n_ins[5];
+    int nn = 0, be = dtype_block_elems(t);
+    if (be == 1) {
+        n_ins[nn++] = 1; n_ins[nn++] = 2; n_ins[nn++] = 17; n_ins[nn++] = 576;
+    } else if (be == 32) {
+        n_ins[nn++] = 32; n_ins[nn++] = 64; n_ins[nn++] = 576; n_ins[nn++] = 1536;
+    } else {
+        n_ins[nn++] = 256; n_ins[nn++] = 512; n_ins[nn++] = 4096;
+    }
+    const int max_nt = 33;
+    /* impls[0] is what cpu_matmul runs; then every other kernel set of this build (the
+     * portable scalar one, and the AVX2 one where AVX-512 kernels are best) */
+    const struct quant_impl *impls[8] = { quant_impl_best() }, *simd[6];
+    int n_impls = 1, n_simd = quant_impl_simd_list(simd, 6);
+    if (impls[0] != quant_impl_scalar()) impls[n_impls++] = quant_impl_scalar();
+    for (int k = 0; k < n_simd; k++)
+        if (simd[k] != impls[0]) impls[n_impls++] = simd[k];
+    int cases = 0, failed = 0;
+    for (int a = 0; a < nn; a++)
+        for (int b = 0; b < 5; b++) {
+            int64_t n_in = n_ins[a], n_out = n_outs[b];
+            uint8_t *wd = rand_weights(t, n_in, n_out, r);
+            struct tensor w = { .name = "w", .type = t, .n_dims = 2, .ne = { n_in, n_out, 1, 1 },
+                                .data = wd, .nbytes = dtype_row_bytes(t, n_in) * (size_t)n_out };
+            size_t ssz = cpu_matmul_scratch_size(t, n_in, max_nt);
+            uint8_t *scratch = malloc(ssz + 1);
+            float *ref = malloc(sizeof(float) * (size_t)(n_out * max_nt));
+            float *y = malloc(sizeof(float) * (size_t)(n_out * max_nt));
+            float *y2 = malloc(sizeof(float) * (size_t)(n_out * max_nt));
+            double *act = malloc(sizeof(double) * (size_t)(n_out * max_nt));
+            double *acc = malloc(sizeof(double) * (size_t)(n_out * max_nt));
+            for (int mode = 0; mode < 2; mode++) {
+                float *x = rand_x(n_in, max_nt, mode, r);
+                cpu_matmul_ref(&w, x, ref, max_nt);
+                out_bounds(&w, x, max_nt, act, acc);
+                for (int k = 0; k < 4; k++) {
+                    int nt = tokens[k];
+                    /* SIMD set on 1, 2, 3 threads: each output is one dot call whatever
+                     * the split, so the thread counts must agree bitwise. Scalar set on
+                     * 1 thread. */
+                    for (int p = 0; p < 3; p++) {
+                        float *out = p ? y2 : y;
+                        for (int64_t i = 0; i < n_out * nt; i++) out[i] = NAN;
+                        /* misaligned scratch of exactly the stated size + 1 */
+                        cpu_matmul_impl(pools[p], impls[0], &w, x, out, nt, scratch + 1);
+                        char what[64];
+                        snprintf(what, sizeof what, "%s x%s threads=%d", impls[0]->name,
+                                 mode ? "exact" : "random", p + 1);
+                        int bad = p ? compare(what, &w, y2, y, nt, act, acc, 0.0, 0, failed > 0)
+                                    : compare(what, &w, y, ref, nt, act, acc, 1.0, mode == 0, failed > 0);
+                        cases++;
+                        if (bad) failed++;
+                    }
+                    /* the other sets on one thread: against ref, and against the set
+                     * cpu_matmul uses (same activation bytes, so only the accumulation
+                     * order differs) */
+                    for (int m = 1; m < n_impls; m++) {
+                        for (int64_t i = 0; i < n_out * nt; i++) y2[i] = NAN;
+                        cpu_matmul_impl(pools[0], impls[m], &w, x, y2, nt, scratch + 1);
+                        char what[64];
+                        snprintf(what, sizeof what, "%s x%s", impls[m]->name, mode ? "exact" : "random");
+                        int bad = compare(what, &w, y2, ref, nt, act, acc, 1.0, mode == 0, failed > 0);
+                        snprintf(what, sizeof what, "%s-vs-%s", impls[m]->name, impls[0]->name);
+                        bad += compare(what, &w, y, y2, nt, act, acc, 2.0, 0, failed > 0);
+                        cases++;
+                        if (bad) failed++;
+                    }
+                }
+                free(x);
+            }
+            free(wd);
+            free(scratch);
+            free(ref);
+            free(y);
+            free(y2);
+            free(act);
+            free(acc);
+        }
+    CHECK(failed == 0, "%s: %d of %d comparisons failed", dtype_name(t), failed, cases);
+}
+
+#define GRID_TEST(T)                                                               \
+    static void test_matmul_##T(void)                                              \
+    {                                                                              \
+        struct threadpool *pools[3] = { tp_create(1), tp_create(2), tp_create(3) }; \
+        struct rng r = { 0x9E3779B97F4A7C15ULL ^ (uint64_t)DT_##T };               \
+        grid_type(DT_##T, pools, &r);                                              \
+        for (int i = 0; i < 3; i++) tp_free(pools[i]);                              \
+    }
+
+GRID_TEST(F32)
+GRID_TEST(F16)
+GRID_TEST(BF16)
+GRID_TEST(Q8_0)
+GRID_TEST(Q4_0)
+GRID_TEST(Q4_1)
+GRID_TEST(Q5_0)
+GRID_TEST(Q5_1)
+GRID_TEST(Q4_K)
+GRID_TEST(Q6_K)
+
+/* The comparison can fail: swapping the nibble halves of one weight block after computing
+ * y must be detected for every quantized 4/5-bit type and for a flipped Q8_0 code. */
+static void test_compare_detects_errors(void)
+{
+    struct threadpool *tp = tp_create(1);
+    struct rng r = { 77 };
+    const enum dtype ts[] = { DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q4_K, DT_Q6_K, DT_F16 };
+    for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) {
+        enum dtype t = ts[k];
+        int64_t n_in = dtype_block_elems(t) == 256 ? 512 : 64, n_out = 4;
+        uint8_t *wd = rand_weights(t, n_in, n_out, &r);
+        struct tensor w = { .name = "w", .type = t, .n_dims = 2, .ne = { n_in, n_out, 1, 1 },
+                            .data = wd, .nbytes = dtype_row_bytes(t, n_in) * (size_t)n_out };
+        float *x = rand_x(n_in, 1, 1, &r);
+        float y[4], ref[4];
+        double act[4], acc[4];
+        void *scratch = malloc(cpu_matmul_scratch_size(t, n_in, 1));
+        cpu_matmul(tp, &w, x, y, 1, scratch);
+        /* corrupt the middle of row 2: rotate its bytes by 4 bits (a nibble-order bug) */
+        size_t rb = dtype_row_bytes(t, n_in), off = 2 * rb + rb / 2;
+        for (int i = 0; i < 8; i++) wd[off + i] = (uint8_t)(wd[off + i] << 4 | wd[off + i] >> 4) ^ 0x11;
+        cpu_matmul_ref(&w, x, ref, 1);
+        out_bounds(&w, x, 1, act, acc);
+        CHECK(compare("negative", &w, y, ref, 1, act, acc, 1.0, 0, 1) > 0, "%s: corruption not detected", dtype_name(t));
+        free(scratch);
+        free(x);
+        free(wd);
+    }
+    tp_free(tp);
+}
+
+static void test_scratch_size(void)
+{
+    /* float weights need no scratch beyond the alignment pad; quantized ones grow with tokens */
+    CHECK(cpu_matmul_scratch_size(DT_F16, 576, 64) <= 64, "f16");
+    size_t a = cpu_matmul_scratch_size(DT_Q4_1, 576, 1), b = cpu_matmul_scratch_size(DT_Q4_1, 576, 2);
+    CHECK(b > a && b - a >= 576 + 18 * 8, "q4_1 %zu %zu", a, b);
+    CHECK(cpu_matmul_scratch_size(DT_Q6_K, 4096, 1) >= 4096 + 16 * 4 + 256 * 2, "q6_k");
+}
+
+int main(void)
+{
+    const struct quant_impl *sets[6];
+    int n = quant_impl_simd_list(sets, 6);
+    printf("kernel sets: scalar");
+    for (int i = 0; i < n; i++) printf(", %s", sets[i]->name);
+    printf("; cpu_matmul uses %s\n", quant_impl_best()->name);
+    RUN(test_dequant_known);
+    RUN(test_quantize_agree);
+    RUN(test_scratch_size);
+    RUN(test_compare_detects_errors);
+    RUN(test_matmul_F32);
+    RUN(test_matmul_F16);
+    RUN(test_matmul_BF16);
+    RUN(test_matmul_Q8_0);
+    RUN(test_matmul_Q4_0);
+    RUN(test_matmul_Q4_1);
+    RUN(test_matmul_Q5_0);
+    RUN(test_matmul_Q5_1);
+    RUN(test_matmul_Q4_K);
+    RUN(test_matmul_Q6_K);
+    return test_summary();
+}

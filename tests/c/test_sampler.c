@@ -1,0 +1,849 @@
+/* test_sampler.c — unit tests for src/sampler/sampler.c.
+ *
+ * Distribution tests draw many tokens with a fixed seed and compare the counts with the
+ * expected probabilities by Pearson's chi-square. The critical value is the 1 - 1e-4
+ * quantile of chi-square (Wilson–Hilferty approximation): a correct sampler fails a given
+ * test for a given seed with probability ~1e-4, and the seeds are fixed, so the result is
+ * deterministic. Each distribution test also checks that it *rejects* a slightly wrong
+ * distribution, so it is known to have the power to fail. Expected probabilities come
+ * from an independent reference (double precision, full sort) written below.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sampler/sampler.h"
+#include "test.h"
+#include "util/err.h"
+
+/* ---- helpers ---- */
+
+static uint64_t test_rng(uint64_t *x) /* splitmix64, for test inputs only */
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double test_unif(uint64_t *x) { return (double)(test_rng(x) >> 11) * 0x1.0p-53; }
+
+/* Roughly normal logits (sum of uniforms), scaled: like a model's. */
+static void random_logits(float *l, int n, float scale, uint64_t seed)
+{
+    for (int i = 0; i < n; i++) {
+        double u = test_unif(&seed) + test_unif(&seed) + test_unif(&seed) - 1.5;
+        l[i] = (float)(u * 2.0 * scale);
+    }
+}
+
+static struct sampler_params params(float t, int k, float top_p, float min_p, uint64_t seed)
+{
+    struct sampler_params p;
+    sampler_params_default(&p);
+    p.temperature = t;
+    p.top_k = k;
+    p.top_p = top_p;
+    p.min_p = min_p;
+    p.seed = seed;
+    return p;
+}
+
+struct ref_c {
+    int id;
+    double v;
+};
+
+static int ref_cmp(const void *a, const void *b)
+{
+    const struct ref_c *x = a, *y = b;
+    if (x->v != y->v)
+        return x->v > y->v ? -1 : 1;
+    return x->id - y->id;
+}
+
+/* Reference pipeline (no bias/penalties): full sort, double precision. Writes the final
+ * normalised probabilities to prob[n] (0 outside the support); returns the support size. */
+static int ref_dist(const float *logits, int n, const struct sampler_params *p, double *prob)
+{
+    struct ref_c *c = malloc((size_t)n * sizeof *c);
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        prob[i] = 0.0;
+        if (logits[i] > -INFINITY)
+            c[m++] = (struct ref_c){i, logits[i]};
+    }
+    qsort(c, (size_t)m, sizeof *c, ref_cmp);
+    if (p->top_k > 0 && p->top_k < m)
+        m = p->top_k;
+    double mx = c[0].v, total = 0.0;
+    for (int i = 0; i < m; i++) {
+        c[i].v = exp((c[i].v - mx) / p->temperature);
+        total += c[i].v;
+    }
+    if (p->top_p < 1.0f) {
+        double acc = 0.0, target = p->top_p * total;
+        int cut = m;
+        for (int i = 0; i < m; i++) {
+            acc += c[i].v;
+            if (acc >= target) {
+                cut = i + 1;
+                break;
+            }
+        }
+        m = cut;
+    }
+    int kept = 0;
+    total = 0.0;
+    for (int i = 0; i < m; i++)
+        if (c[i].v >= p->min_p) {
+            c[kept++] = c[i];
+            total += c[i].v;
+        }
+    for (int i = 0; i < kept; i++)
+        prob[c[i].id] = c[i].v / total;
+    free(c);
+    return kept;
+}
+
+/* 1 - 1e-4 quantile of chi-square with df degrees of freedom (Wilson–Hilferty). */
+static double chi2_crit(int df)
+{
+    const double z = 3.719; /* standard normal 1 - 1e-4 quantile */
+    double a = 2.0 / (9.0 * df);
+    return df * pow(1.0 - a + z * sqrt(a), 3.0);
+}
+
+/* Pearson chi-square of counts[n] against prob[n] over `draws`; bins expecting fewer
+ * than 5 draws are pooled into one. Returns the statistic and writes df. */
+static double chi2_stat(const long *counts, const double *prob, int n, long draws, int *df)
+{
+    double stat = 0.0, pool_e = 0.0, pool_o = 0.0;
+    int bins = 0;
+    for (int i = 0; i < n; i++) {
+        double e = prob[i] * (double)draws;
+        if (e < 5.0) {
+            pool_e += e;
+            pool_o += (double)counts[i];
+            continue;
+        }
+        stat += (counts[i] - e) * (counts[i] - e) / e;
+        bins++;
+    }
+    if (pool_e >= 5.0) {
+        stat += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
+        bins++;
+    } else if (pool_o > 0 && pool_e == 0.0) {
+        stat = INFINITY; /* draws where nothing is allowed */
+    }
+    *df = bins - 1;
+    return stat;
+}
+
+/* Draws `draws` tokens (no accept: history stays empty) into counts[n]. Returns the number
+ * of draws that fell where prob == 0 (outside the expected support). */
+static long draw_counts(struct sampler *s, float *logits, int n, long draws, long *counts,
+                        const double *prob)
+{
+    long outside = 0;
+    memset(counts, 0, (size_t)n * sizeof *counts);
+    for (long d = 0; d < draws; d++) {
+        int32_t t = sampler_sample(s, logits);
+        if (t < 0 || t >= n) {
+            outside++;
+            continue;
+        }
+        counts[t]++;
+        if (prob[t] == 0.0)
+            outside++;
+    }
+    return outside;
+}
+
+/* ---- parameters ---- */
+
+static void test_params_validate(void)
+{
+    char err[ERR_BUF];
+    struct sampler_params p;
+    sampler_params_default(&p);
+    CHECK(sampler_params_validate(&p, err, sizeof err) == 0, "defaults rejected: %s", err);
+    CHECK(p.temperature == 1.0f && p.top_k == 0 && p.top_p == 1.0f && p.min_p == 0.0f &&
+              p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+              p.frequency_penalty == 0.0f && p.seed == 0,
+          "defaults");
+    struct {
+        const char *name;
+        float *field;
+        float bad;
+    } cases[] = {
+        {"temperature", &p.temperature, -0.1f},       {"temperature", &p.temperature, NAN},
+        {"temperature", &p.temperature, INFINITY},    {"top_p", &p.top_p, 0.0f},
+        {"top_p", &p.top_p, 1.01f},                   {"top_p", &p.top_p, NAN},
+        {"min_p", &p.min_p, -0.01f},                  {"min_p", &p.min_p, 1.5f},
+        {"repetition_penalty", &p.repetition_penalty, 0.0f},
+        {"repetition_penalty", &p.repetition_penalty, NAN},
+        {"presence_penalty", &p.presence_penalty, 2.5f},
+        {"frequency_penalty", &p.frequency_penalty, -2.5f},
+        {"frequency_penalty", &p.frequency_penalty, NAN},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sampler_params_default(&p);
+        *cases[i].field = cases[i].bad;
+        err[0] = 0;
+        int rc = sampler_params_validate(&p, err, sizeof err);
+        CHECK(rc == ERR_RANGE, "%s=%g accepted", cases[i].name, (double)cases[i].bad);
+        CHECK(strncmp(err, cases[i].name, strlen(cases[i].name)) == 0, "message '%s' for %s", err,
+              cases[i].name);
+        CHECK(sampler_create(&p, 10) == NULL, "create accepted %s=%g", cases[i].name,
+              (double)cases[i].bad);
+    }
+    sampler_params_default(&p);
+    p.temperature = 0.0f;
+    p.top_k = -5;
+    p.top_p = 1.0f;
+    p.min_p = 1.0f;
+    p.presence_penalty = -2.0f;
+    p.frequency_penalty = 2.0f;
+    CHECK(sampler_params_validate(&p, err, sizeof err) == 0, "edge values rejected: %s", err);
+    CHECK(sampler_create(&p, 0) == NULL, "vocab 0 accepted");
+}
+
+/* ---- greedy and its equivalents ---- */
+
+static void test_greedy_argmax_ties(void)
+{
+    struct sampler_params p = params(0.0f, 0, 1.0f, 0.0f, 1);
+    struct sampler *s = sampler_create(&p, 6);
+    float l[6] = {1.0f, 5.0f, -2.0f, 5.0f, 4.99f, 0.0f};
+    for (int i = 0; i < 10; i++)
+        CHECK(sampler_sample(s, l) == 1, "argmax with tie must be lowest id 1");
+    float l2[6] = {-INFINITY, NAN, -INFINITY, -3.0f, NAN, -3.0f};
+    CHECK(sampler_sample(s, l2) == 3, "NaN never chosen, tie -> lowest");
+    float l3[6] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, NAN, -INFINITY};
+    CHECK(sampler_sample(s, l3) == ERR_RANGE, "nothing samplable");
+    float l4[6] = {0.0f, INFINITY, 1.0f, INFINITY, 0.0f, 0.0f};
+    CHECK(sampler_sample(s, l4) == 1, "+inf: lowest id");
+    sampler_free(s);
+}
+
+/* top_k = 1, tiny top_p and min_p = 1 all reduce to greedy at any temperature. */
+static void test_greedy_equivalents(void)
+{
+    enum { V = 1000 };
+    float *l = malloc(V * sizeof *l);
+    const float temps[] = {0.05f, 0.7f, 1.0f, 3.0f, 100.0f};
+    for (int trial = 0; trial < 20; trial++) {
+        random_logits(l, V, 3.0f, 100 + (uint64_t)trial);
+        if (trial % 2) /* plant a tie at the max: lowest id must win (for top-k / top-p) */
+            l[V - 1 - trial] = l[trial * 7] = 50.0f;
+        struct sampler_params g = params(0.0f, 0, 1.0f, 0.0f, 0);
+        struct sampler *gs = sampler_create(&g, V);
+        int32_t want = sampler_sample(gs, l);
+        sampler_free(gs);
+        for (size_t ti = 0; ti < sizeof temps / sizeof temps[0]; ti++) {
+            struct sampler_params variants[3] = {
+                params(temps[ti], 1, 1.0f, 0.0f, (uint64_t)trial),
+                params(temps[ti], 0, 1e-6f, 0.0f, (uint64_t)trial),
+                params(temps[ti], 0, 1.0f, 1.0f, (uint64_t)trial),
+            };
+            for (int v = 0; v < 3; v++) {
+                if (v == 2 && trial % 2) /* min_p = 1 keeps every tied max: "ties aside" */
+                    continue;
+                struct sampler *s = sampler_create(&variants[v], V);
+                for (int d = 0; d < 50; d++) {
+                    int32_t got = sampler_sample(s, l);
+                    CHECK(got == want, "variant %d T=%g trial %d: got %d want %d", v,
+                          (double)temps[ti], trial, got, want);
+                }
+                sampler_free(s);
+            }
+        }
+    }
+    free(l);
+}
+
+/* ---- distributions ---- */
+
+static void test_temperature_distribution(void)
+{
+    enum { V = 5 };
+    const long N = 200000;
+    float l[V] = {1.0f, 2.0f, 0.5f, -1.0f, 3.0f};
+    const float temps[] = {0.5f, 1.0f, 2.0f};
+    long counts[V];
+    double prob[V], wrong[V];
+    for (size_t ti = 0; ti < sizeof temps / sizeof temps[0]; ti++) {
+        struct sampler_params p = params(temps[ti], 0, 1.0f, 0.0f, 7 + ti);
+        struct sampler *s = sampler_create(&p, V);
+        double z = 0.0, zw = 0.0;
+        for (int i = 0; i < V; i++) {
+            z += exp(l[i] / temps[ti]);
+            zw += exp(l[i] / (temps[ti] * 1.05));
+        }
+        for (int i = 0; i < V; i++) {
+            prob[i] = exp(l[i] / temps[ti]) / z;
+            wrong[i] = exp(l[i] / (temps[ti] * 1.05)) / zw;
+        }
+        draw_counts(s, l, V, N, counts, prob);
+        int df;
+        double stat = chi2_stat(counts, prob, V, N, &df);
+        CHECK(stat < chi2_crit(df), "T=%g chi2=%g crit=%g", (double)temps[ti], stat, chi2_crit(df));
+        /* absolute check: each frequency within 5 standard errors (<= 0.0056 at N=200k) */
+        for (int i = 0; i < V; i++) {
+            double f = (double)counts[i] / N, se = sqrt(prob[i] * (1 - prob[i]) / N);
+            CHECK(fabs(f - prob[i]) <= 5 * se + 1e-12, "T=%g token %d freq %g want %g",
+                  (double)temps[ti], i, f, prob[i]);
+        }
+        /* power: a 5% error in temperature is rejected */
+        double stat_w = chi2_stat(counts, wrong, V, N, &df);
+        CHECK(stat_w > chi2_crit(df), "T=%g: wrong distribution not rejected (chi2=%g)",
+              (double)temps[ti], stat_w);
+        sampler_free(s);
+    }
+}
+
+/* Samples with p from logits[n] and checks support and frequencies against ref_dist. */
+static void check_against_ref(const float *lin, int n, struct sampler_params p, long draws,
+                              int want_support)
+{
+    float *l = malloc((size_t)n * sizeof *l);
+    memcpy(l, lin, (size_t)n * sizeof *l);
+    double *prob = malloc((size_t)n * sizeof *prob);
+    long *counts = malloc((size_t)n * sizeof *counts);
+    int support = ref_dist(l, n, &p, prob);
+    if (want_support > 0)
+        CHECK(support == want_support, "reference support %d, test expects %d", support,
+              want_support);
+    struct sampler *s = sampler_create(&p, n);
+    /* the exact distribution: same support, same probabilities */
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    float *pr = malloc((size_t)n * sizeof *pr);
+    int got = sampler_probs(s, l, ids, pr);
+    CHECK(got == support, "k=%d p=%g min_p=%g T=%g: support %d, reference %d", p.top_k,
+          (double)p.top_p, (double)p.min_p, (double)p.temperature, got, support);
+    int bad = 0;
+    double sum = 0.0;
+    for (int i = 0; i < got; i++) {
+        sum += pr[i];
+        if (!(fabs(pr[i] - prob[ids[i]]) <= 1e-7 + 1e-4 * prob[ids[i]]) && bad++ < 3)
+            CHECK(false, "token %d: p=%g reference %g", ids[i], (double)pr[i], prob[ids[i]]);
+    }
+    CHECK_CLOSE(sum, 1.0, 1e-5, 0);
+    free(pr);
+    free(ids);
+    long outside = draw_counts(s, l, n, draws, counts, prob);
+    CHECK(outside == 0, "k=%d p=%g min_p=%g T=%g: %ld draws outside the support", p.top_k,
+          (double)p.top_p, (double)p.min_p, (double)p.temperature, outside);
+    int df;
+    double stat = chi2_stat(counts, prob, n, draws, &df);
+    if (df > 0)
+        CHECK(stat < chi2_crit(df), "k=%d p=%g min_p=%g: chi2=%g crit=%g df=%d", p.top_k,
+              (double)p.top_p, (double)p.min_p, stat, chi2_crit(df), df);
+    /* every supported token with a decent expectation was actually drawn */
+    for (int i = 0; i < n; i++)
+        if (prob[i] * draws >= 20.0)
+            CHECK(counts[i] > 0, "token %d (p=%g) never drawn", i, prob[i]);
+    CHECK(memcmp(l, lin, (size_t)n * sizeof *l) == 0, "logits not restored");
+    sampler_free(s);
+    free(counts);
+    free(prob);
+    free(l);
+}
+
+static void test_top_k_support(void)
+{
+    /* small k (heap path) and large k (quickselect path), on a vocabulary with ties */
+    enum { V = 2000 };
+    float *l = malloc(V * sizeof *l);
+    random_logits(l, V, 2.0f, 11);
+    for (int i = 0; i < V; i += 97)
+        l[i] = l[i / 2]; /* duplicates: ties at the boundary are broken by id */
+    check_against_ref(l, V, params(1.0f, 5, 1.0f, 0.0f, 1), 20000, 5);
+    check_against_ref(l, V, params(0.6f, 128, 1.0f, 0.0f, 2), 40000, 128);
+    check_against_ref(l, V, params(1.3f, 129, 1.0f, 0.0f, 3), 40000, 129);
+    check_against_ref(l, V, params(1.0f, 700, 1.0f, 0.0f, 4), 40000, 700);
+    check_against_ref(l, V, params(1.0f, V + 5, 1.0f, 0.0f, 5), 20000, V);
+    /* a tie exactly at the top-k boundary: k = 2 over {5, 4, 4, 4} keeps ids 0 and 1 */
+    float t[6] = {5.0f, 4.0f, 4.0f, 4.0f, -INFINITY, 1.0f};
+    check_against_ref(t, 6, params(1.0f, 2, 1.0f, 0.0f, 6), 50000, 2);
+    free(l);
+}
+
+static void test_top_p_support(void)
+{
+    /* probabilities 0.4, 0.3, 0.15, 0.1, 0.05: top_p 0.8 keeps three (0.7 < 0.8 <= 0.85) */
+    float l[5] = {logf(0.1f), logf(0.4f), logf(0.05f), logf(0.3f), logf(0.15f)};
+    check_against_ref(l, 5, params(1.0f, 0, 0.8f, 0.0f, 21), 200000, 3);
+    check_against_ref(l, 5, params(1.0f, 0, 0.71f, 0.0f, 22), 200000, 3);
+    check_against_ref(l, 5, params(1.0f, 0, 0.5f, 0.0f, 23), 200000, 2);
+    check_against_ref(l, 5, params(1.0f, 0, 0.99f, 0.0f, 24), 200000, 5);
+    /* power: sampling with top_p 0.8 is not the distribution of top_p 0.99 */
+    {
+        double prob[5];
+        long counts[5];
+        struct sampler_params p = params(1.0f, 0, 0.8f, 0.0f, 25), q = p;
+        q.top_p = 0.99f;
+        ref_dist(l, 5, &q, prob);
+        struct sampler *s = sampler_create(&p, 5);
+        long outside = draw_counts(s, l, 5, 20000, counts, prob);
+        (void)outside;
+        int df;
+        CHECK(chi2_stat(counts, prob, 5, 20000, &df) > chi2_crit(df), "top-p test has no power");
+        sampler_free(s);
+    }
+    /* large vocabulary: the quickselect nucleus vs the sorted reference */
+    enum { V = 2000 };
+    float *big = malloc(V * sizeof *big);
+    random_logits(big, V, 4.0f, 31);
+    check_against_ref(big, V, params(1.0f, 0, 0.9f, 0.0f, 32), 40000, 0);
+    check_against_ref(big, V, params(0.7f, 0, 0.5f, 0.0f, 33), 40000, 0);
+    check_against_ref(big, V, params(1.5f, 300, 0.95f, 0.0f, 34), 40000, 0);
+    random_logits(big, V, 0.2f, 35); /* flat: the nucleus is most of the vocabulary */
+    check_against_ref(big, V, params(1.0f, 0, 0.97f, 0.0f, 36), 60000, 0);
+    free(big);
+}
+
+static void test_min_p_support(void)
+{
+    /* p_max 0.4: min_p 0.2 keeps p >= 0.08 (four tokens), 0.5 keeps p >= 0.2 (two) */
+    float l[5] = {logf(0.1f), logf(0.4f), logf(0.05f), logf(0.3f), logf(0.15f)};
+    check_against_ref(l, 5, params(1.0f, 0, 1.0f, 0.2f, 41), 200000, 4);
+    check_against_ref(l, 5, params(1.0f, 0, 1.0f, 0.5f, 42), 200000, 2);
+    /* at T = 2 the weights flatten: p ∝ sqrt(q), ratios sqrt(q / 0.4); min_p 0.45 keeps
+     * q >= 0.081 (four tokens), where at T = 1 it keeps two */
+    check_against_ref(l, 5, params(2.0f, 0, 1.0f, 0.45f, 43), 200000, 4);
+    check_against_ref(l, 5, params(1.0f, 0, 1.0f, 0.45f, 43), 200000, 2);
+    enum { V = 2000 };
+    float *big = malloc(V * sizeof *big);
+    random_logits(big, V, 3.0f, 44);
+    check_against_ref(big, V, params(1.0f, 0, 1.0f, 0.05f, 45), 40000, 0);
+    /* all three filters together */
+    check_against_ref(big, V, params(0.8f, 1000, 0.9f, 0.02f, 46), 40000, 0);
+    check_against_ref(big, V, params(1.2f, 40, 0.95f, 0.1f, 47), 40000, 0);
+    free(big);
+}
+
+/* Many random small cases, exact distribution only (no draws): random vocabularies (with
+ * ties and -inf), temperatures and filter combinations against the reference. */
+static void test_random_exact(void)
+{
+    uint64_t x = 555;
+    enum { VMAX = 600 };
+    float l[VMAX], pr[VMAX];
+    int32_t ids[VMAX];
+    double prob[VMAX];
+    int failures = 0;
+    for (int iter = 0; iter < 3000 && failures < 3; iter++) {
+        int n = 1 + (int)(test_rng(&x) % VMAX);
+        random_logits(l, n, (float)(0.1 + 5 * test_unif(&x)), test_rng(&x));
+        for (int i = 0; i < n / 10; i++) /* some ties and bans */
+            l[test_rng(&x) % (uint64_t)n] = l[test_rng(&x) % (uint64_t)n];
+        if (n > 1)
+            l[test_rng(&x) % (uint64_t)n] = -INFINITY;
+        int k = test_rng(&x) % 3 ? (int)(test_rng(&x) % (uint64_t)(n + 2)) : 0;
+        float top_p = test_rng(&x) % 3 ? (float)(0.05 + 0.95 * test_unif(&x)) : 1.0f;
+        float min_p = test_rng(&x) % 3 ? 0.0f : (float)(0.3 * test_unif(&x));
+        float t = (float)(0.2 + 2.0 * test_unif(&x));
+        struct sampler_params p = params(t, k, top_p, min_p, 0);
+        int want = ref_dist(l, n, &p, prob);
+        struct sampler *s = sampler_create(&p, n);
+        int got = sampler_probs(s, l, ids, pr);
+        bool ok = got == want;
+        for (int i = 0; ok && i < got; i++)
+            ok = fabs(pr[i] - prob[ids[i]]) <= 1e-6 + 1e-4 * prob[ids[i]];
+        CHECK(ok, "iter %d: n=%d T=%g k=%d top_p=%g min_p=%g: support %d, reference %d", iter, n,
+              (double)t, k, (double)top_p, (double)min_p, got, want);
+        failures += !ok;
+        sampler_free(s);
+    }
+}
+
+/* ---- penalties and bias ---- */
+
+static void test_penalties_exact(void)
+{
+    enum { V = 7 };
+    struct sampler_params p = params(1.0f, 0, 1.0f, 0.0f, 0);
+    p.repetition_penalty = 2.0f;
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = 0.25f;
+    struct sampler *s = sampler_create(&p, V);
+    int32_t prompt[] = {0, 1, 0, 99, -1}; /* out-of-range ids ignored */
+    sampler_accept_prompt(s, prompt, 5);
+    sampler_accept(s, 2);
+    sampler_accept(s, 2);
+    sampler_accept(s, 3);
+    sampler_accept(s, 0);
+    sampler_accept(s, 1234); /* ignored */
+    float l[V] = {2.0f, -2.0f, 1.0f, 0.5f, -1.0f, 3.0f, 0.0f};
+    float want[V] = {
+        2.0f / 2 - (0.25f * 1 + 0.5f), /* prompt + 1 output: all three */
+        -2.0f * 2,                     /* prompt only: repetition only */
+        1.0f / 2 - (0.25f * 2 + 0.5f), /* output x2 */
+        0.5f / 2 - (0.25f * 1 + 0.5f), /* output x1 */
+        -1.0f, 3.0f, 0.0f,             /* unseen */
+    };
+    float orig[V];
+    memcpy(orig, l, sizeof l);
+    sampler_sample(s, l);
+    CHECK(memcmp(l, orig, sizeof l) == 0, "sampler_sample did not restore logits");
+    sampler_process_logits(s, l);
+    for (int i = 0; i < V; i++)
+        CHECK(l[i] == want[i], "id %d: %g want %g", i, (double)l[i], (double)want[i]);
+
+    /* each penalty alone */
+    struct {
+        float rep, pres, freq;
+        float want2; /* token 2: logit 1, seen twice in the output */
+        float want1; /* token 1: logit -2, prompt only */
+    } one[] = {
+        {1.0f, 0.0f, 0.0f, 1.0f, -2.0f},
+        {1.5f, 0.0f, 0.0f, 1.0f / 1.5f, -3.0f},
+        {1.0f, 0.7f, 0.0f, 1.0f - 0.7f, -2.0f},
+        {1.0f, 0.0f, -0.5f, 1.0f + 1.0f, -2.0f},
+        {0.5f, 0.0f, 0.0f, 2.0f, -1.0f}, /* < 1 rewards repetition */
+    };
+    for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) {
+        p.repetition_penalty = one[i].rep;
+        p.presence_penalty = one[i].pres;
+        p.frequency_penalty = one[i].freq;
+        sampler_reset(s, &p);
+        sampler_accept_prompt(s, prompt, 3);
+        sampler_accept(s, 2);
+        sampler_accept(s, 2);
+        float x[V] = {2.0f, -2.0f, 1.0f, 0.5f, -1.0f, 3.0f, 0.0f};
+        sampler_process_logits(s, x);
+        CHECK(x[2] == one[i].want2, "case %zu: token 2 %g want %g", i, (double)x[2],
+              (double)one[i].want2);
+        CHECK(x[1] == one[i].want1, "case %zu: token 1 %g want %g", i, (double)x[1],
+              (double)one[i].want1);
+        CHECK(x[5] == 3.0f && x[6] == 0.0f, "case %zu: unseen tokens changed", i);
+    }
+
+    /* penalties change greedy decisions: token 5 wins until seen, then token 0 */
+    p = params(0.0f, 0, 1.0f, 0.0f, 0);
+    p.presence_penalty = 2.0f;
+    sampler_reset(s, &p);
+    float g[V] = {2.0f, -2.0f, 1.0f, 0.5f, -1.0f, 3.0f, 0.0f};
+    CHECK(sampler_sample(s, g) == 5, "greedy before penalty");
+    sampler_accept(s, 5);
+    CHECK(sampler_sample(s, g) == 0, "greedy after presence penalty");
+    sampler_free(s);
+}
+
+static void test_logit_bias(void)
+{
+    enum { V = 8 };
+    struct sampler_params p = params(0.0f, 0, 1.0f, 0.0f, 3);
+    struct sampler *s = sampler_create(&p, V);
+    float l[V] = {0.0f, 1.0f, 6.0f, 2.0f, 5.9f, -1.0f, 0.5f, 0.0f};
+    CHECK(sampler_sample(s, l) == 2, "unbiased greedy");
+    int32_t ban = 2;
+    float ninf = -INFINITY;
+    CHECK(sampler_set_logit_bias(s, &ban, &ninf, 1) == 0, "set bias");
+    CHECK(sampler_sample(s, l) == 4, "banned token chosen");
+    CHECK(l[2] == 6.0f, "bias not undone");
+
+    /* exact values, and a repeated id adds up */
+    int32_t ids[4] = {0, 5, 0, 7};
+    float b[4] = {10.0f, -100.0f, 2.5f, 100.0f};
+    CHECK(sampler_set_logit_bias(s, ids, b, 4) == 0, "set bias");
+    float x[V];
+    memcpy(x, l, sizeof x);
+    sampler_process_logits(s, x);
+    CHECK(x[0] == 12.5f && x[5] == -101.0f && x[7] == 100.0f && x[2] == 6.0f, "bias values");
+    CHECK(sampler_sample(s, l) == 7, "bias +100 wins");
+
+    /* bias composes with penalties (bias first, then penalty on the biased value) */
+    p.repetition_penalty = 2.0f;
+    sampler_reset(s, &p);
+    CHECK(sampler_set_logit_bias(s, ids, b, 4) == 0, "set bias after reset");
+    sampler_accept(s, 0);
+    memcpy(x, l, sizeof x);
+    sampler_process_logits(s, x);
+    CHECK(x[0] == 12.5f / 2, "bias then repetition: %g", (double)x[0]);
+    float y[V];
+    memcpy(y, l, sizeof y);
+    sampler_sample(s, y);
+    CHECK(memcmp(y, l, sizeof y) == 0, "bias+penalty not undone");
+
+    /* errors leave the previous bias in place */
+    int32_t bad_id = V;
+    float nan = NAN, pinf = INFINITY, one = 1.0f;
+    CHECK(sampler_set_logit_bias(s, &bad_id, &one, 1) == ERR_RANGE, "id out of range");
+    CHECK(sampler_set_logit_bias(s, &ban, &nan, 1) == ERR_INVALID, "NaN bias");
+    CHECK(sampler_set_logit_bias(s, &ban, &pinf, 1) == ERR_INVALID, "+inf bias");
+    CHECK(sampler_set_logit_bias(s, NULL, NULL, 1) == ERR_INVALID, "NULL arrays");
+    CHECK(sampler_set_logit_bias(s, ids, b, SAMPLER_MAX_LOGIT_BIAS + 1) == ERR_RANGE, "n > max");
+    CHECK(sampler_set_logit_bias(s, ids, b, -1) == ERR_RANGE, "n < 0");
+    memcpy(x, l, sizeof x);
+    sampler_process_logits(s, x);
+    CHECK(x[7] == 100.0f, "failed set changed the bias");
+    CHECK(sampler_set_logit_bias(s, NULL, NULL, 0) == 0, "clear");
+    p.repetition_penalty = 1.0f;
+    sampler_reset(s, &p);
+    CHECK(sampler_sample(s, l) == 2, "cleared bias still applied");
+
+    /* at temperature 1, a banned token is never drawn; everything banned -> ERR_RANGE */
+    p = params(1.0f, 0, 1.0f, 0.0f, 4);
+    sampler_reset(s, &p);
+    float flat[V] = {0};
+    int32_t bans[3] = {1, 3, 6};
+    float nb[3] = {-INFINITY, -INFINITY, -INFINITY};
+    CHECK(sampler_set_logit_bias(s, bans, nb, 3) == 0, "set bans");
+    long seen[V] = {0};
+    for (int d = 0; d < 20000; d++) {
+        int32_t t = sampler_sample(s, flat);
+        if (t >= 0 && t < V)
+            seen[t]++;
+    }
+    CHECK(seen[1] == 0 && seen[3] == 0 && seen[6] == 0, "banned drawn %ld %ld %ld", seen[1],
+          seen[3], seen[6]);
+    CHECK(seen[0] > 3000 && seen[2] > 3000 && seen[7] > 3000, "allowed tokens not drawn evenly");
+    int32_t all[V] = {0, 1, 2, 3, 4, 5, 6, 7};
+    float allb[V] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                     -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    sampler_set_logit_bias(s, all, allb, V);
+    CHECK(sampler_sample(s, flat) == ERR_RANGE, "all banned, T=1");
+    p.temperature = 0.0f;
+    sampler_reset(s, &p);
+    sampler_set_logit_bias(s, all, allb, V);
+    CHECK(sampler_sample(s, flat) == ERR_RANGE, "all banned, greedy");
+    for (int i = 0; i < V; i++)
+        CHECK(flat[i] == 0.0f, "flat[%d] not restored", i);
+    sampler_free(s);
+}
+
+/* ---- determinism ---- */
+
+static void draw_seq(struct sampler *s, float *l, int n, int32_t *out)
+{
+    for (int i = 0; i < n; i++) {
+        out[i] = sampler_sample(s, l);
+        sampler_accept(s, out[i]);
+    }
+}
+
+static void test_seed_and_reset(void)
+{
+    enum { V = 500, N = 400 };
+    float *l = malloc(V * sizeof *l);
+    random_logits(l, V, 1.0f, 77);
+    struct sampler_params p = params(1.0f, 50, 0.95f, 0.0f, 1234);
+    p.frequency_penalty = 0.3f;
+    p.repetition_penalty = 1.1f;
+    struct sampler *a = sampler_create(&p, V), *b = sampler_create(&p, V);
+    int32_t sa[N], sb[N], sc[N];
+    draw_seq(a, l, N, sa);
+    draw_seq(b, l, N, sb);
+    CHECK(memcmp(sa, sb, sizeof sa) == 0, "same seed, different sequence");
+    /* reset restores RNG and history: the same sequence again */
+    sampler_reset(a, &p);
+    draw_seq(a, l, N, sc);
+    CHECK(memcmp(sa, sc, sizeof sa) == 0, "reset did not restore the sequence");
+    sampler_reset(a, NULL);
+    draw_seq(a, l, N, sc);
+    CHECK(memcmp(sa, sc, sizeof sa) == 0, "reset(NULL) did not restore the sequence");
+    /* reset clears the history: no penalty applies afterwards */
+    sampler_reset(a, &p);
+    float x[V];
+    memcpy(x, l, sizeof x);
+    sampler_process_logits(a, x);
+    CHECK(memcmp(x, l, sizeof x) == 0, "history survived reset");
+    /* another seed gives another sequence */
+    p.seed = 1235;
+    sampler_reset(b, &p);
+    draw_seq(b, l, N, sb);
+    int same = 0;
+    for (int i = 0; i < N; i++)
+        same += sa[i] == sb[i];
+    CHECK(same < N / 4, "seeds 1234 and 1235 agree on %d of %d tokens", same, N);
+    sampler_free(a);
+    sampler_free(b);
+    free(l);
+}
+
+/* The exact sequence for one seed, pinned: the RNG, the seeding and the pipeline must give
+ * these tokens on every platform and in every future version (change them only on purpose,
+ * and say so in docs/sampling.md). */
+static void test_golden_sequence(void)
+{
+    float l[8] = {0.5f, 1.0f, -0.25f, 2.0f, 0.0f, 1.5f, -1.0f, 0.75f};
+    struct sampler_params p = params(1.0f, 0, 1.0f, 0.0f, 42);
+    struct sampler *s = sampler_create(&p, 8);
+    static const int32_t want[24] = {1, 3, 5, 7, 7, 5, 5, 5, 5, 3, 5, 3,
+                                     5, 3, 5, 5, 4, 5, 5, 5, 1, 1, 3, 3};
+    int32_t got[24];
+    for (int i = 0; i < 24; i++)
+        got[i] = sampler_sample(s, l);
+    char buf[256];
+    int o = 0;
+    for (int i = 0; i < 24; i++)
+        o += snprintf(buf + o, sizeof buf - (size_t)o, "%d,", got[i]);
+    CHECK(memcmp(got, want, sizeof want) == 0, "golden sequence changed: got %s", buf);
+    sampler_free(s);
+}
+
+/* ---- large vocabulary ---- */
+
+static void test_large_vocab(void)
+{
+    enum { V = 151936 };
+    float *l = malloc(V * sizeof *l), *orig = malloc(V * sizeof *orig);
+    random_logits(l, V, 4.0f, 2024);
+    memcpy(orig, l, V * sizeof *l);
+    struct {
+        float t;
+        int k;
+        float top_p, min_p;
+    } cfg[] = {
+        {0.0f, 0, 1.0f, 0.0f},  {1.0f, 0, 1.0f, 0.0f},  {0.8f, 40, 0.95f, 0.0f},
+        {0.7f, 1, 1.0f, 0.0f},  {1.0f, 0, 0.9f, 0.0f},  {1.0f, 0, 1.0f, 0.05f},
+        {0.6f, 1000, 0.9f, 0.0f}, {1.0f, 50000, 1.0f, 0.0f}, {1.0f, 20, 0.8f, 0.1f},
+    };
+    int32_t prompt[64];
+    for (int i = 0; i < 64; i++)
+        prompt[i] = (int32_t)((i * 2654435761u) % V);
+    double *prob = malloc(V * sizeof *prob);
+    int32_t argmax = 0;
+    for (int i = 1; i < V; i++)
+        if (l[i] > l[argmax])
+            argmax = i;
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        struct sampler_params p = params(cfg[c].t, cfg[c].k, cfg[c].top_p, cfg[c].min_p, c);
+        if (cfg[c].t > 0.0f)
+            ref_dist(l, V, &p, prob);
+        struct sampler *s = sampler_create(&p, V);
+        CHECK(s != NULL, "create vocab %d", V);
+        if (!s)
+            continue;
+        int bad = 0;
+        clock_t t0 = clock();
+        for (int d = 0; d < 60; d++) {
+            int32_t t = sampler_sample(s, l);
+            if (t < 0 || t >= V || (cfg[c].t > 0.0f ? prob[t] == 0.0 : t != argmax))
+                bad++;
+        }
+        double ms = 1000.0 * (double)(clock() - t0) / CLOCKS_PER_SEC / 60;
+        CHECK(bad == 0, "cfg %zu: %d draws outside the support", c, bad);
+        printf("     vocab %d T=%.1f k=%d p=%.2f min_p=%.2f: %.3f ms/token\n", V,
+               (double)cfg[c].t, cfg[c].k, (double)cfg[c].top_p, (double)cfg[c].min_p, ms);
+        /* with history and penalties: valid ids, logits restored */
+        p.repetition_penalty = 1.3f;
+        p.presence_penalty = 0.5f;
+        p.frequency_penalty = 0.5f;
+        sampler_reset(s, &p);
+        sampler_accept_prompt(s, prompt, 64);
+        for (int d = 0; d < 60; d++) {
+            int32_t t = sampler_sample(s, l);
+            CHECK(t >= 0 && t < V, "cfg %zu: token %d", c, t);
+            sampler_accept(s, t);
+        }
+        CHECK(memcmp(l, orig, V * sizeof *l) == 0, "cfg %zu: logits not restored", c);
+        sampler_free(s);
+    }
+    free(prob);
+    free(l);
+    free(orig);
+}
+
+/* ---- logprobs ---- */
+
+static void test_logprobs(void)
+{
+    float l[6] = {logf(0.1f), logf(0.2f), logf(0.4f), -INFINITY, logf(0.2f), logf(0.1f)};
+    int32_t ids[SAMPLER_MAX_TOP_LOGPROBS];
+    float lp[SAMPLER_MAX_TOP_LOGPROBS], tlp;
+    int n = sampler_logprobs(l, 6, 4, 3, ids, lp, &tlp);
+    CHECK(n == 3, "n=%d", n);
+    CHECK(ids[0] == 2 && ids[1] == 1 && ids[2] == 4, "order %d %d %d", ids[0], ids[1], ids[2]);
+    CHECK_CLOSE(lp[0], log(0.4), 1e-6, 0);
+    CHECK_CLOSE(lp[1], log(0.2), 1e-6, 0);
+    CHECK_CLOSE(lp[2], log(0.2), 1e-6, 0);
+    CHECK_CLOSE(tlp, log(0.2), 1e-6, 0);
+    n = sampler_logprobs(l, 6, 3, SAMPLER_MAX_TOP_LOGPROBS, ids, lp, &tlp);
+    CHECK(n == 5, "only finite logits listed: n=%d", n);
+    CHECK(tlp == -INFINITY, "-inf logit: %g", (double)tlp);
+    CHECK(ids[3] == 0 && ids[4] == 5, "tie order by id");
+    CHECK(sampler_logprobs(l, 6, 0, 0, NULL, NULL, &tlp) == 0, "n_top 0");
+    CHECK_CLOSE(tlp, log(0.1), 1e-6, 0);
+    /* shift invariance and normalisation on a big random row */
+    enum { V = 151936 };
+    float *big = malloc(V * sizeof *big);
+    random_logits(big, V, 5.0f, 99);
+    n = sampler_logprobs(big, V, 17, 20, ids, lp, &tlp);
+    CHECK(n == 20, "n=%d", n);
+    double mx = -INFINITY, z = 0.0;
+    for (int i = 0; i < V; i++)
+        mx = big[i] > mx ? big[i] : mx;
+    for (int i = 0; i < V; i++)
+        z += exp(big[i] - mx);
+    CHECK_CLOSE(tlp, big[17] - mx - log(z), 1e-4, 0);
+    CHECK(big[ids[0]] == mx, "top-1 is the argmax");
+    for (int j = 1; j < 20; j++)
+        CHECK(lp[j] <= lp[j - 1], "top list not descending at %d", j);
+    int above = 0; /* exactly 19 tokens beat the 20th (no ties in random data) */
+    for (int i = 0; i < V; i++)
+        above += big[i] > big[ids[19]];
+    CHECK(above == 19, "%d tokens above the 20th", above);
+    for (int i = 0; i < V; i++)
+        big[i] += 1000.0f;
+    float tlp2;
+    sampler_logprobs(big, V, 17, 0, NULL, NULL, &tlp2);
+    CHECK_CLOSE(tlp2, tlp, 2e-3, 0); /* float rounding of +1000 shifts by <= 6e-5 per logit */
+    free(big);
+    /* errors */
+    CHECK(sampler_logprobs(l, 6, 6, 1, ids, lp, &tlp) == ERR_INVALID, "token out of range");
+    CHECK(sampler_logprobs(l, 6, 0, 21, ids, lp, &tlp) == ERR_INVALID, "n_top > 20");
+    CHECK(sampler_logprobs(l, 6, 0, 2, NULL, lp, &tlp) == ERR_INVALID, "NULL top_ids");
+    float dead[3] = {-INFINITY, NAN, -INFINITY};
+    CHECK(sampler_logprobs(dead, 3, 0, 1, ids, lp, &tlp) == ERR_RANGE, "no finite logit");
+}
+
+/* ---- odd inputs at temperature > 0 ---- */
+
+static void test_nonfinite_logits(void)
+{
+    struct sampler_params p = params(1.0f, 0, 1.0f, 0.0f, 5);
+    struct sampler *s = sampler_create(&p, 6);
+    float l[6] = {NAN, 0.0f, -INFINITY, 0.0f, NAN, 0.0f};
+    for (int d = 0; d < 3000; d++) {
+        int32_t t = sampler_sample(s, l);
+        CHECK(t == 1 || t == 3 || t == 5, "drew %d", t);
+    }
+    float inf[6] = {0.0f, 1.0f, INFINITY, 3.0f, INFINITY, NAN};
+    CHECK(sampler_sample(s, inf) == 2, "+inf lowest id");
+    float dead[6] = {NAN, NAN, -INFINITY, NAN, -INFINITY, NAN};
+    CHECK(sampler_sample(s, dead) == ERR_RANGE, "nothing samplable");
+    /* tiny temperature: finite, behaves as greedy */
+    p.temperature = 1e-30f;
+    sampler_reset(s, &p);
+    float g[6] = {0.0f, 1.0f, 0.5f, 0.999999f, 0.0f, -1.0f};
+    for (int d = 0; d < 100; d++)
+        CHECK(sampler_sample(s, g) == 1, "T=1e-30");
+    sampler_free(s);
+}
+
+int main(void)
+{
+    RUN(test_params_validate);
+    RUN(test_greedy_argmax_ties);
+    RUN(test_greedy_equivalents);
+    RUN(test_temperature_distribution);
+    RUN(test_top_k_support);
+    RUN(test_top_p_support);
+    RUN(test_min_p_support);
+    RUN(test_random_exact);
+    RUN(test_penalties_exact);
+    RUN(test_logit_bias);
+    RUN(test_seed_and_reset);
+    RUN(test_golden_sequence);
+    RUN(test_large_vocab);
+    RUN(test_logprobs);
+    RUN(test_nonfinite_logits);
+    return test_summary();
+}
