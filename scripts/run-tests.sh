@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: each build/tests/test_* C binary, then pytest over tests/python.
 # Prints each suite's result and ends with one line "N passed, N failed".
-# Environment: BUILD (default build), PYTEST_ARGS (extra pytest arguments).
+# Environment: BUILD (default build), PYTEST_FILES (default tests/python), PYTEST_ARGS
+# (extra pytest arguments).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -36,8 +37,10 @@ for t in "$BUILD"/tests/test_*; do
     fi
 done
 
-if [ -d tests/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
-    out=$(.venv/bin/python -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} tests/python 2>&1)
+PYTEST_FILES=${PYTEST_FILES:-tests/python}
+if [ -n "$PYTEST_FILES" ] && ls tests/python/test_*.py >/dev/null 2>&1; then
+    # shellcheck disable=SC2086
+    out=$(.venv/bin/python -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-} $PYTEST_FILES 2>&1)
     rc=$?
     printf '%s\n' "$out" | tail -n 60
     summary=$(printf '%s\n' "$out" | grep -E '[0-9]+ (passed|failed)' | tail -n 1)

@@ -83,7 +83,9 @@ static int load_gguf(struct model *m, unsigned flags, char *err, size_t errlen)
         snprintf(m->name, sizeof m->name, "%.*s", (int)(s.len < 127 ? s.len : 127), s.ptr);
     if (flags & MODEL_LOAD_NO_TOKENIZER) return 0;
 
-    if ((rc = tok_load_gguf(m->gguf, &m->tok, err, errlen))) return rc;
+    char sub[ERR_BUF];
+    if ((rc = tok_load_gguf(m->gguf, &m->tok, sub, sizeof sub)))
+        return err_set(err, errlen, rc, "%s: %s", m->path, sub);
     if (!gguf_get_str(m->gguf, "tokenizer.chat_template", &s, NULL, 0)) {
         if (!(m->chat_template = dup_n(s.ptr, s.len)))
             return err_set(err, errlen, ERR_NOMEM, "%s: out of memory", m->path);
@@ -97,6 +99,21 @@ static int load_gguf(struct model *m, unsigned flags, char *err, size_t errlen)
     }
     if (!gguf_get_int(m->gguf, "tokenizer.ggml.eot_token_id", &id, NULL, 0)) add_eog(m, (int)id);
     return 0;
+}
+
+/* config.json's eos_token_id (an int or a list), used when generation_config.json
+ * gives none. */
+static void add_config_eos(struct model *m, const cJSON *config)
+{
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(config, "eos_token_id");
+    if (cJSON_IsNumber(e)) {
+        add_eog(m, e->valueint);
+        return;
+    }
+    const cJSON *item;
+    if (cJSON_IsArray(e))
+        cJSON_ArrayForEach(item, e)
+            if (cJSON_IsNumber(item)) add_eog(m, item->valueint);
 }
 
 static int load_hf(struct model *m, unsigned flags, char *err, size_t errlen)
@@ -120,11 +137,12 @@ static int load_hf(struct model *m, unsigned flags, char *err, size_t errlen)
     m->gen.top_k = gc->top_k;
     m->gen.repetition_penalty = gc->repetition_penalty;
     for (int i = 0; i < gc->n_eos; i++) add_eog(m, gc->eos_ids[i]);
+    if (gc->n_eos == 0) add_config_eos(m, hf_config(m->hf)); /* no generation_config.json */
     if (flags & MODEL_LOAD_NO_TOKENIZER) return 0;
 
-    if ((rc = tok_load_hf_json(hf_tokenizer_json_path(m->hf), &m->tok, err, errlen))) return rc;
+    /* tokenizer.json, then tokenizer_config.json (BOS/EOS rules), as transformers does */
+    if ((rc = tok_load_hf_dir(m->path, &m->tok, err, errlen))) return rc;
     const struct hf_tokenizer_config *tc = hf_tokenizer_config(m->hf);
-    if (tc->add_bos_token >= 0) tok_set_adds_bos(m->tok, tc->add_bos_token != 0);
     if ((tc->chat_template && !(m->chat_template = strdup(tc->chat_template))) ||
         (tc->bos_token && !(m->bos_token = strdup(tc->bos_token))) ||
         (tc->eos_token && !(m->eos_token = strdup(tc->eos_token))))

@@ -111,6 +111,7 @@ enum {
 
 struct tokenizer {
     int32_t n_vocab;       /* ids are [0, n_vocab) */
+    int32_t cap_ids;       /* allocated length of the per-id arrays while loading */
     struct tok_strbuf strs; /* piece strings, then decoded bytes */
     uint32_t *piece_off;    /* [n_vocab] offset of the stored form in strs */
     uint32_t *piece_len;    /* [n_vocab] */

@@ -38,17 +38,24 @@ static int grow_ids(struct tokenizer *t, int32_t n)
 {
     if (n <= t->n_vocab)
         return 0;
-    uint32_t *po = realloc(t->piece_off, sizeof *po * (size_t)n);
-    if (po)
-        t->piece_off = po;
-    uint32_t *pl = realloc(t->piece_len, sizeof *pl * (size_t)n);
-    if (pl)
-        t->piece_len = pl;
-    uint8_t *fl = realloc(t->flags, (size_t)n);
-    if (fl)
-        t->flags = fl;
-    if (!po || !pl || !fl)
-        return ERR_NOMEM;
+    if (n > t->cap_ids) {
+        /* geometric growth: vocabularies arrive one id at a time */
+        int32_t cap = t->cap_ids ? t->cap_ids : 1024;
+        while (cap < n)
+            cap *= 2;
+        uint32_t *po = realloc(t->piece_off, sizeof *po * (size_t)cap);
+        if (po)
+            t->piece_off = po;
+        uint32_t *pl = realloc(t->piece_len, sizeof *pl * (size_t)cap);
+        if (pl)
+            t->piece_len = pl;
+        uint8_t *fl = realloc(t->flags, (size_t)cap);
+        if (fl)
+            t->flags = fl;
+        if (!po || !pl || !fl)
+            return ERR_NOMEM;
+        t->cap_ids = cap;
+    }
     for (int32_t i = t->n_vocab; i < n; i++) {
         t->piece_off[i] = 0;
         t->piece_len[i] = 0;

@@ -67,6 +67,9 @@ QUANT_MEAN_FACTOR = 1.5
 # within the logit noise of a correct act-quant implementation).
 TOL_GREEDY_Q4_1 = 1.5
 GREEDY_TOKENS = 64
+# tessera runs with one thread: on a shared 2-core machine its pool is ~20x slower under
+# contention, and results do not depend on the thread count (test_threads_identical).
+THREADS = ("--threads", "1")
 
 # ---- report -------------------------------------------------------------------------------
 
@@ -182,8 +185,9 @@ def _tessera_logits(name, prompt, extra=()):
     _OUT_DIR.mkdir(parents=True, exist_ok=True)
     out = _OUT_DIR / f"{name.replace('/', '_')}-{prompt}{''.join(extra).replace('-', '_')}.bin"
     out.unlink(missing_ok=True)
+    threads = () if "--threads" in extra else THREADS
     run_tessera(["logits", "--model", model_path(name), "--tokens", ",".join(map(str, ids)),
-                 "--out", out, *extra])
+                 "--out", out, *threads, *extra])
     a = np.fromfile(out, dtype="<f4")
     out.unlink()
     assert a.size % len(ids) == 0 and a.size > 0, f"{a.size} floats for {len(ids)} tokens"
@@ -195,10 +199,10 @@ def tessera_logits(tessera_bin, name, prompt, *extra):
 
 
 @functools.lru_cache(maxsize=None)
-def _tessera_generate(name, prompt, n):
+def _tessera_generate(name, prompt, n, threads=THREADS):
     p = run_tessera(["generate", "--model", model_path(name), "--tokens",
                      ",".join(map(str, ids_of(prompt))), "--max-tokens", n,
-                     "--temperature", 0, "--print-ids", "--ignore-eos"])
+                     "--temperature", 0, "--print-ids", "--ignore-eos", *threads])
     line = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
     return [int(t) for t in line.split()]
 
@@ -326,7 +330,7 @@ def test_reference_incremental_decode_matches_one_shot(test_models):
         parts += [m.forward([t], cache) for t in ids[20:]]
         inc = np.concatenate(parts)
         # float32 BLAS sums in a shape-dependent order: agreement to float32 noise
-        assert np.abs(inc - full).max() < 1e-4, name
+        assert np.abs(inc - full).max() < 3e-4, name
 
 
 def test_reference_float32_error_is_small(test_models):
@@ -439,23 +443,45 @@ def test_chunked_prefill_identical(tessera_bin, test_models, name):
     assert np.array_equal(a, b), f"max |d| {np.abs(a - b).max()}"
 
 
+def test_threads_identical(tessera_bin, test_models):
+    """Work is split by output rows / (token, head) pairs, so the thread count changes no
+    result bit; that is what lets every other test run tessera with --threads 1."""
+    for name in ("default", "smollm2-f16.gguf"):
+        a = tessera_logits(tessera_bin, name, "code")
+        b = tessera_logits(tessera_bin, name, "code", "--threads", "2")
+        _row(f"{name} --threads 2 vs 1", "code", len(a), b, a, 0.0)
+        assert np.array_equal(a, b), f"{name}: max |d| {np.abs(a - b).max()}"
+    g1 = _tessera_generate("default", "chat", 16)
+    g2 = _tessera_generate("default", "chat", 16, ("--threads", "2"))
+    assert g1 == g2
+
+
 def test_kv_f16(tessera_bin, test_models):
-    """--kv-dtype f16 on the F16 model: against a reference that rounds K and V to fp16 the
-    same way, the float tolerance holds; against f32 KV, the difference is the fp16
-    rounding effect, bounded by twice what the reference measures for it (+ float tol)."""
+    """--kv-dtype f16 on the F16 model. E = max|ref(kv f16) - ref(kv f32)| is the size of
+    the fp16 rounding of K and V. fp16 rounding is discontinuous like the activation
+    quantization: float32-noise differences in K/V move some values across an fp16
+    rounding boundary (one fp16 ulp, 2^-11 relative), layer by layer the flips spread, and
+    over a few dozen positions tessera(f16) and ref(f16) are two different realizations of
+    the rounding noise. So: both within 2E + float tol of each other and of the f32-KV
+    logits. Position 0 attends to itself only (output = its fp16-rounded V): there the
+    rounding is the same and tessera must match the emulation to the float tolerance."""
     name, prompt = "smollm2-f16.gguf", "code"
     got16 = tessera_logits(tessera_bin, name, prompt, "--kv-dtype", "f16")
     got32 = tessera_logits(tessera_bin, name, prompt)
     ref16 = ref_logits(name, prompt, kv_dtype="f16")
     ref32 = ref_logits(name, prompt)
-    effect = float(np.abs(ref16.astype(np.float64) - ref32).max())
-    _row("F16 gguf: reference kv f16 vs kv f32", prompt, len(ref16), ref16, ref32, None,
-         "size of the fp16 KV rounding effect")
-    check_float_case("F16 gguf --kv-dtype f16 vs ref kv f16", got16, ref16,
-                     TOL_FLOAT_SMOLLM, prompt)
-    tol = 2 * effect + TOL_FLOAT_SMOLLM
+    eff = _row("F16 gguf: ref kv f16 vs ref kv f32", prompt, len(ref16), ref16, ref32, None,
+               "E: size of the fp16 KV rounding effect")
+    tol = 2 * eff["max"] + TOL_FLOAT_SMOLLM
+    r = _row("F16 gguf --kv-dtype f16 vs ref kv f16", prompt, len(got16), got16, ref16, tol)
+    assert r["max"] <= tol, _fmt(r)
     r = _row("F16 gguf --kv-dtype f16 vs --kv-dtype f32", prompt, len(got16), got16, got32, tol)
     assert r["max"] <= tol, _fmt(r)
+    p0 = _row("F16 gguf --kv-dtype f16 vs ref kv f16, position 0", prompt, 1, got16[:1],
+              ref16[:1], TOL_FLOAT_SMOLLM)
+    assert p0["max"] <= TOL_FLOAT_SMOLLM, _fmt(p0)
+    d0 = float(np.abs(got16[0] - got32[0]).max())
+    assert d0 > TOL_FLOAT_SMOLLM, f"--kv-dtype f16 did not change position 0 (max |d| {d0})"
 
 
 def test_kv_f16_q4_1_report(tessera_bin):

@@ -156,8 +156,6 @@ def test_missing_file(tessera_bin, tmp_path):
         assert_clean_failure(r, str(p))
 
 
-@pytest.mark.xfail(strict=True, reason="tokenizer GGUF loader: the bos_token_id message does "
-                   "not name the file (reported to the tokenizer owner)")
 def test_gguf_bos_id_outside_vocab_names_the_file(tessera_bin, bases, tmp_path):
     src = bases[0]
     r_ = gguf.GGUFReader(src)

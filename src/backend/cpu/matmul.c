@@ -34,7 +34,8 @@ static size_t act_row_bytes(enum dtype act, int64_t n)
 {
     if (act == DT_F32) return 0;
     int qa = quant_act_block(act);
-    size_t b = align64((size_t)n) + align64((size_t)(n / qa) * sizeof(float) * (act == DT_Q8_1 ? 2 : 1));
+    size_t qb = act == DT_Q8_1 ? (size_t)Q81_QBYTES(n) : (size_t)n;
+    size_t b = align64(qb) + align64((size_t)(n / qa) * sizeof(float) * (act == DT_Q8_1 ? 2 : 1));
     if (act == DT_Q8_K) b += align64((size_t)(n / 16) * sizeof(int16_t));
     return b;
 }
@@ -47,7 +48,7 @@ struct qact quant_act_row(void *scratch, enum dtype act, int64_t n, int t)
     int qa = quant_act_block(act);
     uint8_t *p = scratch_base(scratch) + (size_t)t * act_row_bytes(act, n);
     a.q = (int8_t *)p;
-    p += align64((size_t)n);
+    p += align64(act == DT_Q8_1 ? (size_t)Q81_QBYTES(n) : (size_t)n);
     if (act == DT_Q8_1) {
         a.ds = (float *)p;
         return a;

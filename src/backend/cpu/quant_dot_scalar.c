@@ -47,7 +47,7 @@ static void quantize_scalar(enum dtype act, const float *x, int64_t b0, int64_t 
     int qa = quant_act_block(act);
     for (int64_t b = b0; b < b1; b++) {
         const float *xb = x + b * qa;
-        int8_t *q = out->q + b * qa;
+        int8_t *q = out->q + b * qa; /* Q8_0 / Q8_K */
         float amax = 0.0f;
         for (int j = 0; j < qa; j++) amax = fmaxf(amax, fabsf(xb[j]));
         float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
@@ -55,8 +55,9 @@ static void quantize_scalar(enum dtype act, const float *x, int64_t b0, int64_t 
         for (int j = 0; j < qa; j++) {
             float v = nearbyintf(xb[j] * id);
             v = fminf(fmaxf(v, -127.0f), 127.0f);
-            q[j] = (int8_t)v;
-            sum += q[j];
+            if (act == DT_Q8_1) out->q[j < 16 ? q81_lo(b) + j : q81_hi(b) + j - 16] = (int8_t)v;
+            else q[j] = (int8_t)v;
+            sum += (int)v;
         }
         if (act == DT_Q8_1) {
             out->ds[2 * b] = d;
@@ -141,9 +142,9 @@ static float dot1_q4_1(int64_t n, const void *w, const struct qact *xq, const fl
     const uint8_t *b = w;
     float s = 0.0f;
     for (int64_t i = 0; i < n / 32; i++, b += 20) {
-        const int8_t *qx = xq->q + i * 32;
+        const int8_t *lo = xq->q + q81_lo(i), *hi = xq->q + q81_hi(i);
         int sum = 0;
-        for (int j = 0; j < 16; j++) sum += (b[4 + j] & 0xF) * qx[j] + (b[4 + j] >> 4) * qx[j + 16];
+        for (int j = 0; j < 16; j++) sum += (b[4 + j] & 0xF) * lo[j] + (b[4 + j] >> 4) * hi[j];
         s += fp16_to_fp32(rd16(b)) * xq->ds[2 * i] * (float)sum + fp16_to_fp32(rd16(b + 2)) * xq->ds[2 * i + 1];
     }
     return s;
@@ -174,13 +175,13 @@ static float dot1_q5_1(int64_t n, const void *w, const struct qact *xq, const fl
     const uint8_t *b = w;
     float s = 0.0f;
     for (int64_t i = 0; i < n / 32; i++, b += 24) {
-        const int8_t *qx = xq->q + i * 32;
+        const int8_t *lo = xq->q + q81_lo(i), *hi = xq->q + q81_hi(i);
         uint32_t qh = rd32(b + 4);
         int sum = 0;
         for (int j = 0; j < 16; j++) {
             int x0 = (int)((b[8 + j] & 0xF) | ((qh >> j & 1u) << 4));
             int x1 = (int)((b[8 + j] >> 4) | ((qh >> (j + 16) & 1u) << 4));
-            sum += x0 * qx[j] + x1 * qx[j + 16];
+            sum += x0 * lo[j] + x1 * hi[j];
         }
         s += fp16_to_fp32(rd16(b)) * xq->ds[2 * i] * (float)sum + fp16_to_fp32(rd16(b + 2)) * xq->ds[2 * i + 1];
     }

@@ -118,7 +118,7 @@ static void quantize_avx2(enum dtype act, const float *x, int64_t b0, int64_t b1
     const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int64_t b = b0; b < b1; b++) {
         const float *xb = x + b * qa;
-        int8_t *q = out->q + b * qa;
+        int8_t *q = out->q + b * qa; /* Q8_0 / Q8_K */
         __m256 mx = _mm256_setzero_ps();
         for (int j = 0; j < qa; j += 8) mx = _mm256_max_ps(mx, _mm256_and_ps(absmask, _mm256_loadu_ps(xb + j)));
         __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
@@ -144,7 +144,13 @@ static void quantize_avx2(enum dtype act, const float *x, int64_t b0, int64_t b1
                 sum = _mm256_add_epi32(_mm256_add_epi32(v[0], v[1]), _mm256_add_epi32(v[2], v[3]));
             }
             __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
-            _mm256_storeu_si256((__m256i *)(q + j), _mm256_permutevar8x32_epi32(p, perm));
+            p = _mm256_permutevar8x32_epi32(p, perm);
+            if (act == DT_Q8_1) { /* regrouped layout (quant_kernels.h) */
+                _mm_storeu_si128((__m128i *)(out->q + q81_lo(b)), _mm256_castsi256_si128(p));
+                _mm_storeu_si128((__m128i *)(out->q + q81_hi(b)), _mm256_extracti128_si256(p, 1));
+            } else {
+                _mm256_storeu_si256((__m256i *)(q + j), p);
+            }
         }
         if (act == DT_Q8_1) {
             out->ds[2 * b] = d;
@@ -255,11 +261,13 @@ static inline uint64_t rd16u(const uint8_t *p)
 
 #define LANES_Q8_0(b, i) dot_ss8(_mm256_loadu_si256((const __m256i *)((b) + 2)), XQ(i))
 #define LANES_Q4_0(b, i) dot_ss8(_mm256_sub_epi8(unpack_nibbles((b) + 2), _mm256_set1_epi8(8)), XQ(i))
-#define LANES_Q4_1(b, i) dot_us8(unpack_nibbles((b) + 4), XQ(i))
+/* Q8_1 codes of block i in element order (two 16-byte halves of the regrouped layout) */
+#define XQ1(i) _mm256_loadu2_m128i((const __m128i *)(xq->q + q81_hi(i)), (const __m128i *)(xq->q + q81_lo(i)))
+#define LANES_Q4_1(b, i) dot_us8(unpack_nibbles((b) + 4), XQ1(i))
 #define LANES_Q5_0(b, i) \
     dot_ss8(_mm256_sub_epi8(_mm256_or_si256(unpack_nibbles((b) + 6), bits_to_0x10((b) + 2)), \
                             _mm256_set1_epi8(16)), XQ(i))
-#define LANES_Q5_1(b, i) dot_us8(_mm256_or_si256(unpack_nibbles((b) + 8), bits_to_0x10((b) + 4)), XQ(i))
+#define LANES_Q5_1(b, i) dot_us8(_mm256_or_si256(unpack_nibbles((b) + 8), bits_to_0x10((b) + 4)), XQ1(i))
 
 /* Q8_0 activations: d only; weight d is the fp16 at the block start */
 #define DOT_BLOCKS32_D(NAME, BB, LANES)                                                  \
@@ -437,16 +445,21 @@ ROWS(q5_1)
 ROWS(q4_k)
 ROWS(q6_k)
 
-/* ---- AVX-512 (F, BW, VL, VBMI, VNNI): two 32-blocks per 512-bit register ----
+/* ---- AVX-512 (F, BW, VL, VBMI, VNNI): Q4_1 / Q5_1, four 32-blocks per 512-bit step ----
  *
- * Four blocks per step. 64-byte loads cover the step's GGUF blocks; a byte permute
- * (vpermb / vpermt2b) gathers two blocks' 16 code bytes, each twice, as [A A B B], and a
- * per-word variable shift (0 or 4) plus a mask turn that into [A_lo A_hi B_lo B_hi] —
- * exactly the element order of the 64 activation bytes of blocks A, B — so one
- * vpdpbusd forms both blocks' sums (lanes 0-7 block A, 8-15 block B). The scale product
- * of the four blocks is formed once and spread with one vpermps per pair. A row whose
- * block count is not a multiple of 4 (n_in = 576 is 18 blocks) ends with one more step
- * on masked loads, which read nothing past the row (masked-off bytes never fault).
+ * One group of 4 blocks (A, B, C, D) per step. Two 64-byte loads cover the group's GGUF
+ * blocks; one two-source byte permute (vpermt2b) gathers the four blocks' 16 code bytes
+ * as [A B C D]; low nibbles (and) and high nibbles (word shift + and) are then exactly
+ * the element order of the regrouped Q8_1 activations (quant_kernels.h: [A0-15 .. D0-15]
+ * and [A16-31 .. D16-31]), so two vpdpbusd into one register give each block's sum in 4
+ * int32 lanes (lanes 0-3 A, 4-7 B, 8-11 C, 12-15 D). The group's four (d, m) pairs go
+ * through one dword permute, one vcvtph2ps and one multiply with the activation (d, s)
+ * pairs; the d products are spread to the 16 lanes with one vpermps, the m * s products
+ * are summed in macc. Per group: 2 byte/dword permutes + 1 float permute, 3 logic ops,
+ * 2 vpdpbusd, 1 convert, 1 FMA (the earlier layout needed 5 permutes and 2 FMAs).
+ * A row whose block count is not a multiple of 4 (n_in = 576 is 18 blocks) ends with one
+ * more step on masked loads, which read nothing past the row (masked-off bytes never
+ * fault and load as zero, so missing blocks contribute 0).
  */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     defined(__AVX512VBMI__) && defined(__AVX512VNNI__)
@@ -457,119 +470,117 @@ static inline __mmask64 bytes_mask(int64_t k)
     return k <= 0 ? 0 : k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << k) - 1);
 }
 
-/* byte indices [o0..o0+15, o0..o0+15, o1..o1+15, o1..o1+15] (+64 selects vpermt2b's 2nd source) */
-static inline __m512i pair_index(int o0, int o1)
+/* byte indices gathering 16 bytes at each of o[0..3] (+64 selects vpermt2b's 2nd source) */
+static inline __m512i quad_index(int o0, int o1, int o2, int o3)
 {
     uint8_t idx[64];
     for (int j = 0; j < 16; j++) {
-        idx[j] = idx[16 + j] = (uint8_t)(o0 + j);
-        idx[32 + j] = idx[48 + j] = (uint8_t)(o1 + j);
+        idx[j] = (uint8_t)(o0 + j);
+        idx[16 + j] = (uint8_t)(o1 + j);
+        idx[32 + j] = (uint8_t)(o2 + j);
+        idx[48 + j] = (uint8_t)(o3 + j);
     }
     return _mm512_loadu_si512(idx);
 }
 
-/* shift words of 16-byte segments 1 and 3 right by 4, then keep the low nibbles */
-static inline __m512i pair_nibbles(__m512i aabb)
-{
-    const __m512i cnt = _mm512_set_epi64(0x0004000400040004, 0x0004000400040004, 0, 0,
-                                         0x0004000400040004, 0x0004000400040004, 0, 0);
-    return _mm512_and_si512(_mm512_srlv_epi16(aabb, cnt), _mm512_set1_epi8(0x0F));
-}
+/* Masks for one group of k (1..4) blocks of bb bytes: weight loads at byte offsets 0 and
+ * o1, each half (16 k bytes) of the activation codes, the k (d, s) pairs. */
+struct step_masks { __mmask64 w0, w1, x; __mmask8 f; };
 
-/* Masks for one step of k (1..4) blocks: weight loads at byte offsets o0, o1 of the
- * step, the activation codes (two 64-byte halves), the activation scales (nf floats). */
-struct step_masks { __mmask64 w0, w1, x0, x1; __mmask8 f; };
-
-static inline struct step_masks step_masks(int k, int bb, int o1, int fpb)
+static inline struct step_masks step_masks(int k, int bb, int o1)
 {
-    struct step_masks m = { bytes_mask(k * bb), bytes_mask(k * bb - o1), bytes_mask(k * 32),
-                            bytes_mask(k * 32 - 64), (__mmask8)bytes_mask(k * fpb) };
+    struct step_masks m = { bytes_mask(k * bb), bytes_mask(k * bb - o1), bytes_mask(k * 16),
+                            (__mmask8)bytes_mask(2 * k) };
     return m;
 }
 
-/* Q4_1 step: 4 blocks = 80 bytes, z0 = b[0..63], z1 = b[16..79] */
-static inline void q4_1_step(const uint8_t *b, int k, const int8_t *xq, const float *ds, struct step_masks m,
-                             __m512 *acc0, __m512 *acc1, __m256 *macc)
+/* sums of the 4 blocks (lanes 4k..4k+3 = block k) from the unsigned 4-bit codes
+ * [A B C D] (16 bytes each) and the group's 128 activation bytes */
+static inline __m512i group_sums(__m512i lo, __m512i hi, const int8_t *xg, __mmask64 mx)
 {
-    const __m512i i_ab = pair_index(4, 24), i_cd = pair_index(44, 64 + 48);
+    __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_maskz_loadu_epi8(mx, xg));
+    return _mm512_dpbusd_epi32(p, hi, _mm512_maskz_loadu_epi8(mx, xg + 64));
+}
+
+/* acc += (dw dx)_block * sums; macc += [dw dx, m s] of the 4 blocks */
+static inline __m512 group_scale(__m128i dm16, const float *ds, __mmask8 mf, __m512i sums, __m512 acc,
+                                 __m256 *macc)
+{
+    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+    __m256 sc = _mm256_mul_ps(_mm256_cvtph_ps(dm16), _mm256_maskz_loadu_ps(mf, ds));
+    *macc = _mm256_add_ps(*macc, sc);
+    return _mm512_fmadd_ps(_mm512_permutexvar_ps(spread, _mm512_castps256_ps512(sc)),
+                           _mm512_cvtepi32_ps(sums), acc);
+}
+
+/* Q4_1 group: 4 blocks = 80 bytes (d, m, qs[16] each), z0 = b[0..63], z1 = b[16..79] */
+static inline __m512 q4_1_group(const uint8_t *b, const int8_t *xg, const float *ds, struct step_masks m,
+                                __m512 acc, __m256 *macc)
+{
+    const __m512i idx = quad_index(4, 24, 44, 64 + 48);
     const __m512i i_dm = _mm512_setr_epi32(0, 5, 10, 15, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i s_ab = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
-    const __m512i s_cd = _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512i z0 = _mm512_maskz_loadu_epi8(m.w0, b), z1 = _mm512_maskz_loadu_epi8(m.w1, b + 16);
-    __m256 sc = _mm256_mul_ps(_mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi32(i_dm, z0))),
-                              _mm256_maskz_loadu_ps(m.f, ds));
-    *macc = _mm256_add_ps(*macc, sc);
-    __m512 sc5 = _mm512_castps256_ps512(sc);
-    __m512i qab = pair_nibbles(_mm512_permutexvar_epi8(i_ab, z0));
-    __m512i pab = _mm512_dpbusd_epi32(_mm512_setzero_si512(), qab, _mm512_maskz_loadu_epi8(m.x0, xq));
-    *acc0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(s_ab, sc5), _mm512_cvtepi32_ps(pab), *acc0);
-    if (k > 2) { /* blocks C, D (a constant-true test in the full steps) */
-        __m512i qcd = pair_nibbles(_mm512_permutex2var_epi8(z0, i_cd, z1));
-        __m512i pcd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), qcd, _mm512_maskz_loadu_epi8(m.x1, xq + 64));
-        *acc1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(s_cd, sc5), _mm512_cvtepi32_ps(pcd), *acc1);
-    }
+    __m512i codes = _mm512_permutex2var_epi8(z0, idx, z1);
+    __m512i lo = _mm512_and_si512(codes, m4), hi = _mm512_and_si512(_mm512_srli_epi16(codes, 4), m4);
+    __m512i sums = group_sums(lo, hi, xg, m.x);
+    return group_scale(_mm512_castsi512_si128(_mm512_permutexvar_epi32(i_dm, z0)), ds, m.f, sums, acc, macc);
 }
 
-/* Q5_1 step: 4 blocks = 96 bytes (d, m, qh[4], qs[16] each), z0 = b[0..63], z1 = b[32..95];
+/* Q5_1 group: 4 blocks = 96 bytes (d, m, qh[4], qs[16] each), z0 = b[0..63], z1 = b[32..95];
  * k = blocks present (the high bits are read with scalar loads, so only those). */
-static inline void q5_1_step(const uint8_t *b, int k, const int8_t *xq, const float *ds, struct step_masks m,
-                             __m512 *acc0, __m512 *acc1, __m256 *macc)
+static inline __m512 q5_1_group(const uint8_t *b, int k, const int8_t *xg, const float *ds, struct step_masks m,
+                                __m512 acc, __m256 *macc)
 {
-    const __m512i i_ab = pair_index(8, 32), i_cd = pair_index(24, 48);
+    const __m512i idx = quad_index(8, 32, 64 + 24, 64 + 48);
     const __m512i i_dm = _mm512_setr_epi32(0, 6, 12, 16 + 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i s_ab = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
-    const __m512i s_cd = _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6);
-    const __m512i x10 = _mm512_set1_epi8(0x10);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), x10 = _mm512_set1_epi8(0x10);
     __m512i z0 = _mm512_maskz_loadu_epi8(m.w0, b), z1 = _mm512_maskz_loadu_epi8(m.w1, b + 32);
-    __m256 sc = _mm256_mul_ps(_mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutex2var_epi32(z0, i_dm, z1))),
-                              _mm256_maskz_loadu_ps(m.f, ds));
-    *macc = _mm256_add_ps(*macc, sc);
-    __m512 sc5 = _mm512_castps256_ps512(sc);
-    uint64_t h[4] = { 0, 0, 0, 0 };
-    for (int j = 0; j < k; j++) h[j] = rd32u(b + 24 * j + 4);
-    __m512i qab = _mm512_or_si512(pair_nibbles(_mm512_permutexvar_epi8(i_ab, z0)),
-                                  _mm512_maskz_mov_epi8(h[0] | h[1] << 32, x10));
-    __m512i pab = _mm512_dpbusd_epi32(_mm512_setzero_si512(), qab, _mm512_maskz_loadu_epi8(m.x0, xq));
-    *acc0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(s_ab, sc5), _mm512_cvtepi32_ps(pab), *acc0);
-    if (k > 2) {
-        __m512i qcd = _mm512_or_si512(pair_nibbles(_mm512_permutexvar_epi8(i_cd, z1)),
-                                      _mm512_maskz_mov_epi8(h[2] | h[3] << 32, x10));
-        __m512i pcd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), qcd, _mm512_maskz_loadu_epi8(m.x1, xq + 64));
-        *acc1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(s_cd, sc5), _mm512_cvtepi32_ps(pcd), *acc1);
+    __m512i codes = _mm512_permutex2var_epi8(z0, idx, z1);
+    uint64_t hl = 0, hh = 0; /* 5th bits: elements 0-15 / 16-31 of each block, 16 bits per block */
+    for (int j = 0; j < k; j++) {
+        uint64_t h = rd32u(b + 24 * j + 4);
+        hl |= (h & 0xFFFF) << (16 * j);
+        hh |= (h >> 16) << (16 * j);
     }
+    __m512i lo = _mm512_and_si512(codes, m4), hi = _mm512_and_si512(_mm512_srli_epi16(codes, 4), m4);
+    lo = _mm512_mask_add_epi8(lo, (__mmask64)hl, lo, x10);
+    hi = _mm512_mask_add_epi8(hi, (__mmask64)hh, hi, x10);
+    __m512i sums = group_sums(lo, hi, xg, m.x);
+    return group_scale(_mm512_castsi512_si128(_mm512_permutex2var_epi32(z0, i_dm, z1)), ds, m.f, sums, acc, macc);
 }
 
-#define DOT_DM_AVX512(NAME, BB, O1, STEP_CALL)                                             \
+#define DOT_DM_AVX512(NAME, BB, O1, GROUP_CALL)                                            \
     static void NAME(int64_t n, const void *w, size_t row_bytes, int64_t nrows,            \
                      const struct qact *xq, const float *xf, float *out)                   \
     {                                                                                      \
         (void)xf;                                                                          \
         const int64_t nb = n / 32, nfull = nb & ~(int64_t)3;                               \
         const int rem = (int)(nb & 3);                                                     \
-        const struct step_masks full = step_masks(4, BB, O1, 2), tail = step_masks(rem, BB, O1, 2); \
+        const struct step_masks full = step_masks(4, BB, O1), tail = step_masks(rem, BB, O1); \
         for (int64_t r = 0; r < nrows; r++) {                                              \
             const uint8_t *wb = (const uint8_t *)w + (size_t)r * row_bytes;                \
-            __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();                 \
+            __m512 acc = _mm512_setzero_ps();                                              \
             __m256 macc = _mm256_setzero_ps();                                             \
             int64_t i = 0;                                                                 \
             for (; i < nfull; i += 4) {                                                    \
                 const uint8_t *b = wb + i * BB;                                            \
                 PREFETCH_AHEAD(b, 4 * BB);                                                 \
-                STEP_CALL(b, 4, full);                                                     \
+                acc = GROUP_CALL(b, 4, full);                                              \
             }                                                                              \
             if (rem) {                                                                     \
                 const uint8_t *b = wb + i * BB;                                            \
-                STEP_CALL(b, rem, tail);                                                   \
+                acc = GROUP_CALL(b, rem, tail);                                            \
             }                                                                              \
-            out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) +                     \
-                     hsum8(_mm256_blend_ps(_mm256_setzero_ps(), macc, 0xAA));              \
+            __m256 ms = _mm256_blend_ps(_mm256_setzero_ps(), macc, 0xAA);                  \
+            out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc, _mm512_zextps256_ps512(ms))); \
         }                                                                                  \
     }
 
-#define Q4_1_STEP(b, k, m) q4_1_step(b, k, xq->q + 32 * i, xq->ds + 2 * i, m, &acc0, &acc1, &macc)
-#define Q5_1_STEP(b, k, m) q5_1_step(b, k, xq->q + 32 * i, xq->ds + 2 * i, m, &acc0, &acc1, &macc)
-DOT_DM_AVX512(dot_q4_1_avx512, 20, 16, Q4_1_STEP)
-DOT_DM_AVX512(dot_q5_1_avx512, 24, 32, Q5_1_STEP)
+#define Q4_1_GROUP(b, k, m) q4_1_group(b, xq->q + 32 * i, xq->ds + 2 * i, m, acc, &macc)
+#define Q5_1_GROUP(b, k, m) q5_1_group(b, k, xq->q + 32 * i, xq->ds + 2 * i, m, acc, &macc)
+DOT_DM_AVX512(dot_q4_1_avx512, 20, 16, Q4_1_GROUP)
+DOT_DM_AVX512(dot_q5_1_avx512, 24, 32, Q5_1_GROUP)
 
 #endif
 

@@ -12,8 +12,16 @@
  *   weight Q4_K, Q6_K       -> Q8_K: one d per 256, plus bsums[16 per 256] = sum of q per 16
  * stored structure-of-arrays so SIMD loads of q are contiguous:
  *   Q8_0: q[n] int8 | d[n / 32] f32
- *   Q8_1: q[n] int8 | ds[n / 32][2] f32
+ *   Q8_1: q[Q81_QBYTES(n)] int8 (regrouped, below) | ds[n / 32][2] f32
  *   Q8_K: q[n] int8 | d[n / 256] f32 | bsums[n / 16] int16
+ * Q8_1 codes are regrouped per 4 blocks (A, B, C, D) to match how the 4-bit weight codes
+ * unpack: a byte permute gathers the four blocks' 16 code bytes as [A B C D], and the low
+ * nibbles are then elements 0-15 of each block, the high nibbles elements 16-31. So a
+ * group of 4 blocks occupies 128 bytes
+ *   [A0-15 B0-15 C0-15 D0-15 | A16-31 B16-31 C16-31 D16-31]
+ * (q81_lo(b) / q81_hi(b): offset of block b's elements 0-15 / 16-31). A last group of
+ * fewer than 4 blocks keeps the same 128-byte stride (its unused slots are never read),
+ * so a block's position does not depend on the row length.
  * (QA = 32 or 256). d is kept in f32, not fp16 as in ggml, so the only activation error is
  * the rounding of q: |x[i] - d_b q[i]| <= d_b / 2 (plus f32 rounding of x*1/d).
  * Float weight types (F32, F16, BF16) read x directly and need no scratch.
@@ -27,9 +35,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+static inline int64_t q81_lo(int64_t b) { return (b >> 2) * 128 + (b & 3) * 16; }
+static inline int64_t q81_hi(int64_t b) { return q81_lo(b) + 64; }
+/* bytes of the Q8_1 code array of an n-element row (whole 128-byte groups) */
+#define Q81_QBYTES(n) ((((int64_t)(n) / 32 + 3) / 4) * 128)
+
 /* One quantized activation row (views into scratch). Unused arrays are NULL. */
 struct qact {
-    int8_t *q;       /* [n] */
+    int8_t *q;       /* [n] (Q8_1: [Q81_QBYTES(n)], regrouped) */
     float *d;        /* [n / 32] (Q8_0) or [n / 256] (Q8_K) */
     float *ds;       /* [n / 32][2] Q8_1 only: (d, d * sum(q)) per block */
     int16_t *bsums;  /* [n / 16] Q8_K only: sum(q) per 16 elements */
