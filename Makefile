@@ -71,7 +71,7 @@ $(MODEL): scripts/get-model.sh
 model: $(MODEL)
 
 run: all $(MODEL)
-	$(BUILD)/tessera generate --model $(MODEL) --chat --prompt "What is the capital of France?" --max-tokens 128
+	$(BUILD)/tessera generate --model $(MODEL) --chat --prompt "Write a short poem about the sea." --max-tokens 128 --temperature 0
 
 test: all $(VENV)/.ok $(MODEL)
 	@BUILD=$(BUILD) scripts/run-tests.sh

@@ -23,8 +23,6 @@ if [ -x "$BUILD/tests/tool_bench_matmul" ]; then
     echo "## matmul kernels"
     "$BUILD/tests/tool_bench_matmul"
 fi
-if [ -x "$BUILD/tests/tool_bench_tokenizer" ]; then
-    echo
-    echo "## tokenizer"
-    "$BUILD/tests/tool_bench_tokenizer"
-fi
+echo
+echo "## tokenizer (encode, one core, tessera vs Hugging Face tokenizers)"
+BUILD=$BUILD scripts/bench_tokenizer.sh

@@ -248,9 +248,11 @@ int model_forward(struct forward_state *fs, struct kv_cache *kv, const struct ba
 
         /* attention block */
         rmsnorm_rows(fs, fs->xb, fs->x, lw->attn_norm, T, dim);
-        cpu_matmul(tp, lw->wq, fs->xb, fs->q, T, fs->mm_scratch);
-        cpu_matmul(tp, lw->wk, fs->xb, fs->k, T, fs->mm_scratch);
-        cpu_matmul(tp, lw->wv, fs->xb, fs->v, T, fs->mm_scratch);
+        {   /* one quantization of xb, one dispatch for the three */
+            const struct tensor *qkv_w[3] = { lw->wq, lw->wk, lw->wv };
+            float *qkv_y[3] = { fs->q, fs->k, fs->v };
+            cpu_matmul_multi(tp, qkv_w, 3, fs->xb, qkv_y, T, fs->mm_scratch);
+        }
         if (c->qkv_bias) {
             add_bias(fs->q, lw->bq, T, qd);
             add_bias(fs->k, lw->bk, T, kvd);
@@ -285,8 +287,11 @@ int model_forward(struct forward_state *fs, struct kv_cache *kv, const struct ba
 
         /* MLP block */
         rmsnorm_rows(fs, fs->xb, fs->x, lw->ffn_norm, T, dim);
-        cpu_matmul(tp, lw->w_gate, fs->xb, fs->hb, T, fs->mm_scratch);
-        cpu_matmul(tp, lw->w_up, fs->xb, fs->hb2, T, fs->mm_scratch);
+        {
+            const struct tensor *gu_w[2] = { lw->w_gate, lw->w_up };
+            float *gu_y[2] = { fs->hb, fs->hb2 };
+            cpu_matmul_multi(tp, gu_w, 2, fs->xb, gu_y, T, fs->mm_scratch);
+        }
         struct rows_job sm = { .op = ROWS_SILU_MUL, .rows = T, .n = c->ffn_dim, .out = fs->hb,
                                .a = fs->hb, .b = fs->hb2 };
         rows_run(fs, &sm);

@@ -18,11 +18,6 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#define TRY(x)               \
-    do {                     \
-        int rc_ = (x);       \
-        if (rc_) return rc_; \
-    } while (0)
 
 #define NOPOS ((size_t)-1)
 
@@ -1066,10 +1061,6 @@ static const struct {
     { "wordcount", f_wordcount },
 };
 
-#define NAME_LOOKUP(table, name, n)                                                   \
-    for (size_t i_ = 0; i_ < sizeof table / sizeof table[0]; i_++)                    \
-        if (strlen(table[i_].name) == n && !memcmp(table[i_].name, name, n)) return (int)i_; \
-    return -1
 
 int jinja_filter_id(const char *name, size_t n) { NAME_LOOKUP(filters, name, n); }
 

@@ -25,11 +25,6 @@
 
 enum { JR_BREAK = 1, JR_CONTINUE = 2 };
 
-#define TRY(x)               \
-    do {                     \
-        int rc_ = (x);       \
-        if (rc_) return rc_; \
-    } while (0)
 
 int jr_fail(struct jrender *r, const char *fmt, ...)
 {

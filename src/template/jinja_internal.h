@@ -369,4 +369,19 @@ int jinja_dict_items(struct jrender *r, struct jv d, struct jv *out);
 int jinja_tojson(struct jrender *r, struct jbuf *b, struct jv v, const char *indent,
                  const char *item_sep, const char *key_sep, bool sort_keys, bool ascii);
 
+
+/* Propagates a non-zero return code (the module's error convention). */
+#define TRY(x)               \
+    do {                     \
+        int rc_ = (x);       \
+        if (rc_) return rc_; \
+    } while (0)
+
+/* Body of a "name -> index in table" lookup over a static table with a .name field;
+ * returns the index or -1. */
+#define NAME_LOOKUP(table, name, n)                                                          \
+    for (size_t i_ = 0; i_ < sizeof table / sizeof table[0]; i_++)                           \
+        if (strlen(table[i_].name) == n && !memcmp(table[i_].name, name, n)) return (int)i_; \
+    return -1
+
 #endif

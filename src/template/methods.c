@@ -9,11 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define TRY(x)               \
-    do {                     \
-        int rc_ = (x);       \
-        if (rc_) return rc_; \
-    } while (0)
 
 enum { M_STR = 1, M_DICT = 2, M_LIST = 4, M_LOOP = 8 };
 

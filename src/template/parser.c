@@ -126,12 +126,6 @@ static int push(struct parser *p, struct jnodes *l, struct jnode *n)
     struct jnode *var = node_new(p, kind);                                            \
     if (!var) return err_set(p->err, p->errlen, ERR_NOMEM, "out of memory")
 
-#define TRY(x)                  \
-    do {                        \
-        int rc_ = (x);          \
-        if (rc_) return rc_;    \
-    } while (0)
-
 /* ---- expressions ----------------------------------------------------------------- */
 
 static int parse_expression(struct parser *p, bool condexpr, struct jnode **out);

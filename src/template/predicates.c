@@ -10,16 +10,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#define TRY(x)               \
-    do {                     \
-        int rc_ = (x);       \
-        if (rc_) return rc_; \
-    } while (0)
 
-#define NAME_LOOKUP(table, name, n)                                                   \
-    for (size_t i_ = 0; i_ < sizeof table / sizeof table[0]; i_++)                    \
-        if (strlen(table[i_].name) == n && !memcmp(table[i_].name, name, n)) return (int)i_; \
-    return -1
 
 /* ---- tests ----------------------------------------------------------------------------- */
 

@@ -154,14 +154,24 @@ static void test_default_chunked_equals_oneshot(void)
     CHECK(rc == 0, "%s", err);
     double d = max_abs_diff(one, ch, LEN_A * V);
     CHECK(d > 0 && d < 2.5, "f16 kv differs by %g", d);
+    /* Same argmax wherever the F32-KV top-2 margin is clear of that noise (0.5, a fifth of
+     * the bound above); at near-ties (position 11 of this prompt has a margin of 0.03–0.16
+     * depending on kernel rounding) either winner is correct, but at most one may flip. */
+    int flips = 0;
     for (int t = 0; t < LEN_A; t++) {
         int a1 = 0, a2 = 0;
         for (size_t i = 1; i < V; i++) {
             if (one[t * V + i] > one[t * V + a1]) a1 = (int)i;
             if (ch[t * V + i] > ch[t * V + a2]) a2 = (int)i;
         }
-        CHECK(a1 == a2, "position %d argmax %d vs %d", t, a1, a2);
+        float second = -INFINITY;
+        for (size_t i = 0; i < V; i++)
+            if ((int)i != a1 && one[t * V + i] > second) second = one[t * V + i];
+        float margin = one[t * V + a1] - second;
+        if (a1 != a2) flips++;
+        CHECK(a1 == a2 || margin < 0.5f, "position %d argmax %d vs %d (margin %g)", t, a1, a2, margin);
     }
+    CHECK(flips <= 1, "%d positions changed argmax with F16 KV", flips);
     free(one);
     free(ch);
 }

@@ -399,6 +399,88 @@ GRID_TEST(Q5_1)
 GRID_TEST(Q4_K)
 GRID_TEST(Q6_K)
 
+/* cpu_matmul_multi (Q, K, V / gate, up sharing one input) gives bitwise what one
+ * cpu_matmul per weight gives, for every kernel set and thread count, and matches ref
+ * within the grid tolerance. Includes a mixed-format set (Q4_1 + Q8_0: separate calls). */
+static void test_matmul_multi(void)
+{
+    struct threadpool *pools[3] = { tp_create(1), tp_create(2), tp_create(3) };
+    struct rng r = { 0xC0FFEE };
+    const struct quant_impl *impls[8] = { quant_impl_best(), quant_impl_scalar() }, *simd[6];
+    int n_impls = impls[0] != impls[1] ? 2 : 1, n_simd = quant_impl_simd_list(simd, 6);
+    for (int k = 0; k < n_simd; k++)
+        if (simd[k] != impls[0]) impls[n_impls++] = simd[k];
+    const struct { enum dtype t[3]; int nw; int64_t n_in; int n_out[3]; } cases[] = {
+        { { DT_Q4_1, DT_Q4_1, DT_Q4_1 }, 3, 576, { 64, 17, 17 } },
+        { { DT_Q4_1, DT_Q4_1 }, 2, 224, { 130, 3 } },
+        { { DT_Q4_1, DT_Q5_1, DT_Q4_1 }, 3, 64, { 1, 3, 64 } },
+        { { DT_Q8_0, DT_Q4_1 }, 2, 576, { 17, 3 } },
+        { { DT_F16, DT_F16, DT_F16 }, 3, 576, { 3, 64, 1 } },
+        { { DT_Q4_K, DT_Q6_K }, 2, 512, { 17, 17 } },
+    };
+    const int tokens[] = { 1, 2, 33 }, max_nt = 33;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int nw = cases[c].nw;
+        int64_t n_in = cases[c].n_in;
+        struct tensor w[3];
+        uint8_t *wd[3];
+        float *ref[3], *y1[3], *y2[3];
+        double *act[3], *acc[3];
+        size_t ssz = 64;
+        float *x = rand_x(n_in, max_nt, 0, &r);
+        for (int k = 0; k < nw; k++) {
+            enum dtype t = cases[c].t[k];
+            int64_t n_out = cases[c].n_out[k];
+            wd[k] = rand_weights(t, n_in, n_out, &r);
+            w[k] = (struct tensor){ .name = "w", .type = t, .n_dims = 2, .ne = { n_in, n_out, 1, 1 },
+                                    .data = wd[k], .nbytes = dtype_row_bytes(t, n_in) * (size_t)n_out };
+            size_t s = cpu_matmul_scratch_size(t, n_in, max_nt);
+            if (s > ssz) ssz = s;
+            ref[k] = malloc(sizeof(float) * (size_t)(n_out * max_nt));
+            y1[k] = malloc(sizeof(float) * (size_t)(n_out * max_nt));
+            y2[k] = malloc(sizeof(float) * (size_t)(n_out * max_nt));
+            act[k] = malloc(sizeof(double) * (size_t)(n_out * max_nt));
+            acc[k] = malloc(sizeof(double) * (size_t)(n_out * max_nt));
+            cpu_matmul_ref(&w[k], x, ref[k], max_nt);
+            out_bounds(&w[k], x, max_nt, act[k], acc[k]);
+        }
+        uint8_t *scratch = malloc(ssz + 1);
+        const struct tensor *wp[3] = { &w[0], &w[1], &w[2] };
+        for (int m = 0; m < n_impls; m++)
+            for (int ti = 0; ti < 3; ti++)
+                for (int p = 0; p < 3; p++) {
+                    int nt = tokens[ti];
+                    for (int k = 0; k < nw; k++) {
+                        for (int64_t i = 0; i < w[k].ne[1] * nt; i++) y2[k][i] = NAN;
+                        cpu_matmul_impl(pools[0], impls[m], &w[k], x, y1[k], nt, scratch + 1);
+                    }
+                    cpu_matmul_multi_impl(pools[p], impls[m], wp, nw, x, y2, nt, scratch + 1);
+                    for (int k = 0; k < nw; k++) {
+                        char what[96];
+                        snprintf(what, sizeof what, "multi case %zu w%d %s threads=%d nt=%d", c, k,
+                                 impls[m]->name, p + 1, nt);
+                        CHECK(memcmp(y1[k], y2[k], sizeof(float) * (size_t)(w[k].ne[1] * nt)) == 0,
+                              "%s: differs from cpu_matmul", what);
+                        CHECK(compare(what, &w[k], y2[k], ref[k], nt, act[k], acc[k], 1.0, 1, 0) == 0,
+                              "%s: vs ref", what);
+                    }
+                }
+        if (impls[0] == quant_impl_best()) { /* the public entry point */
+            cpu_matmul_multi(pools[1], wp, nw, x, y2, 1, scratch + 1);
+            for (int k = 0; k < nw; k++) {
+                cpu_matmul(pools[0], &w[k], x, y1[k], 1, scratch + 1);
+                CHECK(memcmp(y1[k], y2[k], sizeof(float) * (size_t)w[k].ne[1]) == 0, "cpu_matmul_multi w%d", k);
+            }
+        }
+        for (int k = 0; k < nw; k++) {
+            free(wd[k]); free(ref[k]); free(y1[k]); free(y2[k]); free(act[k]); free(acc[k]);
+        }
+        free(scratch);
+        free(x);
+    }
+    for (int i = 0; i < 3; i++) tp_free(pools[i]);
+}
+
 /* The comparison can fail: swapping the nibble halves of one weight block after computing
  * y must be detected for every quantized 4/5-bit type and for a flipped Q8_0 code. */
 static void test_compare_detects_errors(void)
@@ -448,6 +530,7 @@ int main(void)
     printf("; cpu_matmul uses %s\n", quant_impl_best()->name);
     RUN(test_dequant_known);
     RUN(test_quantize_agree);
+    RUN(test_matmul_multi);
     RUN(test_scratch_size);
     RUN(test_compare_detects_errors);
     RUN(test_matmul_F32);

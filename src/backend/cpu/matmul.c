@@ -163,6 +163,88 @@ void cpu_matmul_impl(struct threadpool *tp, const struct quant_impl *impl,
     tp_run(tp, mm_task, &j);
 }
 
+/* ---- several weights over one input: one quantization, one dispatch ---- */
+
+#define MM_MULTI_MAX 4
+
+struct mm_multi_job {
+    struct mm_job j[MM_MULTI_MAX];
+    int nw;
+    int64_t total_rows;
+};
+
+/* The weights' rows, concatenated, are split into one contiguous range per share; a
+ * range may span two weights. Each output is still one kernel call over its whole row,
+ * so the results do not depend on the split. */
+static void mm_multi_task(void *arg, int ith, int nth)
+{
+    const struct mm_multi_job *m = arg;
+    long begin, end;
+    tp_split((long)m->total_rows, ith, nth, &begin, &end);
+    int64_t base = 0;
+    for (int k = 0; k < m->nw && base < end; k++) {
+        const struct mm_job *j = &m->j[k];
+        int64_t r0 = begin > base ? begin : base, r1 = end < base + j->n_out ? end : base + j->n_out;
+        if (r0 < r1) mm_block(j, r0 - base, r1 - base, 0, j->num_tokens);
+        base += j->n_out;
+    }
+}
+
+void cpu_matmul_multi_impl(struct threadpool *tp, const struct quant_impl *impl,
+                           const struct tensor *const *ws, int nw, const float *x, float *const *ys,
+                           int num_tokens, void *scratch)
+{
+    int same = nw >= 1 && nw <= MM_MULTI_MAX;
+    for (int k = 1; same && k < nw; k++)
+        same = ws[k]->ne[0] == ws[0]->ne[0] && quant_act_type(ws[k]->type) == quant_act_type(ws[0]->type);
+    if (!same) { /* different inputs formats: one call each */
+        for (int k = 0; k < nw; k++) cpu_matmul_impl(tp, impl, ws[k], x, ys[k], num_tokens, scratch);
+        return;
+    }
+    struct mm_multi_job m = { .nw = nw };
+    for (int k = 0; k < nw; k++) {
+        struct mm_job *j = &m.j[k];
+        *j = (struct mm_job){
+            .impl = impl,
+            .dot = impl->dot[ws[k]->type],
+            .act = quant_act_type(ws[k]->type),
+            .w = ws[k]->data,
+            .n_in = ws[k]->ne[0],
+            .n_out = ws[k]->ne[1],
+            .num_tokens = num_tokens,
+            .x = x,
+            .y = ys[k],
+            .scratch = scratch,
+        };
+        assert(j->dot && "unsupported weight type");
+        j->row_bytes = dtype_row_bytes(ws[k]->type, j->n_in);
+        assert(j->row_bytes > 0 && "n_in must be a multiple of the block size");
+        m.total_rows += j->n_out;
+    }
+    if (num_tokens <= 0 || m.total_rows <= 0) return;
+    /* many tokens over few rows: the per-weight calls split by tokens instead */
+    if (m.total_rows < 4L * tp_size(tp) && num_tokens >= 2 * tp_size(tp)) {
+        for (int k = 0; k < nw; k++) cpu_matmul_impl(tp, impl, ws[k], x, ys[k], num_tokens, scratch);
+        return;
+    }
+    const struct mm_job *j0 = &m.j[0];
+    if (j0->act != DT_F32) {
+        assert(scratch);
+        int64_t total = (int64_t)num_tokens * j0->n_in;
+        if (total < QUANT_PARALLEL_MIN || tp_size(tp) == 1)
+            mm_quantize_range(j0, 0, (int64_t)num_tokens * (j0->n_in / quant_act_block(j0->act)));
+        else
+            tp_run(tp, mm_quantize_task, (void *)j0);
+    }
+    tp_run(tp, mm_multi_task, &m);
+}
+
+void cpu_matmul_multi(struct threadpool *tp, const struct tensor *const *ws, int nw, const float *x,
+                      float *const *ys, int num_tokens, void *scratch)
+{
+    cpu_matmul_multi_impl(tp, quant_impl_best(), ws, nw, x, ys, num_tokens, scratch);
+}
+
 void cpu_matmul(struct threadpool *tp, const struct tensor *w, const float *x, float *y,
                 int num_tokens, void *scratch)
 {

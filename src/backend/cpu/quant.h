@@ -32,6 +32,14 @@ size_t cpu_matmul_scratch_size(enum dtype type, int64_t n_in, int max_tokens);
 void cpu_matmul(struct threadpool *tp, const struct tensor *w, const float *x, float *y,
                 int num_tokens, void *scratch);
 
+/* Several weights over the same input, e.g. Q, K, V or gate, up: ys[k] = x @ ws[k] for
+ * k < nw (nw <= 4), each with cpu_matmul's contract and results (bitwise). The input is
+ * quantized once and all rows go to the pool in one dispatch when the weights share n_in
+ * and activation format (else one cpu_matmul per weight). scratch: the largest
+ * cpu_matmul_scratch_size of the weights. */
+void cpu_matmul_multi(struct threadpool *tp, const struct tensor *const *ws, int nw, const float *x,
+                      float *const *ys, int num_tokens, void *scratch);
+
 /* Reference (plain loop, dequantize-then-dot) version of cpu_matmul for tests. */
 void cpu_matmul_ref(const struct tensor *w, const float *x, float *y, int num_tokens);
 

@@ -246,16 +246,25 @@ static inline uint64_t rd16u(const uint8_t *p)
  * the next rows of this thread's range): one decode pass touches each weight line once,
  * and with ~10 instructions per 20-byte block the out-of-order window alone keeps too
  * few lines in flight to cover DRAM latency. Prefetching past the end of the matrix is
- * harmless (prefetches do not fault). */
-#ifndef QK_PF
-#define QK_PF 1024
+ * harmless (prefetches do not fault). Distance 384 B measured best here from DRAM (1 KB
+ * cost Q8_0 ~20%; see docs/cpu-kernels.md); -DQK_PF=-1 disables, -DQK_PF_ONE=1 issues one
+ * prefetch per step instead of one per 64 bytes (both for experiments). */
+#ifndef QK_PF_ONE
+#define QK_PF_ONE 0
 #endif
+#ifndef QK_PF
+#define QK_PF 384
+#endif
+#if QK_PF < 0
+#define PREFETCH_AHEAD(b, span) ((void)(b))
+#else
 #define PREFETCH_AHEAD(b, span)                                                          \
     do {                                                                                 \
         _mm_prefetch((const char *)(b) + QK_PF, _MM_HINT_T0);                            \
-        if ((span) > 64) _mm_prefetch((const char *)(b) + QK_PF + 64, _MM_HINT_T0);      \
+        if (!QK_PF_ONE && (span) > 64) _mm_prefetch((const char *)(b) + QK_PF + 64, _MM_HINT_T0); \
         if ((span) > 128) _mm_prefetch((const char *)(b) + QK_PF + 128, _MM_HINT_T0);    \
     } while (0)
+#endif
 
 #define XQ(i) _mm256_loadu_si256((const __m256i *)(xq->q + (i) * 32))
 

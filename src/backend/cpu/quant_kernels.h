@@ -92,6 +92,11 @@ void cpu_matmul_impl(struct threadpool *tp, const struct quant_impl *impl,
                      const struct tensor *w, const float *x, float *y, int num_tokens,
                      void *scratch);
 
+/* cpu_matmul_multi with an explicit kernel set. */
+void cpu_matmul_multi_impl(struct threadpool *tp, const struct quant_impl *impl,
+                           const struct tensor *const *ws, int nw, const float *x, float *const *ys,
+                           int num_tokens, void *scratch);
+
 /* Views of token t's quantized row inside scratch (layout above). */
 struct qact quant_act_row(void *scratch, enum dtype act, int64_t n_in, int t);
 
