@@ -65,7 +65,7 @@ $(VENV)/.ok: requirements-test.txt
 
 venv: $(VENV)/.ok
 
-$(MODEL): scripts/get-model.sh
+$(MODEL):
 	scripts/get-model.sh
 
 model: $(MODEL)
