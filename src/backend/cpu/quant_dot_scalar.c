@@ -243,24 +243,17 @@ static float dot1_q6_k(int64_t n, const void *w, const struct qact *xq, const fl
     return s;
 }
 
-/* Row-run wrappers: the kernels above compute one row. */
-#define ROWS(NAME)                                                                         \
-    static void dot_##NAME(int64_t n, const void *w, size_t row_bytes, int64_t nrows,      \
-                           const struct qact *xq, const float *xf, float *out)             \
-    {                                                                                      \
-        for (int64_t r = 0; r < nrows; r++)                                                \
-            out[r] = dot1_##NAME(n, (const uint8_t *)w + (size_t)r * row_bytes, xq, xf);   \
-    }
-ROWS(f32)
-ROWS(f16)
-ROWS(bf16)
-ROWS(q8_0)
-ROWS(q4_0)
-ROWS(q4_1)
-ROWS(q5_0)
-ROWS(q5_1)
-ROWS(q4_k)
-ROWS(q6_k)
+/* Row-run wrappers (QK_ROWS in quant_kernels.h) for the one-row kernels above. */
+QK_ROWS(f32)
+QK_ROWS(f16)
+QK_ROWS(bf16)
+QK_ROWS(q8_0)
+QK_ROWS(q4_0)
+QK_ROWS(q4_1)
+QK_ROWS(q5_0)
+QK_ROWS(q5_1)
+QK_ROWS(q4_k)
+QK_ROWS(q6_k)
 
 static const struct quant_impl impl_scalar = {
     .name = "scalar",

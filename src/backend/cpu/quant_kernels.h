@@ -100,4 +100,16 @@ void cpu_matmul_multi_impl(struct threadpool *tp, const struct quant_impl *impl,
 /* Views of token t's quantized row inside scratch (layout above). */
 struct qact quant_act_row(void *scratch, enum dtype act, int64_t n_in, int t);
 
+
+/* Defines dot_NAME, the row-run entry of a kernel set, from its one-row kernel dot1_NAME:
+ * out[r] = dot(row r of w, x) for r < nrows. Inlining dot1 into the loop lets a SIMD set
+ * set up its constants once per run. */
+#define QK_ROWS(NAME)                                                                      \
+    static void dot_##NAME(int64_t n, const void *w, size_t row_bytes, int64_t nrows,      \
+                           const struct qact *xq, const float *xf, float *out)             \
+    {                                                                                      \
+        for (int64_t r = 0; r < nrows; r++)                                                \
+            out[r] = dot1_##NAME(n, (const uint8_t *)w + (size_t)r * row_bytes, xq, xf);   \
+    }
+
 #endif
