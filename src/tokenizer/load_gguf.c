@@ -56,7 +56,7 @@ static const struct pre_def {
     { { "gpt-2", "gpt2", "default" }, false, { GPT2_RE } },
     { { "smollm", "starcoder", NULL }, false, { "\\p{N}", GPT2_RE } },
     { { "llama-bpe", "llama3", NULL }, false, { llama3_re } },
-    { { "qwen2", NULL, NULL }, true, { qwen2_re } },
+    { { "qwen2", "deepseek-r1-qwen", NULL }, true, { qwen2_re } },
     { { "deepseek-llm", NULL, NULL }, false,
       { "[\r\n]", deepseek_llm_letters, "\\s?[!-/:-~！-／：-～‘-‟　-。]+", "\\s+$", "[一-龥ࠀ-一가-퟿]+", "\\p{N}+" } },
     { { "deepseek-v3", NULL, NULL }, false, { "\\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+", deepseek_v3_main } },
