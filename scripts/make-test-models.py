@@ -24,6 +24,16 @@ Writes into --out:
   llama3-tiny/            random LlamaForCausalLM with llama3 rope_scaling (factor 8,
                           low 1, high 4, original_max_position_embeddings 64), rope_theta
                           500000, untied, BF16
+  tiny-q4_0.gguf, tiny-q5_0.gguf, tiny-q5_1.gguf, tiny-q4_k.gguf, tiny-q6_k.gguf
+                          random GGUFs (hidden 256, ffn 512, 2 layers, 4/2 heads x 64)
+                          with every matrix and the tied token_embd in that type, norms
+                          F32; llama ones have Q/K rows permuted as llama.cpp's converter
+                          does, qwen2 ones q/k/v bias (F32). Q4_K/Q6_K blocks come from
+                          the small numpy quantizers here (gguf 0.19 can't write them),
+                          checked bit for bit against gguf.quants.dequantize
+  tiny-mixed.gguf         the same dims, llama, Q4_K_M-like: Q4_K token_embd and attention
+                          / gate / up, Q6_K ffn_down and layer-0 attn_v, a Q8_0 attn_v and
+                          a Q4_0 ffn_up in layer 1, untied Q8_0 output
 The tiny models reuse the SmolLM2 tokenizer (vocab 49152). Random weights use fixed seeds
 and are scaled so activations stay O(1) (projections N(0, 1/fan_in), norms 1 + N(0, 0.1^2))
 and logits have a spread of a few units (lm_head N(0, 0.4^2)).
@@ -496,6 +506,205 @@ def make_qwen2_tiny_gguf(prod, reader):
     write_gguf(prod.path, "qwen2", TokFields, tensors, extra_kv=kv)
 
 
+# -- tiny quantized GGUF models (every weight type tessera supports, whole forward) --
+
+QTINY = dict(hidden=256, n_layer=2, n_head=4, n_kv=2, head_dim=64, ffn=512, vocab=49152)
+QUANT_RECIPE = 1  # bump when the output of a tiny-q* product changes (its own key field)
+GT = gguf.GGMLQuantizationType
+QK_K = 256
+
+
+def _f16(a):
+    """float32 values of a rounded to fp16, and the fp16 bytes [..., 2]."""
+    h = np.asarray(a, np.float32).astype(np.float16)
+    return h.astype(np.float32), h.reshape(*h.shape, 1).view(np.uint8)
+
+
+def _safe_div(a, b):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(b == 0, np.float32(0), a / np.where(b == 0, np.float32(1), b))
+
+
+def quantize_q4_k(x):
+    """[rows, n] float32 -> [rows, n/256*144] uint8 Q4_K blocks (ggml block_q4_K layout:
+    d f16, dmin f16, 12 bytes of packed 6-bit scales/mins, 128 bytes of nibbles). Plain
+    min/max per 32-element sub-block (not ggml's search): only valid blocks are needed,
+    since the reference dequantizes the bytes written. Sub-block scales and mins use the
+    whole 0..63 range, so the high 2 bits of scales 4..7 are exercised. Asserts the
+    packing against gguf's dequantizer."""
+    rows, n = x.shape
+    xb = x.reshape(-1, 8, 32).astype(np.float32)
+    lo = np.minimum(xb.min(-1), 0)
+    scale = (xb.max(-1) - lo) / np.float32(15)
+    mneg = -lo
+    d, d_b = _f16(scale.max(-1) / 63)
+    dmin, dmin_b = _f16(mneg.max(-1) / 63)
+    sc = np.clip(np.round(_safe_div(scale, d[:, None])), 0, 63).astype(np.uint8)
+    mq = np.clip(np.round(_safe_div(mneg, dmin[:, None])), 0, 63).astype(np.uint8)
+    eff_s = d[:, None] * sc.astype(np.float32)
+    eff_m = dmin[:, None] * mq.astype(np.float32)
+    q = np.clip(np.round(_safe_div(xb + eff_m[..., None], eff_s[..., None])), 0, 15).astype(np.uint8)
+    s = np.empty((q.shape[0], 12), np.uint8)
+    s[:, 0:4] = sc[:, 0:4] | ((sc[:, 4:8] >> 4) << 6)
+    s[:, 4:8] = mq[:, 0:4] | ((mq[:, 4:8] >> 4) << 6)
+    s[:, 8:12] = (sc[:, 4:8] & 0x0F) | ((mq[:, 4:8] & 0x0F) << 4)
+    qs = (q[:, 0::2, :] | (q[:, 1::2, :] << 4)).reshape(-1, 128)
+    blocks = np.concatenate([d_b, dmin_b, s, qs], axis=-1)
+    want = (eff_s[..., None] * q.astype(np.float32) - eff_m[..., None]).reshape(rows, n)
+    got = gguf.quants.dequantize(blocks, GT.Q4_K).reshape(rows, n)
+    assert np.array_equal(got, want), "Q4_K packing disagrees with gguf.quants.dequantize"
+    return blocks.reshape(rows, -1)
+
+
+def quantize_q6_k(x):
+    """[rows, n] float32 -> [rows, n/256*210] uint8 Q6_K blocks (ggml block_q6_K layout:
+    ql 128 bytes of low nibbles, qh 64 bytes of 2-bit highs, 16 int8 scales, d f16). As in
+    ggml, each 16-element sub-block's largest-magnitude value maps to q = -32, so scales
+    are negative as often as positive and q spans -32..31. Asserts the packing against
+    gguf's dequantizer."""
+    rows, n = x.shape
+    xb = x.reshape(-1, 16, 16).astype(np.float32)
+    imax = np.abs(xb).argmax(-1)
+    vmax = np.take_along_axis(xb, imax[..., None], -1)[..., 0]
+    scale = -vmax / np.float32(32)
+    d, d_b = _f16(np.abs(scale).max(-1) / 127)
+    sc = np.clip(np.round(_safe_div(scale, d[:, None])), -128, 127).astype(np.int8)
+    eff = d[:, None] * sc.astype(np.float32)
+    q = np.clip(np.round(_safe_div(xb, eff[..., None])), -32, 31).astype(np.int16)
+    u = (q + 32).astype(np.uint8).reshape(-1, 2, 128)      # two halves of 128
+    low, high = u & 0x0F, u >> 4
+    ql = (low[:, :, :64] | (low[:, :, 64:] << 4)).reshape(-1, 128)
+    hr = high.reshape(-1, 2, 4, 32)
+    qh = (hr[:, :, 0] | (hr[:, :, 1] << 2) | (hr[:, :, 2] << 4) | (hr[:, :, 3] << 6)).reshape(-1, 64)
+    blocks = np.concatenate([ql, qh, sc.view(np.uint8), d_b], axis=-1)
+    want = (eff[..., None] * q.astype(np.float32)).reshape(rows, n)
+    got = gguf.quants.dequantize(blocks, GT.Q6_K).reshape(rows, n)
+    assert np.array_equal(got, want), "Q6_K packing disagrees with gguf.quants.dequantize"
+    assert (q == -32).any() and (sc < 0).any() and (sc > 0).any()
+    return blocks.reshape(rows, -1)
+
+
+def quantize_as(a, qtype):
+    """(array, raw_dtype or None) for GGUFWriter.add_tensor."""
+    a = np.ascontiguousarray(a, np.float32)
+    if qtype == GT.F32:
+        return a, None
+    if qtype == GT.F16:
+        return a.astype(np.float16), None
+    if qtype == GT.Q4_K:
+        return quantize_q4_k(a), qtype
+    if qtype == GT.Q6_K:
+        return quantize_q6_k(a), qtype
+    return gguf.quants.quantize(a, qtype), qtype
+
+
+def qtiny_weights(seed, qkv_bias, tied):
+    """HF-named float32 tensors for a QTINY model (scales as tiny_weights; the embedding /
+    lm_head is N(0, 0.25^2) so logits spread over a few units with hidden 256)."""
+    rng = np.random.default_rng(seed)
+    h, nh, nkv, hd, ffn, V = (QTINY[k] for k in ("hidden", "n_head", "n_kv", "head_dim",
+                                                  "ffn", "vocab"))
+
+    def lin(n_out, n_in):
+        return rng.standard_normal((n_out, n_in), dtype=np.float32) / np.float32(np.sqrt(n_in))
+
+    def norm(n):
+        return 1 + np.float32(0.1) * rng.standard_normal(n, dtype=np.float32)
+
+    t = {"model.embed_tokens.weight": np.float32(0.25) * rng.standard_normal((V, h), dtype=np.float32)}
+    for i in range(QTINY["n_layer"]):
+        p = f"model.layers.{i}."
+        t[p + "input_layernorm.weight"] = norm(h)
+        t[p + "post_attention_layernorm.weight"] = norm(h)
+        t[p + "self_attn.q_proj.weight"] = lin(nh * hd, h)
+        t[p + "self_attn.k_proj.weight"] = lin(nkv * hd, h)
+        t[p + "self_attn.v_proj.weight"] = lin(nkv * hd, h)
+        t[p + "self_attn.o_proj.weight"] = lin(h, nh * hd)
+        if qkv_bias:
+            for n, r in (("q", nh * hd), ("k", nkv * hd), ("v", nkv * hd)):
+                t[p + f"self_attn.{n}_proj.bias"] = np.float32(0.1) * rng.standard_normal(r, dtype=np.float32)
+        t[p + "mlp.gate_proj.weight"] = lin(ffn, h)
+        t[p + "mlp.up_proj.weight"] = lin(ffn, h)
+        t[p + "mlp.down_proj.weight"] = lin(h, ffn)
+    t["model.norm.weight"] = norm(h)
+    if not tied:
+        t["lm_head.weight"] = np.float32(0.25) * rng.standard_normal((V, h), dtype=np.float32)
+    return t
+
+
+# Per model: arch (llama: Q/K rows permuted as llama.cpp's converter does; qwen2: q/k/v
+# bias, no permutation), the default matrix type, the token_embd type (tied models use it
+# as lm_head too), an untied output type, per-tensor overrides (GGUF name -> type).
+_Q4KM_LAYERS = {
+    # like llama.cpp's Q4_K_M: Q4_K attention/gate/up, Q6_K ffn_down and (layer 0) attn_v.
+    # Layer 1 mixes activation formats inside the fused q/k/v and gate/up matmuls (Q8_0
+    # attn_v next to Q4_K q/k; Q4_0 ffn_up next to a Q4_K gate).
+    "blk.0.attn_v.weight": GT.Q6_K, "blk.0.ffn_down.weight": GT.Q6_K,
+    "blk.1.attn_v.weight": GT.Q8_0, "blk.1.ffn_up.weight": GT.Q4_0,
+    "blk.1.ffn_down.weight": GT.Q6_K,
+}
+QTINY_SPECS = {
+    "tiny-q4_0.gguf": dict(arch="llama", seed=2001, mat=GT.Q4_0, embd=GT.Q4_0, out=None,
+                           ftype=gguf.LlamaFileType.MOSTLY_Q4_0),
+    "tiny-q5_0.gguf": dict(arch="qwen2", seed=2002, mat=GT.Q5_0, embd=GT.Q5_0, out=None,
+                           ftype=gguf.LlamaFileType.MOSTLY_Q5_0),
+    "tiny-q5_1.gguf": dict(arch="llama", seed=2003, mat=GT.Q5_1, embd=GT.Q5_1, out=None,
+                           ftype=gguf.LlamaFileType.MOSTLY_Q5_1),
+    "tiny-q4_k.gguf": dict(arch="qwen2", seed=2004, mat=GT.Q4_K, embd=GT.Q4_K, out=None,
+                           ftype=gguf.LlamaFileType.MOSTLY_Q4_K_M),
+    "tiny-q6_k.gguf": dict(arch="llama", seed=2005, mat=GT.Q6_K, embd=GT.Q6_K, out=None,
+                           ftype=gguf.LlamaFileType.MOSTLY_Q6_K),
+    "tiny-mixed.gguf": dict(arch="llama", seed=2006, mat=GT.Q4_K, embd=GT.Q4_K, out=GT.Q8_0,
+                            over=_Q4KM_LAYERS, ftype=gguf.LlamaFileType.MOSTLY_Q4_K_M),
+}
+
+
+def make_qtiny_gguf(name, prod, reader):
+    s = QTINY_SPECS[name]
+    arch, over = s["arch"], s.get("over", {})
+    nh, nkv = QTINY["n_head"], QTINY["n_kv"]
+    hf = qtiny_weights(s["seed"], qkv_bias=arch == "qwen2", tied=s["out"] is None)
+    tensors = [("token_embd.weight", *quantize_as(hf["model.embed_tokens.weight"], s["embd"]))]
+    for i in range(QTINY["n_layer"]):
+        p = f"model.layers.{i}."
+        for k, g in HF_TO_GGUF_LAYER.items():
+            if p + k not in hf:
+                continue
+            a = hf[p + k]
+            gname = f"blk.{i}.{g}"
+            if a.ndim == 1:
+                tensors.append((gname, a, None))
+                continue
+            if arch == "llama" and g == "attn_q.weight":
+                a = ref.permute_qk(a, nh)
+            elif arch == "llama" and g == "attn_k.weight":
+                a = ref.permute_qk(a, nkv)
+            tensors.append((gname, *quantize_as(a, over.get(gname, s["mat"]))))
+    tensors.append(("output_norm.weight", hf["model.norm.weight"], None))
+    if s["out"] is not None:
+        tensors.append(("output.weight", *quantize_as(hf["lm_head.weight"], s["out"])))
+    U32, F32, STR = gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32, gguf.GGUFValueType.STRING
+    kv = {
+        "general.type": ("model", STR),
+        "general.name": (f"{name[:-5]} (random weights, tessera test model)", STR),
+        "general.file_type": (int(s["ftype"]), U32),
+        f"{arch}.block_count": (QTINY["n_layer"], U32),
+        f"{arch}.context_length": (4096, U32),
+        f"{arch}.embedding_length": (QTINY["hidden"], U32),
+        f"{arch}.feed_forward_length": (QTINY["ffn"], U32),
+        f"{arch}.attention.head_count": (nh, U32),
+        f"{arch}.attention.head_count_kv": (nkv, U32),
+        f"{arch}.rope.dimension_count": (QTINY["head_dim"], U32),
+        f"{arch}.rope.freq_base": (10000.0 if arch == "llama" else 1000000.0, F32),
+        f"{arch}.attention.layer_norm_rms_epsilon": (1e-5 if arch == "llama" else 1e-6, F32),
+    }
+
+    class TokFields:  # the tokenizer.* fields of the source GGUF only
+        fields = {k: f for k, f in reader.fields.items() if k.startswith("tokenizer.")}
+
+    write_gguf(prod.path, arch, TokFields, tensors, extra_kv=kv)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "build" / "testmodels"))
@@ -512,10 +721,11 @@ def main():
     key = {"source": src.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
     names = ["smollm2-f16.gguf", "smollm2-q8_0.gguf", "smollm2-hf", "smollm2-hf-sharded",
-             "qwen2-tiny", "qwen2-tiny.gguf", "qwen3-tiny", "llama3-tiny"]
+             "qwen2-tiny", "qwen2-tiny.gguf", "qwen3-tiny", "llama3-tiny", *QTINY_SPECS]
     if args.only:
         names = [n for n in names if n in args.only]
-    prods = {n: Product(out, n, key) for n in names}
+    prods = {n: Product(out, n, dict(key, quant_recipe=QUANT_RECIPE) if n in QTINY_SPECS else key)
+             for n in names}
     todo = [n for n in names if not prods[n].up_to_date(args.verify)]
     if not todo:
         log(f"all {len(names)} test models up to date in {out}")
@@ -543,6 +753,8 @@ def main():
                 reader, p, tok_json, hf_tensors)
         elif n == "qwen2-tiny.gguf":
             make_qwen2_tiny_gguf(p, reader)
+        elif n in QTINY_SPECS:
+            make_qtiny_gguf(n, p, reader)
         else:
             make_tiny_hf(n, p, tok_json, reader)
         p.finish()
