@@ -10,6 +10,7 @@
  * block tables, checks every copy against the first, and writes the first.
  * Exit 0 ok, 1 runtime error, 2 usage.
  */
+#include "cli/args.h"
 #include "cli/cli.h"
 
 #include "model/forward.h"
@@ -28,47 +29,6 @@ static void logits_usage(FILE *f)
             "usage: tessera logits --model PATH --tokens ID,ID,... --out FILE [--threads N]\n"
             "                      [--kv-dtype f32|f16] [--chunk N] [--batch-copies K] [--block-size B]\n"
             "writes float32 logits [n_tokens][vocab] (little-endian) of every position to FILE\n");
-}
-
-/* Parses "1,2,3" into a malloc'd array; returns the count or -1. */
-static int parse_tokens(const char *s, int32_t **out)
-{
-    int cap = 16, n = 0;
-    int32_t *v = malloc(sizeof *v * (size_t)cap);
-    if (!v) return -1;
-    while (*s) {
-        char *end;
-        long x = strtol(s, &end, 10);
-        if (end == s || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
-            free(v);
-            return -1;
-        }
-        if (n == cap) {
-            int32_t *nv = realloc(v, sizeof *v * (size_t)(cap *= 2));
-            if (!nv) {
-                free(v);
-                return -1;
-            }
-            v = nv;
-        }
-        v[n++] = (int32_t)x;
-        s = *end ? end + 1 : end;
-    }
-    if (n == 0) {
-        free(v);
-        return -1;
-    }
-    *out = v;
-    return n;
-}
-
-static int parse_pos_int(const char *s, int *out)
-{
-    char *end;
-    long x = strtol(s, &end, 10);
-    if (end == s || *end || x <= 0 || x > 1 << 24) return -1;
-    *out = (int)x;
-    return 0;
 }
 
 int cli_logits(int argc, char **argv)
@@ -92,31 +52,28 @@ int cli_logits(int argc, char **argv)
         if (!strcmp(a, "--model")) model_path = v;
         else if (!strcmp(a, "--tokens")) tokens_arg = v;
         else if (!strcmp(a, "--out")) out_path = v;
-        else if (!strcmp(a, "--threads")) bad = parse_pos_int(v, &n_threads);
-        else if (!strcmp(a, "--chunk")) bad = parse_pos_int(v, &chunk);
-        else if (!strcmp(a, "--batch-copies")) bad = parse_pos_int(v, &copies);
-        else if (!strcmp(a, "--block-size")) bad = parse_pos_int(v, &block_size);
-        else if (!strcmp(a, "--kv-dtype")) bad = kv_dtype_parse(v, &kv_dtype) ? -1 : 0;
+        else if (!strcmp(a, "--threads")) bad = args_int(a, v, 1, 1024, &n_threads);
+        else if (!strcmp(a, "--chunk")) bad = args_int(a, v, 1, 1 << 24, &chunk);
+        else if (!strcmp(a, "--batch-copies")) bad = args_int(a, v, 1, 1024, &copies);
+        else if (!strcmp(a, "--block-size")) bad = args_int(a, v, 1, 1 << 16, &block_size);
+        else if (!strcmp(a, "--kv-dtype")) {
+            bad = kv_dtype_parse(v, &kv_dtype) ? -1 : 0;
+            if (bad) fprintf(stderr, "logits: bad value '%s' for %s\n", v, a);
+        }
         else {
             fprintf(stderr, "logits: unknown option '%s'\n", a);
             logits_usage(stderr);
             return 2;
         }
-        if (bad) {
-            fprintf(stderr, "logits: bad value '%s' for %s\n", v, a);
-            return 2;
-        }
+        if (bad) return 2;
     }
     if (!model_path || !tokens_arg || !out_path) {
         logits_usage(stderr);
         return 2;
     }
     int32_t *tokens = NULL;
-    int n = parse_tokens(tokens_arg, &tokens);
-    if (n < 0) {
-        fprintf(stderr, "logits: --tokens must be a comma-separated list of token ids\n");
-        return 2;
-    }
+    int n = args_ids("--tokens", tokens_arg, &tokens);
+    if (n < 0) return 2;
     if (chunk <= 0 || chunk > n) chunk = n;
 
     char err[ERR_BUF];
