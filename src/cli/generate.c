@@ -62,7 +62,7 @@ static void gen_usage(FILE *f)
         "  --ignore-eos            keep going past end-of-sequence tokens\n"
         "  --ctx N                 context length (default: min(model's, 4096))\n"
         "  --threads N             CPU threads (default: all)\n"
-        "  --kv-dtype f32|f16      KV cache element type (default f16)\n"
+        "  --kv-dtype f32|f16|fp8  KV cache element type (default f16; fp8 = e4m3, scale 1)\n"
         "  --print-ids             print the generated token ids instead of text (stop strings\n"
         "                          still end generation; the ids include the token that completed one)\n"
         "  --quiet                 no statistics on stderr\n",
@@ -107,8 +107,8 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
             a->stops[a->n_stops++] = v;
         } else if (!strcmp(f, "--kv-dtype")) {
             VAL();
-            if (kv_dtype_parse(v, &a->kv_dtype) || a->kv_dtype == KV_FP8_E4M3) {
-                fprintf(stderr, "--kv-dtype: '%s' is not one of f32, f16\n", v);
+            if (kv_dtype_parse(v, &a->kv_dtype)) {
+                fprintf(stderr, "--kv-dtype: '%s' is not one of f32, f16, fp8\n", v);
                 return 2;
             }
         } else {

@@ -588,7 +588,11 @@ static void test_kv_cache_api(void)
     kv_seq_free(&s);
     CHECK(kv_seq_init(&s, kv, 4, 2, err, sizeof err) == ERR_RANGE, "outside pool");
     kv_cache_free(kv);
-    CHECK(kv_cache_create(&kv, &c, 5, 16, KV_FP8_E4M3, err, sizeof err) == ERR_UNSUPPORTED, "fp8");
+    CHECK(kv_cache_create(&kv, &c, 5, 16, KV_FP8_E4M3, err, sizeof err) == 0, "fp8: %s", err);
+    CHECK(kv && kv->layer_bytes == (size_t)5 * 2 * c.n_kv_heads * 16 * c.head_dim, "fp8: 1 byte per element");
+    CHECK(kv && kv->k_scale[0] == 1.0f && kv->v_scale[c.n_layers - 1] == 1.0f, "fp8: scales start at 1");
+    kv_cache_free(kv);
+    CHECK(kv_cache_create(&kv, &c, 5, 16, (enum kv_dtype)7, err, sizeof err) == ERR_INVALID, "bad dtype");
     CHECK(kv == NULL, "no cache on error");
 }
 

@@ -5,6 +5,7 @@
 #include "test.h"
 
 #include "backend/cpu/ops.h"
+#include "util/fp8.h"
 #include "util/half.h"
 #include "util/threadpool.h"
 
@@ -364,6 +365,104 @@ static void test_kv_write_layout(void)
     CHECK(kv_dtype_parse("bf8", &t) != 0, "parse bf8 must fail");
 }
 
+/* ---- FP8 KV cache ------------------------------------------------------------------------ */
+
+/* FP8 pool vs dense attention over the values the pool holds: K and V are first
+ * quantized and dequantized (x -> e4m3(x / scale) * scale), which cpu_kv_write must
+ * reproduce code for code; attention then differs from the f32 reference only by
+ * summation order. Scales != 1 and a few saturating elements exercise the scale path. */
+static void run_paged_fp8_case(int H, int HKV, int D, int BS, float ks, float vs, struct threadpool *tp)
+{
+    enum { S = 3, MAXC = 48 };
+    int ctx[S] = { 1, 29, 48 }, n_new[S] = { 1, 1, 13 };
+    int max_blocks = (MAXC + BS - 1) / BS, num_blocks = S * max_blocks + 1, total_new = 15;
+    size_t pool_elems = (size_t)num_blocks * 2 * HKV * BS * D;
+    uint8_t *pool = calloc(pool_elems, 1);
+    struct kv_layer kv = { .data = pool, .dtype = KV_FP8_E4M3, .num_blocks = num_blocks, .block_size = BS,
+                           .n_kv_heads = HKV, .head_dim = D, .k_scale = ks, .v_scale = vs };
+    int32_t *bt = malloc(sizeof(int32_t) * S * max_blocks);
+    for (int i = 0; i < S * max_blocks; i++) bt[i] = (i * 7 + 1) % num_blocks; /* scattered, distinct */
+    float *q = malloc(sizeof(float) * total_new * H * D), *out = malloc(sizeof(float) * total_new * H * D);
+    float *ref = malloc(sizeof(float) * total_new * H * D);
+    int32_t qs[S + 1], lens[S];
+    int row = 0, bad_codes = 0;
+    fill(q, (size_t)total_new * H * D, 1.0f);
+    for (int s = 0; s < S; s++) {
+        qs[s] = row;
+        lens[s] = ctx[s];
+        size_t n = (size_t)ctx[s] * HKV * D;
+        float *K = malloc(sizeof(float) * n), *V = malloc(sizeof(float) * n);
+        uint8_t *kc = malloc(n), *vc = malloc(n);
+        fill(K, n, 300.0f * ks);
+        fill(V, n, 200.0f * vs);
+        K[0] = 1000.0f * ks; /* saturates to 448 * ks */
+        V[n - 1] = -900.0f * vs;
+        for (size_t i = 0; i < n; i++) { /* the reference sees what the pool stores */
+            kc[i] = fp32_to_fp8_e4m3(K[i] / ks);
+            vc[i] = fp32_to_fp8_e4m3(V[i] / vs);
+            K[i] = fp8_e4m3_to_fp32(kc[i]) * ks;
+            V[i] = fp8_e4m3_to_fp32(vc[i]) * vs;
+        }
+        int64_t *slots = malloc(sizeof(int64_t) * ctx[s]);
+        for (int p = 0; p < ctx[s]; p++) slots[p] = (int64_t)bt[s * max_blocks + p / BS] * BS + p % BS;
+        cpu_kv_write(&kv, K, V, slots, ctx[s]); /* writes the dequantized values: must requantize exactly */
+        for (int p = 0; p < ctx[s]; p++)
+            for (int h = 0; h < HKV; h++) {
+                int64_t blk = slots[p] / BS, off = slots[p] % BS;
+                const uint8_t *kp = pool + (((blk * 2 + 0) * HKV + h) * BS + off) * D;
+                const uint8_t *vp = pool + (((blk * 2 + 1) * HKV + h) * BS + off) * D;
+                for (int e = 0; e < D; e++) {
+                    size_t i = ((size_t)p * HKV + h) * D + e;
+                    bad_codes += kp[e] != kc[i] || vp[e] != vc[i];
+                }
+            }
+        dense_attention(ref + (size_t)row * H * D, q + (size_t)row * H * D, K, V, n_new[s], ctx[s], H, HKV, D,
+                        1.0f / sqrtf((float)D));
+        row += n_new[s];
+        free(K), free(V), free(kc), free(vc), free(slots);
+    }
+    CHECK(bad_codes == 0, "%d stored codes differ from e4m3(x / scale)", bad_codes);
+    qs[S] = row;
+    int nth = tp ? tp_size(tp) : 1;
+    float *scratch = malloc(sizeof(float) * cpu_paged_attention_scratch_floats(nth, MAXC));
+    struct paged_attention_args a = { .out = out, .q = q, .kv = &kv, .query_start = qs, .seq_lens = lens,
+                                      .block_tables = bt, .max_blocks_per_seq = max_blocks, .num_seqs = S,
+                                      .num_tokens = row, .n_heads = H, .scale = 1.0f / sqrtf((float)D),
+                                      .scratch = scratch, .max_ctx = MAXC };
+    cpu_paged_attention(tp, &a);
+    float vmax = 448.0f * vs;
+    for (size_t i = 0; i < (size_t)row * H * D; i++) CHECK_CLOSE(out[i], ref[i], 2e-5 * vmax, 2e-4);
+    free(scratch), free(q), free(out), free(ref), free(bt), free(pool);
+}
+
+static void test_paged_attention_fp8(void)
+{
+    struct threadpool *tp = tp_create(2);
+    run_paged_fp8_case(4, 4, 8, 16, 1.0f, 1.0f, NULL);       /* MHA, scale 1 (the default) */
+    run_paged_fp8_case(9, 3, 64, 5, 0.05f, 0.01f, tp);       /* SmolLM2 shape, odd block size */
+    run_paged_fp8_case(6, 2, 20, 16, 3.0f, 0.125f, tp);      /* odd head_dim: SIMD + scalar tail */
+    tp_free(tp);
+    /* the vector kernels against the table, every code, lengths that hit every tail */
+    uint8_t codes[256 + 23];
+    float a[256 + 23], y[256 + 23], yr[256 + 23];
+    for (int i = 0; i < 256 + 23; i++) {
+        codes[i] = (uint8_t)((i * 37) & 0xff);
+        if ((codes[i] & 0x7f) == 0x7f) codes[i] = 0x11; /* NaN is never stored */
+        a[i] = frand();
+    }
+    for (int n = 1; n <= 256 + 23; n += 13) {
+        double d = 0;
+        for (int i = 0; i < n; i++) d += (double)a[i] * fp8_e4m3_to_fp32(codes[i]), yr[i] = y[i] = a[i];
+        CHECK_CLOSE(cpu_dot_fp8(a, codes, n), d, 1e-3, 1e-5);
+        cpu_axpy_fp8(y, 0.37f, codes, n);
+        for (int i = 0; i < n; i++) CHECK_CLOSE(y[i], yr[i] + 0.37f * fp8_e4m3_to_fp32(codes[i]), 1e-4, 1e-6);
+    }
+    enum kv_dtype t;
+    CHECK(kv_dtype_parse("fp8", &t) == 0 && t == KV_FP8_E4M3, "parse fp8");
+    CHECK(kv_dtype_parse("fp8_e4m3", &t) == 0 && t == KV_FP8_E4M3, "parse fp8_e4m3");
+    CHECK(kv_dtype_size(KV_FP8_E4M3) == 1, "1 byte");
+}
+
 int main(void)
 {
     RUN(test_rmsnorm);
@@ -376,5 +475,6 @@ int main(void)
     RUN(test_kv_write_layout);
     RUN(test_paged_attention_f32);
     RUN(test_paged_attention_f16);
+    RUN(test_paged_attention_fp8);
     return test_summary();
 }

@@ -7,6 +7,7 @@
 #include "backend/cpu/ops.h"
 
 #include "util/err.h"
+#include "util/fp8.h"
 #include "util/half.h"
 
 #include <assert.h>
@@ -44,7 +45,7 @@ int kv_dtype_parse(const char *s, enum kv_dtype *out)
 {
     if (!strcmp(s, "f32")) *out = KV_F32;
     else if (!strcmp(s, "f16")) *out = KV_F16;
-    else if (!strcmp(s, "fp8")) *out = KV_FP8_E4M3;
+    else if (!strcmp(s, "fp8") || !strcmp(s, "fp8_e4m3")) *out = KV_FP8_E4M3;
     else return ERR_INVALID;
     return 0;
 }
@@ -124,6 +125,51 @@ void cpu_axpy_f16(float *y, float a, const uint16_t *x, int n)
     }
 #endif
     for (; i < n; i++) y[i] += a * fp16_to_fp32(x[i]);
+}
+
+/* e4m3 -> fp16 is a bit shift: sign to bit 15, the 4 exponent and 3 mantissa bits to
+ * bits 13..7, so the fp16 value is the e4m3 value * 2^-8 (bias 15 vs 7), subnormals
+ * included; only NaN (0x7f) is lost, and cpu_kv_write never stores it from finite input.
+ * The vector paths below decode 8 codes this way with F16C and fold the 2^8 into the
+ * final scale (exact: a power of two); the scalar tails use the table. */
+#if defined(OPS_AVX2) && defined(__F16C__)
+static inline __m256 fp8x8_to_ps_div256(const uint8_t *c)
+{
+    /* code to the high byte of each 16-bit lane (c << 8), arithmetic shift right by one
+     * (sign now in bits 15 and 14, exponent and mantissa in 13..7), clear bit 14 */
+    __m128i b = _mm_unpacklo_epi8(_mm_setzero_si128(), _mm_loadl_epi64((const __m128i *)c));
+    __m128i h = _mm_and_si128(_mm_srai_epi16(b, 1), _mm_set1_epi16((short)0xbfff));
+    return _mm256_cvtph_ps(h);
+}
+#endif
+
+float cpu_dot_fp8(const float *a, const uint8_t *b, int n)
+{
+    int i = 0;
+    float s = 0.0f;
+#if defined(OPS_AVX2) && defined(__F16C__)
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), fp8x8_to_ps_div256(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), fp8x8_to_ps_div256(b + i + 8), acc1);
+    }
+    for (; i + 8 <= n; i += 8)
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), fp8x8_to_ps_div256(b + i), acc0);
+    s = hsum256(_mm256_add_ps(acc0, acc1)) * 256.0f;
+#endif
+    for (; i < n; i++) s += a[i] * fp8_e4m3_to_fp32(b[i]);
+    return s;
+}
+
+void cpu_axpy_fp8(float *y, float a, const uint8_t *x, int n)
+{
+    int i = 0;
+#if defined(OPS_AVX2) && defined(__F16C__)
+    __m256 va = _mm256_set1_ps(a * 256.0f);
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, fp8x8_to_ps_div256(x + i), _mm256_loadu_ps(y + i)));
+#endif
+    for (; i < n; i++) y[i] += a * fp8_e4m3_to_fp32(x[i]);
 }
 
 /* ---- row ops -------------------------------------------------------------------------- */
@@ -250,6 +296,14 @@ void cpu_kv_write(const struct kv_layer *kv, const float *k, const float *v,
             if (kv->dtype == KV_F32) {
                 memcpy((float *)kv->data + ko, ks, sizeof(float) * hd);
                 memcpy((float *)kv->data + vo, vs, sizeof(float) * hd);
+            } else if (kv->dtype == KV_FP8_E4M3) {
+                /* code = e4m3(x / scale); a division, not a reciprocal multiply, so the
+                 * stored code is exactly the documented one */
+                uint8_t *kd = (uint8_t *)kv->data + ko, *vd = (uint8_t *)kv->data + vo;
+                for (int i = 0; i < hd; i++) {
+                    kd[i] = fp32_to_fp8_e4m3(ks[i] / kv->k_scale);
+                    vd[i] = fp32_to_fp8_e4m3(vs[i] / kv->v_scale);
+                }
             } else {
                 uint16_t *kd = (uint16_t *)kv->data + ko, *vd = (uint16_t *)kv->data + vo;
                 for (int i = 0; i < hd; i++) {
@@ -279,15 +333,19 @@ static void attend_one(const struct paged_attention_args *a, int s, int t, int h
     const int32_t *bt = a->block_tables + (int64_t)s * a->max_blocks_per_seq;
     const float *q = a->q + ((int64_t)t * a->n_heads + h) * hd;
     float *out = a->out + ((int64_t)t * a->n_heads + h) * hd;
-    int f16 = kv->dtype == KV_F16;
+    int f16 = kv->dtype == KV_F16, fp8 = kv->dtype == KV_FP8_E4M3;
 
     float max = -INFINITY;
     for (int p0 = 0; p0 < ctx; p0 += bs) {
         int64_t base = kv_off(kv, bt[p0 / bs], 0, kvh);
         int n = ctx - p0 < bs ? ctx - p0 : bs;
         for (int j = 0; j < n; j++) {
-            float d = f16 ? cpu_dot_f16(q, (const uint16_t *)kv->data + base + (int64_t)j * hd, hd)
-                          : cpu_dot_f32(q, (const float *)kv->data + base + (int64_t)j * hd, hd);
+            float d;
+            if (fp8) /* dequantize: q . (code * k_scale) = k_scale * (q . code) */
+                d = kv->k_scale * cpu_dot_fp8(q, (const uint8_t *)kv->data + base + (int64_t)j * hd, hd);
+            else
+                d = f16 ? cpu_dot_f16(q, (const uint16_t *)kv->data + base + (int64_t)j * hd, hd)
+                        : cpu_dot_f32(q, (const float *)kv->data + base + (int64_t)j * hd, hd);
             d *= a->scale;
             sc[p0 + j] = d;
             if (d > max) max = d;
@@ -305,7 +363,8 @@ static void attend_one(const struct paged_attention_args *a, int s, int t, int h
         int n = ctx - p0 < bs ? ctx - p0 : bs;
         for (int j = 0; j < n; j++) {
             float w = sc[p0 + j] * inv;
-            if (f16) cpu_axpy_f16(out, w, (const uint16_t *)kv->data + base + (int64_t)j * hd, hd);
+            if (fp8) cpu_axpy_fp8(out, w * kv->v_scale, (const uint8_t *)kv->data + base + (int64_t)j * hd, hd);
+            else if (f16) cpu_axpy_f16(out, w, (const uint16_t *)kv->data + base + (int64_t)j * hd, hd);
             else cpu_axpy_f32(out, w, (const float *)kv->data + base + (int64_t)j * hd, hd);
         }
     }

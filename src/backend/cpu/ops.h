@@ -24,13 +24,14 @@
 
 /* ---- KV cache storage ---------------------------------------------------------------- */
 
-/* Element type of the KV pool. FP8 stores e4m3 codes with a per-layer scale for K and V
- * (value = code * scale); it is reserved in the API and not implemented yet. */
+/* Element type of the KV pool. FP8 stores OCP e4m3fn codes (util/fp8.h) with a per-layer
+ * scale for K and for V: cpu_kv_write stores code = e4m3(x / scale) (round to nearest
+ * even, saturating at +-448), cpu_paged_attention reads code * scale. */
 enum kv_dtype { KV_F32 = 0, KV_F16 = 1, KV_FP8_E4M3 = 2 };
 
 size_t kv_dtype_size(enum kv_dtype t); /* bytes per element; 0 if unknown */
 const char *kv_dtype_name(enum kv_dtype t);
-/* "f32", "f16", "fp8" -> 0 and *out; ERR_INVALID otherwise. */
+/* "f32", "f16", "fp8" (alias "fp8_e4m3") -> 0 and *out; ERR_INVALID otherwise. */
 int kv_dtype_parse(const char *s, enum kv_dtype *out);
 
 /* One layer's KV pool (a view; the model's kv_cache owns the memory). */
@@ -138,5 +139,8 @@ float cpu_dot_f16(const float *a, const uint16_t *b, int n);
 /* y[i] += a * x[i] */
 void cpu_axpy_f32(float *y, float a, const float *x, int n);
 void cpu_axpy_f16(float *y, float a, const uint16_t *x, int n);
+/* the same over e4m3fn codes (their decoded values; the caller applies the scale) */
+float cpu_dot_fp8(const float *a, const uint8_t *b, int n);
+void cpu_axpy_fp8(float *y, float a, const uint8_t *x, int n);
 
 #endif
