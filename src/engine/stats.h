@@ -1,0 +1,73 @@
+/* stats.h — the engine's statistics, in the shape /metrics will export (vLLM's metric
+ * names, so existing dashboards work).
+ *
+ * The scheduler thread is the only writer; any thread may take a consistent copy with
+ * stats_snapshot (a mutex guards the copy, so the writer's critical sections are a few
+ * stores). Histograms use fixed bucket bounds (vLLM's) and cumulative counts are
+ * computed only when formatted. No allocation after stats_init.
+ */
+#ifndef TESSERA_ENGINE_STATS_H
+#define TESSERA_ENGINE_STATS_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define STATS_MAX_BUCKETS 24
+
+enum stats_hist {
+    HIST_TTFT = 0,       /* vllm:time_to_first_token_seconds */
+    HIST_ITL,            /* vllm:inter_token_latency_seconds */
+    HIST_E2E,            /* vllm:e2e_request_latency_seconds */
+    HIST_QUEUE,          /* vllm:request_queue_time_seconds */
+    HIST_COUNT_
+};
+
+struct histogram {
+    int n_bounds;                            /* upper bounds, ascending; +Inf is implicit */
+    double bounds[STATS_MAX_BUCKETS];
+    uint64_t counts[STATS_MAX_BUCKETS + 1];  /* per bucket (not cumulative); last = +Inf */
+    uint64_t count;
+    double sum;
+};
+
+enum stats_finish { FINISH_STOP = 0, FINISH_LENGTH, FINISH_ABORT, FINISH_COUNT_ };
+
+struct engine_stats {
+    /* gauges */
+    int num_running, num_waiting;
+    int64_t kv_blocks_used, kv_blocks_total;
+    /* counters */
+    uint64_t prompt_tokens, generation_tokens, preemptions;
+    uint64_t prefix_cache_queries, prefix_cache_hits; /* in tokens */
+    uint64_t finished[FINISH_COUNT_];
+    struct histogram hist[HIST_COUNT_];
+};
+
+struct stats {
+    pthread_mutex_t mu;
+    struct engine_stats s; /* written under mu by the scheduler thread */
+};
+
+void stats_init(struct stats *st);
+void stats_destroy(struct stats *st);
+
+/* Writer side (scheduler thread). */
+void stats_observe(struct stats *st, enum stats_hist h, double seconds);
+void stats_set_gauges(struct stats *st, int running, int waiting, int64_t blocks_used,
+                      int64_t blocks_total);
+void stats_add_tokens(struct stats *st, uint64_t prompt, uint64_t generation);
+void stats_add_prefix_cache(struct stats *st, uint64_t queries, uint64_t hits);
+void stats_add_preemption(struct stats *st);
+void stats_add_finished(struct stats *st, enum stats_finish reason);
+
+/* Reader side (any thread): a consistent copy. */
+void stats_snapshot(struct stats *st, struct engine_stats *out);
+
+/* Writes the snapshot in Prometheus text exposition format (vLLM names, label
+ * model_name="..."), NUL-terminated, into buf. Returns the length it needed (excluding
+ * the NUL); if that is >= cap the output was truncated. */
+size_t stats_format_prometheus(const struct engine_stats *s, const char *model_name, char *buf,
+                               size_t cap);
+
+#endif
