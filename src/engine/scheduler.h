@@ -1,0 +1,127 @@
+/* scheduler.h — the continuous-batching step loop (ARCHITECTURE.md "Scheduler", "Batch").
+ *
+ * struct sched owns everything one engine needs to run many sequences at once: the
+ * forward state (sized for max_num_batched_tokens rows and max_num_seqs logits rows), the
+ * paged KV cache, the block manager and the per-sequence state. Each sched_step builds
+ * ONE flat batch that mixes the decode tokens of running sequences with prefill chunks,
+ * runs one forward, samples one token for every sequence whose context is now fully
+ * computed, and reports it through a callback.
+ *
+ * Policy (vLLM V1 style, one token budget per step):
+ *   - running sequences first, oldest first: each gets its remaining uncomputed tokens
+ *     (1 when decoding; a prefill chunk when chunked prefill is on);
+ *   - out of KV blocks for a running sequence → preempt the NEWEST running sequence:
+ *     release its blocks, put it back at the FRONT of the waiting queue; it is recomputed
+ *     (prompt + tokens generated so far) when readmitted. No admission in a step that
+ *     preempted;
+ *   - then waiting sequences FCFS while seats (max_num_seqs), the token budget and blocks
+ *     allow; the first that does not fit stops admission (no overtaking). Cached prefix
+ *     blocks are taken from the prefix cache and not recomputed.
+ * Invariants: between steps every RUNNING sequence has num_computed == its block
+ * manager num_tokens (each step commits what it appended); a WAITING sequence holds no
+ * blocks; FINISHED / ABORTED sequences are freed in the step that reports them.
+ *
+ * Memory: per-step arrays are allocated at sched_create; per-sequence state at sched_add.
+ * sched_step allocates nothing.
+ * Threading: NOT thread-safe. One thread (the scheduler thread) makes every call.
+ */
+#ifndef TESSERA_ENGINE_SCHEDULER_H
+#define TESSERA_ENGINE_SCHEDULER_H
+
+#include "backend/cpu/ops.h"
+#include "engine/block_manager.h"
+#include "sampler/sampler.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct model;
+struct sched;
+
+struct sched_config {
+    int max_num_seqs;           /* sequences per step (logits rows) */
+    int max_num_batched_tokens; /* rows per step (token budget) */
+    int max_model_len;          /* prompt + generation limit per sequence */
+    int block_size;             /* tokens per KV block; <= 0: KV_DEFAULT_BLOCK_SIZE */
+    int num_blocks;             /* KV pool size; must hold one max_model_len sequence */
+    bool enable_prefix_caching;
+    bool enable_chunked_prefill;/* off: max_num_batched_tokens >= max_model_len */
+    int n_threads;              /* forward thread pool; <= 0: all CPUs */
+    enum kv_dtype kv_dtype;
+};
+
+enum sched_status { SEQ_WAITING = 0, SEQ_RUNNING, SEQ_FINISHED, SEQ_ABORTED };
+enum sched_finish { FINISH_NONE = 0, FINISH_STOP, FINISH_LENGTH, FINISH_ABORT };
+
+/* Per-sequence state. Read-only for callers (sched_find); the scheduler owns it. */
+struct sched_seq {
+    int64_t id;
+    enum sched_status status;
+    enum sched_finish finish;
+    int32_t *tokens;        /* [n_prompt + max_tokens] prompt ids, then generated ids */
+    int n_prompt;
+    int n_tokens;           /* n_prompt + generated so far */
+    int max_tokens;         /* generation limit (clamped to max_model_len - n_prompt) */
+    int num_computed;       /* positions whose KV is written (0 while waiting) */
+    bool ignore_eos;
+    bool abort_requested;   /* sched_abort: dropped at the start of the next step */
+    int num_preemptions;
+    struct sampler *sampler;
+    struct bm_seq *bs;
+};
+
+/* One event of a step: a new token (token >= 0), and/or the end of the sequence. */
+struct sched_output {
+    int64_t seq_id;
+    int32_t token;          /* -1 when none (aborted) */
+    bool finished;
+    enum sched_finish finish;
+};
+
+/* Called once per event during sched_step, in batch order; the output is borrowed for the
+ * call. The sequence may be freed right after the call that reports it finished. */
+typedef void (*sched_output_fn)(void *ud, const struct sched_output *o);
+
+struct sched_stats {
+    uint64_t steps;
+    uint64_t preemptions;
+    uint64_t prefill_tokens;  /* rows computed that were not the last token (incl. recompute) */
+    uint64_t batched_tokens;  /* rows computed in total */
+    int num_waiting, num_running;
+    struct bm_stats bm;
+};
+
+/* Builds the scheduler for model m (borrowed, must outlive it). Validates cfg, allocates
+ * the forward state, the KV pool, the block manager and the per-step arrays. */
+int sched_create(struct sched **out, const struct model *m, const struct sched_config *cfg,
+                 char *err, size_t errlen);
+/* Frees everything, live sequences included. NULL is a no-op. */
+void sched_free(struct sched *s);
+
+/* Queues a sequence for prompt ids[0, n) (copied) with sampling params sp (copied,
+ * validated). max_tokens <= 0 or past the context is clamped to max_model_len - n.
+ * ERR_RANGE if the prompt leaves no room to generate; ERR_INVALID for bad ids / params.
+ * Writes the new sequence's id (increasing from 1) to *seq_id. Allocates. */
+int sched_add(struct sched *s, const int32_t *ids, int n, const struct sampler_params *sp,
+              int max_tokens, bool ignore_eos, int64_t *seq_id, char *err, size_t errlen);
+
+/* Marks seq_id aborted; the next sched_step frees its blocks and reports it (token -1,
+ * FINISH_ABORT). ERR_NOT_FOUND if no live sequence has that id. */
+int sched_abort(struct sched *s, int64_t seq_id, char *err, size_t errlen);
+
+/* Runs one step (see the policy above); cb (may be NULL) gets every event. Returns 0, or a
+ * negative code (the forward failed; or work remains but nothing could be scheduled). */
+int sched_step(struct sched *s, sched_output_fn cb, void *ud, char *err, size_t errlen);
+
+/* True while any sequence is waiting or running (or an abort is pending). */
+bool sched_has_work(const struct sched *s);
+
+/* The live sequence seq_id (borrowed until the next step), or NULL. */
+const struct sched_seq *sched_find(const struct sched *s, int64_t seq_id);
+
+void sched_get_stats(const struct sched *s, struct sched_stats *st);
+/* The block manager, for tests and debugging (bm_check). */
+const struct block_manager *sched_block_manager(const struct sched *s);
+
+#endif
