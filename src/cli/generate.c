@@ -10,6 +10,7 @@
 #include "chat/chat.h"
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/generate.h"
 #include "cli/runner.h"
 #include "model/model.h"
 #include "sampler/sampler.h"
@@ -28,28 +29,22 @@
 #include <time.h>
 #include <unistd.h>
 
-struct gen_args {
-    const char *model, *prompt, *prompt_file, *tokens, *system, *chat_template_file;
-    bool chat, print_ids, ignore_eos, quiet;
-    int max_tokens, threads, ctx;
-    enum kv_dtype kv_dtype;
-    const char *stops[STOP_MAX_STRINGS];
-    int n_stops;
-    int32_t *token_ids;     /* --tokens parsed (malloc'd; gen_args_free) */
-    int n_token_ids;
-    struct sampler_params sp;
-    /* which sampling flags were given (the rest come from the model's defaults) */
-    bool set_temp, set_top_p, set_top_k, set_rep, set_seed;
-};
 
 static void gen_usage(FILE *f)
 {
     fprintf(f,
-        "usage: tessera generate --model PATH (--prompt TEXT | --prompt-file FILE | --tokens IDS) [options]\n"
+        "usage: tessera generate --model PATH (--prompt TEXT | --prompt-file FILE | --tokens IDS |\n"
+        "                                      --prompts-file FILE) [options]\n"
         "\n"
         "  --model PATH            GGUF file or Hugging Face model directory\n"
         "  --prompt TEXT           prompt text (--prompt-file reads it from a file)\n"
         "  --tokens 1,2,3          prompt as token ids (no tokenization)\n"
+        "  --prompts-file FILE     one prompt per line, all run together through the batching\n"
+        "                          engine; prints one JSON line per prompt, in input order\n"
+        "  --max-num-seqs N        (--prompts-file) sequences per step (default 64)\n"
+        "  --max-num-batched-tokens N  (--prompts-file) tokens per step (default 512)\n"
+        "  --kv-cache-memory MIB   (--prompts-file) KV cache budget (default 1024)\n"
+        "  --kv-blocks N           (--prompts-file) exact number of KV blocks (overrides the budget)\n"
         "  --chat                  wrap the prompt as a user message with the model's chat template\n"
         "  --system TEXT           system message (with --chat)\n"
         "  --chat-template FILE    use this Jinja chat template instead of the model's\n"
@@ -74,6 +69,9 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
 {
     memset(a, 0, sizeof *a);
     a->max_tokens = 256;
+    a->max_num_seqs = 64;
+    a->max_num_batched_tokens = 512;
+    a->kv_cache_mib = 1024;
     a->kv_dtype = KV_F16;
     sampler_params_default(&a->sp);
     for (int i = 1; i < argc; i++) {
@@ -83,6 +81,11 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
         else if (!strcmp(f, "--model")) { VAL(); a->model = v; }
         else if (!strcmp(f, "--prompt")) { VAL(); a->prompt = v; }
         else if (!strcmp(f, "--prompt-file")) { VAL(); a->prompt_file = v; }
+        else if (!strcmp(f, "--prompts-file")) { VAL(); a->prompts_file = v; }
+        else if (!strcmp(f, "--max-num-seqs")) { VAL(); if (args_int(f, v, 1, 4096, &a->max_num_seqs)) return 2; }
+        else if (!strcmp(f, "--max-num-batched-tokens")) { VAL(); if (args_int(f, v, 1, 1 << 20, &a->max_num_batched_tokens)) return 2; }
+        else if (!strcmp(f, "--kv-cache-memory")) { VAL(); if (args_int(f, v, 1, 1 << 24, &a->kv_cache_mib)) return 2; }
+        else if (!strcmp(f, "--kv-blocks")) { VAL(); if (args_int(f, v, 1, 1 << 30, &a->kv_blocks)) return 2; }
         else if (!strcmp(f, "--tokens")) { VAL(); a->tokens = v; }
         else if (!strcmp(f, "--system")) { VAL(); a->system = v; }
         else if (!strcmp(f, "--chat-template")) { VAL(); a->chat_template_file = v; }
@@ -118,14 +121,14 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
         }
 #undef VAL
     }
-    int sources = !!a->prompt + !!a->prompt_file + !!a->tokens;
+    int sources = !!a->prompt + !!a->prompt_file + !!a->tokens + !!a->prompts_file;
     /* a malformed id list is a usage error, caught before the model is loaded */
     if (a->tokens && sources == 1 && (a->n_token_ids = args_ids("--tokens", a->tokens, &a->token_ids)) < 0) {
         a->n_token_ids = 0;
         return 2;
     }
     if (!a->model || sources != 1) {
-        fprintf(stderr, "generate: --model and exactly one of --prompt, --prompt-file, --tokens are required\n");
+        fprintf(stderr, "generate: --model and exactly one of --prompt, --prompt-file, --tokens, --prompts-file are required\n");
         gen_usage(stderr);
         return 2;
     }
@@ -155,20 +158,16 @@ static void gen_apply_defaults(struct gen_args *a, const struct model *m)
     if (!a->set_seed) a->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 }
 
-/* The prompt's text: the prompt itself, or the conversation rendered by the template. */
-static int gen_prompt_text(const struct gen_args *a, const struct model *m, char **out,
-                           char *err, size_t errlen)
+/* The text to tokenize for one prompt: the prompt itself, or a conversation of the
+ * optional system message and this user message rendered by the chat template. */
+static int gen_wrap_text(const struct gen_args *a, const struct model *m, const char *text,
+                         char **out, char *err, size_t errlen)
 {
-    char *text = NULL;
     int rc;
-    if (a->prompt_file) {
-        if ((rc = read_text_file(a->prompt_file, &text, NULL, err, errlen))) return rc;
-    } else {
-        text = strdup(a->prompt);
-        if (!text) return err_set(err, errlen, ERR_NOMEM, "out of memory");
+    if (!a->chat) {
+        *out = strdup(text);
+        return *out ? 0 : err_set(err, errlen, ERR_NOMEM, "out of memory");
     }
-    if (!a->chat) { *out = text; return 0; }
-
     struct jinja_template *own = NULL;
     const struct jinja_template *tpl = m->tmpl;
     if (a->chat_template_file) {
@@ -201,7 +200,6 @@ static int gen_prompt_text(const struct gen_args *a, const struct model *m, char
     cJSON_Delete(msgs);
 done:
     if (own) jinja_free(own);
-    free(text);
     return rc;
 }
 
@@ -222,7 +220,21 @@ static int gen_prompt_ids(const struct gen_args *a, const struct model *m, int32
         return 0;
     }
     char *text = NULL;
-    int rc = gen_prompt_text(a, m, &text, err, errlen);
+    int rc;
+    if (a->prompt_file) {
+        if ((rc = read_text_file(a->prompt_file, &text, NULL, err, errlen))) return rc;
+    }
+    rc = gen_encode_text(a, m, text ? text : a->prompt, ids, n, err, errlen);
+    free(text);
+    return rc;
+}
+
+int gen_encode_text(const struct gen_args *a, const struct model *m, const char *prompt,
+                    int32_t **ids, int *n, char *err, size_t errlen)
+{
+    char *text = NULL;
+    *ids = NULL;
+    int rc = gen_wrap_text(a, m, prompt, &text, err, errlen);
     if (rc) return rc;
     LOG_DEBUG("generate", "prompt text: %s", text);
     size_t len = strlen(text);
@@ -268,7 +280,7 @@ static int gen_emit(struct stop_matcher *stop, const char *text, size_t len, boo
 
 /* Bytes tok_stream_feed may need for any token of m's vocabulary (its documented bound,
  * 3 * length + 4, over the longest token), so no token's text is ever cut. */
-static int gen_piece_cap(const struct model *m)
+int gen_piece_cap(const struct model *m)
 {
     int longest = 0, n = tok_vocab_size(m->tok);
     for (int id = 0; id < n; id++) {
@@ -298,6 +310,11 @@ int cli_generate(int argc, char **argv)
     if ((rc = model_load(a.model, 0, &m, err, sizeof err))) goto fail;
     t_load = now_s() - t_load;
     gen_apply_defaults(&a, m);
+    if (a.prompts_file) {
+        if ((rc = sampler_params_validate(&a.sp, err, sizeof err))) goto fail;
+        if ((status = gen_run_batch(&a, m, err, sizeof err))) goto fail;
+        goto done;
+    }
     if ((rc = sampler_params_validate(&a.sp, err, sizeof err))) goto fail;
     if ((rc = gen_prompt_ids(&a, m, &ids, &n_prompt, err, sizeof err))) goto fail;
 

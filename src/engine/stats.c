@@ -33,7 +33,7 @@ static const struct hist_info hist_info[HIST_COUNT_] = {
                      latency_bounds, (int)(sizeof latency_bounds / sizeof latency_bounds[0]) },
 };
 
-static const char *const finish_names[FINISH_COUNT_] = { "stop", "length", "abort" };
+static const char *const finish_names[STATS_FINISH_COUNT_] = { "stop", "length", "abort" };
 
 void stats_init(struct stats *st)
 {
@@ -168,7 +168,7 @@ size_t stats_format_prometheus(const struct engine_stats *s, const char *model_n
                   (unsigned long long)counters[i].v);
     }
     fmt_metric(&b, "vllm:request_success_total", "counter", "Count of successfully processed requests.");
-    for (int r = 0; r < FINISH_COUNT_; r++)
+    for (int r = 0; r < STATS_FINISH_COUNT_; r++)
         sb_printf(&b, "vllm:request_success_total{finished_reason=\"%s\",model_name=\"%s\"} %llu\n",
                   finish_names[r], model, (unsigned long long)s->finished[r]);
     for (int h = 0; h < HIST_COUNT_; h++) {

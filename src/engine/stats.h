@@ -31,7 +31,7 @@ struct histogram {
     double sum;
 };
 
-enum stats_finish { FINISH_STOP = 0, FINISH_LENGTH, FINISH_ABORT, FINISH_COUNT_ };
+enum stats_finish { STATS_FINISH_STOP = 0, STATS_FINISH_LENGTH, STATS_FINISH_ABORT, STATS_FINISH_COUNT_ };
 
 struct engine_stats {
     /* gauges */
@@ -40,7 +40,7 @@ struct engine_stats {
     /* counters */
     uint64_t prompt_tokens, generation_tokens, preemptions;
     uint64_t prefix_cache_queries, prefix_cache_hits; /* in tokens */
-    uint64_t finished[FINISH_COUNT_];
+    uint64_t finished[STATS_FINISH_COUNT_];
     struct histogram hist[HIST_COUNT_];
 };
 

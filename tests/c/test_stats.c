@@ -30,7 +30,7 @@ static void test_prometheus_text(void)
     stats_add_tokens(&st, 1000, 42);
     stats_add_prefix_cache(&st, 64, 48);
     stats_add_preemption(&st);
-    stats_add_finished(&st, FINISH_LENGTH);
+    stats_add_finished(&st, STATS_FINISH_LENGTH);
     stats_observe(&st, HIST_E2E, 0.9);
     stats_observe(&st, HIST_E2E, 3.0);
     struct engine_stats s;
