@@ -244,16 +244,7 @@ static float dot1_q6_k(int64_t n, const void *w, const struct qact *xq, const fl
 }
 
 /* Row-run wrappers (QK_ROWS in quant_kernels.h) for the one-row kernels above. */
-QK_ROWS(f32)
-QK_ROWS(f16)
-QK_ROWS(bf16)
-QK_ROWS(q8_0)
-QK_ROWS(q4_0)
-QK_ROWS(q4_1)
-QK_ROWS(q5_0)
-QK_ROWS(q5_1)
-QK_ROWS(q4_k)
-QK_ROWS(q6_k)
+QK_ROWS_ALL()
 
 static const struct quant_impl impl_scalar = {
     .name = "scalar",

@@ -112,4 +112,9 @@ struct qact quant_act_row(void *scratch, enum dtype act, int64_t n_in, int t);
             out[r] = dot1_##NAME(n, (const uint8_t *)w + (size_t)r * row_bytes, xq, xf);   \
     }
 
+/* The row-run entries of a whole kernel set (one dot1_<type> per storage type). */
+#define QK_ROWS_ALL()                                                                      \
+    QK_ROWS(f32) QK_ROWS(f16) QK_ROWS(bf16) QK_ROWS(q8_0) QK_ROWS(q4_0) QK_ROWS(q4_1)      \
+    QK_ROWS(q5_0) QK_ROWS(q5_1) QK_ROWS(q4_k) QK_ROWS(q6_k)
+
 #endif
