@@ -615,34 +615,31 @@ static int parse_not(struct parser *p, struct jnode **out)
     return parse_compare(p, out);
 }
 
-static int parse_and(struct parser *p, struct jnode **out)
+/* A left-associative chain `a KW b KW c ...` of one boolean operator (and / or). */
+static int parse_bool_chain(struct parser *p, struct jnode **out, const char *kw, enum jnode_kind kind,
+                            int (*operand)(struct parser *, struct jnode **))
 {
     int chain = 0;
-    TRY(parse_not(p, out));
-    while (is_name(p, "and")) {
+    TRY(operand(p, out));
+    while (is_name(p, kw)) {
         advance(p);
         TRY(bump_chain(p, &chain));
-        NEW(n, JN_AND);
+        NEW(n, kind);
         n->a = *out;
-        TRY(parse_not(p, &n->b));
+        TRY(operand(p, &n->b));
         *out = n;
     }
     return 0;
 }
 
+static int parse_and(struct parser *p, struct jnode **out)
+{
+    return parse_bool_chain(p, out, "and", JN_AND, parse_not);
+}
+
 static int parse_or(struct parser *p, struct jnode **out)
 {
-    int chain = 0;
-    TRY(parse_and(p, out));
-    while (is_name(p, "or")) {
-        advance(p);
-        TRY(bump_chain(p, &chain));
-        NEW(n, JN_OR);
-        n->a = *out;
-        TRY(parse_and(p, &n->b));
-        *out = n;
-    }
-    return 0;
+    return parse_bool_chain(p, out, "or", JN_OR, parse_and);
 }
 
 static int parse_condexpr(struct parser *p, struct jnode **out)
