@@ -17,7 +17,7 @@ ARCH     ?= -march=native
 SAN      ?=
 CFLAGS   += -std=c11 $(OPT) -g $(ARCH) -Wall -Wextra -Werror -pthread -Isrc -MMD -MP $(SAN)
 LDFLAGS  += -pthread $(SAN)
-LDLIBS   += -lcjson -lyaml -lpcre2-8 -lutf8proc -lm
+LDLIBS   += -lmicrohttpd -lcjson -lyaml -lpcre2-8 -lutf8proc -lm
 
 PYTHON   ?= python3
 VENV     := .venv

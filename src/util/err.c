@@ -26,6 +26,8 @@ const char *err_name(int code)
     case ERR_INVALID: return "invalid";
     case ERR_NOT_FOUND: return "not_found";
     case ERR_RANGE: return "range";
+    case ERR_BUSY: return "busy";
+    case ERR_UNAVAILABLE: return "unavailable";
     default: return "unknown";
     }
 }

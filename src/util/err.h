@@ -21,6 +21,8 @@ enum err_code {
     ERR_INVALID = -5,   /* bad argument or request parameter */
     ERR_NOT_FOUND = -6, /* missing key, tensor or file */
     ERR_RANGE = -7,     /* value out of bounds */
+    ERR_BUSY = -8,      /* queue full: try again later (HTTP 429) */
+    ERR_UNAVAILABLE = -9, /* shutting down / draining / not ready (HTTP 503) */
 };
 
 /* Formats a message into err (if err != NULL) and returns code, so callers can write

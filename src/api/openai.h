@@ -1,0 +1,146 @@
+/* openai.h — the OpenAI wire format: parsing and validating request bodies into engine
+ * requests, and formatting responses, stream chunks and the small endpoints' bodies.
+ * All JSON goes through cJSON. No HTTP here (api never includes libmicrohttpd) and no
+ * engine state: these are pure functions over a read-only context, callable from any
+ * thread at once.
+ *
+ * Parsing = validation: every rejected body gets an api_error (status 400 with the
+ * offending parameter named in param and message, 404 model_not_found for an unknown
+ * model, 400 context_length_exceeded when the prompt leaves no room). Unknown fields are
+ * ignored. Strings must be valid UTF-8.
+ */
+#ifndef TESSERA_API_OPENAI_H
+#define TESSERA_API_OPENAI_H
+
+#include "api/error.h"
+#include "engine/engine.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct model;
+
+#define OAI_MAX_N 16 /* most choices per request (n) */
+
+/* Sampling defaults for requests that leave a parameter out: the model's
+ * generation_config.json, overridden by server flags; the glue fills this once. */
+struct oai_defaults {
+    struct sampler_params sp; /* temperature, top_p, top_k, min_p, repetition_penalty */
+    int max_tokens;           /* <= 0: up to the context limit */
+};
+
+/* What the parser reads; everything borrowed and read-only. */
+struct oai_ctx {
+    const struct model *m;            /* tokenizer, chat template, bos/eos, vocab size */
+    const char *const *served_names;  /* [n_served] accepted "model" values; [0] is the
+                                         default when a request omits "model" */
+    int n_served;
+    int max_model_len;
+    struct oai_defaults defaults;
+};
+
+enum oai_kind { OAI_CHAT = 0, OAI_COMPLETION };
+
+/* A parsed, validated request. Owns its arrays; free with oai_request_free. */
+struct oai_request {
+    enum oai_kind kind;
+    const char *model;      /* the matching served name (points into ctx->served_names) */
+    bool stream;
+    bool include_usage;     /* stream_options.include_usage */
+    int n;                  /* choices, 1..OAI_MAX_N */
+    bool seed_given;        /* rp.sp.seed came from the request (else random) */
+    int top_logprobs;       /* chat: top_logprobs when logprobs is true; completions:
+                               logprobs. -1 when logprobs are not requested */
+    struct req_params rp;   /* engine parameters; rp.stops / rp.bias_ids / rp.bias point at
+                               the arrays below */
+    int32_t *prompt_ids;    /* [n_prompt] malloc'd: the rendered + tokenized prompt */
+    int n_prompt;
+    char *stop_strs[STOP_MAX_STRINGS];
+    int32_t *bias_ids;      /* [rp.n_bias] */
+    float *bias_vals;
+};
+
+/* Parse a POST /v1/chat/completions (resp. /v1/completions) body of len bytes: validate,
+ * render the chat template (chat), tokenize, check the context length. Chat parameters:
+ * model, messages (string content or text parts; roles system/developer/user/assistant/
+ * tool), stream, stream_options.include_usage, max_tokens / max_completion_tokens,
+ * temperature, top_p, top_k, min_p, n, stop (string or list), seed, presence_penalty,
+ * frequency_penalty, repetition_penalty, logprobs + top_logprobs, logit_bias, ignore_eos,
+ * user, tools (passed to the template), chat_template_kwargs, add_generation_prompt,
+ * skip_special_tokens, cache_salt. Completions: prompt (string, [string], or [int] checked
+ * against the vocabulary) instead of messages, and logprobs as an integer 0..5.
+ * Returns 0 and fills *out, or a negative code with *e filled (out is then empty). */
+int oai_parse_chat(const struct oai_ctx *ctx, const char *body, size_t len,
+                   struct oai_request *out, struct api_error *e);
+int oai_parse_completion(const struct oai_ctx *ctx, const char *body, size_t len,
+                         struct oai_request *out, struct api_error *e);
+void oai_request_free(struct oai_request *r);
+
+/* Token counts for "usage". */
+struct oai_usage {
+    int prompt_tokens;
+    int completion_tokens;
+    int cached_tokens;      /* prompt_tokens_details.cached_tokens */
+};
+
+/* The fixed parts of every chunk / response of one request. */
+struct oai_meta {
+    enum oai_kind kind;
+    const char *id;         /* "chatcmpl-…" or "cmpl-…" */
+    int64_t created;        /* unix seconds, the same on every chunk */
+    const char *model;
+};
+
+/* One piece of a choice: a text delta with its tokens' logprobs (lp may be NULL). */
+struct oai_piece {
+    int index;              /* choice index */
+    const char *text;       /* [text_len] not NUL-terminated; may be empty */
+    size_t text_len;
+    const struct req_logprob *lp; /* [n_lp] logprobs of the tokens in this piece */
+    int n_lp;
+    int top_logprobs;       /* alternatives to list per token (<= lp->n_top) */
+    const char *finish_reason; /* NULL, "stop", "length" */
+};
+
+/* One SSE event "data: {json}\n\n" (malloc'd, *len set; caller frees). Chat chunks are
+ * object "chat.completion.chunk" with choices[{index, delta, logprobs, finish_reason}];
+ * delta carries "role":"assistant" when role is true, and "content" when text_len > 0 or
+ * role is true (""). Completion chunks are "text_completion" with choices[{index, text,
+ * logprobs, finish_reason}]. NULL on OOM. m is for token strings in logprobs. */
+char *oai_chunk_sse(const struct model *m, const struct oai_meta *meta,
+                    const struct oai_piece *p, bool role, size_t *len);
+/* The usage chunk of include_usage: "choices": [] and "usage". */
+char *oai_usage_chunk_sse(const struct oai_meta *meta, const struct oai_usage *u, size_t *len);
+/* An error event inside a started stream: "data: {"error":{...}}\n\n". */
+char *oai_error_sse(const struct api_error *e, size_t *len);
+/* "data: [DONE]\n\n" is a constant: */
+#define OAI_SSE_DONE "data: [DONE]\n\n"
+
+/* A whole non-streaming response: object "chat.completion" with choices[{index, message:
+ * {role, content}, logprobs, finish_reason}] or "text_completion" with choices[{index,
+ * text, logprobs, finish_reason}], and usage. pieces[i] is choice i's whole text. */
+char *oai_response_json(const struct model *m, const struct oai_meta *meta,
+                        const struct oai_piece *pieces, int n, const struct oai_usage *u,
+                        size_t *len);
+
+/* GET /v1/models: {"object":"list","data":[{id, object:"model", created, owned_by:
+ * "tessera", root, max_model_len}, ...]} for every served name. */
+char *oai_models_json(const char *const *names, int n, int64_t created, const char *root,
+                      int max_model_len);
+
+/* POST /tokenize: {"prompt": "..."} or {"messages": [...], "add_generation_prompt"?},
+ * optional "add_special_tokens" (default true for prompt) →
+ * {"count", "max_model_len", "tokens": [...]}. POST /detokenize: {"tokens": [...]} →
+ * {"prompt": "..."}. Return 0 and a malloc'd body, or a negative code and *e. */
+int oai_tokenize(const struct oai_ctx *ctx, const char *body, size_t len, char **out,
+                 struct api_error *e);
+int oai_detokenize(const struct oai_ctx *ctx, const char *body, size_t len, char **out,
+                   struct api_error *e);
+
+/* Writes a fresh request id, prefix + 24 random hex/alnum chars, into buf. */
+void oai_make_id(const char *prefix, char *buf, size_t cap);
+/* The finish_reason string for f ("stop", "length", "abort", "error"), NULL while running. */
+const char *oai_finish_reason(enum req_finish f);
+
+#endif

@@ -1,0 +1,91 @@
+/* options.h — `tessera serve`'s configuration: one struct, one option table.
+ *
+ * Every option is declared once in a table (name, type, default, bounds, help) in
+ * options.c; that table drives the YAML file parser (libyaml), the command-line parser,
+ * validation and `--help`. Order: defaults → YAML file (--config FILE) → command-line
+ * flags (flags override the file). YAML keys are the flag names without the leading
+ * "--", with '-' or '_' accepted interchangeably ("max-num-seqs" == "max_num_seqs").
+ * Flags take "--name value" or "--name=value"; booleans also take "--name" (true) and
+ * "--no-name" (false). List options (served-model-name, api-key) accept a YAML sequence or
+ * scalar, and repeated flags. The environment variable TESSERA_API_KEY adds a key.
+ *
+ * Errors name where they come from: "config/x.yaml:12: max-num-seqs: must be between 1
+ * and 4096", "--port: not an integer: 'abc'", "unknown option '--prot'". The caller exits
+ * with status 2 on any of them.
+ *
+ * The struct is filled once at start-up and then passed as const; it owns its strings
+ * (opts_free).
+ */
+#ifndef TESSERA_CONFIG_OPTIONS_H
+#define TESSERA_CONFIG_OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define OPTS_MAX_LIST 16 /* entries of a list option */
+
+struct server_options {
+    /* model */
+    char *model;                       /* --model PATH (.gguf or HF directory); required */
+    char *served_model_name[OPTS_MAX_LIST]; /* aliases; none → the model path's basename */
+    int n_served_model_name;
+    char *chat_template;               /* file overriding the model's template, or NULL */
+    /* http */
+    char *host;                        /* "127.0.0.1" */
+    int port;                          /* 8000 */
+    char *api_key[OPTS_MAX_LIST];      /* --api-key (repeatable) + TESSERA_API_KEY + file */
+    int n_api_key;
+    char *api_key_file;                /* one key per line ('#' comments); NULL */
+    bool public_metrics;               /* /metrics without a key (default true) */
+    int64_t max_body_bytes;            /* 16 MiB */
+    int64_t max_header_bytes;          /* 64 KiB */
+    int max_connections;               /* 1024 */
+    int max_connections_per_ip;        /* 0 = unlimited */
+    int http_timeout;                  /* seconds, 60 */
+    double keepalive_interval;         /* seconds between SSE keep-alive comments, 5 */
+    int http_threads;                  /* 1 */
+    /* engine */
+    int max_num_seqs;                  /* 64 */
+    int max_num_batched_tokens;        /* 0 = auto (2048, at least max_model_len without
+                                          chunked prefill) */
+    int max_model_len;                 /* 0 = the model's context length, capped at 8192 */
+    int block_size;                    /* 16 */
+    bool enable_prefix_caching;        /* true */
+    bool enable_chunked_prefill;       /* true */
+    char *kv_cache_dtype;              /* "auto", "fp8", "fp8_e4m3", "f16", "f32" */
+    int64_t kv_cache_memory;           /* MiB of KV cache (CPU backend); 0 = auto (1024) */
+    double gpu_memory_utilization;     /* 0.9 (CUDA backend) */
+    int threads;                       /* CPU forward threads; 0 = all CPUs */
+    int max_queued_requests;           /* 256 */
+    int64_t max_queued_tokens;         /* 0 = unlimited */
+    /* sampling defaults (override generation_config.json); NaN / -1 = not set */
+    double temperature;
+    double top_p;
+    int top_k;
+    double min_p;
+    double repetition_penalty;
+    int max_tokens;                    /* default max_tokens for requests; 0 = to the limit */
+    /* logging */
+    char *log_level;                   /* "info" */
+
+    char *config_file;                 /* --config, for messages; NULL if none */
+};
+
+/* Fills o from argv (argv[0] is the subcommand name and is skipped): defaults, then the
+ * --config file if given, then the flags. Returns 0; 1 if --help was printed to stdout
+ * (the caller exits 0); or a negative code with "where: key: reason" in err (exit 2). */
+int opts_parse(int argc, char **argv, struct server_options *o, char *err, size_t errlen);
+/* Loads only a YAML file into o (on top of what o holds). Same error format. */
+int opts_load_yaml(struct server_options *o, const char *path, char *err, size_t errlen);
+/* Sets every option to its default (owned copies of string defaults). */
+void opts_defaults(struct server_options *o);
+/* Writes the option list (from the table) to f. */
+void opts_print_help(FILE *f);
+/* Writes a YAML document with every option's current value to f (for `--print-config`
+ * and to check that the file round-trips). */
+void opts_print_yaml(const struct server_options *o, FILE *f);
+void opts_free(struct server_options *o);
+
+#endif

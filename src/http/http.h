@@ -1,0 +1,138 @@
+/* http.h — the HTTP/1.1 front end (libmicrohttpd), independent of what is served.
+ *
+ * The server runs libmicrohttpd with its internal polling thread(s) (epoll),
+ * MHD_ALLOW_SUSPEND_RESUME and keep-alive. Routes are data (struct http_route): a method,
+ * an exact path, a handler and flags. For each request the server:
+ *   1. normalises the path (repeated '/' collapsed, one trailing '/' dropped; the query
+ *      string is kept apart), finds the route — unknown path → 404, known path with
+ *      another method → 405 (with Allow) — all errors as OpenAI error JSON built by
+ *      api_error_json (api/error.h);
+ *   2. authenticates (unless the route is HTTP_ROUTE_PUBLIC) BEFORE reading the body:
+ *      `Authorization: Bearer KEY` or `X-Api-Key: KEY`, constant-time comparison against
+ *      every configured key → 401 invalid_api_key;
+ *   3. for POST: Content-Type must be application/json (parameters allowed) → else 415;
+ *      the body is accumulated up to max_body_bytes → else 413 (early, from
+ *      Content-Length when present);
+ *   4. calls the handler once, on an MHD thread, with the whole body.
+ * The handler must not block. It answers either at once (http_respond) or later through a
+ * deferred reply (http_reply_defer), which is how streams and engine-backed requests work.
+ *
+ * Deferred replies. A streaming reply (SSE) sends its status and headers when the handler
+ * returns; the application then appends bytes from any thread (http_reply_write); the
+ * content reader hands queued bytes to MHD and, when the queue is empty, suspends the
+ * connection under the reply's mutex (never returning 0 without suspending); a write
+ * resumes it. A non-streaming deferred reply keeps the connection suspended until the
+ * application calls http_reply_send with the full response.
+ * A watchdog thread, every ~second: writes ": keep-alive\n\n" to a streaming reply that
+ * has sent nothing for keepalive_s; checks each suspended connection's socket for a
+ * closed peer (poll POLLRDHUP / recv MSG_PEEK). A client disconnect — seen by the
+ * watchdog, a failed write, or MHD's completion callback with an error — calls the
+ * reply's on_close callback exactly once (from some server thread), so the application
+ * can abort the work behind it. on_close is never called after the application ended the
+ * reply.
+ *
+ * Ownership: the application holds a deferred reply from http_reply_defer until it calls
+ * exactly one of http_reply_end (streaming) or http_reply_send (non-streaming) — also
+ * after on_close. The server frees the reply once that call was made and the connection
+ * is done with it.
+ *
+ * Access log: one INFO line per request when it completes: request id, client, method,
+ * path, status, bytes, duration, and (if the application set them) prompt / completion
+ * tokens and time to first token.
+ */
+#ifndef TESSERA_HTTP_HTTP_H
+#define TESSERA_HTTP_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct http_server;
+struct http_reply;
+
+/* A request as the handler sees it; everything is borrowed for the handler call. */
+struct http_request {
+    uint64_t id;              /* per-server request number, from 1 (for logs: "req-<id>") */
+    const char *method;       /* "GET", "POST", ... */
+    const char *path;         /* normalised, without the query string */
+    const char *query;        /* after '?', "" if none */
+    const char *body;         /* [body_len] the request body, NUL-terminated ("" if none) */
+    size_t body_len;
+    const char *client;       /* peer address as text */
+    struct http_conn *conn;   /* opaque: for http_respond / http_reply_defer */
+};
+
+typedef void (*http_handler_fn)(void *ud, const struct http_request *req);
+
+enum { HTTP_ROUTE_PUBLIC = 1 << 0 }; /* no API key needed */
+
+struct http_route {
+    const char *method;
+    const char *path;         /* exact, normalised ("/v1/chat/completions") */
+    http_handler_fn handler;
+    void *ud;
+    unsigned flags;
+};
+
+struct http_config {
+    const char *host;         /* address to bind ("127.0.0.1", "0.0.0.0", "::") */
+    int port;                 /* 0: any free port (see http_server_port) */
+    const char *const *api_keys; /* [n_api_keys]; none → no authentication */
+    int n_api_keys;
+    size_t max_body_bytes;    /* larger bodies → 413 */
+    size_t max_header_bytes;  /* per-connection memory for the request line + headers */
+    int max_connections;
+    int max_connections_per_ip; /* 0: unlimited */
+    int timeout_s;            /* idle connection timeout (not applied while suspended) */
+    double keepalive_s;       /* SSE comment interval while a stream is silent */
+    int n_threads;            /* MHD polling threads (>= 1) */
+};
+
+/* Fills c with the defaults: 127.0.0.1:8000, no keys, 16 MiB body, 64 KiB headers,
+ * 1024 connections, 0 per IP, 60 s timeout, keep-alive 5 s, 1 thread. */
+void http_config_default(struct http_config *c);
+
+/* Starts listening and serving routes[0, n_routes) (copied; handlers' ud borrowed).
+ * Returns 0, or ERR_IO (cannot bind: the reason names host:port) / ERR_INVALID. */
+int http_server_start(struct http_server **out, const struct http_config *c,
+                      const struct http_route *routes, int n_routes, char *err, size_t errlen);
+/* The port actually bound (useful with port 0). */
+int http_server_port(const struct http_server *s);
+/* Stops accepting, closes every connection (each live deferred reply gets on_close),
+ * stops the threads and frees the server. Deferred replies still held by the application
+ * stay valid until it ends them. NULL is a no-op. */
+void http_server_stop(struct http_server *s);
+
+/* Immediate answer from the handler: status, content type, body (copied). extra_headers
+ * is NULL or "Name: value" strings terminated by NULL (e.g. "Retry-After: 1"). */
+void http_respond(struct http_conn *c, int status, const char *content_type, const char *body,
+                  size_t len, const char *const *extra_headers);
+/* Immediate OpenAI error JSON answer: api_error_json(message, type, param, code). */
+void http_respond_error(struct http_conn *c, int status, const char *message, const char *type,
+                        const char *param, const char *code, const char *const *extra_headers);
+
+typedef void (*http_close_fn)(void *ud);
+
+/* From the handler: answers later. streaming → 200 with Content-Type: text/event-stream,
+ * Cache-Control: no-cache, X-Accel-Buffering: no, chunked, sent when the handler returns.
+ * on_close(ud) as described above (may be NULL). Returns NULL on allocation failure (the
+ * server then answers 500). */
+struct http_reply *http_reply_defer(struct http_conn *c, bool streaming, http_close_fn on_close,
+                                    void *ud);
+/* Streaming: appends data[0, len) (copied) and wakes the connection. Any thread. Returns
+ * false if the client is gone (the data is dropped). */
+bool http_reply_write(struct http_reply *r, const char *data, size_t len);
+/* Streaming: the last byte has been written; the response completes once the queue
+ * drains. Releases the application's hold. Any thread. */
+void http_reply_end(struct http_reply *r);
+/* Non-streaming: the full response (copied), as http_respond. Releases the application's
+ * hold. Any thread. */
+void http_reply_send(struct http_reply *r, int status, const char *content_type,
+                     const char *body, size_t len, const char *const *extra_headers);
+/* Adds token counts and time to first token (seconds, < 0: none) to the access log line. */
+void http_reply_set_usage(struct http_reply *r, int prompt_tokens, int completion_tokens,
+                          double ttft_s);
+/* The id of the request this reply answers (struct http_request.id). */
+uint64_t http_reply_request_id(const struct http_reply *r);
+
+#endif
