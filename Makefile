@@ -1,7 +1,7 @@
 # tessera — build, test and run.
 #
 #   make            build build/tessera (installs missing Debian build deps first)
-#   make run        build, fetch the default model, run it
+#   make run        build, fetch the default model, serve it on 127.0.0.1:8000
 #   make test       build and run every test (C unit tests + pytest); last line "N passed, N failed"
 #   make asan       the C and Python tests against an ASan/UBSan build (build-asan/)
 #   make bench      benchmarks (see docs/BENCHMARKS.md)
@@ -71,8 +71,12 @@ $(MODEL): | $(VENV)/.ok
 
 model: $(MODEL)
 
+# HOST/PORT/SERVE_ARGS tune `make run` (e.g. make run PORT=9000 SERVE_ARGS="--api-key k")
+HOST ?= 127.0.0.1
+PORT ?= 8000
+SERVE_ARGS ?=
 run: all $(MODEL)
-	$(BUILD)/tessera generate --model $(MODEL) --chat --prompt "Write a short poem about the sea." --max-tokens 128 --temperature 0
+	$(BUILD)/tessera serve --model $(MODEL) --host $(HOST) --port $(PORT) $(SERVE_ARGS)
 
 test: all $(VENV)/.ok $(MODEL)
 	@BUILD=$(BUILD) scripts/run-tests.sh

@@ -20,6 +20,7 @@ static int cmd_version(int argc, char **argv)
 }
 
 static const struct subcommand commands[] = {
+    { "serve", cli_serve, "serve the OpenAI-compatible HTTP API (see docs/api.md)" },
     { "generate", cli_generate, "load a model and stream a continuation of a prompt" },
     { "logits", cli_logits, "write the logits of every position of a token sequence (testing)" },
     { "tokenize", cli_tokenize, "encode text to token ids, or decode ids to text" },

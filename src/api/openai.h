@@ -59,6 +59,7 @@ struct oai_request {
     char *stop_strs[STOP_MAX_STRINGS];
     int32_t *bias_ids;      /* [rp.n_bias] */
     float *bias_vals;
+    char *cache_salt;       /* NULL or the malloc'd cache_salt; rp.cache_salt points here */
 };
 
 /* Parse a POST /v1/chat/completions (resp. /v1/completions) body of len bytes: validate,
@@ -101,6 +102,8 @@ struct oai_piece {
     int n_lp;
     int top_logprobs;       /* alternatives to list per token (<= lp->n_top) */
     const char *finish_reason; /* NULL, "stop", "length" */
+    int text_offset;        /* completions logprobs: characters (code points) of this
+                               choice's text sent before this piece; 0 for a whole text */
 };
 
 /* One SSE event "data: {json}\n\n" (malloc'd, *len set; caller frees). Chat chunks are
@@ -140,6 +143,9 @@ int oai_detokenize(const struct oai_ctx *ctx, const char *body, size_t len, char
 
 /* Writes a fresh request id, prefix + 24 random hex/alnum chars, into buf. */
 void oai_make_id(const char *prefix, char *buf, size_t cap);
+/* Characters (code points; an invalid byte counts as the one U+FFFD it is sent as) in
+ * s[0, len): the running total a streaming caller keeps for oai_piece.text_offset. */
+size_t oai_utf8_chars(const char *s, size_t len);
 /* The finish_reason string for f ("stop", "length", "abort", "error"), NULL while running. */
 const char *oai_finish_reason(enum req_finish f);
 

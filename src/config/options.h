@@ -54,7 +54,7 @@ struct server_options {
     int block_size;                    /* 16 */
     bool enable_prefix_caching;        /* true */
     bool enable_chunked_prefill;       /* true */
-    char *kv_cache_dtype;              /* "auto", "fp8", "fp8_e4m3", "f16", "f32" */
+    char *kv_cache_dtype;              /* "auto", "fp8", "fp8_e4m3", "f16", "bf16", "f32" */
     int64_t kv_cache_memory;           /* MiB of KV cache (CPU backend); 0 = auto (1024) */
     double gpu_memory_utilization;     /* 0.9 (CUDA backend) */
     int threads;                       /* CPU forward threads; 0 = all CPUs */
@@ -74,18 +74,27 @@ struct server_options {
 };
 
 /* Fills o from argv (argv[0] is the subcommand name and is skipped): defaults, then the
- * --config file if given, then the flags. Returns 0; 1 if --help was printed to stdout
- * (the caller exits 0); or a negative code with "where: key: reason" in err (exit 2). */
+ * --config file if given, then the flags, then a positional MODEL (`tessera serve MODEL`,
+ * as in `vllm serve MODEL`; an error together with --model), then TESSERA_API_KEY and the
+ * keys of api-key-file (read here). Returns 0; 1 if --help was printed to stdout, or
+ * --print-config printed the effective YAML to stdout (opts_print_yaml; no model needed):
+ * the caller exits 0; or a negative code with "where: key: reason" in err (exit 2).
+ * o need not be initialised; on any non-zero return o holds no allocations (opts_free on
+ * it is a no-op). Start-up thread only (reads the environment). */
 int opts_parse(int argc, char **argv, struct server_options *o, char *err, size_t errlen);
-/* Loads only a YAML file into o (on top of what o holds). Same error format. */
+/* Loads only a YAML file into o (on top of what o holds; a list key replaces o's list).
+ * Same error format ("FILE:LINE: key: reason"). On error o may be partly updated but stays
+ * consistent (free it with opts_free). Does not read api-key-file. */
 int opts_load_yaml(struct server_options *o, const char *path, char *err, size_t errlen);
-/* Sets every option to its default (owned copies of string defaults). */
+/* Sets every option to its default (owned copies of string defaults). Overwrites o
+ * without freeing it: call it on an uninitialised or freed struct. */
 void opts_defaults(struct server_options *o);
 /* Writes the option list (from the table) to f. */
 void opts_print_help(FILE *f);
 /* Writes a YAML document with every option's current value to f (for `--print-config`
  * and to check that the file round-trips). */
 void opts_print_yaml(const struct server_options *o, FILE *f);
+/* Frees o's strings and sets them to NULL (calling it twice is harmless). */
 void opts_free(struct server_options *o);
 
 #endif

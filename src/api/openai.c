@@ -1,0 +1,716 @@
+/* openai.c — request bodies of /v1/chat/completions and /v1/completions → struct
+ * oai_request (see openai.h), plus the helpers the other openai*.c files share: the JSON
+ * body parser with its UTF-8 check, the model check and prompt tokenization.
+ *
+ * Invariants: a parse either returns 0 with every field of *out valid for engine_submit
+ * (ranges checked here with the same bounds the sampler and stop matcher use, so the
+ * engine never rejects what we accepted for a reason the client could have been told
+ * about), or returns a negative code with *out empty and *e filled. JSON null counts as
+ * "absent" for every optional parameter, as in OpenAI's and vLLM's schemas. No globals;
+ * any thread.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "api/openai.h"
+#include "api/openai_internal.h"
+#include "chat/chat.h"
+#include "engine/block_manager.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+#include "util/err.h"
+
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+/* ---------------------------------------------------------------- errors */
+
+/* 400 invalid_request_error with param (may be NULL) and a printf message; returns
+ * ERR_INVALID so callers can `return bad(...)`. */
+static int bad(struct api_error *e, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int bad(struct api_error *e, const char *param, const char *fmt, ...)
+{
+    char msg[sizeof e->message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    api_error_set(e, 400, API_ERR_INVALID_REQUEST, param, NULL, "%s", msg);
+    return ERR_INVALID;
+}
+
+/* ---------------------------------------------------------------- UTF-8 */
+
+int oai_utf8_seq_len(const unsigned char *s, size_t len)
+{
+    if (len == 0) return 0;
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    int n;
+    unsigned min;
+    if (c >= 0xc2 && c <= 0xdf) { n = 2; min = 0x80; }
+    else if (c >= 0xe0 && c <= 0xef) { n = 3; min = 0x800; }
+    else if (c >= 0xf0 && c <= 0xf4) { n = 4; min = 0x10000; }
+    else return 0; /* continuation byte, overlong 2-byte lead (c0/c1) or > U+10FFFF */
+    if (len < (size_t)n) return 0;
+    unsigned cp = c & (0xff >> (n + 1));
+    for (int i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return n;
+}
+
+bool oai_utf8_valid(const char *s, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < len) {
+        int n = oai_utf8_seq_len(p + i, len - i);
+        if (!n) return false;
+        i += (size_t)n;
+    }
+    return true;
+}
+
+size_t oai_utf8_chars(const char *s, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, chars = 0;
+    while (i < len) {
+        int n = oai_utf8_seq_len(p + i, len - i);
+        i += n ? (size_t)n : 1; /* an invalid byte is sent as one U+FFFD */
+        chars++;
+    }
+    return chars;
+}
+
+/* ---------------------------------------------------------------- body */
+
+/* cJSON turns the escape \u0000 into a NUL that silently cuts the string short, and
+ * copies raw NUL bytes the same way; both are refused before parsing. Scans strings
+ * lexically (a backslash escapes the next byte). Returns true if body is free of both. */
+static bool body_nul_free(const char *body, size_t len)
+{
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = body[i];
+        if (c == '\0') return false;
+        if (!in_str) {
+            if (c == '"') in_str = true;
+        } else if (c == '\\') {
+            if (i + 5 < len && body[i + 1] == 'u' && !memcmp(body + i + 2, "0000", 4)) return false;
+            i++;
+        } else if (c == '"') {
+            in_str = false;
+        }
+    }
+    return true;
+}
+
+/* Checks every key and string below item; path is item's parameter path. */
+static int check_utf8_tree(const cJSON *item, char *path, size_t cap, struct api_error *e)
+{
+    if (cJSON_IsString(item) && !oai_utf8_valid(item->valuestring, strlen(item->valuestring)))
+        return bad(e, path, "'%s' is not valid UTF-8", path[0] ? path : "body");
+    if (!cJSON_IsArray(item) && !cJSON_IsObject(item)) return 0;
+    size_t base = strlen(path);
+    int i = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, item) {
+        if (cJSON_IsObject(item)) {
+            if (!oai_utf8_valid(c->string, strlen(c->string)))
+                return bad(e, path[0] ? path : NULL, "a key in '%s' is not valid UTF-8",
+                           path[0] ? path : "body");
+            snprintf(path + base, cap - base, "%s%s", base ? "." : "", c->string);
+        } else {
+            snprintf(path + base, cap - base, "[%d]", i);
+        }
+        int rc = check_utf8_tree(c, path, cap, e);
+        if (rc) return rc;
+        path[base] = 0;
+        i++;
+    }
+    return 0;
+}
+
+cJSON *oai_parse_body(const char *body, size_t len, struct api_error *e)
+{
+    if (!body_nul_free(body, len)) {
+        bad(e, NULL, "the request body contains a NUL character (raw or \\u0000), which is not supported");
+        return NULL;
+    }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (!root) {
+        size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
+        bad(e, NULL, "the request body is not valid JSON (error near byte %zu)", at);
+        return NULL;
+    }
+    while (end < body + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) end++;
+    if (end != body + len) {
+        cJSON_Delete(root);
+        bad(e, NULL, "the request body is not valid JSON (unexpected data after the value at byte %zu)",
+            (size_t)(end - body));
+        return NULL;
+    }
+    char path[256] = "";
+    if (check_utf8_tree(root, path, sizeof path, e)) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* ---------------------------------------------------------------- fields */
+
+/* The member key of obj, or NULL when absent or JSON null. */
+static const cJSON *opt(const cJSON *obj, const char *key)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return it && !cJSON_IsNull(it) ? it : NULL;
+}
+
+/* Optional number in [lo, hi] (lo excluded when lo_open). Sets *v and returns 1 if given,
+ * 0 if absent, or a negative code. */
+static int opt_num(const cJSON *obj, const char *key, double lo, bool lo_open, double hi,
+                   double *v, struct api_error *e)
+{
+    const cJSON *it = opt(obj, key);
+    if (!it) return 0;
+    if (!cJSON_IsNumber(it)) return bad(e, key, "'%s' must be a number", key);
+    double d = it->valuedouble;
+    if (!(lo_open ? d > lo : d >= lo) || !(d <= hi))
+        return bad(e, key, "'%s' must be %s %g and <= %g, got %g", key, lo_open ? ">" : ">=", lo, hi, d);
+    *v = d;
+    return 1;
+}
+
+/* Optional integer (a JSON number without a fraction) in [lo, hi]; range, when not NULL,
+ * replaces the "between lo and hi" wording of the error. */
+static int opt_int_msg(const cJSON *obj, const char *key, double lo, double hi, const char *range,
+                       double *v, struct api_error *e)
+{
+    const cJSON *it = opt(obj, key);
+    if (!it) return 0;
+    double d = cJSON_IsNumber(it) ? it->valuedouble : NAN;
+    if (!cJSON_IsNumber(it) || !isfinite(d) || d != floor(d))
+        return bad(e, key, "'%s' must be an integer", key);
+    if (d < lo || d > hi) {
+        if (range) return bad(e, key, "'%s' must be %s, got %.0f", key, range, d);
+        return bad(e, key, "'%s' must be between %.0f and %.0f, got %.0f", key, lo, hi, d);
+    }
+    *v = d;
+    return 1;
+}
+
+static int opt_int(const cJSON *obj, const char *key, double lo, double hi, double *v,
+                   struct api_error *e)
+{
+    return opt_int_msg(obj, key, lo, hi, NULL, v, e);
+}
+
+static int opt_bool(const cJSON *obj, const char *key, bool *v, struct api_error *e)
+{
+    const cJSON *it = opt(obj, key);
+    if (!it) return 0;
+    if (!cJSON_IsBool(it)) return bad(e, key, "'%s' must be a boolean", key);
+    *v = cJSON_IsTrue(it);
+    return 1;
+}
+
+static int opt_str(const cJSON *obj, const char *key, const char **v, struct api_error *e)
+{
+    const cJSON *it = opt(obj, key);
+    if (!it) return 0;
+    if (!cJSON_IsString(it)) return bad(e, key, "'%s' must be a string", key);
+    *v = it->valuestring;
+    return 1;
+}
+
+#define TRY(x)                      \
+    do {                            \
+        if ((rc = (x)) < 0) goto fail; \
+    } while (0)
+
+int oai_check_model(const struct oai_ctx *ctx, const cJSON *root, const char **name,
+                    struct api_error *e)
+{
+    const char *want = NULL;
+    int rc = opt_str(root, "model", &want, e);
+    if (rc < 0) return rc;
+    if (!rc) {
+        *name = ctx->n_served > 0 ? ctx->served_names[0] : "";
+        return 0;
+    }
+    for (int i = 0; i < ctx->n_served; i++)
+        if (!strcmp(want, ctx->served_names[i])) {
+            *name = ctx->served_names[i];
+            return 0;
+        }
+    api_error_set(e, 404, API_ERR_INVALID_REQUEST, "model", "model_not_found",
+                  "The model '%.200s' does not exist.", want);
+    return ERR_NOT_FOUND;
+}
+
+static uint64_t random_seed(void)
+{
+    uint64_t s = 0;
+    if (getrandom(&s, sizeof s, 0) != (ssize_t)sizeof s) {
+        /* no entropy source: still different per call and thread */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        s = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)ts.tv_sec ^ (uint64_t)(uintptr_t)&s;
+    }
+    return s;
+}
+
+/* Sampling parameters, each from the body or ctx->defaults. */
+static int parse_sampling(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
+                          struct api_error *e)
+{
+    struct sampler_params *sp = &r->rp.sp;
+    double v;
+    int rc;
+    *sp = ctx->defaults.sp;
+    TRY(opt_num(root, "temperature", 0, false, 2, &v, e));
+    if (rc) sp->temperature = (float)v;
+    TRY(opt_num(root, "top_p", 0, true, 1, &v, e));
+    if (rc) sp->top_p = (float)v;
+    TRY(opt_num(root, "min_p", 0, false, 1, &v, e));
+    if (rc) sp->min_p = (float)v;
+    TRY(opt_num(root, "presence_penalty", -2, false, 2, &v, e));
+    if (rc) sp->presence_penalty = (float)v;
+    TRY(opt_num(root, "frequency_penalty", -2, false, 2, &v, e));
+    if (rc) sp->frequency_penalty = (float)v;
+    TRY(opt_num(root, "repetition_penalty", 0, true, 2, &v, e));
+    if (rc) sp->repetition_penalty = (float)v;
+    TRY(opt_int_msg(root, "top_k", -1, INT_MAX, "-1 (off) or a non-negative integer", &v, e));
+    if (rc) sp->top_k = (int)v; /* -1 and 0 both mean off */
+    /* any 64-bit seed: negative values wrap as in a C cast (JSON numbers beyond 2^53
+     * are already rounded by the parser) */
+    TRY(opt_int_msg(root, "seed", -9223372036854775808.0, 18446744073709549568.0, "a 64-bit integer", &v, e));
+    r->seed_given = rc == 1;
+    sp->seed = !rc ? random_seed() : v < 0 ? (uint64_t)(int64_t)v : (uint64_t)v;
+    char err[ERR_BUF];
+    if (sampler_params_validate(sp, err, sizeof err)) {
+        /* only a bad server default can get here: name it */
+        char param[64];
+        snprintf(param, sizeof param, "%.*s", (int)strcspn(err, ":"), err);
+        return bad(e, param, "%s", err);
+    }
+    return 0;
+fail:
+    return rc;
+}
+
+/* stop: a string or an array of up to STOP_MAX_STRINGS non-empty strings. */
+static int parse_stop(const cJSON *root, struct oai_request *r, struct api_error *e)
+{
+    const cJSON *it = opt(root, "stop");
+    if (!it) return 0;
+    const char *strs[STOP_MAX_STRINGS];
+    int n = 0;
+    if (cJSON_IsString(it)) {
+        strs[n++] = it->valuestring;
+    } else if (cJSON_IsArray(it)) {
+        int size = cJSON_GetArraySize(it);
+        if (size > STOP_MAX_STRINGS)
+            return bad(e, "stop", "'stop' may hold at most %d strings, got %d", STOP_MAX_STRINGS, size);
+        const cJSON *s;
+        cJSON_ArrayForEach(s, it) {
+            if (!cJSON_IsString(s)) return bad(e, "stop", "'stop' must be a string or an array of strings");
+            strs[n++] = s->valuestring;
+        }
+    } else {
+        return bad(e, "stop", "'stop' must be a string or an array of strings");
+    }
+    char err[ERR_BUF];
+    for (int i = 0; i < n; i++)
+        if (!strs[i][0]) return bad(e, "stop", "'stop' strings must not be empty");
+    if (stop_validate(strs, n, err, sizeof err)) return bad(e, "stop", "'stop': %s", err);
+    for (int i = 0; i < n; i++) {
+        if (!(r->stop_strs[i] = strdup(strs[i]))) {
+            api_error_from_code(e, ERR_NOMEM, NULL, NULL, "out of memory");
+            return ERR_NOMEM;
+        }
+        r->rp.stops[i] = r->stop_strs[i];
+        r->rp.n_stops = i + 1;
+    }
+    return 0;
+}
+
+/* logit_bias: {"<token id>": bias in [-100, 100], ...}, ids in the vocabulary. */
+static int parse_logit_bias(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
+                            struct api_error *e)
+{
+    const cJSON *it = opt(root, "logit_bias");
+    if (!it) return 0;
+    if (!cJSON_IsObject(it))
+        return bad(e, "logit_bias", "'logit_bias' must be an object mapping token ids to numbers");
+    int n = cJSON_GetArraySize(it);
+    if (n > SAMPLER_MAX_LOGIT_BIAS)
+        return bad(e, "logit_bias", "'logit_bias' may hold at most %d entries, got %d", SAMPLER_MAX_LOGIT_BIAS, n);
+    if (n == 0) return 0;
+    r->bias_ids = malloc(sizeof *r->bias_ids * (size_t)n);
+    r->bias_vals = malloc(sizeof *r->bias_vals * (size_t)n);
+    if (!r->bias_ids || !r->bias_vals) {
+        api_error_from_code(e, ERR_NOMEM, NULL, NULL, "out of memory");
+        return ERR_NOMEM;
+    }
+    int vocab = ctx->m->cfg.vocab_size, i = 0;
+    const cJSON *b;
+    cJSON_ArrayForEach(b, it) {
+        const char *k = b->string;
+        size_t kl = strlen(k);
+        long id = -1;
+        if (kl > 0 && kl <= 10 && strspn(k, "0123456789") == kl) id = strtol(k, NULL, 10);
+        if (id < 0 || id >= vocab)
+            return bad(e, "logit_bias", "'logit_bias' key '%.64s' is not a token id in [0, %d)", k, vocab);
+        if (!cJSON_IsNumber(b))
+            return bad(e, "logit_bias", "'logit_bias' value for token %ld must be a number", id);
+        double d = b->valuedouble;
+        if (!(d >= -100 && d <= 100))
+            return bad(e, "logit_bias", "'logit_bias' value for token %ld must be in [-100, 100], got %g", id, d);
+        r->bias_ids[i] = (int32_t)id;
+        r->bias_vals[i] = (float)d;
+        i++;
+    }
+    r->rp.bias_ids = r->bias_ids;
+    r->rp.bias = r->bias_vals;
+    r->rp.n_bias = n;
+    return 0;
+}
+
+/* Everything but the prompt / messages and the context check. */
+static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
+                         int64_t *max_req, const char **max_key, struct api_error *e)
+{
+    double v;
+    bool bv;
+    const char *s;
+    int rc;
+    TRY(oai_check_model(ctx, root, &r->model, e));
+    TRY(parse_sampling(ctx, root, r, e));
+
+    TRY(opt_bool(root, "stream", &r->stream, e));
+    const cJSON *so = opt(root, "stream_options");
+    if (so) {
+        if (!cJSON_IsObject(so)) { rc = bad(e, "stream_options", "'stream_options' must be an object"); goto fail; }
+        if (!r->stream) {
+            rc = bad(e, "stream_options", "'stream_options' is only allowed when 'stream' is true");
+            goto fail;
+        }
+        if ((rc = opt_bool(so, "include_usage", &r->include_usage, e)) < 0) {
+            bad(e, "stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
+            goto fail;
+        }
+    }
+
+    TRY(opt_int(root, "n", 1, OAI_MAX_N, &v, e));
+    if (rc) r->n = (int)v;
+
+    /* chat: max_completion_tokens replaces the deprecated max_tokens */
+    *max_key = "max_tokens";
+    *max_req = 0;
+    const char *keys[2] = { "max_completion_tokens", "max_tokens" };
+    for (int i = r->kind == OAI_CHAT ? 0 : 1; i < 2 && !*max_req; i++) {
+        TRY(opt_int_msg(root, keys[i], 1, 1e300, "at least 1", &v, e));
+        if (!rc) continue;
+        /* beyond any context (caught by the caller's context check) */
+        *max_req = v > (double)INT64_MAX / 2 ? INT64_MAX / 2 : (int64_t)v;
+        r->rp.max_tokens = v > INT_MAX ? INT_MAX : (int)v;
+        *max_key = keys[i];
+    }
+    if (!*max_req) r->rp.max_tokens = ctx->defaults.max_tokens > 0 ? ctx->defaults.max_tokens : 0;
+
+    TRY(parse_stop(root, r, e));
+    TRY(parse_logit_bias(ctx, root, r, e));
+
+    if (r->kind == OAI_CHAT) {
+        bool lp = false;
+        TRY(opt_bool(root, "logprobs", &lp, e));
+        TRY(opt_int(root, "top_logprobs", 0, SAMPLER_MAX_TOP_LOGPROBS, &v, e));
+        if (rc && !lp) {
+            rc = bad(e, "top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
+            goto fail;
+        }
+        r->top_logprobs = lp ? (rc ? (int)v : 0) : -1;
+    } else {
+        const cJSON *lp = opt(root, "logprobs");
+        if (lp && cJSON_IsBool(lp)) {
+            rc = bad(e, "logprobs", "'logprobs' must be an integer (0..5) for completions");
+            goto fail;
+        }
+        TRY(opt_int(root, "logprobs", 0, 5, &v, e));
+        r->top_logprobs = rc ? (int)v : -1;
+        TRY(opt_int_msg(root, "best_of", 1, INT_MAX, "at least 1", &v, e));
+        if (rc && v > 1) { rc = bad(e, "best_of", "'best_of' > 1 is not supported"); goto fail; }
+        bv = false;
+        TRY(opt_bool(root, "echo", &bv, e));
+        if (bv) { rc = bad(e, "echo", "'echo' is not supported"); goto fail; }
+        TRY(opt_str(root, "suffix", &s, e));
+        if (rc && s[0]) { rc = bad(e, "suffix", "'suffix' is not supported"); goto fail; }
+    }
+    r->rp.logprobs = r->top_logprobs;
+
+    TRY(opt_bool(root, "ignore_eos", &r->rp.ignore_eos, e));
+    TRY(opt_bool(root, "skip_special_tokens", &r->rp.skip_special_tokens, e));
+    TRY(opt_str(root, "user", &s, e)); /* accepted and ignored */
+    TRY(opt_str(root, "cache_salt", &s, e));
+    if (rc) {
+        if (!s[0] || strlen(s) > BM_SALT_MAX) {
+            rc = bad(e, "cache_salt", "'cache_salt' must be a non-empty string of at most %d bytes", BM_SALT_MAX);
+            goto fail;
+        }
+        if (!(r->cache_salt = strdup(s))) {
+            rc = ERR_NOMEM;
+            api_error_from_code(e, rc, NULL, NULL, "out of memory");
+            goto fail;
+        }
+        r->rp.cache_salt = r->cache_salt;
+    }
+    return 0;
+fail:
+    return rc;
+}
+
+/* ---------------------------------------------------------------- prompts */
+
+/* Tokenizes text[0, len) into a growing buffer. */
+static int encode(const struct tokenizer *t, const char *text, size_t len, bool add_special,
+                  bool parse_special, int32_t **ids, int *n, const char *param, struct api_error *e)
+{
+    size_t cap = len + 16;
+    if (cap > INT_MAX) return bad(e, param, "'%s' is too long", param);
+    *ids = NULL;
+    for (;;) {
+        int32_t *buf = realloc(*ids, sizeof *buf * cap);
+        if (!buf) {
+            free(*ids);
+            *ids = NULL;
+            api_error_from_code(e, ERR_NOMEM, NULL, NULL, "out of memory");
+            return ERR_NOMEM;
+        }
+        *ids = buf;
+        int got = tok_encode(t, text, len, add_special, parse_special, buf, (int)cap);
+        if (got < 0) {
+            free(*ids);
+            *ids = NULL;
+            char msg[128];
+            snprintf(msg, sizeof msg, "tokenization failed (%s)", err_name(got));
+            api_error_from_code(e, got, param, NULL, msg);
+            return got;
+        }
+        if ((size_t)got <= cap) {
+            *n = got;
+            return 0;
+        }
+        cap = (size_t)got;
+    }
+}
+
+int oai_encode_text(const struct oai_ctx *ctx, const char *text, size_t len, bool add_special,
+                    const char *param, int32_t **ids, int *n, struct api_error *e)
+{
+    return encode(ctx->m->tok, text, len, add_special, false, ids, n, param, e);
+}
+
+/* The parameter path that starts chat.c's messages ("messages[1].role must be ..."). */
+static void param_from_message(const char *err, char *param, size_t cap)
+{
+    size_t n = strcspn(err, " ");
+    if (strncmp(err, "messages", 8) != 0) n = 0;
+    snprintf(param, cap, "%.*s", n ? (int)n : 8, n ? err : "messages");
+}
+
+int oai_encode_chat(const struct oai_ctx *ctx, const cJSON *messages, const cJSON *tools,
+                    const cJSON *kwargs, bool add_generation_prompt, int32_t **ids, int *n,
+                    struct api_error *e)
+{
+    const struct model *m = ctx->m;
+    char err[ERR_BUF], param[64];
+    *ids = NULL;
+    if (!messages) return bad(e, "messages", "Missing required parameter: 'messages'");
+    int rc = chat_validate_messages(messages, err, sizeof err);
+    if (rc) {
+        param_from_message(err, param, sizeof param);
+        return bad(e, param, "%s", err);
+    }
+    if (!m->tmpl)
+        return bad(e, NULL, "this model has no chat template; use /v1/completions with a plain prompt");
+    struct chat_specials sp = { m->bos_token ? m->bos_token : "", m->eos_token ? m->eos_token : "" };
+    char *text = NULL;
+    size_t len = 0;
+    rc = chat_render(m->tmpl, &sp, messages, tools, kwargs, add_generation_prompt, &text, &len,
+                     err, sizeof err);
+    if (rc) {
+        free(text);
+        if (rc == ERR_NOMEM) return api_error_from_code(e, rc, NULL, NULL, err), rc;
+        return bad(e, "messages", "the chat template failed: %s", err);
+    }
+    /* The template writes BOS itself when the model wants one (Hugging Face's
+     * apply_chat_template and the CLI's --chat do not add specials); only a tokenizer that
+     * always adds BOS gets it prepended, and then only if the template left it out. */
+    rc = encode(m->tok, text, len, false, true, ids, n, "messages", e);
+    free(text);
+    if (rc) return rc;
+    int bos = tok_bos_id(m->tok);
+    if (tok_adds_bos(m->tok) && bos >= 0 && (*n == 0 || (*ids)[0] != bos)) {
+        int32_t *buf = realloc(*ids, sizeof *buf * (size_t)(*n + 1));
+        if (!buf) {
+            free(*ids);
+            *ids = NULL;
+            api_error_from_code(e, ERR_NOMEM, NULL, NULL, "out of memory");
+            return ERR_NOMEM;
+        }
+        memmove(buf + 1, buf, sizeof *buf * (size_t)*n);
+        buf[0] = bos;
+        *ids = buf;
+        (*n)++;
+    }
+    return 0;
+}
+
+static int parse_messages(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
+                          struct api_error *e)
+{
+    const cJSON *tools = opt(root, "tools"), *kwargs = opt(root, "chat_template_kwargs");
+    if (tools && !cJSON_IsArray(tools)) return bad(e, "tools", "'tools' must be an array");
+    if (kwargs && !cJSON_IsObject(kwargs))
+        return bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    bool agp = true;
+    int rc = opt_bool(root, "add_generation_prompt", &agp, e);
+    if (rc < 0) return rc;
+    return oai_encode_chat(ctx, opt(root, "messages"), tools, kwargs, agp, &r->prompt_ids,
+                           &r->n_prompt, e);
+}
+
+/* An array of token ids, each in [0, vocab). */
+static int parse_id_array(const struct oai_ctx *ctx, const cJSON *arr, struct oai_request *r,
+                          struct api_error *e)
+{
+    int n = cJSON_GetArraySize(arr), vocab = ctx->m->cfg.vocab_size, i = 0;
+    if (n == 0) return bad(e, "prompt", "'prompt' must not be empty");
+    if (!(r->prompt_ids = malloc(sizeof *r->prompt_ids * (size_t)n))) {
+        api_error_from_code(e, ERR_NOMEM, NULL, NULL, "out of memory");
+        return ERR_NOMEM;
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr) {
+        double d = cJSON_IsNumber(it) ? it->valuedouble : NAN;
+        if (!isfinite(d) || d != floor(d))
+            return bad(e, "prompt", "'prompt'[%d] must be an integer token id", i);
+        if (d < 0 || d >= vocab)
+            return bad(e, "prompt", "'prompt'[%d] = %.0f is not a token id in [0, %d)", i, d, vocab);
+        r->prompt_ids[i++] = (int32_t)d;
+    }
+    r->n_prompt = n;
+    return 0;
+}
+
+/* prompt: "text", ["text"], [id, ...] or [[id, ...]]. */
+static int parse_prompt(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
+                        struct api_error *e)
+{
+    const cJSON *p = opt(root, "prompt");
+    if (!p) return bad(e, "prompt", "Missing required parameter: 'prompt'");
+    if (cJSON_IsArray(p)) {
+        int n = cJSON_GetArraySize(p);
+        const cJSON *first = cJSON_GetArrayItem(p, 0);
+        if (n == 0) return bad(e, "prompt", "'prompt' must not be empty");
+        if (cJSON_IsString(first) || cJSON_IsArray(first)) {
+            if (n > 1)
+                return bad(e, "prompt", "batched prompts are not supported; send one request per prompt");
+            p = first;
+        } else if (!cJSON_IsNumber(first)) {
+            return bad(e, "prompt", "'prompt' must be a string, an array of token ids, or an array with one of those");
+        }
+    }
+    if (cJSON_IsArray(p)) return parse_id_array(ctx, p, r, e);
+    if (!cJSON_IsString(p))
+        return bad(e, "prompt", "'prompt' must be a string, an array of token ids, or an array with one of those");
+    /* user text: specials are plain text; BOS as the tokenizer's post-processor says */
+    int rc = oai_encode_text(ctx, p->valuestring, strlen(p->valuestring), true, "prompt",
+                             &r->prompt_ids, &r->n_prompt, e);
+    if (rc) return rc;
+    if (r->n_prompt == 0) return bad(e, "prompt", "'prompt' must not be empty");
+    return 0;
+}
+
+/* ---------------------------------------------------------------- requests */
+
+static int parse_request(const struct oai_ctx *ctx, enum oai_kind kind, const char *body,
+                         size_t len, struct oai_request *out, struct api_error *e)
+{
+    memset(out, 0, sizeof *out);
+    req_params_default(&out->rp);
+    out->kind = kind;
+    out->n = 1;
+    out->top_logprobs = -1;
+    int64_t max_req = 0; /* the max_tokens asked for, 0 if none */
+    const char *max_key = "max_tokens";
+    const char *what = kind == OAI_CHAT ? "messages" : "prompt";
+    int rc;
+    cJSON *root = oai_parse_body(body, len, e);
+    if (!root) return ERR_INVALID;
+    if (!cJSON_IsObject(root)) { rc = bad(e, NULL, "the request body must be a JSON object"); goto fail; }
+    TRY(parse_options(ctx, root, out, &max_req, &max_key, e));
+    TRY(kind == OAI_CHAT ? parse_messages(ctx, root, out, e) : parse_prompt(ctx, root, out, e));
+
+    if (out->n_prompt >= ctx->max_model_len) {
+        api_error_set(e, 400, API_ERR_INVALID_REQUEST, what, "context_length_exceeded",
+                      "This model's maximum context length is %d tokens. However, your request "
+                      "has %d input tokens. Please reduce the length of the %s.",
+                      ctx->max_model_len, out->n_prompt,
+                      kind == OAI_CHAT ? "input messages" : "prompt");
+        rc = ERR_RANGE;
+        goto fail;
+    }
+    if (max_req && out->n_prompt + max_req > ctx->max_model_len) {
+        api_error_set(e, 400, API_ERR_INVALID_REQUEST, what, "context_length_exceeded",
+                      "This model's maximum context length is %d tokens. However, you requested "
+                      "%lld tokens (%d in the %s, %lld in the completion). Please reduce the length "
+                      "of the %s or '%s'.",
+                      ctx->max_model_len, (long long)(out->n_prompt + max_req), out->n_prompt,
+                      what, (long long)max_req, what, max_key);
+        rc = ERR_RANGE;
+        goto fail;
+    }
+    cJSON_Delete(root);
+    return 0;
+fail:
+    cJSON_Delete(root);
+    oai_request_free(out);
+    return rc;
+}
+
+int oai_parse_chat(const struct oai_ctx *ctx, const char *body, size_t len,
+                   struct oai_request *out, struct api_error *e)
+{
+    return parse_request(ctx, OAI_CHAT, body, len, out, e);
+}
+
+int oai_parse_completion(const struct oai_ctx *ctx, const char *body, size_t len,
+                         struct oai_request *out, struct api_error *e)
+{
+    return parse_request(ctx, OAI_COMPLETION, body, len, out, e);
+}
+
+void oai_request_free(struct oai_request *r)
+{
+    if (!r) return;
+    free(r->prompt_ids);
+    for (int i = 0; i < STOP_MAX_STRINGS; i++) free(r->stop_strs[i]);
+    free(r->bias_ids);
+    free(r->bias_vals);
+    free(r->cache_salt);
+    memset(r, 0, sizeof *r);
+}

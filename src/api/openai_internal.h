@@ -1,0 +1,50 @@
+/* openai_internal.h — helpers shared by the openai*.c files (not part of the API).
+ *
+ * JSON strings: cJSON neither validates UTF-8 on input nor can it hold a string with an
+ * embedded NUL, so request strings are checked here (oai_check_utf8_tree) and response
+ * text goes out through oai_json_string, which escapes bytes itself and hands cJSON a
+ * raw, already-quoted value.
+ */
+#ifndef TESSERA_API_OPENAI_INTERNAL_H
+#define TESSERA_API_OPENAI_INTERNAL_H
+
+#include "api/openai.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct cJSON;
+
+/* Length of the valid UTF-8 sequence at s[0, len) (1..4), or 0 if s does not start
+ * with one (overlong forms, surrogates and code points above U+10FFFF are invalid). */
+int oai_utf8_seq_len(const unsigned char *s, size_t len);
+/* True if s[0, len) is entirely valid UTF-8. */
+bool oai_utf8_valid(const char *s, size_t len);
+
+/* Parses body[0, len) as one JSON value with nothing but whitespace after it and checks
+ * that every string and key in it is valid UTF-8 without NUL. Returns the tree (caller
+ * frees with cJSON_Delete) or NULL with *e filled (400, param naming the bad string). */
+struct cJSON *oai_parse_body(const char *body, size_t len, struct api_error *e);
+
+/* A cJSON raw item holding s[0, len) as a quoted JSON string: invalid UTF-8 bytes become
+ * U+FFFD, control characters and NUL are \u-escaped. NULL on OOM. */
+struct cJSON *oai_json_string(const char *s, size_t len);
+
+/* Renders messages with m's chat template and tokenizes the result the way the chat API
+ * does (specials parsed; BOS prepended only if the tokenizer adds one and the template
+ * did not write it). tools / kwargs may be NULL. Returns 0 and *ids (malloc'd) / *n, or a
+ * negative code with *e filled. */
+int oai_encode_chat(const struct oai_ctx *ctx, const struct cJSON *messages,
+                    const struct cJSON *tools, const struct cJSON *kwargs,
+                    bool add_generation_prompt, int32_t **ids, int *n, struct api_error *e);
+/* Tokenizes plain text (specials not parsed; BOS per the tokenizer when add_special).
+ * Returns 0 and *ids / *n, or a negative code with *e filled (param names the field). */
+int oai_encode_text(const struct oai_ctx *ctx, const char *text, size_t len, bool add_special,
+                    const char *param, int32_t **ids, int *n, struct api_error *e);
+
+/* Checks "model" (absent/null → served_names[0]); sets *name. 404 model_not_found. */
+int oai_check_model(const struct oai_ctx *ctx, const struct cJSON *root, const char **name,
+                    struct api_error *e);
+
+#endif

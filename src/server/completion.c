@@ -1,0 +1,318 @@
+/* completion.c — POST /v1/chat/completions and /v1/completions: one HTTP request becomes
+ * a job of n engine requests (one per choice), streamed back as SSE or answered as one
+ * JSON body.
+ *
+ * Threads. The handler runs on an HTTP thread: it parses (api/), submits the n requests
+ * and defers the reply, all under the job's mutex, so an engine notify for this job waits
+ * until the job is fully set up. Notifies run on the scheduler thread: each takes its
+ * choice's new output (request_take), formats the SSE chunks (streaming) or accumulates
+ * the text (non-streaming), and the last choice to finish ends the reply. A client
+ * disconnect arrives as on_close from an HTTP thread: it only calls request_abort, never
+ * takes the job's mutex (the HTTP layer may hold the reply's lock while calling it, and a
+ * notify holds the job's mutex while writing to the reply).
+ *
+ * Lifetime. The job is refcounted: one reference for the handler, one per submitted
+ * choice, dropped at that choice's final notify. The engine requests are released only
+ * when the job is freed, so on_close can abort them for as long as the reply is open.
+ */
+#include "server/server_internal.h"
+#include "util/err.h"
+#include "util/log.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct job;
+
+/* One choice: one engine request and what has come out of it. */
+struct choice {
+    struct job *job;
+    int index;
+    struct request *rq;          /* one reference, released in job_free */
+    struct req_output out;       /* take buffer, reused */
+    bool done;
+    enum req_finish finish;
+    int n_generated, n_cached, n_prompt;
+    double ttft;
+    int text_chars;              /* characters streamed so far (completions text_offset) */
+    /* non-streaming: the whole text and logprobs so far */
+    char *text;
+    size_t text_len, text_cap;
+    struct req_logprob *lp;
+    int n_lp, lp_cap;
+};
+
+struct job {
+    struct server *s;
+    struct oai_request req;
+    struct oai_meta meta;
+    char id[64];
+    pthread_mutex_t mu;          /* guards everything below and the choices */
+    int refs;
+    struct http_reply *reply;    /* NULL until deferred */
+    bool failed;                 /* setup failed: notifies only drop their references */
+    int n_done;
+    struct api_error error;      /* the first engine error or abort, if any */
+    bool has_error;
+    struct choice ch[];          /* [req.n] */
+};
+
+static void job_free(struct job *j)
+{
+    for (int i = 0; i < j->req.n; i++) {
+        struct choice *c = &j->ch[i];
+        if (c->rq) request_release(c->rq);
+        req_output_free(&c->out);
+        free(c->text);
+        free(c->lp);
+    }
+    oai_request_free(&j->req);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+/* Drops one reference; the caller holds j->mu, which this releases. */
+static void job_unref_unlock(struct job *j)
+{
+    bool last = --j->refs == 0;
+    pthread_mutex_unlock(&j->mu);
+    if (last) job_free(j);
+}
+
+static bool grow(void **p, size_t elem, size_t need, size_t *cap)
+{
+    if (need <= *cap) return true;
+    size_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, elem * c);
+    if (!q) return false;
+    *p = q;
+    *cap = c;
+    return true;
+}
+
+/* Non-streaming: appends the taken output to the choice's totals. */
+static void collect(struct job *j, struct choice *c)
+{
+    const struct req_output *o = &c->out;
+    size_t lp_cap = (size_t)c->lp_cap;
+    if (!grow((void **)&c->text, 1, c->text_len + o->text_len + 1, &c->text_cap) ||
+        !grow((void **)&c->lp, sizeof *c->lp, (size_t)(c->n_lp + o->n_lp), &lp_cap)) {
+        if (!j->has_error)
+            api_error_from_code(&j->error, ERR_NOMEM, NULL, NULL, "out of memory collecting output");
+        j->has_error = true;
+        request_abort(c->rq);
+        return;
+    }
+    c->lp_cap = (int)lp_cap;
+    memcpy(c->text + c->text_len, o->text, o->text_len);
+    c->text_len += o->text_len;
+    memcpy(c->lp + c->n_lp, o->lp, sizeof *o->lp * (size_t)o->n_lp);
+    c->n_lp += o->n_lp;
+}
+
+/* Writes one formatted SSE event (NUL-terminated JSON text: the formatter escapes NUL)
+ * and frees it; NULL (out of memory) is skipped. */
+static void write_sse(struct job *j, char *ev)
+{
+    if (ev) http_reply_write(j->reply, ev, strlen(ev));
+    free(ev);
+}
+
+/* Streaming: turns the taken output into chunks. */
+static void stream_out(struct job *j, struct choice *c)
+{
+    const struct req_output *o = &c->out;
+    const struct model *m = j->s->m;
+    size_t len;
+    if (o->text_len > 0 || o->n_lp > 0) {
+        struct oai_piece p = { .index = c->index, .text = o->text, .text_len = o->text_len,
+                               .lp = o->lp, .n_lp = o->n_lp,
+                               .top_logprobs = j->req.top_logprobs,
+                               .text_offset = c->text_chars };
+        write_sse(j, oai_chunk_sse(m, &j->meta, &p, false, &len));
+        c->text_chars += (int)oai_utf8_chars(o->text, o->text_len);
+    }
+    const char *fr = o->finish == REQ_FINISH_STOP || o->finish == REQ_FINISH_LENGTH
+                         ? oai_finish_reason(o->finish) : NULL;
+    if (fr) {
+        struct oai_piece p = { .index = c->index, .finish_reason = fr };
+        write_sse(j, oai_chunk_sse(m, &j->meta, &p, false, &len));
+    }
+}
+
+static void usage_of(const struct job *j, struct oai_usage *u, double *ttft)
+{
+    *u = (struct oai_usage){ .prompt_tokens = j->req.n_prompt,
+                             .cached_tokens = j->ch[0].n_cached };
+    *ttft = -1;
+    for (int i = 0; i < j->req.n; i++) {
+        u->completion_tokens += j->ch[i].n_generated;
+        if (j->ch[i].ttft >= 0 && (*ttft < 0 || j->ch[i].ttft < *ttft)) *ttft = j->ch[i].ttft;
+    }
+}
+
+/* All choices are done: the end of the stream, or the whole response. */
+static void finish_job(struct job *j)
+{
+    struct oai_usage u;
+    double ttft;
+    usage_of(j, &u, &ttft);
+    http_reply_set_usage(j->reply, u.prompt_tokens, u.completion_tokens, ttft);
+    size_t len;
+    if (j->req.stream) {
+        if (j->has_error) write_sse(j, oai_error_sse(&j->error, &len));
+        else if (j->req.include_usage)
+            write_sse(j, oai_usage_chunk_sse(&j->meta, &u, &len));
+        http_reply_write(j->reply, OAI_SSE_DONE, strlen(OAI_SSE_DONE));
+        http_reply_end(j->reply);
+        return;
+    }
+    char *body = NULL;
+    if (!j->has_error) {
+        struct oai_piece pieces[OAI_MAX_N];
+        for (int i = 0; i < j->req.n; i++) {
+            const struct choice *c = &j->ch[i];
+            pieces[i] = (struct oai_piece){ .index = i, .text = c->text ? c->text : "",
+                                            .text_len = c->text_len, .lp = c->lp,
+                                            .n_lp = c->n_lp, .top_logprobs = j->req.top_logprobs,
+                                            .finish_reason = oai_finish_reason(c->finish) };
+        }
+        body = oai_response_json(j->s->m, &j->meta, pieces, j->req.n, &u, &len);
+        if (body) {
+            http_reply_send(j->reply, 200, "application/json", body, len, NULL);
+            free(body);
+            return;
+        }
+        api_error_from_code(&j->error, ERR_NOMEM, NULL, NULL, "out of memory formatting the response");
+    }
+    body = api_error_json(&j->error);
+    const char *msg = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+    http_reply_send(j->reply, j->error.status, "application/json", body ? body : msg,
+                    strlen(body ? body : msg), NULL);
+    free(body);
+}
+
+/* Engine notify for one choice (scheduler thread). */
+static void on_notify(void *ud)
+{
+    struct choice *c = ud;
+    struct job *j = c->job;
+    pthread_mutex_lock(&j->mu);
+    if (c->done) { /* no notify follows the final one; be safe anyway */
+        pthread_mutex_unlock(&j->mu);
+        return;
+    }
+    request_take(c->rq, &c->out);
+    c->n_generated = c->out.n_generated;
+    c->n_cached = c->out.n_cached;
+    c->n_prompt = c->out.n_prompt;
+    c->ttft = c->out.t_first_token;
+    if (!j->failed) {
+        if (j->req.stream) stream_out(j, c);
+        else collect(j, c);
+    }
+    if (c->out.finish == REQ_FINISH_NONE) {
+        pthread_mutex_unlock(&j->mu);
+        return;
+    }
+    c->done = true;
+    c->finish = c->out.finish;
+    if (!j->has_error && (c->finish == REQ_FINISH_ERROR || c->finish == REQ_FINISH_ABORT)) {
+        j->has_error = true;
+        if (c->finish == REQ_FINISH_ERROR)
+            api_error_set(&j->error, 500, API_ERR_SERVER, NULL, NULL, "%s", c->out.error);
+        else
+            api_error_set(&j->error, 503, API_ERR_OVERLOADED, NULL, NULL,
+                          "the request was aborted (client disconnect or server shutdown)");
+    }
+    if (++j->n_done == j->req.n && !j->failed) {
+        finish_job(j);
+        LOG_DEBUG("server", "req-%llu done", (unsigned long long)http_reply_request_id(j->reply));
+    }
+    job_unref_unlock(j);
+}
+
+/* HTTP on_close: the client went away. Must not take j->mu (see the file comment). */
+static void on_close(void *ud)
+{
+    struct job *j = ud;
+    for (int i = 0; i < j->req.n; i++)
+        if (j->ch[i].rq) request_abort(j->ch[i].rq);
+}
+
+static void handle(struct server *s, const struct http_request *req, enum oai_kind kind)
+{
+    if (server_refuse_unless_ready(s, req)) return;
+    struct oai_request r;
+    struct api_error e;
+    int rc = kind == OAI_CHAT ? oai_parse_chat(&s->ctx, req->body, req->body_len, &r, &e)
+                              : oai_parse_completion(&s->ctx, req->body, req->body_len, &r, &e);
+    if (rc) {
+        server_respond_api_error(req, &e);
+        return;
+    }
+    struct job *j = calloc(1, sizeof *j + sizeof(struct choice) * (size_t)r.n);
+    if (!j) {
+        oai_request_free(&r);
+        api_error_from_code(&e, ERR_NOMEM, NULL, NULL, "out of memory");
+        server_respond_api_error(req, &e);
+        return;
+    }
+    j->s = s;
+    j->req = r;
+    oai_make_id(kind == OAI_CHAT ? "chatcmpl-" : "cmpl-", j->id, sizeof j->id);
+    j->meta = (struct oai_meta){ .kind = kind, .id = j->id, .created = (int64_t)time(NULL),
+                                 .model = r.model };
+    pthread_mutex_init(&j->mu, NULL);
+    j->refs = 1;
+    for (int i = 0; i < r.n; i++) {
+        j->ch[i].job = j;
+        j->ch[i].index = i;
+        j->ch[i].ttft = -1;
+    }
+
+    pthread_mutex_lock(&j->mu);
+    char err[ERR_BUF] = "";
+    for (int i = 0; i < r.n; i++) {
+        struct req_params p = r.rp;
+        p.sp.seed = r.rp.sp.seed + (uint64_t)i; /* n choices: distinct, reproducible streams */
+        rc = engine_submit(s->e, r.prompt_ids, r.n_prompt, &p, on_notify, &j->ch[i], &j->ch[i].rq,
+                           err, sizeof err);
+        if (rc) break;
+        j->refs++;
+    }
+    if (!rc) j->reply = http_reply_defer(req->conn, r.stream, on_close, j);
+    if (rc || !j->reply) {
+        /* nothing was sent yet: a real HTTP status (the submitted choices are aborted and
+           drop their references at their final notify) */
+        j->failed = true;
+        for (int i = 0; i < r.n; i++)
+            if (j->ch[i].rq) request_abort(j->ch[i].rq);
+        if (rc) {
+            api_error_from_code(&e, rc, kind == OAI_CHAT ? "messages" : "prompt",
+                                rc == ERR_RANGE ? "context_length_exceeded" : NULL, err);
+            server_respond_api_error(req, &e);
+        } /* else the HTTP layer answers 500 */
+        job_unref_unlock(j);
+        return;
+    }
+    if (r.stream && kind == OAI_CHAT) {
+        /* the role chunk of every choice goes out at once: the client sees the stream open */
+        for (int i = 0; i < r.n; i++) {
+            struct oai_piece p = { .index = i };
+            size_t len;
+            write_sse(j, oai_chunk_sse(s->m, &j->meta, &p, true, &len));
+        }
+    }
+    job_unref_unlock(j);
+}
+
+void server_handle_chat(void *ud, const struct http_request *req) { handle(ud, req, OAI_CHAT); }
+
+void server_handle_completion(void *ud, const struct http_request *req)
+{
+    handle(ud, req, OAI_COMPLETION);
+}

@@ -1,0 +1,40 @@
+/* server_internal.h — state shared by the files of src/server/ (not a public interface).
+ *
+ * struct server is built once by server_run on the main thread and is read-only for the
+ * handlers afterwards, except `state`, which is atomic.
+ */
+#ifndef TESSERA_SERVER_INTERNAL_H
+#define TESSERA_SERVER_INTERNAL_H
+
+#include "api/openai.h"
+#include "config/options.h"
+#include "engine/engine.h"
+#include "http/http.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+enum server_state { SERVER_LOADING = 0, SERVER_READY, SERVER_DRAINING };
+
+struct server {
+    const struct server_options *o;
+    _Atomic int state;               /* enum server_state */
+    struct model *m;                 /* NULL while loading */
+    struct engine *e;                /* NULL while loading */
+    struct oai_ctx ctx;              /* valid once READY */
+    const char *names[OPTS_MAX_LIST];/* served model names (ctx.served_names points here) */
+    int n_names;
+    char default_name[256];          /* the model path's basename when no name is given */
+    int64_t started;                 /* unix seconds, "created" of /v1/models */
+};
+
+/* POST /v1/chat/completions and /v1/completions (completion.c). ud is the struct server. */
+void server_handle_chat(void *ud, const struct http_request *req);
+void server_handle_completion(void *ud, const struct http_request *req);
+
+/* Answers 503 unless the server is READY; returns true when it answered. */
+bool server_refuse_unless_ready(struct server *s, const struct http_request *req);
+/* Answers with e as OpenAI error JSON (429 also gets Retry-After). */
+void server_respond_api_error(const struct http_request *req, const struct api_error *e);
+
+#endif

@@ -1,0 +1,549 @@
+"""`tessera serve` end to end on the default model: the official `openai` client against
+/v1/chat/completions and /v1/completions (streaming and not), the exact SSE wire format
+read with a raw socket and with `curl -N`, the small endpoints (/v1/models, /health,
+/version, /tokenize, /detokenize, /metrics), served-model-name aliases and API keys.
+Generations are kept short (max_tokens 8..64) so the module runs in well under a minute."""
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+
+import openai
+import pytest
+
+from server_util import (check_chat_stream, check_completion_stream, check_error, parse_sse,
+                         run_server, stream_request)
+
+MAX_MODEL_LEN = 512
+CHAT = [{"role": "user", "content": "Write one sentence about the sea."}]
+PROMPT = "The three primary colors are"
+API_KEYS = ("sk-tessera-test-1", "sk-tessera-test-2")
+
+
+@pytest.fixture(scope="module")
+def server(tessera_bin, default_model):
+    with run_server(tessera_bin, default_model, "--max-model-len", MAX_MODEL_LEN) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def model_name(server):
+    return server.get_json("/v1/models")["data"][0]["id"]
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0,
+                         timeout=120)
+
+
+def chat(client, model, **kw):
+    kw.setdefault("messages", CHAT)
+    kw.setdefault("max_tokens", 16)
+    return client.chat.completions.create(model=model, **kw)
+
+
+def complete(client, model, **kw):
+    kw.setdefault("prompt", PROMPT)
+    kw.setdefault("max_tokens", 16)
+    return client.completions.create(model=model, **kw)
+
+
+# --------------------------------------------------------------------------- small endpoints
+
+def test_health(server):
+    r = server.request("GET", "/health")
+    assert r.status == 200, r
+
+
+def test_models(server, client, default_model):
+    obj = server.get_json("/v1/models")
+    assert obj["object"] == "list"
+    assert len(obj["data"]) >= 1
+    for m in obj["data"]:
+        assert isinstance(m["id"], str) and m["id"]
+        assert m["object"] == "model"
+        assert isinstance(m["created"], int)
+        assert m["owned_by"] == "tessera"
+        assert m["max_model_len"] == MAX_MODEL_LEN
+    ids = [m.id for m in client.models.list()]
+    assert ids == [m["id"] for m in obj["data"]]
+
+
+def test_version(server, tessera_bin):
+    obj = server.get_json("/version")
+    assert isinstance(obj["version"], str) and obj["version"]
+    out = subprocess.run([str(tessera_bin), "version"], capture_output=True, text=True, timeout=30)
+    assert obj["version"] in out.stdout, (obj, out.stdout)
+
+
+def test_tokenize_detokenize_round_trip(server):
+    text = "Hello world, tessera! Ünïcödé and emoji 🌊 too."
+    r = server.post_json("/tokenize", {"prompt": text})
+    assert r.status == 200, r
+    tok = r.json()
+    assert tok["max_model_len"] == MAX_MODEL_LEN
+    assert tok["count"] == len(tok["tokens"]) > 0
+    assert all(isinstance(t, int) and t >= 0 for t in tok["tokens"])
+    r = server.post_json("/detokenize", {"tokens": tok["tokens"]})
+    assert r.status == 200, r
+    assert text in r.json()["prompt"]
+    # messages render the chat template: more tokens than the bare text
+    r = server.post_json("/tokenize", {"messages": [{"role": "user", "content": text}]})
+    assert r.status == 200, r
+    msg = r.json()
+    assert msg["count"] == len(msg["tokens"]) > tok["count"]
+
+
+def test_metrics_names(server):
+    m = server.metrics()
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting",
+                 "vllm:kv_cache_usage_perc", "vllm:prompt_tokens_total",
+                 "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_bucket",
+                 "vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count"):
+        assert name in m.names(), f"{name} missing from /metrics:\n{m.text[:2000]}"
+        for labels in m.labels_of(name):
+            assert labels.get("model_name"), (name, labels)
+    r = server.request("GET", "/metrics")
+    assert r.header("Content-Type", "").startswith("text/plain"), r.headers
+    # histogram buckets are cumulative and end with +Inf == _count
+    buckets = [(lab["le"], v) for n, lab, v in m.samples if n == "vllm:time_to_first_token_seconds_bucket"]
+    assert buckets and buckets[-1][0] == "+Inf"
+    vals = [v for _, v in buckets]
+    assert vals == sorted(vals)
+    assert vals[-1] == m.get("vllm:time_to_first_token_seconds_count")
+
+
+def test_metrics_counters_increase(server, client, model_name):
+    before = server.metrics()
+    nonce = uuid.uuid4().hex[:8]
+    r = chat(client, model_name, messages=[{"role": "user", "content": f"Say {nonce}."}],
+             max_tokens=8, temperature=0, extra_body={"ignore_eos": True})
+    after = server.metrics()
+    assert r.usage.completion_tokens == 8
+    d_prompt = after.get("vllm:prompt_tokens_total") - before.get("vllm:prompt_tokens_total")
+    d_gen = after.get("vllm:generation_tokens_total") - before.get("vllm:generation_tokens_total")
+    d_ttft = (after.get("vllm:time_to_first_token_seconds_count")
+              - before.get("vllm:time_to_first_token_seconds_count"))
+    assert 1 <= d_prompt <= r.usage.prompt_tokens, (d_prompt, r.usage)
+    assert d_gen >= r.usage.completion_tokens, (d_gen, r.usage)
+    assert d_ttft >= 1
+    assert after.get("vllm:num_requests_running") == 0
+
+
+# --------------------------------------------------------------------------- chat / completions
+
+def test_chat_non_stream(client, model_name):
+    r = chat(client, model_name, temperature=0)
+    assert r.object == "chat.completion"
+    assert r.id and isinstance(r.created, int)
+    assert r.model == model_name
+    assert len(r.choices) == 1
+    c = r.choices[0]
+    assert c.index == 0 and c.message.role == "assistant"
+    assert isinstance(c.message.content, str) and c.message.content
+    assert c.finish_reason in ("stop", "length")
+    u = r.usage
+    assert u.prompt_tokens > 0 and 0 < u.completion_tokens <= 16
+    assert u.prompt_tokens + u.completion_tokens == u.total_tokens
+
+
+def test_chat_prompt_tokens_match_tokenize(server, client, model_name):
+    r = chat(client, model_name, max_tokens=1, temperature=0)
+    tok = server.post_json("/tokenize", {"messages": CHAT, "add_generation_prompt": True}).json()
+    assert r.usage.prompt_tokens == tok["count"]
+
+
+def test_completion_non_stream(server, client, model_name):
+    r = complete(client, model_name, temperature=0)
+    assert r.object == "text_completion"
+    assert r.id and isinstance(r.created, int) and r.model == model_name
+    assert len(r.choices) == 1 and r.choices[0].index == 0
+    assert isinstance(r.choices[0].text, str) and r.choices[0].text
+    assert r.choices[0].finish_reason in ("stop", "length")
+    u = r.usage
+    assert u.prompt_tokens + u.completion_tokens == u.total_tokens
+    assert u.prompt_tokens == server.post_json("/tokenize", {"prompt": PROMPT}).json()["count"]
+
+
+def test_completion_prompt_forms(server, client, model_name):
+    ids = server.post_json("/tokenize", {"prompt": PROMPT}).json()["tokens"]
+    a = complete(client, model_name, prompt=PROMPT, max_tokens=8, temperature=0)
+    b = complete(client, model_name, prompt=ids, max_tokens=8, temperature=0)
+    assert b.choices[0].text == a.choices[0].text
+    assert b.usage.prompt_tokens == len(ids)
+    c = complete(client, model_name, prompt=[PROMPT], max_tokens=8, temperature=0)
+    assert c.choices[0].text == a.choices[0].text
+
+
+def test_model_omitted_uses_default(server):
+    r = server.post_json("/v1/chat/completions", {"messages": CHAT, "max_tokens": 4})
+    assert r.status == 200, r
+    assert r.json()["choices"][0]["message"]["role"] == "assistant"
+
+
+def test_unknown_model_404(server, client):
+    with pytest.raises(openai.NotFoundError) as ei:
+        chat(client, "no-such-model")
+    assert ei.value.status_code == 404
+    assert ei.value.code == "model_not_found"
+    with pytest.raises(openai.NotFoundError):
+        complete(client, "no-such-model")
+    r = server.post_json("/v1/completions", {"model": "no-such-model", "prompt": "x"})
+    check_error(r, 404, code="model_not_found")
+
+
+def test_max_tokens_length(client, model_name):
+    r = complete(client, model_name, max_tokens=12, temperature=0, extra_body={"ignore_eos": True})
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 12
+    r = chat(client, model_name, max_tokens=None, max_completion_tokens=10, temperature=0,
+             extra_body={"ignore_eos": True})
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 10
+
+
+def test_n_choices(client, model_name):
+    r = chat(client, model_name, n=2, max_tokens=6, temperature=0.8, seed=7,
+             extra_body={"ignore_eos": True})
+    assert sorted(c.index for c in r.choices) == [0, 1]
+    for c in r.choices:
+        assert c.finish_reason == "length" and c.message.content
+    assert r.usage.completion_tokens == 12  # summed over the choices
+    r = complete(client, model_name, n=2, max_tokens=6, temperature=0.8,
+                 extra_body={"ignore_eos": True})
+    assert sorted(c.index for c in r.choices) == [0, 1]
+    assert r.usage.completion_tokens == 12
+
+
+def _stop_from(text):
+    """A stop string from the middle of text that occurs there for the first time."""
+    for start in range(len(text) // 3, len(text) - 3):
+        s = text[start:start + 3]
+        if s.strip() and text.index(s) == start:
+            return s
+    return None
+
+
+def test_stop_string(client, model_name):
+    base = complete(client, model_name, max_tokens=24, temperature=0, extra_body={"ignore_eos": True})
+    text = base.choices[0].text
+    stop = _stop_from(text)
+    assert stop, f"no usable stop string in {text!r}"
+    want = text[: text.index(stop)]
+    r = complete(client, model_name, max_tokens=24, temperature=0, stop=stop,
+                 extra_body={"ignore_eos": True})
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].text == want
+    assert stop not in r.choices[0].text
+    # as a list, and streamed: the stop string never leaks into a delta
+    s = client.completions.create(model=model_name, prompt=PROMPT, max_tokens=24, temperature=0,
+                                  stop=["\u2603never", stop], stream=True,
+                                  extra_body={"ignore_eos": True})
+    chunks = list(s)
+    got = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert got == want
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+
+
+def test_stop_string_chat(client, model_name):
+    base = chat(client, model_name, max_tokens=24, temperature=0, extra_body={"ignore_eos": True})
+    text = base.choices[0].message.content
+    stop = _stop_from(text)
+    assert stop, f"no usable stop string in {text!r}"
+    r = chat(client, model_name, max_tokens=24, temperature=0, stop=[stop],
+             extra_body={"ignore_eos": True})
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].message.content == text[: text.index(stop)]
+
+
+def test_seed_reproducible(client, model_name):
+    kw = dict(max_tokens=16, temperature=0.8, extra_body={"ignore_eos": True})
+    a = chat(client, model_name, seed=1234, **kw).choices[0].message.content
+    b = chat(client, model_name, seed=1234, **kw).choices[0].message.content
+    assert a == b
+    others = {chat(client, model_name, seed=s, **kw).choices[0].message.content for s in (1, 2, 3, 4)}
+    others.add(a)
+    assert len(others) >= 2, others
+    c = complete(client, model_name, seed=99, **kw).choices[0].text
+    d = complete(client, model_name, seed=99, **kw).choices[0].text
+    assert c == d
+
+
+def test_chat_logprobs(client, model_name):
+    r = chat(client, model_name, max_tokens=6, temperature=0, logprobs=True, top_logprobs=3,
+             extra_body={"ignore_eos": True})
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens == 6
+    for t in content:
+        assert isinstance(t.token, str)
+        assert t.logprob <= 0
+        assert len(t.top_logprobs) == 3
+        lps = [x.logprob for x in t.top_logprobs]
+        assert lps == sorted(lps, reverse=True), lps
+        assert all(lp <= 0 for lp in lps)
+        # greedy: the chosen token is the most likely one
+        assert abs(t.logprob - lps[0]) < 1e-3, (t.logprob, lps)
+    # without logprobs there are none
+    r = chat(client, model_name, max_tokens=2, temperature=0)
+    assert r.choices[0].logprobs is None
+
+
+def test_completion_logprobs(client, model_name):
+    r = complete(client, model_name, max_tokens=5, temperature=0, logprobs=2,
+                 extra_body={"ignore_eos": True})
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 5
+    assert all(x <= 0 for x in lp.token_logprobs)
+    for top, chosen in zip(lp.top_logprobs, lp.token_logprobs):
+        assert 2 <= len(top) <= 3  # may also hold the sampled token
+        assert all(v <= 0 for v in top.values())
+        assert abs(max(top.values()) - chosen) < 1e-3
+
+
+def test_chat_stream_equals_non_stream(client, model_name):
+    want = chat(client, model_name, max_tokens=24, temperature=0).choices[0].message.content
+    s = chat(client, model_name, max_tokens=24, temperature=0, stream=True,
+             stream_options={"include_usage": True})
+    chunks = list(s)
+    assert len({c.id for c in chunks}) == 1
+    assert len({c.created for c in chunks}) == 1
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[0].choices[0].delta.content == ""
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    u = chunks[-1].usage
+    assert u.prompt_tokens + u.completion_tokens == u.total_tokens
+    fins = [c.choices[0].finish_reason for c in chunks[:-1]]
+    assert fins[-1] in ("stop", "length") and all(f is None for f in fins[:-1])
+    got = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert got == want
+
+
+def test_completion_stream_equals_non_stream(client, model_name):
+    want = complete(client, model_name, max_tokens=24, temperature=0).choices[0].text
+    s = complete(client, model_name, max_tokens=24, temperature=0, stream=True,
+                 stream_options={"include_usage": True})
+    chunks = list(s)
+    assert len({c.id for c in chunks}) == 1 and len({c.created for c in chunks}) == 1
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
+    got = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert got == want
+
+
+def test_stream_without_usage_has_no_usage_chunk(client, model_name):
+    chunks = list(chat(client, model_name, max_tokens=4, temperature=0, stream=True))
+    assert all(c.choices for c in chunks)
+    assert all(c.usage is None for c in chunks)
+
+
+# --------------------------------------------------------------------------- wire format
+
+SSE_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+
+
+def _check_sse_headers(res):
+    assert res.status == 200, res.body[:500]
+    assert res.header("Content-Type", "").split(";")[0].strip() == "text/event-stream", res.headers
+    assert res.header("Cache-Control") == "no-cache", res.headers
+    assert res.header("X-Accel-Buffering") == "no", res.headers
+
+
+def test_raw_chat_stream_framing(server, model_name):
+    body = {"model": model_name, "messages": CHAT, "max_tokens": 12, "temperature": 0,
+            "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
+    res = stream_request(server.host, server.port, "/v1/chat/completions", body, headers=SSE_HEADERS)
+    _check_sse_headers(res)
+    text = res.body.decode("utf-8")
+    assert "event:" not in text
+    sse = parse_sse(res.body)
+    events = sse.json_events()
+    texts, finish, usage = check_chat_stream(events, n=1, include_usage=True)
+    assert finish == {0: "length"}
+    assert usage["completion_tokens"] == 12
+    assert usage["prompt_tokens"] + usage["completion_tokens"] == usage["total_tokens"]
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert events[-2]["choices"][0]["finish_reason"] == "length"
+    # every event is exactly "data: <json>\n\n" (comments aside)
+    for ev in text.split("\n\n")[:-1]:
+        assert ev.startswith("data: ") or ev.startswith(":"), ev
+
+
+def test_raw_completion_stream_framing(server, model_name):
+    body = {"model": model_name, "prompt": PROMPT, "max_tokens": 8, "temperature": 0,
+            "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
+    res = stream_request(server.host, server.port, "/v1/completions", body)
+    _check_sse_headers(res)
+    events = parse_sse(res.body).json_events()
+    texts, finish, usage = check_completion_stream(events, n=1, include_usage=True)
+    assert finish == {0: "length"} and usage["completion_tokens"] == 8
+
+
+def test_raw_stream_n2(server, model_name):
+    body = {"model": model_name, "messages": CHAT, "max_tokens": 6, "n": 2, "temperature": 0.7,
+            "seed": 3, "stream": True, "ignore_eos": True}
+    res = stream_request(server.host, server.port, "/v1/chat/completions", body)
+    _check_sse_headers(res)
+    texts, finish, _ = check_chat_stream(parse_sse(res.body).json_events(), n=2)
+    assert finish == {0: "length", 1: "length"}
+    assert texts[0] and texts[1]
+
+
+def test_stream_arrives_incrementally(server, model_name):
+    body = {"model": model_name, "prompt": "Once upon a time", "max_tokens": 64, "temperature": 0,
+            "stream": True, "ignore_eos": True}
+    res = stream_request(server.host, server.port, "/v1/completions", body)
+    _check_sse_headers(res)
+    parse_sse(res.body)
+    timed = [(t, ev) for t, ev in res.event_times() if ev.startswith("data: ")]
+    content_times = [t for t, ev in timed if ev != "data: [DONE]\n\n" and json.loads(ev[6:])["choices"]
+                     and json.loads(ev[6:])["choices"][0]["text"]]
+    t_done = timed[-1][0]
+    assert len(content_times) >= 10
+    # the text did not arrive in one piece at the end: many distinct arrival moments (one
+    # per recv() that brought data), and the first content event came in the first half
+    # of the request's lifetime (64 decode steps follow it)
+    distinct = len(set(content_times))
+    assert distinct >= 8, f"only {distinct} distinct arrival times: {content_times}"
+    assert content_times[0] < t_done
+    assert content_times[0] < 0.5 * t_done, (content_times[0], t_done)
+
+
+def test_curl_streams_incrementally(server, model_name):
+    curl = shutil.which("curl")
+    if curl is None:
+        pytest.skip("curl not installed")
+    body = json.dumps({"model": model_name, "messages": CHAT, "max_tokens": 48, "temperature": 0,
+                       "stream": True, "ignore_eos": True})
+    p = subprocess.Popen([curl, "-sS", "-N", "--max-time", "120", "-H", "Content-Type: application/json",
+                          "-d", body, f"{server.base_url}/v1/chat/completions"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    pieces = []
+    start = time.monotonic()
+    fd = p.stdout.fileno()
+    while True:
+        d = os.read(fd, 65536)
+        if not d:
+            break
+        pieces.append((time.monotonic() - start, d))
+    err = p.stderr.read()
+    assert p.wait(timeout=30) == 0, err
+    out = b"".join(d for _, d in pieces)
+    sse = parse_sse(out)
+    texts, finish, _ = check_chat_stream(sse.json_events())
+    assert finish == {0: "length"} and texts[0]
+    assert len({round(t, 4) for t, _ in pieces}) >= 5, [t for t, _ in pieces]
+
+
+def test_curl_non_stream(server, model_name):
+    curl = shutil.which("curl")
+    if curl is None:
+        pytest.skip("curl not installed")
+    body = json.dumps({"model": model_name, "prompt": PROMPT, "max_tokens": 4})
+    out = subprocess.run([curl, "-sS", "-i", "-H", "Content-Type: application/json", "-d", body,
+                          f"{server.base_url}/v1/completions"], capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    head, _, payload = out.stdout.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    assert b"application/json" in head.lower()
+    assert json.loads(payload)["object"] == "text_completion"
+
+
+def test_keepalive_connection_reuse(server, model_name):
+    """Two requests on one HTTP/1.1 keep-alive connection (the openai client does this)."""
+    from server_util import HttpConn
+    c = HttpConn(server.host, server.port)
+    try:
+        for _ in range(2):
+            body = json.dumps({"model": model_name, "prompt": PROMPT, "max_tokens": 2}).encode()
+            c.send_request("POST", "/v1/completions", body=body, headers={"Connection": "keep-alive"})
+            status, _, hdrs, _ = c.read_head()
+            data = b"".join(d for _, d in c.iter_body(hdrs, method="POST", status=status))
+            assert status == 200, data
+            assert json.loads(data)["object"] == "text_completion"
+    finally:
+        c.close()
+
+
+# --------------------------------------------------------------------------- aliases
+
+ALIASES = ("smol", "smol-chat")
+
+
+@pytest.fixture(scope="module")
+def alias_server(tessera_bin, default_model):
+    # the model as a positional argument, two served names
+    with run_server(tessera_bin, default_model, "--served-model-name", ALIASES[0],
+                    "--served-model-name", ALIASES[1], "--max-model-len", 256,
+                    positional_model=True) as srv:
+        yield srv
+
+
+def test_served_model_name_aliases(alias_server):
+    ids = [m["id"] for m in alias_server.get_json("/v1/models")["data"]]
+    assert ids[0] == ALIASES[0]
+    assert set(ids) <= set(ALIASES)
+    client = openai.OpenAI(base_url=f"{alias_server.base_url}/v1", api_key="x", max_retries=0)
+    for name in ALIASES:
+        r = client.chat.completions.create(model=name, messages=CHAT, max_tokens=4, temperature=0)
+        assert r.model in ALIASES
+        assert r.choices[0].message.content is not None
+    with pytest.raises(openai.NotFoundError) as ei:
+        client.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1.gguf-nope", messages=CHAT,
+                                       max_tokens=4)
+    assert ei.value.code == "model_not_found"
+    m = alias_server.metrics()
+    assert {lab.get("model_name") for lab in m.labels_of("vllm:num_requests_running")} <= set(ALIASES)
+
+
+# --------------------------------------------------------------------------- API keys
+
+@pytest.fixture(scope="module")
+def auth_server(tessera_bin, default_model):
+    args = []
+    for k in API_KEYS:
+        args += ["--api-key", k]
+    with run_server(tessera_bin, default_model, "--max-model-len", 256, *args) as srv:
+        yield srv
+
+
+def test_auth_rejects(auth_server):
+    for hdrs in ({}, {"Authorization": "Bearer wrong"}, {"X-Api-Key": "wrong"},
+                 {"Authorization": API_KEYS[0]}, {"Authorization": "Basic " + API_KEYS[0]},
+                 {"Authorization": "Bearer " + API_KEYS[0] + "x"},
+                 {"Authorization": "Bearer " + API_KEYS[0][:-1]}):
+        r = auth_server.request("GET", "/v1/models", headers=hdrs)
+        check_error(r, 401, type_="authentication_error", code="invalid_api_key")
+        r = auth_server.post_json("/v1/chat/completions", {"messages": CHAT, "max_tokens": 1},
+                                  headers=hdrs)
+        check_error(r, 401, type_="authentication_error", code="invalid_api_key")
+
+
+def test_auth_accepts(auth_server):
+    for k in API_KEYS:
+        for hdrs in ({"Authorization": f"Bearer {k}"}, {"X-Api-Key": k}):
+            r = auth_server.request("GET", "/v1/models", headers=hdrs)
+            assert r.status == 200, r
+            r = auth_server.post_json("/tokenize", {"prompt": "hi"}, headers=hdrs)
+            assert r.status == 200, r
+
+
+def test_auth_public_endpoints(auth_server):
+    assert auth_server.request("GET", "/health").status == 200
+    assert auth_server.request("GET", "/metrics").status == 200
+
+
+def test_auth_openai_client(auth_server):
+    good = openai.OpenAI(base_url=f"{auth_server.base_url}/v1", api_key=API_KEYS[1], max_retries=0)
+    name = good.models.list().data[0].id
+    r = good.chat.completions.create(model=name, messages=CHAT, max_tokens=4, temperature=0)
+    assert r.choices[0].message.content is not None
+    chunks = list(good.chat.completions.create(model=name, messages=CHAT, max_tokens=4, stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    bad = openai.OpenAI(base_url=f"{auth_server.base_url}/v1", api_key="nope", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as ei:
+        bad.chat.completions.create(model=name, messages=CHAT, max_tokens=4)
+    assert ei.value.status_code == 401 and ei.value.code == "invalid_api_key"
+    with pytest.raises(openai.AuthenticationError):
+        bad.chat.completions.create(model=name, messages=CHAT, max_tokens=4, stream=True)
