@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make bench: decode/prefill speed vs the memory-bandwidth roofline (default model Q4_1
 # and its F16 derivative, 1 and 2 threads), CPU matmul kernels vs bandwidth, tokenizer
-# encode throughput. Every figure is a ratio measured side by side in one run.
+# encode throughput, engine TTFT cold vs prefix-cache hit and KV capacity per dtype. Every figure is a ratio measured side by side in one run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -22,6 +22,11 @@ if [ -x "$BUILD/tests/tool_bench_matmul" ]; then
     echo
     echo "## matmul kernels"
     "$BUILD/tests/tool_bench_matmul"
+fi
+if [ -x "$BUILD/tests/tool_bench_ttft" ]; then
+    echo
+    echo "## engine TTFT: shared 1,000-token system prompt, cold vs prefix-cache hit"
+    "$BUILD/tests/tool_bench_ttft" --model "$Q4" --threads 2 --reps 7
 fi
 echo
 echo "## tokenizer (encode, one core, tessera vs Hugging Face tokenizers)"

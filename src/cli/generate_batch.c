@@ -87,7 +87,7 @@ static void on_output(void *ud, const struct sched_output *o)
 {
     struct batch_run *r = ud;
     struct batch_item *it = &r->items[o->seq_id - r->first_id];
-    if (it->finish) return; /* e.g. the abort that follows a stop string */
+    if (it->finish || o->admitted) return; /* e.g. the abort that follows a stop string */
     bool eog = o->finished && o->finish == FINISH_STOP; /* the end-of-turn token itself */
     if (o->token >= 0 && !eog) {
         it->gen[it->n_gen++] = o->token;
@@ -189,9 +189,13 @@ int gen_run_batch(const struct gen_args *a, const struct model *m, char *err, si
         int n = 0;
         rc = gen_encode_text(a, m, lines[i], &ids, &n, err, errlen);
         if (!rc) {
-            struct sampler_params sp = a->sp;
-            sp.seed += (uint64_t)i;
-            rc = sched_add(r.s, ids, n, &sp, a->max_tokens, a->ignore_eos, &it->seq_id, err, errlen);
+            struct sched_seq_params sp;
+            sched_seq_params_default(&sp);
+            sp.sp = a->sp;
+            sp.sp.seed += (uint64_t)i;
+            sp.max_tokens = a->max_tokens;
+            sp.ignore_eos = a->ignore_eos;
+            rc = sched_add(r.s, ids, n, &sp, &it->seq_id, err, errlen);
         }
         free(ids);
         if (rc) {

@@ -149,6 +149,14 @@ const struct sched_config *engine_sched_config(const struct engine *e);
 /* A consistent copy of the statistics (stats.h). Any thread. */
 void engine_get_stats(struct engine *e, struct engine_stats *out);
 
+/* For tests and debugging: waits until the scheduler thread is idle (inbox empty, nothing
+ * waiting or running in the scheduler, every finished request released by the engine),
+ * then copies the scheduler's statistics into *st (may be NULL) and returns bm_check's
+ * verdict: 0, or ERR_FORMAT with the first violation in err. ERR_UNAVAILABLE if the
+ * engine failed or is shutting down. Any thread but the scheduler thread (so never from a
+ * notify callback). */
+int engine_debug_check(struct engine *e, struct sched_stats *st, char *err, size_t errlen);
+
 /* Asks the engine to stop r: its KV blocks are freed at the next step (queued, prefilling
  * or decoding) and its final notify reports REQ_FINISH_ABORT unless it had finished
  * already. Idempotent. Any thread, including from the notify callback. */

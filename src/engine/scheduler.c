@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "util/err.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -20,6 +21,7 @@ struct sched_entry {
     struct sched_seq *seq;
     int n_new;      /* rows: positions num_computed .. num_computed + n_new - 1 */
     int logit;      /* index into fs->logits, or -1 (mid-prefill chunk) */
+    bool admitted;  /* admitted in this step (reported as an admitted event) */
 };
 
 struct sched {
@@ -45,6 +47,7 @@ struct sched {
     int32_t *seq_lens;                /* [max_num_seqs] */
     int32_t *block_tables;            /* [max_num_seqs][max_blocks_per_seq] */
     int32_t *logits_indices;          /* [max_num_seqs] */
+    struct sched_logprob lp;          /* the token event's logprobs, reused every token */
 
     uint64_t steps, preemptions, prefill_tokens, batched_tokens;
 };
@@ -148,8 +151,14 @@ fail:
     return rc;
 }
 
-int sched_add(struct sched *s, const int32_t *ids, int n, const struct sampler_params *sp,
-              int max_tokens, bool ignore_eos, int64_t *seq_id, char *err, size_t errlen)
+void sched_seq_params_default(struct sched_seq_params *p)
+{
+    *p = (struct sched_seq_params){ .logprobs = -1 };
+    sampler_params_default(&p->sp);
+}
+
+int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq_params *p,
+              int64_t *seq_id, char *err, size_t errlen)
 {
     if (!ids || n <= 0) return err_set(err, errlen, ERR_INVALID, "empty prompt");
     if (n >= s->cfg.max_model_len)
@@ -160,8 +169,15 @@ int sched_add(struct sched *s, const int32_t *ids, int n, const struct sampler_p
         if (ids[i] < 0 || ids[i] >= s->m->cfg.vocab_size)
             return err_set(err, errlen, ERR_INVALID, "token id %d at %d outside the vocabulary",
                            ids[i], i);
-    int rc = sampler_params_validate(sp, err, errlen);
+    int rc = sampler_params_validate(&p->sp, err, errlen);
     if (rc) return rc;
+    if (p->logprobs < -1 || p->logprobs > SAMPLER_MAX_TOP_LOGPROBS)
+        return err_set(err, errlen, ERR_RANGE, "logprobs %d outside [-1, %d]", p->logprobs,
+                       SAMPLER_MAX_TOP_LOGPROBS);
+    if (p->salt_len > BM_SALT_MAX || (p->salt_len && !p->salt))
+        return err_set(err, errlen, ERR_RANGE, "cache salt of %zu bytes (at most %d)",
+                       p->salt_len, BM_SALT_MAX);
+    int max_tokens = p->max_tokens;
     if (max_tokens <= 0 || max_tokens > s->cfg.max_model_len - n)
         max_tokens = s->cfg.max_model_len - n;
 
@@ -178,19 +194,29 @@ int sched_add(struct sched *s, const int32_t *ids, int n, const struct sampler_p
     struct sched_seq *q = calloc(1, sizeof *q);
     if (!q) return err_set(err, errlen, ERR_NOMEM, "out of memory queueing a sequence");
     q->tokens = malloc(sizeof *q->tokens * (size_t)(n + max_tokens));
-    q->sampler = sampler_create(sp, s->m->cfg.vocab_size);
+    q->sampler = sampler_create(&p->sp, s->m->cfg.vocab_size);
     if (!q->tokens || !q->sampler) {
         rc = err_set(err, errlen, ERR_NOMEM, "out of memory creating a sequence");
         goto fail;
     }
-    if ((rc = bm_seq_create(s->bm, n + max_tokens, NULL, 0, &q->bs, err, errlen))) goto fail;
+    if (p->n_bias && (rc = sampler_set_logit_bias(q->sampler, p->bias_ids, p->bias, p->n_bias))) {
+        err_set(err, errlen, rc, "logit_bias: %d entries, ids must be in [0, %d) and biases "
+                "not NaN or +inf", p->n_bias, s->m->cfg.vocab_size);
+        goto fail;
+    }
+    if ((rc = bm_seq_create(s->bm, n + max_tokens, p->salt, p->salt_len, &q->bs, err, errlen)))
+        goto fail;
     memcpy(q->tokens, ids, sizeof *ids * (size_t)n);
+    if (p->salt_len) memcpy(q->salt, p->salt, p->salt_len);
+    q->salt_len = p->salt_len;
     sampler_accept_prompt(q->sampler, ids, n);
     q->id = s->next_id++;
     q->status = SEQ_WAITING;
     q->n_prompt = q->n_tokens = n;
     q->max_tokens = max_tokens;
-    q->ignore_eos = ignore_eos;
+    q->ignore_eos = p->ignore_eos;
+    q->logprobs = p->logprobs;
+    q->user = p->user;
     s->waiting[s->n_waiting++] = q;
     *seq_id = q->id;
     return 0;
@@ -230,11 +256,12 @@ static void remove_at(struct sched_seq **arr, int *n, int i)
     (*n)--;
 }
 
-static void emit(sched_output_fn cb, void *ud, int64_t id, int32_t token, enum sched_finish f)
+static void emit(sched_output_fn cb, void *ud, const struct sched_seq *q, int32_t token,
+                 enum sched_finish f, const struct sched_logprob *lp)
 {
     if (!cb) return;
-    struct sched_output o = { .seq_id = id, .token = token, .finished = f != FINISH_NONE,
-                              .finish = f };
+    struct sched_output o = { .seq_id = q->id, .user = q->user, .token = token,
+                              .finished = f != FINISH_NONE, .finish = f, .logprob = lp };
     cb(ud, &o);
 }
 
@@ -250,7 +277,7 @@ static void drop_aborted(struct sched *s, sched_output_fn cb, void *ud)
             remove_at(lists[l], counts[l], i);
             q->status = SEQ_ABORTED;
             q->finish = FINISH_ABORT;
-            emit(cb, ud, q->id, -1, FINISH_ABORT);
+            emit(cb, ud, q, -1, FINISH_ABORT, NULL);
             seq_destroy(s, q);
         }
     }
@@ -297,26 +324,31 @@ static int schedule(struct sched *s, char *err, size_t errlen)
         s->entries[n_entries++] = (struct sched_entry){ .seq = q, .n_new = n_new, .logit = -1 };
         budget -= n_new;
     }
+    const void *salt;
     while (!preempted && s->n_waiting > 0 && s->n_running < s->cfg.max_num_seqs && budget > 0) {
         struct sched_seq *q = s->waiting[0];
         int64_t n_cached = 0;
-        bm_can_allocate(s->bm, q->tokens, q->n_tokens, NULL, 0, q->n_tokens, &n_cached, NULL);
+        salt = q->salt_len ? q->salt : NULL;
+        bm_can_allocate(s->bm, q->tokens, q->n_tokens, salt, q->salt_len, q->n_tokens, &n_cached,
+                        NULL);
         int n_new = q->n_tokens - (int)n_cached;
         if (n_new > budget) {
             if (!s->cfg.enable_chunked_prefill) break;
             n_new = budget;
         }
-        if (!bm_can_allocate(s->bm, q->tokens, q->n_tokens, NULL, 0, n_cached + n_new, NULL, NULL))
+        if (!bm_can_allocate(s->bm, q->tokens, q->n_tokens, salt, q->salt_len, n_cached + n_new,
+                             NULL, NULL))
             break;
         if ((rc = bm_seq_alloc_prompt(s->bm, q->bs, q->tokens, q->n_tokens, &n_cached, err,
                                       errlen)))
             return rc;
         if ((rc = bm_seq_append_slots(s->bm, q->bs, n_new, err, errlen))) return rc;
-        q->num_computed = (int)n_cached;
+        q->num_computed = q->n_cached = (int)n_cached;
         q->status = SEQ_RUNNING;
         remove_at(s->waiting, &s->n_waiting, 0);
         s->running[s->n_running++] = q;
-        s->entries[n_entries++] = (struct sched_entry){ .seq = q, .n_new = n_new, .logit = -1 };
+        s->entries[n_entries++] = (struct sched_entry){ .seq = q, .n_new = n_new, .logit = -1,
+                                                        .admitted = true };
         budget -= n_new;
     }
     return n_entries;
@@ -382,8 +414,14 @@ int sched_step(struct sched *s, sched_output_fn cb, void *ud, char *err, size_t 
         q->num_computed += en->n_new;
         if ((rc = bm_seq_commit(s->bm, q->bs, q->tokens, q->num_computed, err, errlen)))
             return rc;
+        if (en->admitted && cb) {
+            struct sched_output o = { .seq_id = q->id, .user = q->user, .token = -1,
+                                      .admitted = true, .n_cached = q->n_cached };
+            cb(ud, &o);
+        }
         if (en->logit < 0) continue;
-        int32_t tok = sampler_sample(q->sampler, s->fs->logits + (size_t)en->logit * (size_t)vocab);
+        float *row = s->fs->logits + (size_t)en->logit * (size_t)vocab;
+        int32_t tok = sampler_sample(q->sampler, row);
         if (tok < 0) return err_set(err, errlen, tok, "seq %lld: no token can be sampled",
                                     (long long)q->id);
         sampler_accept(q->sampler, tok);
@@ -391,7 +429,17 @@ int sched_step(struct sched *s, sched_output_fn cb, void *ud, char *err, size_t 
         if (!q->ignore_eos && model_is_eog(s->m, tok)) q->finish = FINISH_STOP;
         else if (q->n_tokens - q->n_prompt >= q->max_tokens) q->finish = FINISH_LENGTH;
         if (q->finish != FINISH_NONE) q->status = SEQ_FINISHED;
-        emit(cb, ud, q->id, tok, q->finish);
+        const struct sched_logprob *lp = NULL;
+        if (q->logprobs >= 0) {
+            /* sampler_sample restored the raw row: logprobs are over the model's logits */
+            s->lp.token = tok;
+            s->lp.logprob = -INFINITY;
+            int n_top = sampler_logprobs(row, vocab, tok, q->logprobs, s->lp.top_ids,
+                                         s->lp.top_logprobs, &s->lp.logprob);
+            s->lp.n_top = n_top > 0 ? n_top : 0;
+            lp = &s->lp;
+        }
+        emit(cb, ud, q, tok, q->finish, lp);
     }
     /* free finished sequences; their computed full blocks stay cached */
     for (int i = 0; i < s->n_running;) {
@@ -413,3 +461,5 @@ void sched_get_stats(const struct sched *s, struct sched_stats *st)
 }
 
 const struct block_manager *sched_block_manager(const struct sched *s) { return s->bm; }
+
+const struct sched_config *sched_get_config(const struct sched *s) { return &s->cfg; }

@@ -21,8 +21,8 @@
  * manager num_tokens (each step commits what it appended); a WAITING sequence holds no
  * blocks; FINISHED / ABORTED sequences are freed in the step that reports them.
  *
- * Memory: per-step arrays are allocated at sched_create; per-sequence state at sched_add.
- * sched_step allocates nothing.
+ * Memory: per-step arrays (and one logprobs record) are allocated at sched_create;
+ * per-sequence state at sched_add. sched_step allocates nothing.
  * Threading: NOT thread-safe. One thread (the scheduler thread) makes every call.
  */
 #ifndef TESSERA_ENGINE_SCHEDULER_H
@@ -54,6 +54,24 @@ struct sched_config {
 enum sched_status { SEQ_WAITING = 0, SEQ_RUNNING, SEQ_FINISHED, SEQ_ABORTED };
 enum sched_finish { FINISH_NONE = 0, FINISH_STOP, FINISH_LENGTH, FINISH_ABORT };
 
+/* What one sequence asks for; everything is copied by sched_add. */
+struct sched_seq_params {
+    struct sampler_params sp;
+    int max_tokens;           /* <= 0 or past the context: max_model_len - prompt length */
+    bool ignore_eos;          /* keep sampling past end-of-generation tokens */
+    int logprobs;             /* -1: none; 0..SAMPLER_MAX_TOP_LOGPROBS: report the sampled
+                                 token's raw logprob and that many top alternatives */
+    const int32_t *bias_ids;  /* [n_bias] logit bias (sampler_set_logit_bias) */
+    const float *bias;        /* [n_bias] */
+    int n_bias;
+    const void *salt;         /* [salt_len] prefix-cache salt (<= BM_SALT_MAX bytes), or NULL */
+    size_t salt_len;
+    void *user;               /* opaque, reported in every sched_output of the sequence */
+};
+
+/* Defaults: sampler_params_default, max_tokens 0, logprobs -1; no bias, salt or user. */
+void sched_seq_params_default(struct sched_seq_params *p);
+
 /* Per-sequence state. Read-only for callers (sched_find); the scheduler owns it. */
 struct sched_seq {
     int64_t id;
@@ -64,23 +82,51 @@ struct sched_seq {
     int n_tokens;           /* n_prompt + generated so far */
     int max_tokens;         /* generation limit (clamped to max_model_len - n_prompt) */
     int num_computed;       /* positions whose KV is written (0 while waiting) */
+    int n_cached;           /* tokens served from the prefix cache at the last admission */
     bool ignore_eos;
     bool abort_requested;   /* sched_abort: dropped at the start of the next step */
+    int logprobs;           /* -1 or the number of top alternatives */
     int num_preemptions;
+    size_t salt_len;
+    uint8_t salt[BM_SALT_MAX];
+    void *user;
     struct sampler *sampler;
     struct bm_seq *bs;
 };
 
-/* One event of a step: a new token (token >= 0), and/or the end of the sequence. */
+/* One generated token's logprobs: raw model logprobs (sampler_logprobs). The same layout
+ * and field names as engine.h's struct req_logprob. */
+struct sched_logprob {
+    int32_t token;
+    float logprob;
+    int n_top;                                   /* entries in top_* */
+    int32_t top_ids[SAMPLER_MAX_TOP_LOGPROBS];   /* most likely first */
+    float top_logprobs[SAMPLER_MAX_TOP_LOGPROBS];
+};
+
+/* One event of a step. Kinds:
+ *   admitted: the sequence entered the running set (first admission or readmission after
+ *             a preemption); token -1, not finished; n_cached = tokens of its context
+ *             served from the prefix cache at this admission. Reported after the forward,
+ *             before the same step's token event of that sequence.
+ *   token:    token >= 0 was sampled (logprob != NULL when the sequence asked for
+ *             logprobs); finished tells whether it ended the sequence (EOS: FINISH_STOP,
+ *             the token is the end-of-generation token; FINISH_LENGTH).
+ *   abort:    token -1, finished, FINISH_ABORT (sched_abort). */
 struct sched_output {
     int64_t seq_id;
-    int32_t token;          /* -1 when none (aborted) */
+    void *user;             /* sched_seq_params.user */
+    int32_t token;          /* -1 when none (admitted, aborted) */
     bool finished;
     enum sched_finish finish;
+    bool admitted;
+    int n_cached;           /* admitted events */
+    const struct sched_logprob *logprob; /* token events with logprobs >= 0, else NULL */
 };
 
 /* Called once per event during sched_step, in batch order; the output is borrowed for the
- * call. The sequence may be freed right after the call that reports it finished. */
+ * call. The sequence may be freed right after the call that reports it finished. The
+ * callback may call sched_abort (taking effect at the next step) and nothing else. */
 typedef void (*sched_output_fn)(void *ud, const struct sched_output *o);
 
 struct sched_stats {
@@ -99,12 +145,12 @@ int sched_create(struct sched **out, const struct model *m, const struct sched_c
 /* Frees everything, live sequences included. NULL is a no-op. */
 void sched_free(struct sched *s);
 
-/* Queues a sequence for prompt ids[0, n) (copied) with sampling params sp (copied,
- * validated). max_tokens <= 0 or past the context is clamped to max_model_len - n.
- * ERR_RANGE if the prompt leaves no room to generate; ERR_INVALID for bad ids / params.
- * Writes the new sequence's id (increasing from 1) to *seq_id. Allocates. */
-int sched_add(struct sched *s, const int32_t *ids, int n, const struct sampler_params *sp,
-              int max_tokens, bool ignore_eos, int64_t *seq_id, char *err, size_t errlen);
+/* Queues a sequence for prompt ids[0, n) (copied) with params p (copied, validated).
+ * ERR_RANGE if the prompt leaves no room to generate; ERR_INVALID / ERR_RANGE for bad
+ * ids, sampling params, logit bias, logprobs or salt. Writes the new sequence's id
+ * (increasing from 1) to *seq_id. Allocates. */
+int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq_params *p,
+              int64_t *seq_id, char *err, size_t errlen);
 
 /* Marks seq_id aborted; the next sched_step frees its blocks and reports it (token -1,
  * FINISH_ABORT). ERR_NOT_FOUND if no live sequence has that id. */
@@ -121,6 +167,9 @@ bool sched_has_work(const struct sched *s);
 const struct sched_seq *sched_find(const struct sched *s, int64_t seq_id);
 
 void sched_get_stats(const struct sched *s, struct sched_stats *st);
+/* The effective configuration (block_size defaulted). Immutable after sched_create, so
+ * any thread may read it. */
+const struct sched_config *sched_get_config(const struct sched *s);
 /* The block manager, for tests and debugging (bm_check). */
 const struct block_manager *sched_block_manager(const struct sched *s);
 

@@ -59,10 +59,12 @@ static struct sched_config base_cfg(void)
 static int add_prompt(struct sched *s, struct collect *c, int i)
 {
     char err[ERR_BUF];
-    struct sampler_params sp;
-    sampler_params_default(&sp);
-    sp.temperature = 0;
-    int rc = sched_add(s, g_prompt[i], g_len[i], &sp, GEN, i % 2 == 1, &c->id[i], err, sizeof err);
+    struct sched_seq_params sp;
+    sched_seq_params_default(&sp);
+    sp.sp.temperature = 0;
+    sp.max_tokens = GEN;
+    sp.ignore_eos = i % 2 == 1;
+    int rc = sched_add(s, g_prompt[i], g_len[i], &sp, &c->id[i], err, sizeof err);
     CHECK(rc == 0, "sched_add %d: %s", i, err);
     return rc;
 }
@@ -145,18 +147,30 @@ static void test_add_errors(void)
         CHECK(0, "sched_create: %s", err);
         return;
     }
-    struct sampler_params sp;
-    sampler_params_default(&sp);
+    struct sched_seq_params sp;
+    sched_seq_params_default(&sp);
+    sp.max_tokens = 4;
     int32_t ids[MAX_LEN];
     for (int i = 0; i < MAX_LEN; i++) ids[i] = 1000 + i;
     int64_t id = 0;
-    CHECK(sched_add(s, ids, MAX_LEN, &sp, 4, false, &id, err, sizeof err) == ERR_RANGE,
+    CHECK(sched_add(s, ids, MAX_LEN, &sp, &id, err, sizeof err) == ERR_RANGE,
           "prompt of max_model_len accepted");
-    CHECK(sched_add(s, ids, 0, &sp, 4, false, &id, err, sizeof err) == ERR_INVALID, "empty prompt");
+    CHECK(sched_add(s, ids, 0, &sp, &id, err, sizeof err) == ERR_INVALID, "empty prompt");
     ids[3] = -2;
-    CHECK(sched_add(s, ids, 10, &sp, 4, false, &id, err, sizeof err) == ERR_INVALID, "bad id");
+    CHECK(sched_add(s, ids, 10, &sp, &id, err, sizeof err) == ERR_INVALID, "bad id");
     ids[3] = 1003;
-    CHECK(sched_add(s, ids, 150, &sp, 100, false, &id, err, sizeof err) == 0, "%s", err);
+    sp.logprobs = 21;
+    CHECK(sched_add(s, ids, 10, &sp, &id, err, sizeof err) == ERR_RANGE, "logprobs 21");
+    sp.logprobs = -1;
+    int32_t bad_id = 1 << 30;
+    float bias = 1.0f;
+    sp.bias_ids = &bad_id;
+    sp.bias = &bias;
+    sp.n_bias = 1;
+    CHECK(sched_add(s, ids, 10, &sp, &id, err, sizeof err) == ERR_RANGE, "bias id");
+    sp.n_bias = 0;
+    sp.max_tokens = 100;
+    CHECK(sched_add(s, ids, 150, &sp, &id, err, sizeof err) == 0, "%s", err);
     const struct sched_seq *q = sched_find(s, id);
     CHECK(q && q->max_tokens == MAX_LEN - 150, "max_tokens not clamped: %d", q ? q->max_tokens : -1);
     CHECK(sched_abort(s, 9999, err, sizeof err) == ERR_NOT_FOUND, "abort of unknown id");
