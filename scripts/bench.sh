@@ -31,3 +31,9 @@ fi
 echo
 echo "## tokenizer (encode, one core, tessera vs Hugging Face tokenizers)"
 BUILD=$BUILD scripts/bench_tokenizer.sh
+echo
+echo "## server overhead: HTTP+SSE vs the engine alone (same prompts, concurrency 16)"
+BIN=$BIN CONC=16 IN=128 OUT=64 REPS=3 scripts/bench_server_overhead.sh "$Q4"
+echo
+echo "## serving load generator (scripts/bench_serving.py) at concurrency 1, 8, 32"
+BIN=$BIN scripts/bench_serving_sweep.sh "$Q4" 1 8 32

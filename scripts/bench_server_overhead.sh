@@ -34,12 +34,12 @@ for _ in $(seq 1 200); do
     sleep 0.1
 done
 
-http_run() { # $1 = rep index; prints output tokens/s
+http_run() { # $1 = seed (fresh prompts: no prefix-cache hits across runs); prints tok/s
     $PY scripts/bench_serving.py --base-url "http://127.0.0.1:$PORT" --num-prompts "$CONC" \
         --max-concurrency "$CONC" --random-input-len "$IN" --random-output-len "$OUT" \
-        --ignore-eos --temperature 0 --seed 7 --quiet --skip-test-run \
-        --save-prompts "$TMP/prompts.txt" --result-json "$TMP/http$1.json" >/dev/null 2>"$TMP/bench$1.log"
-    $PY -c 'import json,sys; print("%.1f" % json.load(open(sys.argv[1]))["output_throughput"])' "$TMP/http$1.json"
+        --ignore-eos --temperature 0 --seed "$1" --quiet --skip-test-run \
+        --save-prompts "$TMP/prompts.txt" --result-json "$TMP/http.json" >/dev/null 2>"$TMP/bench.log"
+    $PY -c 'import json,sys; print("%.1f" % json.load(open(sys.argv[1]))["output_throughput"])' "$TMP/http.json"
 }
 engine_run() { # prints output tokens/s of the engine alone on the saved prompts
     $BIN generate --model "$MODEL" --prompts-file "$TMP/prompts.txt" --max-tokens "$OUT" \
@@ -49,12 +49,12 @@ engine_run() { # prints output tokens/s of the engine alone on the saved prompts
 }
 
 # warm-up (page cache, prompt building), not counted
-http_run w >/dev/null
+http_run 99 >/dev/null
 echo "model: $MODEL  concurrency: $CONC  prompt: ~$IN tokens  output: $OUT tokens (ignore_eos, greedy)"
 printf '%-5s %16s %16s\n' rep "http+sse tok/s" "engine tok/s"
 H=() E=()
 for r in $(seq 1 "$REPS"); do
-    h=$(http_run "$r")
+    h=$(http_run "$((100 + r))")
     e=$(engine_run)
     H+=("$h") E+=("$e")
     printf '%-5s %16s %16s\n' "$r" "$h" "$e"
