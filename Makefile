@@ -82,10 +82,12 @@ test: all $(VENV)/.ok $(MODEL)
 	@BUILD=$(BUILD) scripts/run-tests.sh
 
 # The sanitizer run: every C test, and the Python tests that feed the binary untrusted
-# input (malformed model files, templates, tokenizer corpora); the numeric forward-pass
+# input (malformed model files, templates, tokenizer corpora, HTTP requests); the numeric forward-pass
 # comparisons run in `make test` only (they would take too long at -O1 + ASan).
 ASAN_PYTEST := tests/python/test_model_files.py tests/python/test_templates.py \
-               tests/python/test_tokenizer.py tests/python/test_gguf_files.py tests/python/test_quant.py
+               tests/python/test_tokenizer.py tests/python/test_gguf_files.py tests/python/test_quant.py \
+               tests/python/test_server_bad_input.py tests/python/test_server.py \
+               tests/python/test_server_load.py
 asan: $(VENV)/.ok $(MODEL)
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
 	@BUILD=build-asan PYTEST_FILES="$(ASAN_PYTEST)" ASAN_OPTIONS=detect_leaks=1 scripts/run-tests.sh

@@ -107,9 +107,9 @@ static void collect(struct job *j, struct choice *c)
         return;
     }
     c->lp_cap = (int)lp_cap;
-    memcpy(c->text + c->text_len, o->text, o->text_len);
+    if (o->text_len > 0) memcpy(c->text + c->text_len, o->text, o->text_len);
     c->text_len += o->text_len;
-    memcpy(c->lp + c->n_lp, o->lp, sizeof *o->lp * (size_t)o->n_lp);
+    if (o->n_lp > 0) memcpy(c->lp + c->n_lp, o->lp, sizeof *o->lp * (size_t)o->n_lp);
     c->n_lp += o->n_lp;
 }
 
