@@ -93,6 +93,9 @@ static const struct opt_def opt_table[] = {
     DBL("keepalive-interval", keepalive_interval, "5", 0, true, 3600, "http",
         "seconds between SSE keep-alive comments on a quiet stream"),
     INT("http-threads", http_threads, "1", 1, 1024, "http", "HTTP worker threads"),
+    DBL("drain-timeout", drain_timeout, "30", 0, false, 86400, "http",
+        "seconds live requests get to finish after SIGTERM/SIGINT; then they are aborted "
+        "(streams get an error event and [DONE])"),
 
     INT("max-num-seqs", max_num_seqs, "64", 1, 4096, "engine",
         "most sequences in one running batch"),

@@ -46,6 +46,7 @@ struct server_options {
     int http_timeout;                  /* seconds, 60 */
     double keepalive_interval;         /* seconds between SSE keep-alive comments, 5 */
     int http_threads;                  /* 1 */
+    double drain_timeout;              /* seconds live requests get after SIGTERM, 30 */
     /* engine */
     int max_num_seqs;                  /* 64 */
     int max_num_batched_tokens;        /* 0 = auto (2048, at least max_model_len without

@@ -94,6 +94,7 @@ struct engine {
     int n_active;                /* submitted, not yet finished */
     int64_t next_id;
     bool draining, stopping, failed, thread_done;
+    bool abort_all;              /* engine_abort_all: abort every live request */
     bool check_req;
     int check_rc;
     char check_err[ERR_BUF];
@@ -529,7 +530,7 @@ static void *engine_thread(void *arg)
     for (;;) {
         pthread_mutex_lock(&e->mu);
         for (;;) {
-            if (e->stopping || e->inbox_head || atomic_load(&e->abort_pending) ||
+            if (e->stopping || e->inbox_head || e->abort_all || atomic_load(&e->abort_pending) ||
                 (!e->failed && sched_has_work(e->s)))
                 break;
             if (e->check_req) { /* idle: nothing in flight, the books must balance */
@@ -554,10 +555,15 @@ static void *engine_thread(void *arg)
         struct request *list = e->inbox_head;
         e->inbox_head = e->inbox_tail = NULL;
         e->n_inbox = 0;
-        bool stopping = e->stopping, failed = e->failed;
+        bool stopping = e->stopping, failed = e->failed, abort_all = e->abort_all;
+        e->abort_all = false;
         pthread_mutex_unlock(&e->mu);
 
         admit_inbox(e, list, stopping || failed);
+        if (abort_all) {
+            for (struct request *r = e->live; r; r = r->next) atomic_store(&r->abort_flag, true);
+            atomic_store(&e->abort_pending, true);
+        }
         if (stopping) {
             finish_all(e, REQ_FINISH_ABORT, NULL);
             break;
@@ -797,6 +803,14 @@ int engine_submit(struct engine *e, const int32_t *ids, int n, const struct req_
     }
     LOG_DEBUG("engine", "req %lld submitted: %d prompt tokens", (long long)r->id, n);
     return 0;
+}
+
+void engine_abort_all(struct engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    e->abort_all = true;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
 }
 
 void engine_drain(struct engine *e)

@@ -142,6 +142,9 @@ int engine_submit(struct engine *e, const int32_t *ids, int n, const struct req_
 
 /* Stops new submits (ERR_UNAVAILABLE) while live requests finish. Any thread. */
 void engine_drain(struct engine *e);
+/* Aborts every live request (as request_abort on each); the engine stays usable. For
+ * the end of a drain. Any thread. */
+void engine_abort_all(struct engine *e);
 /* Requests submitted and not yet finished. Any thread. */
 int engine_num_active(struct engine *e);
 /* The effective scheduler configuration (max_model_len etc.). */

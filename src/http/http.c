@@ -1083,6 +1083,20 @@ fail:
 
 int http_server_port(const struct http_server *s) { return s->port; }
 
+bool http_server_wait_idle(struct http_server *s, double timeout_s)
+{
+    double deadline = now_s() + timeout_s;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        bool idle = s->replies == NULL;
+        pthread_mutex_unlock(&s->mu);
+        if (idle) return true;
+        if (now_s() >= deadline) return false;
+        struct timespec ts = { 0, 10 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+}
+
 void http_server_stop(struct http_server *s)
 {
     if (!s) return;

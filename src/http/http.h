@@ -98,6 +98,11 @@ int http_server_start(struct http_server **out, const struct http_config *c,
                       const struct http_route *routes, int n_routes, char *err, size_t errlen);
 /* The port actually bound (useful with port 0). */
 int http_server_port(const struct http_server *s);
+/* Waits until no deferred reply is open any more (every stream and deferred answer has
+ * been ended by the application and sent, or its client is gone), or timeout_s passes.
+ * Returns true when idle. For the end of a drain, before http_server_stop. Any thread
+ * except the server's own. */
+bool http_server_wait_idle(struct http_server *s, double timeout_s);
 /* Stops accepting, closes every connection (each live deferred reply gets on_close),
  * stops the threads and frees the server. Deferred replies still held by the application
  * stay valid until it ends them. NULL is a no-op. */

@@ -28,7 +28,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define DRAIN_GRACE_S 30.0   /* live requests get this long to finish after SIGTERM */
 #define METRICS_CAP (64 * 1024)
 
 bool server_refuse_unless_ready(struct server *s, const struct http_request *req)
@@ -285,10 +284,17 @@ int server_run(const struct server_options *o)
     LOG_INFO("server", "signal %d: draining %d live requests", sig, engine_num_active(s.e));
     atomic_store(&s.state, SERVER_DRAINING);
     engine_drain(s.e);
-    double deadline = now_s() + DRAIN_GRACE_S;
+    double deadline = now_s() + o->drain_timeout;
     while (engine_num_active(s.e) > 0 && now_s() < deadline) usleep(20 * 1000);
-    if (engine_num_active(s.e) > 0)
-        LOG_WARN("server", "grace period over: aborting %d requests", engine_num_active(s.e));
+    if (engine_num_active(s.e) > 0) {
+        /* abort while the connections are still open, so each stream gets its error
+           event and [DONE] before HTTP stops */
+        LOG_WARN("server", "drain timeout: aborting %d requests", engine_num_active(s.e));
+        engine_abort_all(s.e);
+        deadline = now_s() + 5.0;
+        while (engine_num_active(s.e) > 0 && now_s() < deadline) usleep(10 * 1000);
+    }
+    http_server_wait_idle(http, 2.0);
     status = 0;
     goto done;
 fail:

@@ -3,8 +3,8 @@
  *
  * Start-up: the HTTP server listens first, so /health answers 503 while the model loads;
  * then the model and the engine come up and /health turns 200. SIGTERM / SIGINT start a
- * drain: /health and new requests get 503, live requests run to completion (bounded by a
- * grace period, after which they are aborted), then everything is torn down and
+ * drain: /health and new requests get 503, live requests run to completion (bounded by
+ * --drain-timeout, after which they are aborted: a stream ends with an error event), then everything is torn down and
  * server_run returns 0.
  *
  * Routes (see docs/api.md): POST /v1/chat/completions, POST /v1/completions,

@@ -99,7 +99,7 @@ static void check_same(const struct server_options *a, const struct server_optio
     SAME_S(host); SAME_I(port); SAME_L(api_key); SAME_S(api_key_file);
     SAME_I(public_metrics); SAME_I(max_body_bytes); SAME_I(max_header_bytes);
     SAME_I(max_connections); SAME_I(max_connections_per_ip); SAME_I(http_timeout);
-    SAME_D(keepalive_interval); SAME_I(http_threads);
+    SAME_D(keepalive_interval); SAME_I(http_threads); SAME_D(drain_timeout);
     SAME_I(max_num_seqs); SAME_I(max_num_batched_tokens); SAME_I(max_model_len);
     SAME_I(block_size); SAME_I(enable_prefix_caching); SAME_I(enable_chunked_prefill);
     SAME_S(kv_cache_dtype); SAME_I(kv_cache_memory); SAME_D(gpu_memory_utilization);
@@ -135,6 +135,7 @@ static void fill_nondefault(struct server_options *o)
     o->http_timeout = 5;
     o->keepalive_interval = 0.1;
     o->http_threads = 4;
+    o->drain_timeout = 2.5;
     o->max_num_seqs = 4096;
     o->max_num_batched_tokens = 1;
     o->max_model_len = 4096;
@@ -168,7 +169,8 @@ static void test_defaults(void)
     CHECK(o.n_api_key == 0 && o.api_key_file == NULL && o.public_metrics, "auth");
     CHECK(o.max_body_bytes == 16 << 20 && o.max_header_bytes == 64 << 10, "sizes");
     CHECK(o.max_connections == 1024 && o.max_connections_per_ip == 0, "conns");
-    CHECK(o.http_timeout == 60 && o.keepalive_interval == 5 && o.http_threads == 1, "http");
+    CHECK(o.http_timeout == 60 && o.keepalive_interval == 5 && o.http_threads == 1 &&
+          o.drain_timeout == 30, "http");
     CHECK(o.max_num_seqs == 64 && o.max_num_batched_tokens == 0 && o.max_model_len == 0, "eng");
     CHECK(o.block_size == 16 && o.enable_prefix_caching && o.enable_chunked_prefill, "blocks");
     CHECK(str_eq(o.kv_cache_dtype, "auto") && o.kv_cache_memory == 0, "kv");
@@ -201,6 +203,7 @@ static void test_yaml_every_type(void)
         "max-connections-per-ip: 3\n"
         "http_timeout: 5\n"
         "keepalive-interval: 0.1\n"
+        "drain-timeout: 2.5\n"
         "http-threads: \"4\"\n"
         "max-num-seqs: 4096\n"
         "max_num_batched_tokens: 1\n"
@@ -494,7 +497,7 @@ static void test_help(void)
         CHECK(strstr(help, flag) || strstr(help, bflag), "--help lacks %s", line);
         keys++;
     }
-    CHECK(keys == 34, "%d keys", keys);
+    CHECK(keys == 35, "%d keys", keys); /* one per option of the table */
     CHECK(strstr(help, "--max-num-seqs N") && strstr(help, "[1..4096, default 64]"), "%s", help);
     CHECK(strstr(help, "--[no-]enable-prefix-caching") && strstr(help, "\nengine:\n"), "bool/section");
     CHECK(strstr(help, "--config FILE") && strstr(help, "--print-config"), "general");

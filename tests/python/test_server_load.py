@@ -270,3 +270,36 @@ def test_sigterm_drains_live_stream(tessera_bin, default_model):
         _, finish, _ = check_completion_stream(events)
         assert finish == {0: "length"}, finish
         assert srv.proc.wait(timeout=60) == 0, srv.stderr_tail()
+
+
+def test_drain_timeout_aborts_stream_with_error_event(tessera_bin, default_model):
+    """A stream still running when --drain-timeout expires ends with an error event and
+    [DONE] (not a silently cut connection), and the server still exits 0."""
+    with run_server(tessera_bin, default_model, "--max-model-len", 2048,
+                    "--drain-timeout", "0.5") as srv:
+        name = srv.get_json("/v1/models")["data"][0]["id"]
+        body = {"model": name, "prompt": "Once upon a time", "max_tokens": 1500,
+                "ignore_eos": True, "stream": True}
+        c = HttpConn(srv.host, srv.port)
+        c.send_request("POST", "/v1/completions", body=json.dumps(body).encode())
+        status, _, hdrs, _ = c.read_head()
+        assert status == 200
+        pieces = c.iter_body(hdrs, method="POST", status=status)
+        data = b""
+        for _, d in pieces:
+            data += d
+            if data.count(b"data: ") >= 2:
+                break
+        srv.proc.send_signal(15)
+        for _, d in pieces:
+            data += d
+        c.close()
+        events = parse_sse(data).payloads
+        assert events[-1] == "[DONE]", events[-3:]
+        err = json.loads(events[-2])
+        assert set(err) == {"error"}, err
+        assert err["error"]["type"] and err["error"]["message"], err
+        texts = [json.loads(e) for e in events[:-2]]
+        assert all(t["object"] == "text_completion" for t in texts)
+        assert all(t["choices"][0]["finish_reason"] is None for t in texts)
+        assert srv.proc.wait(timeout=60) == 0, srv.stderr_tail()
