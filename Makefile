@@ -4,6 +4,7 @@
 #   make run        build, fetch the default model, serve it on 127.0.0.1:8000
 #   make test       build and run every test (C unit tests + pytest); last line "N passed, N failed"
 #   make asan       the C and Python tests against an ASan/UBSan build (build-asan/)
+#   make tsan       engine, HTTP and server tests against a ThreadSanitizer build (build-tsan/)
 #   make bench      benchmarks (see docs/BENCHMARKS.md)
 #   make model      place the default model in models/
 #
@@ -33,7 +34,7 @@ DEPS_OK  := $(BUILD)/.deps-ok
 
 .SECONDARY:
 
-.PHONY: all run test asan bench model deps venv clean fuzz
+.PHONY: all run test asan tsan bench model deps venv clean fuzz
 
 all: $(BUILD)/tessera $(TEST_BIN) $(TOOL_BIN)
 
@@ -92,11 +93,20 @@ asan: $(VENV)/.ok $(MODEL)
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
 	@BUILD=build-asan PYTEST_FILES="$(ASAN_PYTEST)" ASAN_OPTIONS=detect_leaks=1 scripts/run-tests.sh
 
+# ThreadSanitizer over the threaded parts (engine request API, HTTP front end, the server
+# end to end): a data race fails the C test or makes the server exit non-zero.
+TSAN_PYTEST := tests/python/test_server.py tests/python/test_server_load.py
+tsan: $(VENV)/.ok $(MODEL)
+	$(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" build-tsan/tessera \
+		build-tsan/tests/test_engine build-tsan/tests/test_http build-tsan/tests/test_api
+	@BUILD=build-tsan PYTEST_FILES="$(TSAN_PYTEST)" TSAN_OPTIONS="halt_on_error=1 exitcode=66" \
+		scripts/run-tests.sh
+
 bench: all $(VENV)/.ok $(MODEL)
 	@BUILD=$(BUILD) scripts/bench.sh
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-tsan
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 

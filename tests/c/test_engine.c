@@ -25,8 +25,8 @@
 #include <time.h>
 
 #define MODEL_REL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
-#if defined(__SANITIZE_ADDRESS__)
-#define SLOW 1 /* ASan/UBSan build: ~10x slower, so shorter prompts and generations */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SLOW 1 /* ASan/UBSan or TSan build: 10-50x slower, so shorter prompts and generations */
 #else
 #define SLOW 0
 #endif
