@@ -253,17 +253,11 @@ static cJSON *usage_object(const struct oai_usage *u)
     return o;
 }
 
-/* Prints root (which it frees), optionally framed as one SSE event. */
-static char *finish(cJSON *root, bool sse, size_t *len)
+/* Frames json (malloc'd, which it frees) as one SSE event "data: <json>\n\n". */
+static char *sse_frame(char *json, size_t *len)
 {
-    char *json = root ? cJSON_PrintUnformatted(root) : NULL;
-    cJSON_Delete(root);
     if (!json) return NULL;
     size_t n = strlen(json);
-    if (!sse) {
-        if (len) *len = n;
-        return json;
-    }
     char *out = malloc(n + 9);
     if (out) {
         memcpy(out, "data: ", 6);
@@ -273,6 +267,17 @@ static char *finish(cJSON *root, bool sse, size_t *len)
     }
     free(json);
     return out;
+}
+
+/* Prints root (which it frees), optionally framed as one SSE event. */
+static char *finish(cJSON *root, bool sse, size_t *len)
+{
+    char *json = root ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    if (!json) return NULL;
+    if (sse) return sse_frame(json, len);
+    if (len) *len = strlen(json);
+    return json;
 }
 
 /* One choice of a chunk (delta) or a whole response (message / text). */
@@ -334,18 +339,7 @@ char *oai_usage_chunk_sse(const struct oai_meta *meta, const struct oai_usage *u
 
 char *oai_error_sse(const struct api_error *e, size_t *len)
 {
-    char *json = api_error_json(e);
-    if (!json) return NULL;
-    size_t n = strlen(json);
-    char *out = malloc(n + 9);
-    if (out) {
-        memcpy(out, "data: ", 6);
-        memcpy(out + 6, json, n);
-        memcpy(out + 6 + n, "\n\n", 3);
-        if (len) *len = n + 8;
-    }
-    free(json);
-    return out;
+    return sse_frame(api_error_json(e), len);
 }
 
 char *oai_response_json(const struct model *m, const struct oai_meta *meta,

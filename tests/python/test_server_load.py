@@ -235,21 +235,28 @@ def test_queue_full_429(small_queue_server):
 
 # --------------------------------------------------------------------------- graceful drain
 
+def _open_stream(srv, name, max_tokens):
+    """Starts a streamed completion and reads until two events arrived; returns the
+    connection, the body iterator and the bytes so far."""
+    body = {"model": name, "prompt": "Once upon a time", "max_tokens": max_tokens,
+            "ignore_eos": True, "stream": True}
+    c = HttpConn(srv.host, srv.port)
+    c.send_request("POST", "/v1/completions", body=json.dumps(body).encode())
+    status, _, hdrs, _ = c.read_head()
+    assert status == 200
+    pieces = c.iter_body(hdrs, method="POST", status=status)
+    data = b""
+    for _, d in pieces:
+        data += d
+        if data.count(b"data: ") >= 2:
+            break
+    return c, pieces, data
+
+
 def test_sigterm_drains_live_stream(tessera_bin, default_model):
     with run_server(tessera_bin, default_model, "--max-model-len", 256) as srv:
         name = srv.get_json("/v1/models")["data"][0]["id"]
-        body = {"model": name, "prompt": "Once upon a time", "max_tokens": 96, "ignore_eos": True,
-                "stream": True}
-        c = HttpConn(srv.host, srv.port)
-        c.send_request("POST", "/v1/completions", body=json.dumps(body).encode())
-        status, _, hdrs, _ = c.read_head()
-        assert status == 200
-        pieces = c.iter_body(hdrs, method="POST", status=status)
-        data = b""
-        for _, d in pieces:
-            data += d
-            if data.count(b"data: ") >= 2:
-                break
+        c, pieces, data = _open_stream(srv, name, 96)
         srv.proc.send_signal(15)  # SIGTERM: drain
         time.sleep(0.2)
         # new work is refused while draining (or the listener is already closed)
@@ -278,18 +285,7 @@ def test_drain_timeout_aborts_stream_with_error_event(tessera_bin, default_model
     with run_server(tessera_bin, default_model, "--max-model-len", 2048,
                     "--drain-timeout", "0.5") as srv:
         name = srv.get_json("/v1/models")["data"][0]["id"]
-        body = {"model": name, "prompt": "Once upon a time", "max_tokens": 1500,
-                "ignore_eos": True, "stream": True}
-        c = HttpConn(srv.host, srv.port)
-        c.send_request("POST", "/v1/completions", body=json.dumps(body).encode())
-        status, _, hdrs, _ = c.read_head()
-        assert status == 200
-        pieces = c.iter_body(hdrs, method="POST", status=status)
-        data = b""
-        for _, d in pieces:
-            data += d
-            if data.count(b"data: ") >= 2:
-                break
+        c, pieces, data = _open_stream(srv, name, 1500)
         srv.proc.send_signal(15)
         for _, d in pieces:
             data += d
