@@ -25,6 +25,7 @@
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/err.h"
+#include "util/grow.h"
 #include "util/log.h"
 
 #include <errno.h>
@@ -155,19 +156,6 @@ void request_release(struct request *r)
 
 int64_t request_id(const struct request *r) { return r->id; }
 
-/* Grows *p (elements of size elem, capacity *cap) to hold need elements, doubling. */
-static bool grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap) return true;
-    size_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q) return false;
-    *p = q;
-    *cap = c;
-    return true;
-}
-
 /* Appends one token's output to r->pend (caller holds r->mu). False on OOM (nothing
  * appended). */
 static bool pend_append(struct request *r, int32_t token, const struct sched_logprob *lp,
@@ -176,14 +164,14 @@ static bool pend_append(struct request *r, int32_t token, const struct sched_log
     struct req_output *o = &r->pend;
     size_t ids_cap = (size_t)o->ids_cap, lp_cap = (size_t)o->lp_cap;
     void *ids = o->ids, *lps = o->lp, *txt = o->text;
-    bool ok = grow(&txt, &o->text_cap, o->text_len + len, 1);
+    bool ok = grow_array(&txt, &o->text_cap, o->text_len + len, 1);
     o->text = txt;
     if (token >= 0) {
-        ok = ok && grow(&ids, &ids_cap, (size_t)o->n_ids + 1, sizeof *o->ids);
+        ok = ok && grow_array(&ids, &ids_cap, (size_t)o->n_ids + 1, sizeof *o->ids);
         o->ids = ids;
         o->ids_cap = (int)ids_cap;
         if (lp) {
-            ok = ok && grow(&lps, &lp_cap, (size_t)o->n_lp + 1, sizeof *o->lp);
+            ok = ok && grow_array(&lps, &lp_cap, (size_t)o->n_lp + 1, sizeof *o->lp);
             o->lp = lps;
             o->lp_cap = (int)lp_cap;
         }

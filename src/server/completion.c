@@ -17,6 +17,7 @@
  */
 #include "server/server_internal.h"
 #include "util/err.h"
+#include "util/grow.h"
 #include "util/log.h"
 
 #include <pthread.h>
@@ -34,7 +35,7 @@ struct choice {
     struct req_output out;       /* take buffer, reused */
     bool done;
     enum req_finish finish;
-    int n_generated, n_cached, n_prompt;
+    int n_generated, n_cached;
     double ttft;
     int text_chars;              /* characters streamed so far (completions text_offset) */
     /* non-streaming: the whole text and logprobs so far */
@@ -81,25 +82,13 @@ static void job_unref_unlock(struct job *j)
     if (last) job_free(j);
 }
 
-static bool grow(void **p, size_t elem, size_t need, size_t *cap)
-{
-    if (need <= *cap) return true;
-    size_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, elem * c);
-    if (!q) return false;
-    *p = q;
-    *cap = c;
-    return true;
-}
-
 /* Non-streaming: appends the taken output to the choice's totals. */
 static void collect(struct job *j, struct choice *c)
 {
     const struct req_output *o = &c->out;
     size_t lp_cap = (size_t)c->lp_cap;
-    if (!grow((void **)&c->text, 1, c->text_len + o->text_len + 1, &c->text_cap) ||
-        !grow((void **)&c->lp, sizeof *c->lp, (size_t)(c->n_lp + o->n_lp), &lp_cap)) {
+    if (!grow_array((void **)&c->text, &c->text_cap, c->text_len + o->text_len + 1, 1) ||
+        !grow_array((void **)&c->lp, &lp_cap, (size_t)(c->n_lp + o->n_lp), sizeof *c->lp)) {
         if (!j->has_error)
             api_error_from_code(&j->error, ERR_NOMEM, NULL, NULL, "out of memory collecting output");
         j->has_error = true;
@@ -208,7 +197,6 @@ static void on_notify(void *ud)
     request_take(c->rq, &c->out);
     c->n_generated = c->out.n_generated;
     c->n_cached = c->out.n_cached;
-    c->n_prompt = c->out.n_prompt;
     c->ttft = c->out.t_first_token;
     if (!j->failed) {
         if (j->req.stream) stream_out(j, c);

@@ -1,5 +1,6 @@
 /* test_util.c — util/: fp16/bf16 conversion, dtype traits, thread pool. */
 #include "test.h"
+#include "util/grow.h"
 #include "util/half.h"
 #include "util/tensor.h"
 #include "util/threadpool.h"
@@ -65,11 +66,31 @@ static void test_threadpool(void)
     }
 }
 
+static void test_grow_array(void)
+{
+    int *a = NULL;
+    size_t cap = 0;
+    CHECK(grow_array((void **)&a, &cap, 0, sizeof *a) && a == NULL && cap == 0, "need 0: no-op");
+    CHECK(grow_array((void **)&a, &cap, 1, sizeof *a) && a && cap == 64, "first: 64, cap %zu", cap);
+    for (int i = 0; i < 64; i++) a[i] = i;
+    CHECK(grow_array((void **)&a, &cap, 65, sizeof *a) && cap == 128, "doubles: cap %zu", cap);
+    CHECK(grow_array((void **)&a, &cap, 1000, sizeof *a) && cap == 1024, "to fit: cap %zu", cap);
+    int ok = 1;
+    for (int i = 0; i < 64; i++) ok &= a[i] == i;
+    CHECK(ok, "contents kept");
+    int *keep = a;
+    CHECK(grow_array((void **)&a, &cap, 1024, sizeof *a) && a == keep, "fits: unchanged");
+    CHECK(!grow_array((void **)&a, &cap, (size_t)-1 / 2, sizeof *a) && a == keep && cap == 1024,
+          "overflow refused, unchanged");
+    free(a);
+}
+
 int main(void)
 {
     RUN(test_fp16_roundtrip);
     RUN(test_bf16);
     RUN(test_dtype);
     RUN(test_threadpool);
+    RUN(test_grow_array);
     return test_summary();
 }
