@@ -2,15 +2,18 @@
 # Tokenizer encode throughput on one core: tessera vs Hugging Face `tokenizers`, side by
 # side on the same generated mixed corpus (English, code, CJK, emoji, numbers,
 # whitespace) cut into the same 4 KiB chunks. Prints one table row per tokenizer.
-# Environment: BUILD (default build), SECONDS_PER_RUN (default 3), CHUNK (default 4096).
+# The tokenizer.json files are the reference data of scripts/get-testdata.py (fetched here
+# when missing). Environment: BUILD (default build), SECONDS_PER_RUN (default 3), CHUNK
+# (default 4096), TESSERA_TESTDATA (default build/testdata).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 TOOL=${TOOL:-$BUILD/tests/tool_bench_tokenizer}
-SHARED=${TESSERA_SHARED:-$(cd .. && pwd)/shared}
+TESTDATA=${TESSERA_TESTDATA:-build/testdata}
 SECS=${SECONDS_PER_RUN:-3}
 CHUNK=${CHUNK:-4096}
 PY=.venv/bin/python
+[ -f "$TESTDATA/.ok" ] || $PY scripts/get-testdata.py --out "$TESTDATA"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
@@ -71,9 +74,8 @@ PYEOF
 }
 
 printf '%-12s %-8s %s\n' tokenizer impl result
-for name in llama3_1 qwen3 deepseek_v3; do
-    json=$SHARED/testdata/tokenizers/$name/tokenizer.json
-    [ -f "$json" ] || continue
+for name in llama3 qwen3 deepseek_r1; do
+    json=$TESTDATA/tokenizers/$name/tokenizer.json
     printf '%-12s %-8s %s\n' "$name" tessera "$("$TOOL" "$json" "$WORK/corpus.txt" "$CHUNK" "$SECS")"
     printf '%-12s %-8s %s\n' "$name" hf "$(hf_bench "$json" "$WORK/corpus.txt")"
 done

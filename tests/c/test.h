@@ -4,10 +4,12 @@
  *   int main(void) { RUN(test_something); return test_summary(); }
  *
  * A test function fails if any CHECK in it fails; the first few failures print their
- * location and message. test_summary() prints "N passed, N failed" (counting test
- * functions) and returns the exit status. test_path() resolves paths relative to the
- * repository root (TESSERA_ROOT, default ".") or shared/ (TESSERA_SHARED, default
- * "../shared").
+ * location and message. A test that does not apply on this machine (never one whose data
+ * is merely missing: that is a failure) calls SKIP(reason) and returns. test_summary()
+ * prints "N passed, N failed" (counting test functions), with ", N skipped" when any
+ * skipped, and returns the exit status. test_path() resolves paths relative to the
+ * repository root (TESSERA_ROOT, default "."), test_data_path() inside the reference data
+ * scripts/get-testdata.py provisions (TESSERA_TESTDATA, default ROOT/build/testdata).
  */
 #ifndef TESSERA_TEST_H
 #define TESSERA_TEST_H
@@ -17,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int test_passed_, test_failed_, test_cur_failed_;
+static int test_passed_, test_failed_, test_skipped_, test_cur_failed_, test_cur_skipped_;
 
 #define CHECK(cond, ...)                                                          \
     do {                                                                          \
@@ -35,13 +37,26 @@ static int test_passed_, test_failed_, test_cur_failed_;
     CHECK(fabs((double)(a) - (double)(b)) <= (atol) + (rtol) * fabs((double)(b)),       \
           "%s=%.9g %s=%.9g", #a, (double)(a), #b, (double)(b))
 
+/* Marks the running test skipped (the caller returns); a CHECK that failed first wins. */
+#define SKIP(...)                                \
+    do {                                         \
+        test_cur_skipped_ = 1;                   \
+        printf("  skip: ");                      \
+        printf(__VA_ARGS__);                     \
+        putchar('\n');                           \
+    } while (0)
+
 #define RUN(fn)                                               \
     do {                                                      \
         test_cur_failed_ = 0;                                 \
+        test_cur_skipped_ = 0;                                \
         fn();                                                 \
         if (test_cur_failed_) {                               \
             test_failed_++;                                   \
             printf("FAIL %s\n", #fn);                         \
+        } else if (test_cur_skipped_) {                       \
+            test_skipped_++;                                  \
+            printf("skip %s\n", #fn);                         \
         } else {                                              \
             test_passed_++;                                   \
             printf("ok   %s\n", #fn);                         \
@@ -51,7 +66,10 @@ static int test_passed_, test_failed_, test_cur_failed_;
 
 static inline int test_summary(void)
 {
-    printf("%d passed, %d failed\n", test_passed_, test_failed_);
+    if (test_skipped_)
+        printf("%d passed, %d failed, %d skipped\n", test_passed_, test_failed_, test_skipped_);
+    else
+        printf("%d passed, %d failed\n", test_passed_, test_failed_);
     return test_failed_ ? 1 : 0;
 }
 
@@ -66,14 +84,18 @@ static inline const char *test_path(const char *rel)
     return b;
 }
 
-/* Writes SHARED/rel (shared = TESSERA_SHARED or "../shared"). */
-static inline const char *test_shared_path(const char *rel)
+/* Writes TESTDATA/rel (TESSERA_TESTDATA, or ROOT/build/testdata) into a static buffer. */
+static inline const char *test_data_path(const char *rel)
 {
     static char buf[4][1024];
     static int i;
-    const char *root = getenv("TESSERA_SHARED");
+    const char *dir = getenv("TESSERA_TESTDATA");
+    const char *root = getenv("TESSERA_ROOT");
     char *b = buf[i++ & 3];
-    snprintf(b, sizeof buf[0], "%s/%s", root ? root : "../shared", rel);
+    if (dir)
+        snprintf(b, sizeof buf[0], "%s/%s", dir, rel);
+    else
+        snprintf(b, sizeof buf[0], "%s/build/testdata/%s", root ? root : ".", rel);
     return b;
 }
 

@@ -5,7 +5,7 @@
  *
  *   clang -std=c11 -g -O1 -Isrc -fsanitize=fuzzer,address,undefined tests/fuzz/fuzz_jinja.c \
  *         $(find src/template -name '*.c') src/util/err.c -lcjson -lutf8proc -lm -o build/fuzz_jinja
- *   mkdir -p build/fuzz-corpus && cp ../shared/testdata/templates/[a-z]*.jinja build/fuzz-corpus/
+ *   mkdir -p build/fuzz-corpus && cp build/testdata/templates/*.jinja build/fuzz-corpus/   (scripts/get-testdata.py)
  *   build/fuzz_jinja -max_total_time=60 -max_len=8192 -timeout=10 build/fuzz-corpus
  */
 #include "template/jinja.h"

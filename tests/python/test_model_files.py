@@ -15,11 +15,10 @@ import struct
 import subprocess
 import sys
 
+import gguf
 import pytest
 
 from conftest import BUILD, ROOT, TEST_MODELS
-
-gguf = pytest.importorskip("gguf")
 
 TINY_GGUF = TEST_MODELS / "qwen2-tiny.gguf"
 TINY_HF = TEST_MODELS / "qwen3-tiny"

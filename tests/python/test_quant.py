@@ -12,12 +12,11 @@ import pathlib
 import subprocess
 import zlib
 
+import gguf
 import numpy as np
 import pytest
-
-gguf = pytest.importorskip("gguf")
-from gguf import GGMLQuantizationType as QT  # noqa: E402
-from gguf.quants import dequantize  # noqa: E402
+from gguf import GGMLQuantizationType as QT
+from gguf.quants import dequantize
 
 ROOT = pathlib.Path(os.environ.get("TESSERA_ROOT", pathlib.Path(__file__).resolve().parents[2]))
 BUILD = pathlib.Path(os.environ.get("TESSERA_BUILD", ROOT / "build"))
@@ -103,8 +102,7 @@ def test_tool_rejects_bad_input(tmp_path):
 
 @pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0"])
 def test_model_tensors_match_gguf(tmp_path, qtype):
-    if not MODEL.exists():
-        pytest.skip(f"{MODEL} missing: run make model")
+    assert MODEL.exists(), f"{MODEL} missing: run make model"
     reader = gguf.GGUFReader(str(MODEL))
     tensors = [t for t in reader.tensors if t.tensor_type.name == qtype]
     assert tensors, f"no {qtype} tensors in the model"

@@ -1,57 +1,27 @@
 """Chat templates: `tessera template` against Python jinja2 3.1 with Hugging Face's settings.
 
-1. Every model x case of shared/testdata/templates/cases.json, compared byte for byte with
-   expected/<model>.<case>.txt (or, for error cases, exit 1 and the raise_exception
-   message of expected/<model>.<case>.error.txt on stderr).
+1. Every template x case of hf_templates.TEMPLATES: the real chat templates that
+   scripts/get-testdata.py provisions in build/testdata/templates, compared byte for byte
+   with the jinja2 renders it wrote to expected/<name>.<case>.txt (or, for error cases,
+   exit 1 and the raise_exception message of expected/<name>.<case>.error.txt on stderr).
 2. The template embedded in the default GGUF model (--model), cases a and b, against
    jinja2 rendering the same string (read with the gguf package).
 3. Stress contexts (tool calls, '{{' in content, Unicode, empty message lists, thinking
-   content) through every shipped template, rendered by both jinja2 and tessera.
+   content) through every reference template, rendered by both jinja2 and tessera.
 4. Small feature snippets (whitespace control, filters, tests, loops, macros, Python
    value printing) rendered by both.
 """
 import json
-import pathlib
 import subprocess
 
+import gguf
 import pytest
 
-jinja2 = pytest.importorskip("jinja2")
-from jinja2.ext import loopcontrols  # noqa: E402
-from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
+import hf_templates
+from hf_templates import FIXED_DATE, render as reference
 
-FIXED_DATE = "26 Jul 2024"
-
-
-def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    # transformers' override of jinja2's tojson
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-class TemplateError(Exception):
-    pass
-
-
-def _raise(message):
-    raise TemplateError(message)
-
-
-def _env():
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise
-    env.globals["strftime_now"] = lambda fmt: FIXED_DATE
-    return env
-
-
-def reference(template, ctx):
-    """(ok, text): jinja2's rendering, or (False, message) when it raises."""
-    try:
-        return True, _env().from_string(template).render(**ctx)
-    except TemplateError as e:
-        return False, str(e)
-    except Exception as e:  # UndefinedError, TypeError, ... : tessera must fail too
-        return False, None
+# the reference set is fixed: a missing file fails its tests, it cannot shrink the list
+assert len(hf_templates.TEMPLATES) == 9 and len(hf_templates.CASE_IDS) == 23
 
 
 def tessera(tessera_bin, tmp_path, ctx, template=None, model=None):
@@ -79,64 +49,43 @@ def check_same(tessera_bin, tmp_path, template, ctx):
             assert r.stderr.decode("utf-8").rstrip("\n") == ref
 
 
-# ---- 1. shared expected outputs ----------------------------------------------------------
+# ---- 1. the reference templates against their expected renders -----------------------------
 
-def _cases(shared):
-    d = shared / "testdata" / "templates"
-    spec = json.loads((d / "cases.json").read_text(encoding="utf-8"))
-    out = []
-    for model, m in spec["models"].items():
-        for c in m["cases"]:
-            ctx = dict(spec["cases"].get(c, {}))
-            ctx.update(spec.get("extra_cases", {}).get(model, {}).get(c, {}))
-            ctx.update(documents=None, bos_token=m["bos_token"], eos_token=m["eos_token"])
-            out.append((model, c, d / m["template"], ctx, m["results"][c]))
-    return out
-
-
-def _case_ids():
-    from conftest import SHARED
-    try:
-        return [f"{m}.{c}" for m, c, *_ in _cases(SHARED)]
-    except OSError:
-        return []
-
-
-@pytest.mark.parametrize("case_id", _case_ids())
-def test_expected(case_id, tessera_bin, shared_dir, tmp_path):
-    model, c, tpath, ctx, result = next(x for x in _cases(shared_dir) if f"{x[0]}.{x[1]}" == case_id)
-    exp_dir = shared_dir / "testdata" / "templates" / "expected"
-    r = tessera(tessera_bin, tmp_path, ctx, template=tpath.read_text(encoding="utf-8"))
-    if result == "ok":
-        assert r.returncode == 0, r.stderr.decode(errors="replace")
-        assert r.stdout == (exp_dir / f"{model}.{c}.txt").read_bytes()
-    else:
+@pytest.mark.parametrize("case_id", hf_templates.CASE_IDS)
+def test_expected(case_id, tessera_bin, testdata, tmp_path):
+    name, case = case_id.rsplit(".", 1)
+    ctx = hf_templates.context(name, case)
+    exp = testdata / "templates" / "expected"
+    template = (testdata / "templates" / f"{name}.jinja").read_text(encoding="utf-8")
+    r = tessera(tessera_bin, tmp_path, ctx, template=template)
+    if (exp / f"{case_id}.error.txt").exists():
         assert r.returncode == 1
-        want = (exp_dir / f"{model}.{c}.error.txt").read_text(encoding="utf-8").rstrip("\n")
+        want = (exp / f"{case_id}.error.txt").read_text(encoding="utf-8").rstrip("\n")
         assert r.stderr.decode("utf-8").rstrip("\n") == want
+    else:
+        assert r.returncode == 0, r.stderr.decode(errors="replace")
+        assert r.stdout == (exp / f"{case_id}.txt").read_bytes()
 
 
-def test_template_file_is_used_verbatim(tessera_bin, shared_dir, tmp_path):
+def test_template_file_is_used_verbatim(tessera_bin, testdata, tmp_path):
     # the .jinja file itself (not a re-encoded copy) renders identically
-    model, c, tpath, ctx, _ = _cases(shared_dir)[0]
+    name, case = hf_templates.CASE_IDS[0].rsplit(".", 1)
     ctx_path = tmp_path / "c.json"
-    ctx_path.write_text(json.dumps(ctx))
-    r = subprocess.run([str(tessera_bin), "template", "--template", str(tpath), "--context", str(ctx_path)],
-                       capture_output=True)
+    ctx_path.write_text(json.dumps(hf_templates.context(name, case)))
+    r = subprocess.run([str(tessera_bin), "template", "--template", str(testdata / "templates" / f"{name}.jinja"),
+                        "--context", str(ctx_path)], capture_output=True)
     assert r.returncode == 0
-    assert r.stdout == (shared_dir / "testdata/templates/expected" / f"{model}.{c}.txt").read_bytes()
+    assert r.stdout == (testdata / "templates" / "expected" / f"{name}.{case}.txt").read_bytes()
 
 
 # ---- 2. the GGUF-embedded template ---------------------------------------------------------
 
 @pytest.mark.parametrize("case", ["a", "b"])
-def test_gguf_embedded_template(case, tessera_bin, default_model, shared_dir, tmp_path):
-    gguf = pytest.importorskip("gguf")
+def test_gguf_embedded_template(case, tessera_bin, default_model, tmp_path):
     reader = gguf.GGUFReader(str(default_model))
     field = reader.fields["tokenizer.chat_template"]
     template = bytes(field.parts[field.data[0]]).decode("utf-8")
-    spec = json.loads((shared_dir / "testdata/templates/cases.json").read_text())
-    ctx = dict(spec["cases"][case], documents=None, bos_token="<|im_start|>", eos_token="<|im_end|>")
+    ctx = dict(hf_templates.CASES[case], documents=None, bos_token="<|im_start|>", eos_token="<|im_end|>")
     ok, ref = reference(template, ctx)
     assert ok
     r = tessera(tessera_bin, tmp_path, ctx, model=default_model)
@@ -144,7 +93,7 @@ def test_gguf_embedded_template(case, tessera_bin, default_model, shared_dir, tm
     assert r.stdout.decode("utf-8") == ref
 
 
-# ---- 3. stress contexts through every shipped template ----------------------------------------
+# ---- 3. stress contexts through every reference template ----------------------------------------
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Get weather \u00e9t\u00e9 \"quoted\"",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
@@ -186,16 +135,10 @@ STRESS = {
 }
 
 
-def _template_files():
-    from conftest import SHARED
-    d = SHARED / "testdata" / "templates"
-    return sorted(p.name for p in d.glob("*.jinja")) if d.exists() else []
-
-
 @pytest.mark.parametrize("stress", sorted(STRESS))
-@pytest.mark.parametrize("tname", _template_files())
-def test_stress_against_jinja2(tname, stress, tessera_bin, shared_dir, tmp_path):
-    template = (shared_dir / "testdata/templates" / tname).read_text(encoding="utf-8")
+@pytest.mark.parametrize("tname", sorted(hf_templates.TEMPLATES))
+def test_stress_against_jinja2(tname, stress, tessera_bin, testdata, tmp_path):
+    template = (testdata / "templates" / f"{tname}.jinja").read_text(encoding="utf-8")
     ctx = dict(STRESS[stress], documents=None, bos_token="<s>", eos_token="</s>")
     check_same(tessera_bin, tmp_path, template, ctx)
 
