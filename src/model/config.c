@@ -289,6 +289,16 @@ int config_from_hf(const struct cJSON *json, const char *name, bool has_lm_head,
         (rc = json_int(j, name, "head_dim", 0, &cfg->head_dim, err, errlen)) ||
         (rc = json_int(j, name, "max_position_embeddings", 0, &cfg->max_seq_len, err, errlen)))
         return rc;
+    /* Sliding-window attention (Mistral 7B v0.1: 4096 of 32768) is not implemented; up to
+     * the window it equals full attention, so the context stops there. Qwen2 configs carry
+     * a window with use_sliding_window: false. */
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(j, "sliding_window");
+    const cJSON *use_sw = cJSON_GetObjectItemCaseSensitive(j, "use_sliding_window");
+    if (cJSON_IsNumber(sw) && !cJSON_IsFalse(use_sw)) {
+        int window = 0;
+        if ((rc = json_int(j, name, "sliding_window", 1, &window, err, errlen))) return rc;
+        if (window < cfg->max_seq_len) cfg->max_seq_len = window;
+    }
     double eps = 1e-6, theta = 10000.0;
     if ((rc = json_num(j, name, "rms_norm_eps", &eps, err, errlen)) ||
         (rc = json_num(j, name, "rope_theta", &theta, err, errlen)))

@@ -1,5 +1,7 @@
-/* bpe.c — the BPE model: the piece -> id map, the merge map (pair -> rank, merged id)
- * and the merge loop for one pre-tokenized word.
+/* bpe.c — the BPE model: the piece -> id map, the merge map (pair -> rank, merged id),
+ * merges derived from SentencePiece scores, and the merge loop for one pre-tokenized
+ * word. A word starts as one symbol per byte (byte-level vocabularies) or per character
+ * (SentencePiece-style ones, with HF's byte fallback and unk fusing); the loop is shared.
  *
  * The merge loop is Hugging Face's Word::merge_all, step for step, so ties and stale
  * candidates resolve identically: a min-heap of (rank, left position) candidates over a
@@ -227,16 +229,71 @@ static int ensure(void **p, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
+static void push_sym(struct tok_bpe_sym *sym, int32_t *ns, int32_t id, uint32_t len)
+{
+    int32_t i = (*ns)++;
+    sym[i] = (struct tok_bpe_sym){ id, i - 1, i + 1, len };
+}
+
+/* Character mode (HF BPE::merge_word without ByteLevel): one symbol per UTF-8
+ * character that is a vocab entry; a missing one becomes its <0xXX> tokens when the
+ * model has byte_fallback and all of them exist, else unk (consecutive unks fused when
+ * fuse_unk), else nothing. sym has room for n symbols. Returns the symbol count. */
+static int32_t char_symbols(const struct tokenizer *t, struct tok_bpe_sym *sym, const uint8_t *w, size_t n)
+{
+    int32_t ns = 0;
+    int32_t unk_len = 0; /* bytes of a pending unk symbol, 0 = none */
+    for (size_t i = 0; i < n;) {
+        int l = tok_utf8_valid_len(w + i, n - i);
+        if (l <= 0)
+            l = 1; /* callers pass valid UTF-8; stay safe */
+        int32_t id = tok_vocab_lookup(t, (const char *)w + i, (size_t)l);
+        bool bytes_ok = false;
+        if (id < 0 && t->byte_fallback) {
+            bytes_ok = true;
+            for (int k = 0; k < l; k++)
+                bytes_ok = bytes_ok && t->byte_id[w[i + k]] >= 0;
+        }
+        if (id >= 0 || bytes_ok) {
+            if (unk_len) {
+                push_sym(sym, &ns, t->unk_id, (uint32_t)unk_len);
+                unk_len = 0;
+            }
+            if (id >= 0)
+                push_sym(sym, &ns, id, (uint32_t)l);
+            else
+                for (int k = 0; k < l; k++)
+                    push_sym(sym, &ns, t->byte_id[w[i + k]], 1);
+        } else if (t->unk_id >= 0) {
+            if (unk_len && !t->fuse_unk) {
+                push_sym(sym, &ns, t->unk_id, (uint32_t)unk_len);
+                unk_len = 0;
+            }
+            unk_len += l;
+        }
+        i += (size_t)l;
+    }
+    if (unk_len)
+        push_sym(sym, &ns, t->unk_id, (uint32_t)unk_len);
+    return ns;
+}
+
 int tok_bpe_word(const struct tokenizer *t, struct tok_bpe_scratch *s, const uint8_t *w,
                  size_t n, tok_emit_fn emit, void *ctx)
 {
     if (n == 0)
         return 0;
-    if (n == 1 && t->byte_id[w[0]] >= 0) {
+    if (t->byte_level && n == 1 && t->byte_id[w[0]] >= 0) {
         emit(ctx, t->byte_id[w[0]]);
         return 0;
     }
-    if (t->ignore_merges) {
+    if (!t->byte_level && t->ignore_merges) {
+        int32_t id = tok_vocab_lookup(t, (const char *)w, n);
+        if (id >= 0 && !(t->flags[id] & TOK_F_ADDED)) {
+            emit(ctx, id);
+            return 0;
+        }
+    } else if (t->ignore_merges) {
         /* HF BPE with ignore_merges: a word that is a vocab entry is one token */
         if (ensure((void **)&s->mapped, &s->cap_mapped, 2 * n, 1) < 0)
             return ERR_NOMEM;
@@ -256,7 +313,9 @@ int tok_bpe_word(const struct tokenizer *t, struct tok_bpe_scratch *s, const uin
     /* One symbol per byte; bytes without a vocab entry become unk or are dropped. */
     struct tok_bpe_sym *sym = s->syms;
     int32_t ns = 0;
-    for (size_t i = 0; i < n; i++) {
+    if (!t->byte_level)
+        ns = char_symbols(t, sym, w, n);
+    for (size_t i = 0; t->byte_level && i < n; i++) {
         int32_t id = t->byte_id[w[i]];
         if (id < 0) {
             if (t->unk_id < 0)
@@ -313,5 +372,65 @@ int tok_bpe_word(const struct tokenizer *t, struct tok_bpe_scratch *s, const uin
     }
     for (int32_t i = 0; i >= 0; i = sym[i].next)
         emit(ctx, sym[i].id);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- merges from scores */
+
+struct score_merge {
+    float score;
+    int32_t id, left, right;
+};
+
+static int score_merge_cmp(const void *pa, const void *pb)
+{
+    const struct score_merge *a = pa, *b = pb;
+    if (a->score != b->score)
+        return a->score > b->score ? -1 : 1;
+    if (a->id != b->id)
+        return a->id < b->id ? -1 : 1;
+    if (a->left != b->left)
+        return a->left < b->left ? -1 : 1;
+    return (a->right > b->right) - (a->right < b->right);
+}
+
+int tok_merges_from_scores(struct tokenizer *t, const float *scores, char *err, size_t errlen)
+{
+    size_t n = 0, cap = 0;
+    struct score_merge *m = NULL;
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        const char *p = t->strs.data + t->piece_off[id];
+        size_t len = t->piece_len[id];
+        /* every split at a character boundary into two vocab pieces */
+        for (size_t k = 1; k < len; k++) {
+            if (((uint8_t)p[k] & 0xC0) == 0x80)
+                continue;
+            int32_t l = tok_vocab_lookup(t, p, k);
+            if (l < 0)
+                continue;
+            int32_t r = tok_vocab_lookup(t, p + k, len - k);
+            if (r < 0)
+                continue;
+            if (n == cap) {
+                size_t c = cap ? cap * 2 : 4096;
+                struct score_merge *q = realloc(m, c * sizeof *q);
+                if (!q) {
+                    free(m);
+                    return err_set(err, errlen, ERR_NOMEM, "out of memory for merges");
+                }
+                m = q;
+                cap = c;
+            }
+            m[n++] = (struct score_merge){ scores[id], id, l, r };
+        }
+    }
+    qsort(m, n, sizeof *m, score_merge_cmp);
+    for (size_t i = 0; i < n; i++) {
+        if (i >= (size_t)INT32_MAX || tok_merge_map_put(&t->merges, m[i].left, m[i].right, (int32_t)i, m[i].id) < 0) {
+            free(m);
+            return err_set(err, errlen, ERR_NOMEM, "out of memory for merges");
+        }
+    }
+    free(m);
     return 0;
 }

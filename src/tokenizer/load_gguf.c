@@ -1,18 +1,30 @@
-/* load_gguf.c — builds a struct tokenizer from GGUF metadata (tokenizer.ggml.*).
+/* load_gguf.c — builds a struct tokenizer from GGUF metadata (tokenizer.ggml.*), so that
+ * it encodes as Hugging Face `tokenizers` does with the model's own tokenizer.json.
  *
- * Only tokenizer.ggml.model "gpt2" (byte-level BPE) is supported. tokens/merges give
- * the BPE model; token_type 3 (control) tokens become special added tokens and 4
- * (user-defined) plain added tokens, both matched in the text before pre-tokenization.
- * tokenizer.ggml.pre picks the pre-tokenizer Hugging Face uses for that model family
- * (the table below; the same table is in tests/python/gguf_tokenizer.py, which builds
- * the reference tokenizer the tests compare against). "qwen2" also gets the NFC
- * normalizer that Qwen's tokenizer.json carries.
+ * tokenizer.ggml.model "gpt2" is byte-level BPE: tokens/merges give the BPE model;
+ * tokenizer.ggml.pre picks the normalizer and pre-tokenizer of that model family's
+ * tokenizer.json (the table below; the same table is in tests/python/gguf_tokenizer.py,
+ * which builds the reference tokenizer the tests compare against), and whether the
+ * family's BPE has ignore_merges (Llama 3: a word that is a vocab entry is one token
+ * even when no merge path leads to it; GGUF has no key for it, llama.cpp sets it by pre
+ * as well).
+ *
+ * "llama" is SentencePiece BPE (Llama 2, Mistral, Phi-3, Gemma): tokens and scores, no
+ * merges; it becomes what transformers' converter writes for these models: merges
+ * derived from the scores, byte fallback to the <0xXX> tokens, unk fusing, the normalizer
+ * Prepend("▁") (unless tokenizer.ggml.add_space_prefix is false) + Replace(" ", "▁"), no
+ * pre-tokenizer, and the decoder Replace("▁", " ") + ByteFallback + Fuse + Strip(1).
+ *
+ * In both, token_type 3 (control) and 2 (unknown) tokens become special added tokens and
+ * 4 (user-defined) plain added tokens, all matched in the text before anything else.
  */
 #include "tokenizer/tok_internal.h"
 
 #include "loader/gguf.h"
 #include "util/err.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +35,10 @@ static const char llama3_re[] =
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char qwen2_re[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* Qwen3.5: letters with their combining marks */
+static const char qwen35_re[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char deepseek_llm_letters[] =
     "\\s?[A-Za-z\\x{b5}\\x{c0}-\\x{d6}\\x{d8}-\\x{f6}\\x{f8}-\\x{1ba}\\x{1bc}-\\x{1bf}\\x{1c4}"
@@ -46,56 +62,77 @@ static const char deepseek_v3_main[] =
     "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
     " ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+";
 
-/* tokenizer.ggml.pre -> Split(Regex, Isolated) steps, then ByteLevel without its regex
- * (or with it, for the GPT-2 family, which is the same as one more GPT-2 split). */
-static const struct pre_def {
-    const char *names[3];
-    bool nfc;
-    const char *regexes[6];
-} pre_defs[] = {
-    { { "gpt-2", "gpt2", "default" }, false, { GPT2_RE } },
-    { { "smollm", "starcoder", NULL }, false, { "\\p{N}", GPT2_RE } },
-    { { "llama-bpe", "llama3", NULL }, false, { llama3_re } },
-    { { "qwen2", "deepseek-r1-qwen", NULL }, true, { qwen2_re } },
-    { { "deepseek-llm", NULL, NULL }, false,
-      { "[\r\n]", deepseek_llm_letters, "\\s?[!-/:-~！-／：-～‘-‟　-。]+", "\\s+$", "[一-龥ࠀ-一가-퟿]+", "\\p{N}+" } },
-    { { "deepseek-v3", NULL, NULL }, false, { "\\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+", deepseek_v3_main } },
+/* tokenizer.ggml.pre -> the normalizer and pre-tokenizer of the family's tokenizer.json:
+ * Split(Regex) steps (behaviour as given), then ByteLevel without its regex. PRE_BL marks
+ * a ByteLevel in the middle: the steps after it see the GPT-2 alphabet (Falcon). */
+#define PRE_BL "\x01"
+struct pre_step {
+    const char *re;
+    enum tok_split_behavior b;
 };
+#define ISO TOK_SPLIT_ISOLATED
+static const struct pre_def {
+    const char *names[4];
+    bool nfc;           /* the tokenizer.json has an NFC normalizer */
+    bool ignore_merges; /* ... and its BPE ignore_merges: true */
+    bool add_bos;       /* default of tokenizer.ggml.add_bos_token (llama.cpp's) */
+    struct pre_step steps[6];
+} pre_defs[] = {
+    { { "gpt-2", "gpt2", "default", "phi-2" }, false, false, false, { { GPT2_RE, ISO } } },
+    /* GPT-NeoX's tokenizer (MPT): ByteLevel with an NFC normalizer */
+    { { "mpt", NULL }, true, false, false, { { GPT2_RE, ISO } } },
+    { { "smollm", "starcoder", "refact", NULL }, false, false, false, { { "\\p{N}", ISO }, { GPT2_RE, ISO } } },
+    { { "command-r", NULL }, true, false, false, { { "\\p{N}", ISO }, { GPT2_RE, ISO } } },
+    { { "llama-bpe", "llama3", "llama-v3", NULL }, false, true, true, { { llama3_re, ISO } } },
+    { { "qwen2", "deepseek-r1-qwen", NULL }, true, false, false, { { qwen2_re, ISO } } },
+    /* Qwen3.5: its tokenizer.json has no normalizer (llama.cpp's vectors hold decomposed text) */
+    { { "qwen35", NULL }, false, false, false, { { qwen35_re, ISO } } },
+    { { "deepseek-llm", NULL }, false, false, false,
+      { { "[\r\n]", ISO }, { deepseek_llm_letters, ISO }, { "\\s?[!-/:-~！-／：-～‘-‟　-。]+", ISO },
+        { "\\s+$", ISO }, { "[一-龥ࠀ-一가-퟿]+", ISO }, { "\\p{N}+", ISO } } },
+    { { "deepseek-coder", NULL }, false, false, false,
+      { { "[\r\n]", ISO }, { "\\s?\\p{L}+", ISO }, { "\\s?\\p{P}+", ISO }, { "[一-龥ࠀ-一가-퟿]+", ISO },
+        { "\\p{N}", ISO } } },
+    { { "deepseek-v3", NULL }, false, false, false,
+      { { "\\p{N}{1,3}", ISO }, { "[一-龥぀-ゟ゠-ヿ]+", ISO }, { deepseek_v3_main, ISO } } },
+    /* Falcon: Punctuation(Contiguous), ByteLevel(use_regex), then on the alphabet
+     * Digits (runs) and Split("[0-9][0-9][0-9]") */
+    { { "falcon", NULL }, false, false, false,
+      { { tok_punct_regex, TOK_SPLIT_CONTIGUOUS }, { GPT2_RE, ISO }, { PRE_BL, ISO }, { "\\p{N}+", ISO },
+        { "[0-9][0-9][0-9]", ISO } } },
+};
+#undef ISO
 
 static const struct pre_def *find_pre(const char *name, size_t n)
 {
     for (size_t i = 0; i < sizeof pre_defs / sizeof pre_defs[0]; i++)
-        for (int k = 0; k < 3 && pre_defs[i].names[k]; k++)
+        for (int k = 0; k < 4 && pre_defs[i].names[k]; k++)
             if (strlen(pre_defs[i].names[k]) == n && memcmp(pre_defs[i].names[k], name, n) == 0)
                 return &pre_defs[i];
     return NULL;
 }
 
-static int load(struct tokenizer *t, const struct gguf_file *g, char *err, size_t errlen)
+/* "a, b, c" of every supported pre name, for the refusal message. */
+static void pre_names(char *buf, size_t cap)
 {
-    struct gguf_str model, pre = { "default", 7 };
-    int rc = gguf_get_str(g, "tokenizer.ggml.model", &model, err, errlen);
-    if (rc == ERR_NOT_FOUND)
-        return err_set(err, errlen, ERR_NOT_FOUND, "GGUF has no tokenizer.ggml.model");
-    if (rc < 0)
-        return rc;
-    if (model.len != 4 || memcmp(model.ptr, "gpt2", 4) != 0)
-        return err_set(err, errlen, ERR_UNSUPPORTED,
-                       "tokenizer.ggml.model \"%.*s\" is not supported (only \"gpt2\", byte-level BPE)",
-                       (int)(model.len > 64 ? 64 : model.len), model.ptr);
-    rc = gguf_get_str(g, "tokenizer.ggml.pre", &pre, err, errlen);
-    if (rc < 0 && rc != ERR_NOT_FOUND)
-        return rc;
-    const struct pre_def *pd = find_pre(pre.ptr, pre.len);
-    if (!pd)
-        return err_set(err, errlen, ERR_UNSUPPORTED,
-                       "tokenizer.ggml.pre \"%.*s\" is not supported (supported: gpt-2, default, smollm, starcoder, "
-                       "llama-bpe, llama3, qwen2, deepseek-llm, deepseek-v3)",
-                       (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
+    size_t o = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < sizeof pre_defs / sizeof pre_defs[0]; i++)
+        for (int k = 0; k < 4 && pre_defs[i].names[k]; k++) {
+            int w = snprintf(buf + o, cap - o, "%s%s", o ? ", " : "", pre_defs[i].names[k]);
+            if (w < 0 || (size_t)w >= cap - o)
+                return;
+            o += (size_t)w;
+        }
+}
 
+/* tokens and token_type into pieces; control (3) and unknown (2) are special added
+ * tokens, user-defined (4) plain added ones. Returns the token count in *n_out. */
+static int load_pieces(struct tokenizer *t, const struct gguf_file *g, uint64_t *n_out, char *err, size_t errlen)
+{
     enum gguf_vtype et;
-    uint64_t n_tok, n_type = 0, n_merges = 0;
-    rc = gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n_tok, err, errlen);
+    uint64_t n_tok, n_type = 0;
+    int rc = gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n_tok, err, errlen);
     if (rc == ERR_NOT_FOUND)
         return err_set(err, errlen, ERR_FORMAT, "GGUF has no tokenizer.ggml.tokens");
     if (rc < 0)
@@ -115,11 +152,33 @@ static int load(struct tokenizer *t, const struct gguf_file *g, char *err, size_
     for (uint64_t i = 0; i < n_tok; i++) {
         struct gguf_str s = gguf_arr_str(g, "tokenizer.ggml.tokens", i);
         int64_t ty = have_types ? gguf_arr_int(g, "tokenizer.ggml.token_type", i) : 1;
-        uint8_t f = ty == 3 ? (TOK_F_ADDED | TOK_F_SPECIAL) : ty == 4 ? TOK_F_ADDED : 0;
+        uint8_t f = ty == 3 || ty == 2 ? (TOK_F_ADDED | TOK_F_SPECIAL) : ty == 4 ? TOK_F_ADDED : 0;
         rc = tok_set_piece(t, (int32_t)i, s.ptr, (size_t)s.len, f, err, errlen);
         if (rc < 0)
             return rc;
     }
+    *n_out = n_tok;
+    return 0;
+}
+
+/* model "gpt2": merges and the pre table. */
+static int load_gpt2(struct tokenizer *t, const struct gguf_file *g, bool *add_bos, char *err, size_t errlen)
+{
+    struct gguf_str pre = { "default", 7 };
+    int rc = gguf_get_str(g, "tokenizer.ggml.pre", &pre, err, errlen);
+    if (rc < 0 && rc != ERR_NOT_FOUND)
+        return rc;
+    const struct pre_def *pd = find_pre(pre.ptr, pre.len);
+    if (!pd) {
+        char names[512];
+        pre_names(names, sizeof names);
+        return err_set(err, errlen, ERR_UNSUPPORTED, "tokenizer.ggml.pre \"%.*s\" is not supported (supported: %s)",
+                       (int)(pre.len > 64 ? 64 : pre.len), pre.ptr, names);
+    }
+    uint64_t n_tok, n_merges = 0;
+    enum gguf_vtype et;
+    if ((rc = load_pieces(t, g, &n_tok, err, errlen)) < 0)
+        return rc;
     char sub[ERR_BUF];
     if ((rc = tok_finish_vocab(t, sub, sizeof sub)) < 0)
         return err_set(err, errlen, rc, "GGUF tokenizer: %s", sub);
@@ -143,14 +202,110 @@ static int load(struct tokenizer *t, const struct gguf_file *g, char *err, size_
             return err_set(err, errlen, r, "tokenizer.ggml.merges: %s", sub);
     }
 
-    if (pd->nfc)
-        t->norms[t->n_norms++] = TOK_NORM_NFC;
-    for (int k = 0; k < 6 && pd->regexes[k]; k++) {
-        rc = tok_step_add_split(t, pd->regexes[k], strlen(pd->regexes[k]), false, TOK_SPLIT_ISOLATED, false,
-                                "tokenizer.ggml.pre", err, errlen);
+    t->ignore_merges = pd->ignore_merges;
+    *add_bos = pd->add_bos;
+    if (pd->nfc && (rc = tok_add_norm(t, TOK_NORM_NFC, NULL, NULL, err, errlen)) < 0)
+        return rc;
+    for (int k = 0; k < 6 && pd->steps[k].re; k++) {
+        const char *re = pd->steps[k].re;
+        if (strcmp(re, PRE_BL) == 0) {
+            if (!tok_step_add(t, TOK_STEP_BYTELEVEL, err, errlen))
+                return ERR_UNSUPPORTED;
+            continue;
+        }
+        rc = tok_step_add_split(t, re, strlen(re), false, pd->steps[k].b, false, "tokenizer.ggml.pre", err, errlen);
         if (rc < 0)
             return rc;
     }
+    return 0;
+}
+
+/* model "llama": SentencePiece BPE, as transformers' converter writes it (file comment). */
+static int load_llama(struct tokenizer *t, const struct gguf_file *g, bool *add_bos, char *err, size_t errlen)
+{
+    uint64_t n_tok, n_scores;
+    enum gguf_vtype et;
+    int rc = load_pieces(t, g, &n_tok, err, errlen);
+    if (rc < 0)
+        return rc;
+    rc = gguf_get_arr(g, "tokenizer.ggml.scores", &et, &n_scores, err, errlen);
+    if (rc == ERR_NOT_FOUND)
+        return err_set(err, errlen, ERR_FORMAT, "GGUF tokenizer.ggml.model \"llama\" has no tokenizer.ggml.scores");
+    if (rc < 0)
+        return rc;
+    if (n_scores != n_tok || (et != GGUF_FLOAT32 && et != GGUF_FLOAT64))
+        return err_set(err, errlen, ERR_FORMAT, "tokenizer.ggml.scores must be %llu floats", (unsigned long long)n_tok);
+    t->byte_level = false;
+    t->byte_fallback = true;
+    t->fuse_unk = true;
+    t->dec_byte_fallback = true;
+    t->dec_replace_meta = true;
+    t->dec_strip_lead = 1;
+    char sub[ERR_BUF];
+    if ((rc = tok_finish_vocab(t, sub, sizeof sub)) < 0)
+        return err_set(err, errlen, rc, "GGUF tokenizer: %s", sub);
+    float *scores = malloc(sizeof *scores * (size_t)n_tok);
+    if (!scores)
+        return err_set(err, errlen, ERR_NOMEM, "out of memory");
+    for (uint64_t i = 0; i < n_tok; i++) {
+        scores[i] = (float)gguf_arr_float(g, "tokenizer.ggml.scores", i);
+        if (!isfinite(scores[i])) {
+            free(scores);
+            return err_set(err, errlen, ERR_FORMAT, "tokenizer.ggml.scores[%llu] is not a finite number",
+                           (unsigned long long)i);
+        }
+    }
+    rc = tok_merges_from_scores(t, scores, sub, sizeof sub);
+    free(scores);
+    if (rc < 0)
+        return err_set(err, errlen, rc, "GGUF tokenizer: %s", sub);
+
+    int64_t unk = -1;
+    rc = gguf_get_int(g, "tokenizer.ggml.unknown_token_id", &unk, err, errlen);
+    if (rc < 0 && rc != ERR_NOT_FOUND)
+        return rc;
+    for (uint64_t i = 0; unk < 0 && i < n_tok; i++)
+        if (gguf_arr_int(g, "tokenizer.ggml.token_type", i) == 2)
+            unk = (int64_t)i;
+    if (unk >= t->n_vocab)
+        return err_set(err, errlen, ERR_FORMAT, "tokenizer.ggml.unknown_token_id = %lld is outside the vocabulary",
+                       (long long)unk);
+    t->unk_id = (int32_t)unk;
+
+    bool prefix = true;
+    rc = gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &prefix, err, errlen);
+    if (rc < 0 && rc != ERR_NOT_FOUND)
+        return rc;
+    if (prefix && (rc = tok_add_norm(t, TOK_NORM_PREPEND, TOK_META, NULL, err, errlen)) < 0)
+        return rc;
+    if ((rc = tok_add_norm(t, TOK_NORM_REPLACE, " ", TOK_META, err, errlen)) < 0)
+        return rc;
+    t->dec_strip_lead = prefix ? 1 : 0;
+    *add_bos = true;
+    return 0;
+}
+
+static int load(struct tokenizer *t, const struct gguf_file *g, char *err, size_t errlen)
+{
+    struct gguf_str model;
+    int rc = gguf_get_str(g, "tokenizer.ggml.model", &model, err, errlen);
+    if (rc == ERR_NOT_FOUND)
+        return err_set(err, errlen, ERR_NOT_FOUND, "GGUF has no tokenizer.ggml.model");
+    if (rc < 0)
+        return rc;
+    bool add_bos = false, add_eos = false;
+    if (model.len == 4 && memcmp(model.ptr, "gpt2", 4) == 0)
+        rc = load_gpt2(t, g, &add_bos, err, errlen);
+    else if (model.len == 5 && memcmp(model.ptr, "llama", 5) == 0)
+        rc = load_llama(t, g, &add_bos, err, errlen);
+    else
+        return err_set(err, errlen, ERR_UNSUPPORTED,
+                       "tokenizer.ggml.model \"%.*s\" is not supported (supported: \"gpt2\", byte-level BPE; "
+                       "\"llama\", SentencePiece BPE)",
+                       (int)(model.len > 64 ? 64 : model.len), model.ptr);
+    if (rc < 0)
+        return rc;
+    char sub[ERR_BUF];
     if ((rc = tok_finish(t, sub, sizeof sub)) < 0)
         return err_set(err, errlen, rc, "GGUF tokenizer: %s", sub);
 
@@ -168,7 +323,6 @@ static int load(struct tokenizer *t, const struct gguf_file *g, char *err, size_
                            (long long)v, (int)t->n_vocab);
         *id_out[k] = (int32_t)v;
     }
-    bool add_bos = false, add_eos = false;
     rc = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos, err, errlen);
     if (rc < 0 && rc != ERR_NOT_FOUND)
         return rc;

@@ -2,16 +2,22 @@
  * tokenizer_config.json on request).
  *
  * Supported components (anything else fails at load with ERR_UNSUPPORTED naming it):
- *   normalizer     null, NFC, NFD, NFKC, NFKD, Sequence of those
- *   pre_tokenizer  Sequence, Split (Regex or String pattern, every behavior, invert),
- *                  Digits (individual_digits), ByteLevel (add_prefix_space, use_regex);
- *                  ByteLevel must be the last step (the BPE model works on its bytes)
+ *   normalizer     null, NFC, NFD, NFKC, NFKD, Prepend, Replace (String pattern),
+ *                  Sequence of those
+ *   pre_tokenizer  null, Sequence, Split (Regex or String pattern, every behavior,
+ *                  invert), Digits (individual_digits), Punctuation (behavior),
+ *                  ByteLevel (add_prefix_space, use_regex; once), Metaspace (replacement
+ *                  U+2581, prepend_scheme or the older add_prefix_space, split)
  *   model          BPE: vocab, merges ("a b" strings or [a, b] pairs), ignore_merges,
- *                  unk_token/fuse_unk; no dropout, byte_fallback or subword affixes
+ *                  unk_token/fuse_unk, byte_fallback; no dropout or subword affixes.
+ *                  With a ByteLevel pre-tokenizer the BPE sees bytes as GPT-2 alphabet
+ *                  characters; without one it sees UTF-8 characters (SentencePiece style)
  *   added_tokens   id, content, special, lstrip, rstrip, single_word, normalized
  *   post_processor null, ByteLevel, TemplateProcessing (single: specials around $A),
  *                  RobertaProcessing, BertProcessing, Sequence of those
- *   decoder        ByteLevel, or a Sequence holding only ByteLevel
+ *   decoder        ByteLevel (with a ByteLevel pre-tokenizer); else Replace("▁", " "),
+ *                  ByteFallback, Fuse, Strip(" ", n, 0) after Fuse, Metaspace, and
+ *                  Sequences of those
  * truncation and padding are batch/length options of the Python API and are ignored.
  */
 #include "tokenizer/tok_internal.h"
@@ -79,17 +85,39 @@ static int load_normalizer(struct tokenizer *t, const cJSON *n, const char *name
     }
     static const struct {
         const char *name;
-        enum tok_norm norm;
+        enum tok_norm_kind norm;
     } forms[] = { { "NFC", TOK_NORM_NFC }, { "NFD", TOK_NORM_NFD }, { "NFKC", TOK_NORM_NFKC }, { "NFKD", TOK_NORM_NFKD } };
+    char sub[ERR_BUF];
+    int rc;
     for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
         if (strcmp(ty, forms[i].name) == 0) {
-            if (t->n_norms >= TOK_MAX_NORMS)
-                return err_set(err, errlen, ERR_UNSUPPORTED, "%s: more than %d normalizers", name, TOK_MAX_NORMS);
-            t->norms[t->n_norms++] = forms[i].norm;
+            if ((rc = tok_add_norm(t, forms[i].norm, NULL, NULL, sub, sizeof sub)) < 0)
+                return err_set(err, errlen, rc, "%s: %s", name, sub);
             return 0;
         }
     }
-    return err_set(err, errlen, ERR_UNSUPPORTED, "%s: normalizer %s is not supported (supported: NFC, NFD, NFKC, NFKD, Sequence)",
+    if (strcmp(ty, "Prepend") == 0) {
+        const cJSON *pre = cJSON_GetObjectItemCaseSensitive(n, "prepend");
+        if (!cJSON_IsString(pre))
+            return err_set(err, errlen, ERR_FORMAT, "%s: normalizer Prepend without a prepend string", name);
+        if ((rc = tok_add_norm(t, TOK_NORM_PREPEND, pre->valuestring, NULL, sub, sizeof sub)) < 0)
+            return err_set(err, errlen, rc, "%s: %s", name, sub);
+        return 0;
+    }
+    if (strcmp(ty, "Replace") == 0) {
+        const cJSON *pat = cJSON_GetObjectItemCaseSensitive(n, "pattern");
+        const cJSON *str = cJSON_GetObjectItemCaseSensitive(pat, "String");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(n, "content");
+        if (cJSON_GetObjectItemCaseSensitive(pat, "Regex"))
+            return err_set(err, errlen, ERR_UNSUPPORTED, "%s: normalizer Replace with a Regex pattern is not supported", name);
+        if (!cJSON_IsString(str) || !str->valuestring[0] || !cJSON_IsString(content))
+            return err_set(err, errlen, ERR_FORMAT, "%s: normalizer Replace needs pattern {\"String\": ...} and content", name);
+        if ((rc = tok_add_norm(t, TOK_NORM_REPLACE, str->valuestring, content->valuestring, sub, sizeof sub)) < 0)
+            return err_set(err, errlen, rc, "%s: %s", name, sub);
+        return 0;
+    }
+    return err_set(err, errlen, ERR_UNSUPPORTED,
+                   "%s: normalizer %s is not supported (supported: NFC, NFD, NFKC, NFKD, Prepend, Replace, Sequence)",
                    name, ty);
 }
 
@@ -121,9 +149,6 @@ static int load_pretok(struct tokenizer *t, const cJSON *p, const char *name, bo
     const char *ty = type_of(p);
     if (!ty)
         return err_set(err, errlen, ERR_FORMAT, "%s: pre_tokenizer without a type", name);
-    if (*byte_level)
-        return err_set(err, errlen, ERR_UNSUPPORTED,
-                       "%s: pre_tokenizer %s after ByteLevel is not supported (ByteLevel must come last)", name, ty);
     if (strcmp(ty, "Sequence") == 0) {
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(p, "pretokenizers");
         if (!cJSON_IsArray(list))
@@ -162,8 +187,17 @@ static int load_pretok(struct tokenizer *t, const cJSON *p, const char *name, bo
         const char *re = individual ? "\\p{N}" : "\\p{N}+";
         return tok_step_add_split(t, re, strlen(re), false, TOK_SPLIT_ISOLATED, false, name, err, errlen);
     }
+    if (strcmp(ty, "Punctuation") == 0) {
+        const cJSON *beh = cJSON_GetObjectItemCaseSensitive(p, "behavior");
+        enum tok_split_behavior b = TOK_SPLIT_ISOLATED;
+        if (beh && !cJSON_IsNull(beh) && (!cJSON_IsString(beh) || parse_behavior(beh->valuestring, &b) < 0))
+            return err_set(err, errlen, ERR_FORMAT, "%s: pre_tokenizer Punctuation has unknown behavior", name);
+        return tok_step_add_split(t, tok_punct_regex, strlen(tok_punct_regex), false, b, false, name, err, errlen);
+    }
     if (strcmp(ty, "ByteLevel") == 0) {
         bool prefix, use_regex;
+        if (*byte_level)
+            return err_set(err, errlen, ERR_UNSUPPORTED, "%s: two ByteLevel pre-tokenizers are not supported", name);
         if (get_bool(p, "add_prefix_space", true, &prefix) < 0 || get_bool(p, "use_regex", true, &use_regex) < 0)
             return err_set(err, errlen, ERR_FORMAT, "%s: pre_tokenizer ByteLevel has a non-boolean option", name);
         int rc = 0;
@@ -172,11 +206,44 @@ static int load_pretok(struct tokenizer *t, const cJSON *p, const char *name, bo
         if (rc == 0 && use_regex)
             rc = tok_step_add_split(t, tok_gpt2_regex, strlen(tok_gpt2_regex), false, TOK_SPLIT_ISOLATED,
                                     false, name, err, errlen);
+        /* steps after this one see the alphabet; dropped again if none follows */
+        if (rc == 0 && !tok_step_add(t, TOK_STEP_BYTELEVEL, err, errlen))
+            rc = ERR_UNSUPPORTED;
         *byte_level = true;
         return rc;
     }
+    if (strcmp(ty, "Metaspace") == 0) {
+        const cJSON *rep = cJSON_GetObjectItemCaseSensitive(p, "replacement");
+        const cJSON *scheme = cJSON_GetObjectItemCaseSensitive(p, "prepend_scheme");
+        bool split, prefix;
+        if (!cJSON_IsString(rep) || strcmp(rep->valuestring, TOK_META) != 0)
+            return err_set(err, errlen, ERR_UNSUPPORTED, "%s: pre_tokenizer Metaspace replacement must be \"\u2581\"",
+                           name);
+        if (get_bool(p, "split", true, &split) < 0 || get_bool(p, "add_prefix_space", true, &prefix) < 0)
+            return err_set(err, errlen, ERR_FORMAT, "%s: pre_tokenizer Metaspace has a non-boolean option", name);
+        /* tokenizers < 0.19 wrote add_prefix_space instead of prepend_scheme */
+        enum tok_prepend_scheme ps = prefix ? TOK_PREPEND_ALWAYS : TOK_PREPEND_NEVER;
+        if (cJSON_IsString(scheme)) {
+            if (strcmp(scheme->valuestring, "always") == 0)
+                ps = TOK_PREPEND_ALWAYS;
+            else if (strcmp(scheme->valuestring, "first") == 0)
+                ps = TOK_PREPEND_FIRST;
+            else if (strcmp(scheme->valuestring, "never") == 0)
+                ps = TOK_PREPEND_NEVER;
+            else
+                return err_set(err, errlen, ERR_FORMAT, "%s: pre_tokenizer Metaspace prepend_scheme \"%.32s\" is unknown",
+                               name, scheme->valuestring);
+        }
+        struct tok_step *st = tok_step_add(t, TOK_STEP_METASPACE, err, errlen);
+        if (!st)
+            return ERR_UNSUPPORTED;
+        st->prepend = ps;
+        st->meta_split = split;
+        return 0;
+    }
     return err_set(err, errlen, ERR_UNSUPPORTED,
-                   "%s: pre_tokenizer %s is not supported (supported: Sequence, Split, Digits, ByteLevel)", name, ty);
+                   "%s: pre_tokenizer %s is not supported (supported: Sequence, Split, Digits, Punctuation, ByteLevel, "
+                   "Metaspace)", name, ty);
 }
 
 /* ------------------------------------------------------------------ post_processor */
@@ -274,26 +341,77 @@ static int load_post(struct tokenizer *t, const cJSON *p, const char *name, char
                    "RobertaProcessing, BertProcessing, Sequence)", name, ty);
 }
 
-static int check_decoder(const cJSON *d, const char *name, char *err, size_t errlen)
+/* What the decoder chain does, collected while walking it. */
+struct dec_info {
+    bool byte_level, fused, any;
+};
+
+/* Walks the decoder; fills t->dec_* for the character-mode decoders. */
+static int load_decoder(struct tokenizer *t, const cJSON *d, const char *name, struct dec_info *di, char *err,
+                        size_t errlen)
 {
     const char *ty = d && !cJSON_IsNull(d) ? type_of(d) : "null";
-    if (ty && strcmp(ty, "ByteLevel") == 0)
+    static const char supported[] = "supported: ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, Sequence";
+    if (!ty)
+        return err_set(err, errlen, ERR_FORMAT, "%s: decoder without a type", name);
+    di->any = true;
+    if (strcmp(ty, "ByteLevel") == 0) {
+        di->byte_level = true;
         return 0;
-    if (ty && strcmp(ty, "Sequence") == 0) {
+    }
+    if (strcmp(ty, "Sequence") == 0) {
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(d, "decoders");
         const cJSON *it;
-        int n = 0;
+        if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) == 0)
+            return err_set(err, errlen, ERR_UNSUPPORTED, "%s: decoder Sequence without decoders is not supported", name);
         cJSON_ArrayForEach(it, list) {
-            int rc = check_decoder(it, name, err, errlen);
+            int rc = load_decoder(t, it, name, di, err, errlen);
             if (rc < 0)
                 return rc;
-            n++;
         }
-        if (n > 0)
-            return 0;
+        return 0;
     }
-    return err_set(err, errlen, ERR_UNSUPPORTED, "%s: decoder %s is not supported (supported: ByteLevel)", name,
-                   ty ? ty : "(no type)");
+    if (strcmp(ty, "ByteFallback") == 0) {
+        t->dec_byte_fallback = true;
+        return 0;
+    }
+    if (strcmp(ty, "Fuse") == 0) {
+        di->fused = true;
+        return 0;
+    }
+    if (strcmp(ty, "Replace") == 0) {
+        const cJSON *pat = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, "pattern"), "String");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(d, "content");
+        if (!cJSON_IsString(pat) || !cJSON_IsString(content) || strcmp(pat->valuestring, TOK_META) != 0 ||
+            strcmp(content->valuestring, " ") != 0)
+            return err_set(err, errlen, ERR_UNSUPPORTED, "%s: decoder Replace other than \"\u2581\" -> \" \" is not supported",
+                           name);
+        t->dec_replace_meta = true;
+        return 0;
+    }
+    if (strcmp(ty, "Strip") == 0) {
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(d, "content");
+        int64_t start = 0, stop = 0;
+        if (!cJSON_IsString(content) || strcmp(content->valuestring, " ") != 0 ||
+            !get_int(cJSON_GetObjectItemCaseSensitive(d, "start"), 0, 64, &start) ||
+            !get_int(cJSON_GetObjectItemCaseSensitive(d, "stop"), 0, 0, &stop) || !di->fused)
+            return err_set(err, errlen, ERR_UNSUPPORTED,
+                           "%s: decoder Strip is supported only as Strip(\" \", n, 0) after Fuse", name);
+        t->dec_strip_lead = (int)start;
+        return 0;
+    }
+    if (strcmp(ty, "Metaspace") == 0) {
+        const cJSON *rep = cJSON_GetObjectItemCaseSensitive(d, "replacement");
+        const cJSON *scheme = cJSON_GetObjectItemCaseSensitive(d, "prepend_scheme");
+        bool prefix;
+        if (!cJSON_IsString(rep) || strcmp(rep->valuestring, TOK_META) != 0 ||
+            get_bool(d, "add_prefix_space", true, &prefix) < 0)
+            return err_set(err, errlen, ERR_UNSUPPORTED, "%s: decoder Metaspace replacement must be \"\u2581\"", name);
+        t->dec_replace_meta = true;
+        t->dec_meta_first = cJSON_IsString(scheme) ? strcmp(scheme->valuestring, "never") != 0 : prefix;
+        return 0;
+    }
+    return err_set(err, errlen, ERR_UNSUPPORTED, "%s: decoder %s is not supported (%s)", name, ty, supported);
 }
 
 /* ------------------------------------------------------------------ model + vocab */
@@ -313,8 +431,7 @@ static int load_model(struct tokenizer *t, const cJSON *m, const char **unk, con
     if (get_bool(m, "byte_fallback", false, &byte_fallback) < 0 || get_bool(m, "ignore_merges", false, &t->ignore_merges) < 0 ||
         get_bool(m, "fuse_unk", false, &t->fuse_unk) < 0)
         return err_set(err, errlen, ERR_FORMAT, "%s: BPE option is not a boolean", name);
-    if (byte_fallback)
-        return err_set(err, errlen, ERR_UNSUPPORTED, "%s: BPE byte_fallback is not supported", name);
+    t->byte_fallback = byte_fallback;
     static const char *const affixes[] = { "continuing_subword_prefix", "end_of_word_suffix" };
     for (int i = 0; i < 2; i++) {
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(m, affixes[i]);
@@ -412,25 +529,35 @@ static int load_root(struct tokenizer *t, const cJSON *root, const char *name, c
     int rc = load_model(t, cJSON_GetObjectItemCaseSensitive(root, "model"), &unk, &merges, name, err, errlen);
     if (rc == 0)
         rc = load_added(t, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), name, err, errlen);
+    /* the pre-tokenizer says whether the BPE sees bytes (ByteLevel) or characters, which
+     * the vocabulary tables depend on */
+    bool byte_level = false;
+    if (rc == 0) {
+        const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
+        if (pre && !cJSON_IsNull(pre))
+            rc = load_pretok(t, pre, name, &byte_level, err, errlen);
+        if (t->n_steps > 0 && t->steps[t->n_steps - 1].kind == TOK_STEP_BYTELEVEL)
+            t->n_steps--; /* nothing after ByteLevel: the BPE maps the bytes itself */
+        t->byte_level = byte_level;
+    }
+    if (rc == 0) {
+        struct dec_info di = { 0 };
+        rc = load_decoder(t, cJSON_GetObjectItemCaseSensitive(root, "decoder"), name, &di, err, errlen);
+        if (rc == 0 && di.byte_level != byte_level)
+            rc = err_set(err, errlen, ERR_UNSUPPORTED,
+                         "%s: a ByteLevel %s without a ByteLevel %s is not supported", name,
+                         byte_level ? "pre_tokenizer" : "decoder", byte_level ? "decoder" : "pre_tokenizer");
+        if (rc == 0 && byte_level && (t->dec_byte_fallback || t->dec_replace_meta || t->dec_strip_lead))
+            rc = err_set(err, errlen, ERR_UNSUPPORTED, "%s: decoder ByteLevel mixed with SentencePiece decoders", name);
+    }
     if (rc == 0 && (rc = tok_finish_vocab(t, sub, sizeof sub)) < 0)
         err_set(err, errlen, rc, "%s: %s", name, sub);
     if (rc == 0 && merges)
         rc = load_merges(t, merges, name, err, errlen);
     if (rc == 0)
         rc = load_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), name, err, errlen);
-    if (rc == 0) {
-        const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
-        bool byte_level = false;
-        if (pre && !cJSON_IsNull(pre))
-            rc = load_pretok(t, pre, name, &byte_level, err, errlen);
-        if (rc == 0 && !byte_level)
-            rc = err_set(err, errlen, ERR_UNSUPPORTED,
-                         "%s: pre_tokenizer without ByteLevel is not supported (only byte-level BPE)", name);
-    }
     if (rc == 0)
         rc = load_post(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), name, err, errlen);
-    if (rc == 0)
-        rc = check_decoder(cJSON_GetObjectItemCaseSensitive(root, "decoder"), name, err, errlen);
     if (rc == 0 && (rc = tok_finish(t, sub, sizeof sub)) < 0)
         err_set(err, errlen, rc, "%s: %s", name, sub);
     if (rc == 0 && unk) {

@@ -1,5 +1,5 @@
-/* pretok.c — pre-tokenization: the Split / Digits / ByteLevel steps of a Hugging Face
- * pre_tokenizer, run with PCRE2 (JIT) over valid UTF-8.
+/* pretok.c — pre-tokenization: the Split / Digits / Punctuation / ByteLevel / Metaspace
+ * steps of a Hugging Face pre_tokenizer, run with PCRE2 (JIT) over valid UTF-8.
  *
  * Hugging Face compiles its patterns with Oniguruma. To get the same matches from PCRE2
  * the patterns are rewritten once at load: `\s`/`\S` become Oniguruma's Unicode
@@ -12,8 +12,11 @@
  *
  * Steps run depth-first: each piece of step k goes through steps k+1.. before the next
  * piece, which yields the same words in the same order as HF's breadth-first splits.
- * Compiled patterns are read-only and shared; match data and span buffers live in the
- * caller's struct tok_pretok_scratch.
+ * Steps after a ByteLevel (Falcon's Digits and Split) see what HF's see: the piece in the
+ * GPT-2 alphabet, one character per byte (so a byte such as 0xB2, the alphabet's '²',
+ * is a digit there); the words are mapped back to bytes for the BPE. Metaspace turns
+ * spaces into U+2581 and prepends one by its scheme. Compiled patterns are read-only and
+ * shared; match data and span buffers live in the caller's struct tok_pretok_scratch.
  */
 #include "tokenizer/tok_internal.h"
 
@@ -24,6 +27,9 @@
 
 const char tok_gpt2_regex[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+/* HF's Punctuation pre-tokenizer: char::is_ascii_punctuation or Unicode category P. */
+const char tok_punct_regex[] = "[\\p{P}!-/:-@\\[-`{-~]";
 
 /* Oniguruma's \s: Unicode White_Space (class body, without brackets). */
 static const char ws_class[] =
@@ -192,14 +198,21 @@ int tok_step_add_split(struct tokenizer *t, const char *pattern, size_t len, boo
     return 0;
 }
 
+struct tok_step *tok_step_add(struct tokenizer *t, enum tok_step_kind kind, char *err, size_t errlen)
+{
+    if (t->n_steps >= TOK_MAX_STEPS) {
+        err_set(err, errlen, ERR_UNSUPPORTED, "more than %d pre-tokenizer steps", TOK_MAX_STEPS);
+        return NULL;
+    }
+    struct tok_step *st = &t->steps[t->n_steps++];
+    memset(st, 0, sizeof *st);
+    st->kind = kind;
+    return st;
+}
+
 int tok_step_add_prefix_space(struct tokenizer *t, char *err, size_t errlen)
 {
-    if (t->n_steps >= TOK_MAX_STEPS)
-        return err_set(err, errlen, ERR_UNSUPPORTED, "more than %d pre-tokenizer steps", TOK_MAX_STEPS);
-    struct tok_step *st = &t->steps[t->n_steps++];
-    st->kind = TOK_STEP_PREFIX_SPACE;
-    st->re = NULL;
-    return 0;
+    return tok_step_add(t, TOK_STEP_PREFIX_SPACE, err, errlen) ? 0 : ERR_UNSUPPORTED;
 }
 
 void tok_steps_free(struct tokenizer *t)
@@ -216,6 +229,7 @@ void tok_pretok_scratch_free(struct tok_pretok_scratch *s)
         free(s->level[i].spans);
         free(s->level[i].buf);
     }
+    free(s->bytes);
     memset(s, 0, sizeof *s);
 }
 
@@ -332,29 +346,100 @@ static void apply_behavior(enum tok_split_behavior b, struct tok_pretok_level *l
     lv->n = o;
 }
 
-int tok_pretokenize(const struct tokenizer *t, struct tok_pretok_scratch *s, int step,
-                    const char *text, size_t n, tok_word_fn word, void *ctx)
+static int ensure_buf(char **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    char *b = realloc(*buf, need);
+    if (!b)
+        return ERR_NOMEM;
+    *buf = b;
+    *cap = need;
+    return 0;
+}
+
+enum { PRE_AT_START = 1, PRE_MAPPED = 2 };
+
+static int run_steps(const struct tokenizer *t, struct tok_pretok_scratch *s, int step, const char *text,
+                     size_t n, unsigned fl, tok_word_fn word, void *ctx);
+
+/* Metaspace: " " -> U+2581, the prepend scheme, then (split) a new piece before every
+ * U+2581 (HF's MergedWithNext on the replacement). */
+static int run_metaspace(const struct tokenizer *t, struct tok_pretok_scratch *s, int step, const char *text,
+                         size_t n, unsigned fl, tok_word_fn word, void *ctx)
+{
+    const struct tok_step *st = &t->steps[step];
+    struct tok_pretok_level *lv = &s->level[step];
+    if (ensure_buf(&lv->buf, &lv->buf_cap, 3 * n + 3) < 0)
+        return ERR_NOMEM;
+    bool starts = (n > 0 && text[0] == ' ') || (n >= 3 && memcmp(text, TOK_META, 3) == 0);
+    bool prepend = !starts && (st->prepend == TOK_PREPEND_ALWAYS ||
+                               (st->prepend == TOK_PREPEND_FIRST && (fl & PRE_AT_START)));
+    size_t m = 0;
+    if (prepend) {
+        memcpy(lv->buf, TOK_META, 3);
+        m = 3;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (text[i] == ' ') {
+            memcpy(lv->buf + m, TOK_META, 3);
+            m += 3;
+        } else {
+            lv->buf[m++] = text[i];
+        }
+    }
+    const char *b = lv->buf;
+    if (!st->meta_split)
+        return run_steps(t, s, step + 1, b, m, fl, word, ctx);
+    size_t start = 0;
+    for (size_t i = 1; i + 3 <= m; i++) {
+        if (memcmp(b + i, TOK_META, 3) != 0)
+            continue;
+        int rc = run_steps(t, s, step + 1, b + start, i - start, start == 0 ? fl : fl & ~PRE_AT_START, word, ctx);
+        if (rc < 0)
+            return rc;
+        start = i;
+        i += 2;
+    }
+    return run_steps(t, s, step + 1, b + start, m - start, start == 0 ? fl : fl & ~PRE_AT_START, word, ctx);
+}
+
+static int run_steps(const struct tokenizer *t, struct tok_pretok_scratch *s, int step, const char *text,
+                     size_t n, unsigned fl, tok_word_fn word, void *ctx)
 {
     if (n == 0)
         return 0; /* HF drops empty pieces */
-    if (step >= t->n_steps)
-        return word(ctx, text, n);
+    if (step >= t->n_steps) {
+        if (!(fl & PRE_MAPPED))
+            return word(ctx, text, n);
+        if (ensure_buf(&s->bytes, &s->bytes_cap, n) < 0)
+            return ERR_NOMEM;
+        int m = tok_chars_to_bytes(text, n, s->bytes);
+        return m < 0 ? ERR_FORMAT : word(ctx, s->bytes, (size_t)m);
+    }
     const struct tok_step *st = &t->steps[step];
     struct tok_pretok_level *lv = &s->level[step];
     if (st->kind == TOK_STEP_PREFIX_SPACE) {
         if (text[0] == ' ')
-            return tok_pretokenize(t, s, step + 1, text, n, word, ctx);
-        if (n + 1 > lv->buf_cap) {
-            char *b = realloc(lv->buf, n + 1);
-            if (!b)
-                return ERR_NOMEM;
-            lv->buf = b;
-            lv->buf_cap = n + 1;
-        }
+            return run_steps(t, s, step + 1, text, n, fl, word, ctx);
+        if (ensure_buf(&lv->buf, &lv->buf_cap, n + 1) < 0)
+            return ERR_NOMEM;
         lv->buf[0] = ' ';
         memcpy(lv->buf + 1, text, n);
-        return tok_pretokenize(t, s, step + 1, lv->buf, n + 1, word, ctx);
+        return run_steps(t, s, step + 1, lv->buf, n + 1, fl, word, ctx);
     }
+    if (st->kind == TOK_STEP_BYTELEVEL) {
+        if (fl & PRE_MAPPED)
+            return run_steps(t, s, step + 1, text, n, fl, word, ctx);
+        if (ensure_buf(&lv->buf, &lv->buf_cap, 2 * n) < 0)
+            return ERR_NOMEM;
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            m += (size_t)tok_byte_to_char((uint8_t)text[i], lv->buf + m);
+        return run_steps(t, s, step + 1, lv->buf, m, fl | PRE_MAPPED, word, ctx);
+    }
+    if (st->kind == TOK_STEP_METASPACE)
+        return run_metaspace(t, s, step, text, n, fl, word, ctx);
     if (n > 0x7FFFFFFFu)
         return ERR_RANGE;
     if (!s->md && !(s->md = pcre2_match_data_create(1, NULL)))
@@ -368,9 +453,16 @@ int tok_pretokenize(const struct tokenizer *t, struct tok_pretok_scratch *s, int
         struct tok_span sp = lv->spans[i];
         if (SPAN_MATCH(sp) || SPAN_END(sp) == sp.start)
             continue;
-        rc = tok_pretokenize(t, s, step + 1, text + sp.start, SPAN_END(sp) - sp.start, word, ctx);
+        rc = run_steps(t, s, step + 1, text + sp.start, SPAN_END(sp) - sp.start,
+                       sp.start == 0 ? fl : fl & ~PRE_AT_START, word, ctx);
         if (rc < 0)
             return rc;
     }
     return 0;
+}
+
+int tok_pretokenize(const struct tokenizer *t, struct tok_pretok_scratch *s, int step,
+                    const char *text, size_t n, bool at_start, tok_word_fn word, void *ctx)
+{
+    return run_steps(t, s, step, text, n, at_start ? PRE_AT_START : 0, word, ctx);
 }

@@ -3,10 +3,17 @@
  * added.c added-token matcher, byte_alpha.c GPT-2 byte alphabet, load_hf.c and
  * load_gguf.c). Nothing outside src/tokenizer/ includes it.
  *
+ * Two BPE flavours share the tables: byte-level (GPT-2 style: the model sees every byte
+ * as a GPT-2 alphabet character; byte_level = true) and character-level with byte
+ * fallback (SentencePiece style: Llama 2, Mistral, Phi-3, Gemma; the model sees UTF-8
+ * characters, spaces turned into U+2581 by the normalizer or the Metaspace
+ * pre-tokenizer, and a character missing from the vocabulary becomes its <0xXX> tokens).
+ *
  * Invariants once a loader returns: every id in [0, n_vocab) has a piece (possibly empty
- * for holes), merges reference valid ids, byte_id[b] is the vocab id of the alphabet
- * character of byte b (or -1), and the struct is never written again except through
- * tok_set_adds_bos (which callers do before sharing it between threads).
+ * for holes), merges reference valid ids, byte_id[b] is the id that stands for byte b
+ * (the alphabet character of b when byte_level, else the <0xXX> token; -1 if none), and
+ * the struct is never written again except through tok_set_adds_bos (which callers do
+ * before sharing it between threads).
  */
 #ifndef TESSERA_TOKENIZER_INTERNAL_H
 #define TESSERA_TOKENIZER_INTERNAL_H
@@ -65,22 +72,38 @@ enum tok_split_behavior {
     TOK_SPLIT_CONTIGUOUS,
 };
 enum tok_step_kind {
-    TOK_STEP_SPLIT,     /* regex split (Split, Digits, ByteLevel's regex) */
+    TOK_STEP_SPLIT,     /* regex split (Split, Digits, Punctuation, ByteLevel's regex) */
     TOK_STEP_PREFIX_SPACE, /* ByteLevel add_prefix_space: prepend " " unless present */
+    TOK_STEP_BYTELEVEL, /* ByteLevel followed by more steps: they see alphabet characters */
+    TOK_STEP_METASPACE, /* Metaspace: " " -> U+2581, prepend_scheme, optional split */
+};
+enum tok_prepend_scheme {
+    TOK_PREPEND_ALWAYS,
+    TOK_PREPEND_FIRST, /* only on the piece at offset 0 of the whole input */
+    TOK_PREPEND_NEVER,
 };
 struct tok_step {
     enum tok_step_kind kind;
     pcre2_code *re;  /* TOK_STEP_SPLIT: compiled (JIT when available) */
     enum tok_split_behavior behavior;
     bool invert;
+    enum tok_prepend_scheme prepend; /* TOK_STEP_METASPACE */
+    bool meta_split;                 /* TOK_STEP_METASPACE: split before each U+2581 */
 };
 
-/* Normalizers that utf8proc implements, applied in order. */
-enum tok_norm {
+/* Normalizers, applied in order: the Unicode forms through utf8proc; Prepend and
+ * Replace (String pattern) with their two strings. */
+enum tok_norm_kind {
     TOK_NORM_NFC,
     TOK_NORM_NFD,
     TOK_NORM_NFKC,
     TOK_NORM_NFKD,
+    TOK_NORM_PREPEND, /* a = the prefix, added to non-empty text */
+    TOK_NORM_REPLACE, /* every a -> b */
+};
+struct tok_norm {
+    enum tok_norm_kind kind;
+    char *a, *b; /* owned, NUL-terminated (Prepend/Replace) */
 };
 #define TOK_MAX_NORMS 8
 #define TOK_MAX_STEPS 16
@@ -120,13 +143,23 @@ struct tokenizer {
     uint8_t *flags;         /* [n_vocab] TOK_F_* */
     struct tok_vocab_map vocab;   /* piece -> id (added tokens take precedence) */
     struct tok_merge_map merges;
-    int32_t byte_id[256];   /* alphabet char of byte b -> id, or -1 */
+    bool byte_level;        /* GPT-2 byte alphabet (else characters + byte fallback) */
+    int32_t byte_id[256];   /* id standing for byte b (alphabet char or <0xXX>), or -1 */
+    bool byte_fallback;     /* character mode: unknown characters -> their <0xXX> ids */
     bool ignore_merges;     /* look the whole word up before merging */
     int32_t unk_id;         /* -1: unknown characters are dropped (HF without unk_token) */
     bool fuse_unk;
+    /* decoding (character mode): <0xXX> -> its byte (ByteFallback decoder), U+2581 ->
+     * " " (Replace or Metaspace decoder) per token; then dec_strip_lead leading spaces
+     * of the whole text are removed (Strip decoder after Fuse), or every U+2581 of the
+     * first token is dropped (Metaspace decoder with a prepend scheme) */
+    bool dec_byte_fallback;
+    bool dec_replace_meta;
+    int dec_strip_lead;
+    bool dec_meta_first;
 
     int n_norms;
-    enum tok_norm norms[TOK_MAX_NORMS];
+    struct tok_norm norms[TOK_MAX_NORMS];
     int n_steps;
     struct tok_step steps[TOK_MAX_STEPS];
 
@@ -144,13 +177,22 @@ struct tokenizer *tok_new(void);
 /* Sets piece id (grows the tables); a later call for the same id replaces it. */
 int tok_set_piece(struct tokenizer *t, int32_t id, const char *s, size_t n, uint8_t flags,
                   char *err, size_t errlen);
-/* After all pieces are set: builds the vocab map, decoded bytes and byte_id table. */
+/* After all pieces are set (and byte_level / the decoder fields chosen): builds the vocab
+ * map, decoded bytes and byte_id table. */
 int tok_finish_vocab(struct tokenizer *t, char *err, size_t errlen);
 /* Adds merge a+b (by piece strings) with the next rank; after tok_finish_vocab. */
 int tok_add_merge(struct tokenizer *t, const char *a, size_t na, const char *b, size_t nb,
                   int32_t rank, char *err, size_t errlen);
 /* After merges: builds the added-token tries (normalizing contents flagged normalized). */
 int tok_finish(struct tokenizer *t, char *err, size_t errlen);
+/* Appends a normalizer (a, b copied; NULL where unused). */
+int tok_add_norm(struct tokenizer *t, enum tok_norm_kind kind, const char *a, const char *b,
+                 char *err, size_t errlen);
+/* SentencePiece-style merges from piece scores, as Hugging Face's converter
+ * (SentencePieceExtractor) writes them into tokenizer.json: every split of every piece
+ * into two pieces is a merge, ranked by the merged piece's score (higher first), then
+ * the merged piece's id, then the left and right ids. scores[n_vocab]. */
+int tok_merges_from_scores(struct tokenizer *t, const float *scores, char *err, size_t errlen);
 
 /* ---- bpe.c ---- */
 int tok_vocab_map_build(struct tokenizer *t, char *err, size_t errlen);
@@ -167,8 +209,8 @@ struct tok_bpe_scratch {
     size_t cap_syms, cap_heap, cap_mapped;
 };
 void tok_bpe_scratch_free(struct tok_bpe_scratch *s);
-/* Emits the ids of one pre-tokenized word (raw bytes) through emit. Returns 0 or
- * ERR_NOMEM. */
+/* Emits the ids of one pre-tokenized word through emit: raw bytes when t->byte_level,
+ * else valid UTF-8 characters. Returns 0 or ERR_NOMEM. */
 typedef void (*tok_emit_fn)(void *ctx, int32_t id);
 int tok_bpe_word(const struct tokenizer *t, struct tok_bpe_scratch *s, const uint8_t *w,
                  size_t n, tok_emit_fn emit, void *ctx);
@@ -180,8 +222,13 @@ int tok_step_add_split(struct tokenizer *t, const char *pattern, size_t len, boo
                        enum tok_split_behavior behavior, bool invert, const char *what,
                        char *err, size_t errlen);
 int tok_step_add_prefix_space(struct tokenizer *t, char *err, size_t errlen);
+/* Appends a step of a kind without a regex (TOK_STEP_BYTELEVEL, TOK_STEP_METASPACE);
+ * returns it for the caller to fill, or NULL (error written) when the table is full. */
+struct tok_step *tok_step_add(struct tokenizer *t, enum tok_step_kind kind, char *err, size_t errlen);
 /* The GPT-2 regex ByteLevel(use_regex=true) applies. */
 extern const char tok_gpt2_regex[];
+/* The class HF's Punctuation pre-tokenizer splits on (one character per match). */
+extern const char tok_punct_regex[];
 void tok_steps_free(struct tokenizer *t);
 
 /* Scratch for pre-tokenizing (caller-owned, per encode call). */
@@ -191,19 +238,22 @@ struct tok_span {
 struct tok_pretok_level {
     struct tok_span *spans;
     size_t n, cap;
-    char *buf; /* prefix-space copy of the piece */
+    char *buf; /* transformed copy of the piece (prefix space, alphabet, Metaspace) */
     size_t buf_cap;
 };
 struct tok_pretok_scratch {
     pcre2_match_data *md;
     struct tok_pretok_level level[TOK_MAX_STEPS];
+    char *bytes; /* a word mapped back from the alphabet */
+    size_t bytes_cap;
 };
 void tok_pretok_scratch_free(struct tok_pretok_scratch *s);
 /* Runs the steps from `step` on text[0..n) (valid UTF-8) and calls word() for each
- * final piece in order. Returns 0 or a negative code. */
+ * final piece in order. at_start: text begins at offset 0 of the whole input (Metaspace
+ * prepend_scheme "first"). Returns 0 or a negative code. */
 typedef int (*tok_word_fn)(void *ctx, const char *w, size_t n);
 int tok_pretokenize(const struct tokenizer *t, struct tok_pretok_scratch *s, int step,
-                    const char *text, size_t n, tok_word_fn word, void *ctx);
+                    const char *text, size_t n, bool at_start, tok_word_fn word, void *ctx);
 
 /* ---- added.c ---- */
 int tok_trie_insert(struct tok_trie *tr, const char *s, size_t n, int32_t id);
@@ -215,6 +265,7 @@ int32_t tok_trie_find(const struct tok_trie *tr, const char *s, size_t n, size_t
 /* ---- normalize (tokenizer.c) ---- */
 /* Applies t's normalizers to s[0..n) (valid UTF-8): *out is s itself when nothing
  * changes, else a malloc'd buffer stored in *owned (caller frees). */
+#define TOK_META "\xe2\x96\x81" /* U+2581, SentencePiece's space */
 int tok_normalize(const struct tokenizer *t, const char *s, size_t n, const char **out,
                   size_t *out_len, char **owned);
 

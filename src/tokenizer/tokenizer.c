@@ -1,7 +1,6 @@
 /* tokenizer.c — the tokenizer's core: building the tables the loaders fill, encoding
  * (added tokens -> normalizer -> added tokens flagged normalized -> pre-tokenizer ->
- * byte-level BPE, with the post-processor's BOS/EOS), decoding and the streaming
- * decoder.
+ * BPE, with the post-processor's BOS/EOS), decoding and the streaming decoder.
  *
  * The encode pipeline is Hugging Face `tokenizers`' (AddedVocabulary::
  * extract_and_normalize, then pre_tokenize, then BPE) with the same two added-token
@@ -15,6 +14,7 @@
 #include "util/err.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -27,6 +27,7 @@ struct tokenizer *tok_new(void)
     if (!t)
         return NULL;
     t->unk_id = -1;
+    t->byte_level = true;
     t->bos_id = -1;
     t->eos_id = -1;
     for (int b = 0; b < 256; b++)
@@ -84,6 +85,42 @@ int tok_set_piece(struct tokenizer *t, int32_t id, const char *s, size_t n, uint
     return 0;
 }
 
+/* The <0xXX> byte of a byte-fallback token, or -1. */
+static int byte_token(const char *s, size_t n)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>')
+        return -1;
+    const char *h = strchr(hex, s[3]), *l = strchr(hex, s[4]);
+    if (!h || !l || !s[3] || !s[4])
+        return -1;
+    return (int)((h - hex) * 16 + (l - hex));
+}
+
+/* Character-mode decoding of one piece, in place (the result is never longer): a byte
+ * token becomes its byte (ByteFallback decoder), each U+2581 a space (Replace or
+ * Metaspace decoder). Returns the new length. */
+static int spm_decode_piece(const struct tokenizer *t, char *buf, size_t n)
+{
+    int b = t->dec_byte_fallback ? byte_token(buf, n) : -1;
+    if (b >= 0) {
+        buf[0] = (char)b;
+        return 1;
+    }
+    if (!t->dec_replace_meta)
+        return (int)n;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        if (i + 3 <= n && memcmp(buf + i, TOK_META, 3) == 0) {
+            buf[o++] = ' ';
+            i += 3;
+        } else {
+            buf[o++] = buf[i++];
+        }
+    }
+    return (int)o;
+}
+
 int tok_finish_vocab(struct tokenizer *t, char *err, size_t errlen)
 {
     if (t->n_vocab == 0)
@@ -96,7 +133,8 @@ int tok_finish_vocab(struct tokenizer *t, char *err, size_t errlen)
     if (!t->dec_off || !t->dec_len)
         return err_set(err, errlen, ERR_NOMEM, "out of memory for decode tables");
     /* HF's ByteLevel decoder: a token made only of alphabet characters decodes to their
-     * bytes, any other token (e.g. "<｜User｜>") to its own UTF-8. */
+     * bytes, any other token (e.g. "<｜User｜>") to its own UTF-8. Character mode: the
+     * ByteFallback decoder turns <0xXX> into its byte, Replace/Metaspace U+2581 into " ". */
     char tmp[1024];
     for (int32_t id = 0; id < t->n_vocab; id++) {
         uint32_t n = t->piece_len[id];
@@ -105,7 +143,7 @@ int tok_finish_vocab(struct tokenizer *t, char *err, size_t errlen)
             return err_set(err, errlen, ERR_NOMEM, "out of memory");
         /* copy first: appending may move the arena */
         memcpy(buf, t->strs.data + t->piece_off[id], n);
-        int m = tok_chars_to_bytes(buf, n, buf);
+        int m = t->byte_level ? tok_chars_to_bytes(buf, n, buf) : spm_decode_piece(t, buf, n);
         t->dec_off[id] = (uint32_t)t->strs.len;
         if (m >= 0) {
             t->dec_len[id] = (uint32_t)m;
@@ -121,8 +159,8 @@ int tok_finish_vocab(struct tokenizer *t, char *err, size_t errlen)
             return err_set(err, errlen, ERR_NOMEM, "out of memory for decode tables");
     }
     for (int b = 0; b < 256; b++) {
-        char c[2];
-        int n = tok_byte_to_char((uint8_t)b, c);
+        char c[8];
+        int n = t->byte_level ? tok_byte_to_char((uint8_t)b, c) : snprintf(c, sizeof c, "<0x%02X>", b);
         t->byte_id[b] = tok_vocab_lookup(t, c, (size_t)n);
     }
     return 0;
@@ -197,6 +235,10 @@ void tok_free(struct tokenizer *t)
     tok_steps_free(t);
     tok_trie_free(&t->raw_trie);
     tok_trie_free(&t->norm_trie);
+    for (int i = 0; i < t->n_norms; i++) {
+        free(t->norms[i].a);
+        free(t->norms[i].b);
+    }
     free(t);
 }
 
@@ -233,39 +275,133 @@ bool tok_is_special(const struct tokenizer *t, int id)
 
 /* ---------------------------------------------------------------- normalize */
 
+static char *dup_str(const char *s)
+{
+    if (!s)
+        return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+int tok_add_norm(struct tokenizer *t, enum tok_norm_kind kind, const char *a, const char *b,
+                 char *err, size_t errlen)
+{
+    if (t->n_norms >= TOK_MAX_NORMS)
+        return err_set(err, errlen, ERR_UNSUPPORTED, "more than %d normalizers", TOK_MAX_NORMS);
+    struct tok_norm *nm = &t->norms[t->n_norms];
+    nm->kind = kind;
+    nm->a = dup_str(a);
+    nm->b = dup_str(b);
+    if ((a && !nm->a) || (b && !nm->b)) {
+        free(nm->a);
+        free(nm->b);
+        return err_set(err, errlen, ERR_NOMEM, "out of memory");
+    }
+    t->n_norms++;
+    return 0;
+}
+
+/* Prepend / Replace of s[0..n) into a new malloc'd buffer (*dst, *dst_len); *dst stays
+ * NULL when the text is unchanged. */
+static int norm_strings(const struct tok_norm *nm, const char *s, size_t n, char **dst, size_t *dst_len)
+{
+    *dst = NULL;
+    size_t na = strlen(nm->a);
+    if (nm->kind == TOK_NORM_PREPEND) {
+        if (n == 0 || na == 0)
+            return 0; /* HF prepends to non-empty text only */
+        char *d = malloc(na + n);
+        if (!d)
+            return ERR_NOMEM;
+        memcpy(d, nm->a, na);
+        memcpy(d + na, s, n);
+        *dst = d;
+        *dst_len = na + n;
+        return 0;
+    }
+    size_t nb = strlen(nm->b), hits = 0;
+    if (na == 0)
+        return 0;
+    for (size_t i = 0; i + na <= n;) {
+        if (memcmp(s + i, nm->a, na) == 0) {
+            hits++;
+            i += na;
+        } else {
+            i++;
+        }
+    }
+    if (hits == 0)
+        return 0;
+    char *d = malloc(n - hits * na + hits * nb + 1);
+    if (!d)
+        return ERR_NOMEM;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        if (i + na <= n && memcmp(s + i, nm->a, na) == 0) {
+            memcpy(d + o, nm->b, nb);
+            o += nb;
+            i += na;
+        } else {
+            d[o++] = s[i++];
+        }
+    }
+    *dst = d;
+    *dst_len = o;
+    return 0;
+}
+
 int tok_normalize(const struct tokenizer *t, const char *s, size_t n, const char **out,
                   size_t *out_len, char **owned)
 {
     *out = s;
     *out_len = n;
     *owned = NULL;
-    if (t->n_norms == 0)
-        return 0;
     bool ascii = true;
     for (size_t i = 0; i < n && ascii; i++)
         ascii = (uint8_t)s[i] < 0x80;
-    if (ascii)
-        return 0; /* every Unicode normal form leaves ASCII unchanged */
     for (int k = 0; k < t->n_norms; k++) {
-        utf8proc_option_t opt = UTF8PROC_STABLE;
-        switch (t->norms[k]) {
-        case TOK_NORM_NFC: opt |= UTF8PROC_COMPOSE; break;
-        case TOK_NORM_NFD: opt |= UTF8PROC_DECOMPOSE; break;
-        case TOK_NORM_NFKC: opt |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-        case TOK_NORM_NFKD: opt |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
-        }
-        utf8proc_uint8_t *dst = NULL;
-        utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)*out, (utf8proc_ssize_t)*out_len,
-                                          &dst, opt);
-        if (m < 0) {
-            free(*owned);
-            *owned = NULL;
-            return m == UTF8PROC_ERROR_NOMEM ? ERR_NOMEM : ERR_FORMAT;
+        const struct tok_norm *nm = &t->norms[k];
+        char *dst = NULL;
+        size_t dst_len = 0;
+        if (nm->kind == TOK_NORM_PREPEND || nm->kind == TOK_NORM_REPLACE) {
+            int rc = norm_strings(nm, *out, *out_len, &dst, &dst_len);
+            if (rc < 0) {
+                free(*owned);
+                *owned = NULL;
+                return rc;
+            }
+            if (!dst)
+                continue;
+            ascii = false; /* the new strings may hold any character */
+        } else {
+            if (ascii)
+                continue; /* every Unicode normal form leaves ASCII unchanged */
+            utf8proc_option_t opt = UTF8PROC_STABLE;
+            switch (nm->kind) {
+            case TOK_NORM_NFC: opt |= UTF8PROC_COMPOSE; break;
+            case TOK_NORM_NFD: opt |= UTF8PROC_DECOMPOSE; break;
+            case TOK_NORM_NFKC: opt |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
+            case TOK_NORM_NFKD: opt |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+            default: break;
+            }
+            utf8proc_uint8_t *u = NULL;
+            utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)*out, (utf8proc_ssize_t)*out_len,
+                                              &u, opt);
+            if (m < 0) {
+                free(*owned);
+                *owned = NULL;
+                return m == UTF8PROC_ERROR_NOMEM ? ERR_NOMEM : ERR_FORMAT;
+            }
+            dst = (char *)u;
+            dst_len = (size_t)m;
         }
         free(*owned);
-        *owned = (char *)dst;
-        *out = (const char *)dst;
-        *out_len = (size_t)m;
+        *owned = dst;
+        *out = dst;
+        *out_len = dst_len;
     }
     return 0;
 }
@@ -339,11 +475,14 @@ static uint32_t cp_at(const char *s, size_t n, size_t i, int *len)
     return tok_utf8_decode((const uint8_t *)s + i, l);
 }
 
-typedef int (*gap_fn)(struct enc *e, const char *s, size_t n);
+/* at_start: the text begins at offset 0 of the whole input (HF's offsets_original().0
+ * == 0, which Metaspace's prepend_scheme "first" asks). */
+typedef int (*gap_fn)(struct enc *e, const char *s, size_t n, bool at_start);
 
 /* AddedVocabulary::find_matches over s[0..n) with one trie: calls gap() for the text
  * between added tokens and emits the tokens' ids. */
-static int split_added(struct enc *e, const struct tok_trie *tr, const char *s, size_t n, gap_fn gap)
+static int split_added(struct enc *e, const struct tok_trie *tr, const char *s, size_t n, bool at_start,
+                       gap_fn gap)
 {
     const struct tokenizer *t = e->t;
     size_t start_offset = 0, from = 0, ms, me;
@@ -373,23 +512,23 @@ static int split_added(struct enc *e, const struct tok_trie *tr, const char *s, 
             while (me < n && is_ws(cp_at(s, n, me, &l)))
                 me += (size_t)l;
         }
-        if (ms > start_offset && (rc = gap(e, s + start_offset, ms - start_offset)) < 0)
+        if (ms > start_offset && (rc = gap(e, s + start_offset, ms - start_offset, at_start && start_offset == 0)) < 0)
             return rc;
         enc_emit(e, id);
         start_offset = me;
     }
-    if (start_offset < n && (rc = gap(e, s + start_offset, n - start_offset)) < 0)
+    if (start_offset < n && (rc = gap(e, s + start_offset, n - start_offset, at_start && start_offset == 0)) < 0)
         return rc;
     return 0;
 }
 
-static int gap_pretokenize(struct enc *e, const char *s, size_t n)
+static int gap_pretokenize(struct enc *e, const char *s, size_t n, bool at_start)
 {
-    return tok_pretokenize(e->t, &e->pre, 0, s, n, enc_word, e);
+    return tok_pretokenize(e->t, &e->pre, 0, s, n, at_start, enc_word, e);
 }
 
 /* Valid UTF-8 between raw added tokens: normalize, then the normalized added tokens. */
-static int gap_valid(struct enc *e, const char *s, size_t n)
+static int gap_valid(struct enc *e, const char *s, size_t n, bool at_start)
 {
     const char *q;
     size_t qn;
@@ -397,14 +536,14 @@ static int gap_valid(struct enc *e, const char *s, size_t n)
     int rc = tok_normalize(e->t, s, n, &q, &qn, &owned);
     if (rc < 0)
         return rc;
-    rc = split_added(e, &e->t->norm_trie, q, qn, gap_pretokenize);
+    rc = split_added(e, &e->t->norm_trie, q, qn, at_start, gap_pretokenize);
     free(owned);
     return rc;
 }
 
 /* Text between raw added tokens: valid UTF-8 runs go on, invalid bytes become their
  * byte tokens. */
-static int gap_raw(struct enc *e, const char *s, size_t n)
+static int gap_raw(struct enc *e, const char *s, size_t n, bool at_start)
 {
     size_t i = 0, run = 0;
     const uint8_t *u = (const uint8_t *)s;
@@ -419,13 +558,13 @@ static int gap_raw(struct enc *e, const char *s, size_t n)
             continue;
         }
         int rc;
-        if (i > run && (rc = gap_valid(e, s + run, i - run)) < 0)
+        if (i > run && (rc = gap_valid(e, s + run, i - run, at_start && run == 0)) < 0)
             return rc;
         if (e->t->byte_id[u[i]] >= 0)
             enc_emit(e, e->t->byte_id[u[i]]);
         run = ++i;
     }
-    return i > run ? gap_valid(e, s + run, i - run) : 0;
+    return i > run ? gap_valid(e, s + run, i - run, at_start && run == 0) : 0;
 }
 
 int tok_encode(const struct tokenizer *t, const char *text, size_t len, bool add_special,
@@ -439,7 +578,7 @@ int tok_encode(const struct tokenizer *t, const char *text, size_t len, bool add
     if (add_special)
         for (int i = 0; i < t->n_prefix; i++)
             enc_emit(&e, t->prefix[i]);
-    int rc = split_added(&e, &t->raw_trie, text ? text : "", len, gap_raw);
+    int rc = split_added(&e, &t->raw_trie, text ? text : "", len, true, gap_raw);
     if (rc == 0 && add_special)
         for (int i = 0; i < t->n_suffix; i++)
             enc_emit(&e, t->suffix[i]);
@@ -474,14 +613,37 @@ char *tok_decode(const struct tokenizer *t, const int32_t *ids, int n, bool skip
     if (!out)
         return NULL;
     size_t o = 0;
+    bool first = true;
     for (int i = 0; i < n; i++) {
         int id = ids[i];
         if (id < 0 || id >= t->n_vocab || (skip_special && (t->flags[id] & TOK_F_SPECIAL)))
             continue; /* unknown ids decode to nothing, as HF's id_to_token misses do */
-        memcpy(out + o, t->strs.data + t->dec_off[id], t->dec_len[id]);
-        o += t->dec_len[id];
+        const char *d = t->strs.data + t->dec_off[id];
+        size_t dn = t->dec_len[id];
+        const char *p = t->strs.data + t->piece_off[id];
+        if (first && t->dec_meta_first && byte_token(p, t->piece_len[id]) < 0) {
+            /* HF's Metaspace decoder drops every U+2581 of the first token */
+            for (size_t k = 0; k < t->piece_len[id];) {
+                if (k + 3 <= t->piece_len[id] && memcmp(p + k, TOK_META, 3) == 0) {
+                    k += 3;
+                    continue;
+                }
+                out[o++] = p[k++];
+            }
+        } else {
+            memcpy(out + o, d, dn);
+            o += dn;
+        }
+        first = false;
     }
     out[o] = 0;
+    /* Strip decoder after Fuse: leading spaces of the whole text */
+    size_t cut = 0;
+    while ((int)cut < t->dec_strip_lead && cut < o && out[cut] == ' ')
+        cut++;
+    if (cut) {
+        memmove(out, out + cut, o - cut + 1);
+    }
     return out;
 }
 

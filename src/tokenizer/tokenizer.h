@@ -1,11 +1,13 @@
-/* tokenizer.h — byte-level BPE tokenizer (GPT-2 style, as used by Llama 3, Qwen2/2.5/3,
- * SmolLM2, DeepSeek), loaded from a Hugging Face tokenizer.json or from GGUF metadata.
+/* tokenizer.h — BPE tokenizer, byte-level (GPT-2 style: Llama 3, Qwen2/2.5/3, SmolLM2,
+ * DeepSeek, Falcon, MPT) or SentencePiece-style with byte fallback (Llama 2, Mistral,
+ * Phi-3, Gemma), loaded from a Hugging Face tokenizer.json or from GGUF metadata.
  *
  * Encoding follows Hugging Face `tokenizers` exactly: added/special tokens are matched
- * in the text first (never split), an optional NFC normalizer runs, the pre-tokenizer
- * regexes split the rest (full Unicode categories), bytes map to the GPT-2 byte
- * alphabet and BPE merges apply by rank. A struct tokenizer is immutable after
- * creation and may be used from any thread; per-call state lives in the caller.
+ * in the text first (never split), the normalizer runs, the pre-tokenizer splits the
+ * rest (full Unicode categories), bytes map to the GPT-2 byte alphabet (or characters
+ * to vocab entries, else to <0xXX> byte tokens) and BPE merges apply by rank. A struct
+ * tokenizer is immutable after creation and may be used from any thread; per-call state
+ * lives in the caller.
  */
 #ifndef TESSERA_TOKENIZER_H
 #define TESSERA_TOKENIZER_H
@@ -21,8 +23,9 @@ struct gguf_file;
 int tok_load_hf_json(const char *path, struct tokenizer **out, char *err, size_t errlen);
 /* Same, from an in-memory JSON text (for fuzzing and tests). */
 int tok_load_hf_json_buf(const char *json, size_t len, struct tokenizer **out, char *err, size_t errlen);
-/* Loads tokenizer.ggml.* from a parsed GGUF file (model "gpt2" with its "pre" variant).
- * The tokenizer copies what it needs: g may be freed afterwards. */
+/* Loads tokenizer.ggml.* from a parsed GGUF file (model "gpt2" with its "pre" variant, or
+ * "llama", SentencePiece BPE from scores). The tokenizer copies what it needs: g may be
+ * freed afterwards. */
 int tok_load_gguf(const struct gguf_file *g, struct tokenizer **out, char *err, size_t errlen);
 /* Applies a tokenizer_config.json to a loaded tokenizer, as transformers does: bos_token
  * and eos_token (string or AddedToken object) set tok_bos_id/tok_eos_id; add_bos_token
@@ -63,13 +66,17 @@ bool tok_is_special(const struct tokenizer *t, int id);
 int tok_encode(const struct tokenizer *t, const char *text, size_t len, bool add_special,
                bool parse_special, int32_t *ids, int cap);
 
-/* The bytes of one token as they appear in decoded text (GPT-2 byte alphabet undone).
- * Returns the token's full byte length and writes min(length, cap) bytes to buf (no
- * NUL). Special tokens decode to their text unless skip_special (then length 0). */
+/* The bytes of one token as they appear in decoded text (GPT-2 byte alphabet undone;
+ * SentencePiece-style: "▁" as a space, <0xXX> as its byte). Returns the token's full
+ * byte length and writes min(length, cap) bytes to buf (no NUL). Special tokens decode
+ * to their text unless skip_special (then length 0). */
 int tok_token_bytes(const struct tokenizer *t, int id, bool skip_special, char *buf, int cap);
 
-/* Decodes ids to a malloc'd NUL-terminated string (caller frees); invalid UTF-8 byte
- * sequences are kept as is (callers that need valid UTF-8 use the stream decoder). */
+/* Decodes ids to a malloc'd NUL-terminated string (caller frees), as HF's decode of the
+ * whole sequence: SentencePiece-style decoders drop the leading space (Strip) or the
+ * first token's "▁" (Metaspace), which tok_token_bytes and the stream decoder keep.
+ * Invalid UTF-8 byte sequences are kept as is (callers that need valid UTF-8 use the
+ * stream decoder). */
 char *tok_decode(const struct tokenizer *t, const int32_t *ids, int n, bool skip_special);
 
 /* Incremental detokenizer for streaming: feed one id at a time; out receives only

@@ -8,11 +8,13 @@
  * errors naming the tensor or architecture. */
 #include "test.h"
 
+#include "model/config.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "util/err.h"
 
+#include <cjson/cJSON.h>
 #include <stdint.h>
 #include <unistd.h>
 
@@ -596,6 +598,36 @@ static void test_kv_cache_api(void)
     CHECK(kv == NULL, "no cache on error");
 }
 
+/* config.json's sliding window (not implemented) caps the context at the window, where it
+ * equals full attention: Mistral 7B v0.1; Qwen2's window with use_sliding_window false and
+ * v0.2's null window leave it alone. */
+static void test_hf_sliding_window(void)
+{
+    static const struct {
+        const char *extra;
+        int want;
+    } cases[] = {
+        { "\"sliding_window\": 4096", 4096 },
+        { "\"sliding_window\": null", 32768 },
+        { "\"sliding_window\": 4096, \"use_sliding_window\": false", 32768 },
+        { "\"sliding_window\": 65536", 32768 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text,
+                 "{\"architectures\": [\"MistralForCausalLM\"], \"hidden_size\": 64, \"num_hidden_layers\": 1,"
+                 " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 128,"
+                 " \"vocab_size\": 100, \"max_position_embeddings\": 32768, %s}", cases[i].extra);
+        cJSON *j = cJSON_Parse(text);
+        struct model_config cfg;
+        char err[ERR_BUF];
+        CHECK(j && config_from_hf(j, "config.json", true, &cfg, err, sizeof err) == 0, "%s: %s", cases[i].extra, err);
+        CHECK(cfg.max_seq_len == cases[i].want, "%s: max_seq_len %d, want %d", cases[i].extra, cfg.max_seq_len,
+              cases[i].want);
+        cJSON_Delete(j);
+    }
+}
+
 int main(void)
 {
     RUN(test_kv_cache_api);
@@ -603,6 +635,7 @@ int main(void)
     RUN(test_tiny_qwen2_vs_reference);
     RUN(test_tiny_qwen3_vs_reference);
     RUN(test_malformed_models);
+    RUN(test_hf_sliding_window);
     RUN(test_default_load_config);
     RUN(test_default_chunked_equals_oneshot);
     RUN(test_default_two_sequence_batch);

@@ -1,8 +1,12 @@
 /* test_tokenizer.c — unit tests of the tokenizer: the GPT-2 byte alphabet, BPE merge
  * order on tiny hand-made vocabularies, added-token matching, the streaming decoder with
  * split multi-byte characters, malformed tokenizer.json inputs (each refused with a
- * message), and, when the shared test data / default model are present, a few ids of
- * the real tokenizers (the full comparison with Hugging Face is tests/python).
+ * message), SentencePiece-style BPE (byte fallback, unk fusing, Prepend/Replace
+ * normalizers, Metaspace, the decoder's leading-space strip) on a hand-made vocabulary,
+ * and a few ids of the real tokenizers: Qwen3's tokenizer.json and llama.cpp's GGUF
+ * vocabularies from the reference data (scripts/get-testdata.py) and the default model's
+ * GGUF vocabulary; any of them missing is a failure. The full comparison with Hugging
+ * Face is tests/python (test_tokenizer.py, test_tokenizer_vocabs.py).
  */
 #include "tokenizer/tok_internal.h"
 
@@ -337,16 +341,10 @@ static void *encode_thread(void *p)
 
 static void test_real_tokenizers(void)
 {
-    const char *path = test_shared_path("testdata/tokenizers/qwen3/tokenizer.json");
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        printf("  (skipped: %s missing)\n", path);
-        return;
-    }
-    fclose(f);
+    const char *path = test_data_path("tokenizers/qwen3/tokenizer.json");
     char err[ERR_BUF];
     struct tokenizer *t = NULL;
-    CHECK(tok_load_hf_json(path, &t, err, sizeof err) == 0, "qwen3: %s", err);
+    CHECK(tok_load_hf_json(path, &t, err, sizeof err) == 0, "qwen3 (from scripts/get-testdata.py): %s", err);
     if (!t)
         return;
     int32_t ids[64];
@@ -378,7 +376,7 @@ static void test_gguf_smollm(void)
     struct mapped_file mf;
     char err[ERR_BUF];
     if (map_open(path, &mf, err, sizeof err) < 0) {
-        printf("  (skipped: %s)\n", err);
+        CHECK(0, "%s (make model provides it)", err);
         return;
     }
     struct gguf_file *g = NULL;
@@ -400,6 +398,123 @@ static void test_gguf_smollm(void)
     tok_free(t);
 }
 
+/* A SentencePiece-style tokenizer.json: characters, byte fallback for "é", unk fused. */
+static struct tokenizer *load_spm(const char *normalizer, const char *pre, char *err)
+{
+    char json[4096];
+    snprintf(json, sizeof json,
+             "{\"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"fuse_unk\": true, \"byte_fallback\": true,"
+             " \"vocab\": {\"<unk>\": 0, \"\u2581\": 1, \"a\": 2, \"b\": 3, \"\u2581a\": 4, \"ab\": 5,"
+             " \"\u2581ab\": 6, \"<0xC3>\": 7, \"<0xA9>\": 8, \"<s>\": 9},"
+             " \"merges\": [\"\u2581 a\", \"a b\", \"\u2581a b\"]},"
+             " \"added_tokens\": [{\"id\": 9, \"content\": \"<s>\", \"special\": true}],"
+             " \"normalizer\": %s, \"pre_tokenizer\": %s,"
+             " \"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\":"
+             " {\"String\": \"\u2581\"}, \"content\": \" \"}, {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"},"
+             " {\"type\": \"Strip\", \"content\": \" \", \"start\": 1, \"stop\": 0}]}}",
+             normalizer, pre);
+    struct tokenizer *t = NULL;
+    return tok_load_hf_json_buf(json, strlen(json), &t, err, ERR_BUF) < 0 ? NULL : t;
+}
+
+static void test_sentencepiece_bpe(void)
+{
+    char err[ERR_BUF];
+    int32_t ids[16];
+    /* legacy Llama: Prepend("▁") + Replace(" ", "▁") on every segment */
+    struct tokenizer *t = load_spm("{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\":"
+                                   " \"\u2581\"}, {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\":"
+                                   " \"\u2581\"}]}", "null", err);
+    CHECK(t, "load: %s", err);
+    if (t) {
+        CHECK(enc(t, "ab", ids, 16) == 1 && ids[0] == 6, "ab -> [\u2581ab]");
+        int n = enc(t, "ab \xc3\xa9", ids, 16);
+        CHECK(n == 4 && ids[0] == 6 && ids[1] == 1 && ids[2] == 7 && ids[3] == 8, "byte fallback, n=%d", n);
+        n = enc(t, "zz\xe2\x82\xac" "b", ids, 16);
+        CHECK(n == 3 && ids[0] == 1 && ids[1] == 0 && ids[2] == 3, "unknown characters fuse into one unk, n=%d", n);
+        n = enc(t, "<s>ab", ids, 16);
+        CHECK(n == 2 && ids[0] == 9 && ids[1] == 6, "the segment after an added token is prefixed too, n=%d", n);
+        static const int32_t dec[] = { 6, 1, 7, 8 };
+        char *d = tok_decode(t, dec, 4, false);
+        CHECK(d && strcmp(d, "ab \xc3\xa9") == 0, "decode strips one leading space: '%s'", d ? d : "");
+        free(d);
+        char b[8];
+        CHECK(tok_token_bytes(t, 6, false, b, 8) == 3 && memcmp(b, " ab", 3) == 0, "token bytes keep the space");
+        CHECK(tok_token_bytes(t, 7, false, b, 8) == 1 && (uint8_t)b[0] == 0xC3, "<0xC3> is one byte");
+        tok_free(t);
+    }
+    /* Metaspace prepend_scheme "first": no prefix after an added token, none doubled */
+    t = load_spm("null", "{\"type\": \"Metaspace\", \"replacement\": \"\u2581\", \"prepend_scheme\": \"first\","
+                 " \"split\": false}", err);
+    CHECK(t, "load: %s", err);
+    if (t) {
+        CHECK(enc(t, "ab", ids, 16) == 1 && ids[0] == 6, "ab -> [\u2581ab]");
+        CHECK(enc(t, " ab", ids, 16) == 1 && ids[0] == 6, "' ab' -> [\u2581ab]");
+        int n = enc(t, "<s>ab", ids, 16);
+        CHECK(n == 2 && ids[0] == 9 && ids[1] == 5, "no prefix after <s>, n=%d", n);
+        tok_free(t);
+    }
+}
+
+/* Loads a GGUF file's tokenizer (NULL and a failed check if it cannot). */
+static struct tokenizer *load_gguf_path(const char *path)
+{
+    struct mapped_file mf;
+    char err[ERR_BUF];
+    if (map_open(path, &mf, err, sizeof err) < 0) {
+        CHECK(0, "%s (scripts/get-testdata.py provides it)", err);
+        return NULL;
+    }
+    struct gguf_file *g = NULL;
+    struct tokenizer *t = NULL;
+    CHECK(gguf_parse(mf.data, mf.size, path, &g, err, sizeof err) == 0, "gguf: %s", err);
+    if (g)
+        CHECK(tok_load_gguf(g, &t, err, sizeof err) == 0, "%s: %s", path, err);
+    gguf_free(g);
+    map_close(&mf);
+    return t;
+}
+
+/* A few of Hugging Face's ids (llama.cpp's .out vectors) on llama.cpp's GGUF vocabularies. */
+static void test_gguf_vocabs(void)
+{
+    static const struct {
+        const char *name, *text;
+        int n;
+        int32_t ids[12];
+    } cases[] = {
+        /* Llama 3's ignore_merges: " Việt" is one token though no merge path leads to it */
+        { "llama-bpe", "C\xe1\xbb\xad" "a Vi\xe1\xbb\x87t", 3, { 34, 91163, 101798 } },
+        /* Falcon: digits split on the byte alphabet after ByteLevel ('\xbd' of "½" is one) */
+        { "falcon", "ied 4 \xc2\xbd months 1234567", 10, { 878, 204, 31, 3068, 133, 2137, 204, 10963, 27681, 34 } },
+        /* Qwen3.5: no normalizer, combining marks stay separate tokens */
+        { "qwen35", "re\xcc\x81sume\xcc\x81", 4, { 265, 53839, 31323, 53839 } },
+        /* MPT and Command-R: NFC first */
+        { "mpt", "Ve\xcc\x81", 2, { 55, 860 } },
+        { "command-r", "Ve\xcc\x81", 2, { 61, 1751 } },
+        /* Llama 2 (SentencePiece): dummy prefix, byte fallback for the emoji */
+        { "llama-spm", " Hello\n\n \xf0\x9f\xa6\x99 Vi\xe1\xbb\x87t", 12,
+          { 29871, 15043, 13, 13, 29871, 243, 162, 169, 156, 10630, 30529, 29873 } },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "vocab/ggml-vocab-%s.gguf", cases[i].name);
+        struct tokenizer *t = load_gguf_path(test_data_path(rel));
+        if (!t)
+            continue;
+        int32_t ids[32];
+        int n = enc(t, cases[i].text, ids, 32);
+        CHECK(n == cases[i].n && memcmp(ids, cases[i].ids, sizeof(int32_t) * (size_t)n) == 0,
+              "%s: %d ids, first %d (want %d, first %d)", cases[i].name, n, n > 0 ? ids[0] : -1, cases[i].n,
+              cases[i].ids[0]);
+        char *d = tok_decode(t, ids, n > 32 ? 32 : n, false);
+        bool nfd = strstr(cases[i].text, "\xcc\x81") != NULL && strcmp(cases[i].name, "qwen35") != 0;
+        CHECK(d && (nfd || strcmp(d, cases[i].text) == 0), "%s: decode gave '%s'", cases[i].name, d ? d : "");
+        free(d);
+        tok_free(t);
+    }
+}
+
 int main(void)
 {
     RUN(test_byte_alphabet);
@@ -412,5 +527,7 @@ int main(void)
     RUN(test_regex_rewrite_semantics);
     RUN(test_real_tokenizers);
     RUN(test_gguf_smollm);
+    RUN(test_sentencepiece_bpe);
+    RUN(test_gguf_vocabs);
     return test_summary();
 }

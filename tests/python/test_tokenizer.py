@@ -1,10 +1,13 @@
 """Compares `tessera tokenize` with the Hugging Face `tokenizers` package, id for id:
-every tokenizer.json in shared/testdata/tokenizers, the SmolLM2 GGUF (against
+the real tokenizer.json files scripts/get-testdata.py provisions in
+build/testdata/tokenizers (Qwen3, Llama 3, Llama 3.2, DeepSeek-R1), the SmolLM2 GGUF (against
 gguf_tokenizer.hf_tokenizer_from_gguf), GGUF files written from those tokenizer.json
-files with each supported tokenizer.ggml.pre, and tokenizer.json variants that exercise
+files with their tokenizer.ggml.pre, and byte-level tokenizer.json variants that exercise
 the loader's other components (Split behaviours, invert, Digits, add_prefix_space, NFKC,
 lstrip/rstrip/single_word added tokens, Template/Roberta post-processors). Each
 comparison runs the whole corpus through one `--jsonl` process per flag combination.
+llama.cpp's GGUF vocabularies, the SentencePiece-style tokenizers and the GGUF path
+against the tokenizer.json path on a larger corpus are in test_tokenizer_vocabs.py.
 """
 import json
 import pathlib
@@ -15,10 +18,10 @@ import pytest
 from tokenizers import Tokenizer
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from conftest import SHARED  # noqa: E402
-from gguf_tokenizer import hf_tokenizer_from_gguf  # noqa: E402
+from gguf_tokenizer import hf_tokenizer_from_gguf, write_gguf_from_json  # noqa: E402
 
-TOKENIZERS = ["llama3_1", "qwen3", "deepseek_v3"]
+# build/testdata/tokenizers/<name>/tokenizer.json; where each comes from: tests/testdata/SOURCES.md
+TOKENIZERS = ["llama3", "llama3_2_vision", "qwen3", "deepseek_r1"]
 
 CORPUS = [
     "",
@@ -60,8 +63,9 @@ CORPUS = [
 ]
 
 
-def run_cli(binary, src_args, lines, *flags):
-    """Runs one --jsonl batch; returns the parsed output lines."""
+def run_cli(binary, src_args, lines, *flags, timeout=120):
+    """Encodes (or, for lists of ids, decodes) lines with one `tessera tokenize --jsonl`;
+    returns the parsed output lines."""
     import tempfile
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False, encoding="utf-8") as f:
         for x in lines:
@@ -69,7 +73,7 @@ def run_cli(binary, src_args, lines, *flags):
         path = f.name
     try:
         r = subprocess.run([str(binary), "tokenize", *src_args, "--jsonl", path, *flags],
-                           capture_output=True, timeout=120)
+                           capture_output=True, timeout=timeout)
     finally:
         pathlib.Path(path).unlink()
     assert r.returncode == 0, r.stderr.decode(errors="replace")
@@ -111,13 +115,23 @@ def compare(binary, src_args, tok, corpus=CORPUS, combos=((False, True), (True, 
 
 
 @pytest.fixture(scope="session")
+def tokenizer_json(testdata):
+    """name -> path of that reference tokenizer.json (a missing one fails the test)."""
+    def path(name):
+        p = testdata / "tokenizers" / name / "tokenizer.json"
+        assert p.is_file(), f"{p} missing"
+        return p
+    return path
+
+
+@pytest.fixture(scope="session")
 def smol_hf(default_model):
     return hf_tokenizer_from_gguf(default_model)
 
 
 @pytest.mark.parametrize("name", TOKENIZERS)
-def test_hf_json_matches_tokenizers(tessera_bin, name):
-    path = SHARED / "testdata" / "tokenizers" / name / "tokenizer.json"
+def test_hf_json_matches_tokenizers(tessera_bin, tokenizer_json, name):
+    path = tokenizer_json(name)
     compare(tessera_bin, ["--tokenizer", str(path)], Tokenizer.from_file(str(path)))
 
 
@@ -135,8 +149,8 @@ def test_gguf_counts_and_bos(tessera_bin, default_model):
     assert json.loads(r.stdout)[0] != 1  # add_bos_token false in the metadata
 
 
-def test_nul_and_file_input(tessera_bin, tmp_path):
-    path = SHARED / "testdata" / "tokenizers" / "qwen3" / "tokenizer.json"
+def test_nul_and_file_input(tessera_bin, tokenizer_json, tmp_path):
+    path = tokenizer_json("qwen3")
     tok = Tokenizer.from_file(str(path))
     text = "nul \x00 inside\x00\x00 and <|im_start|>x"
     f = tmp_path / "in.txt"
@@ -151,8 +165,8 @@ def test_nul_and_file_input(tessera_bin, tmp_path):
     assert r.stdout == text.encode()
 
 
-def test_invalid_utf8_round_trips(tessera_bin, tmp_path):
-    path = SHARED / "testdata" / "tokenizers" / "llama3_1" / "tokenizer.json"
+def test_invalid_utf8_round_trips(tessera_bin, tokenizer_json, tmp_path):
+    path = tokenizer_json("llama3")
     raw = b"ok \xff\xfe bad \xc3 trunc \xe2\x82 over \xc0\xaf surr \xed\xa0\x80 end \xf0\x9f\x98"
     f = tmp_path / "bad.bin"
     f.write_bytes(raw)
@@ -167,39 +181,9 @@ def test_invalid_utf8_round_trips(tessera_bin, tmp_path):
 
 # ---------------------------------------------------------------- GGUF pre types
 
-def write_gguf_from_json(json_path, out, pre, add_bos=False):
-    """A metadata-only GGUF holding tokenizer.json's vocab/merges with the given pre."""
-    import gguf
-    d = json.loads(pathlib.Path(json_path).read_text(encoding="utf-8"))
-    vocab = d["model"]["vocab"]
-    n = max(max(vocab.values()), max(a["id"] for a in d["added_tokens"])) + 1
-    tokens = [f"[PAD{i}]" for i in range(n)]
-    types = [5] * n
-    for s, i in vocab.items():
-        tokens[i] = s
-        types[i] = 1
-    for a in d["added_tokens"]:
-        tokens[a["id"]] = a["content"]
-        types[a["id"]] = 3 if a["special"] else 4
-    merges = [m if isinstance(m, str) else " ".join(m) for m in d["model"]["merges"]]
-    w = gguf.GGUFWriter(str(out), "llama")
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre(pre)
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(0)
-    w.add_add_bos_token(add_bos)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return out
-
-
-@pytest.mark.parametrize("name,pre", [("llama3_1", "llama-bpe"), ("qwen3", "qwen2"), ("deepseek_v3", "deepseek-v3")])
-def test_gguf_pre_types_match_tokenizer_json(tessera_bin, tmp_path, name, pre):
-    src = SHARED / "testdata" / "tokenizers" / name / "tokenizer.json"
+@pytest.mark.parametrize("name,pre", [("llama3", "llama-bpe"), ("qwen3", "qwen2"), ("deepseek_r1", "deepseek-v3")])
+def test_gguf_pre_types_match_tokenizer_json(tessera_bin, tokenizer_json, tmp_path, name, pre):
+    src = tokenizer_json(name)
     g = write_gguf_from_json(src, tmp_path / f"{name}.gguf", pre)
     tok = Tokenizer.from_file(str(src))
     # user-defined (non-special) added tokens are matched in both; GGUF has no
@@ -207,8 +191,8 @@ def test_gguf_pre_types_match_tokenizer_json(tessera_bin, tmp_path, name, pre):
     compare(tessera_bin, ["--model", str(g)], tok, combos=((False, True), (False, False)))
 
 
-def test_gguf_deepseek_llm_matches_python_table(tessera_bin, tmp_path):
-    src = SHARED / "testdata" / "tokenizers" / "deepseek_v3" / "tokenizer.json"
+def test_gguf_deepseek_llm_matches_python_table(tessera_bin, tokenizer_json, tmp_path):
+    src = tokenizer_json("deepseek_r1")
     g = write_gguf_from_json(src, tmp_path / "dsllm.gguf", "deepseek-llm")
     tok = hf_tokenizer_from_gguf(g)
     compare(tessera_bin, ["--model", str(g)], tok, combos=((False, True),))
@@ -217,7 +201,7 @@ def test_gguf_deepseek_llm_matches_python_table(tessera_bin, tmp_path):
 def test_gguf_unsupported_is_refused(tessera_bin, tmp_path):
     import gguf
     for key, value, needle in [("pre", "no-such-pre", "tokenizer.ggml.pre"),
-                               ("model", "llama", "tokenizer.ggml.model")]:
+                               ("model", "bert", "tokenizer.ggml.model")]:
         out = tmp_path / f"bad_{key}.gguf"
         w = gguf.GGUFWriter(str(out), "llama")
         w.add_tokenizer_model(value if key == "model" else "gpt2")
@@ -316,10 +300,14 @@ def test_json_variants(tessera_bin, tmp_path, smol_hf, variant):
 @pytest.mark.parametrize("mutate,needle", [
     (lambda d: d["model"].__setitem__("type", "WordPiece"), "model WordPiece"),
     (lambda d: d.__setitem__("normalizer", {"type": "Lowercase"}), "normalizer Lowercase"),
-    (lambda d: d.__setitem__("pre_tokenizer", {"type": "Metaspace"}), "pre_tokenizer Metaspace"),
+    (lambda d: d.__setitem__("pre_tokenizer", {"type": "Whitespace"}), "pre_tokenizer Whitespace"),
+    (lambda d: d.__setitem__("pre_tokenizer", {"type": "Metaspace", "replacement": "_"}), "Metaspace replacement"),
+    (lambda d: d.__setitem__("normalizer", {"type": "Replace", "pattern": {"Regex": " "}, "content": "_"}),
+     "Replace with a Regex"),
     (lambda d: d.__setitem__("decoder", {"type": "WordPiece"}), "decoder WordPiece"),
     (lambda d: d.__setitem__("post_processor", {"type": "Foo"}), "post_processor Foo"),
-    (lambda d: d["model"].__setitem__("byte_fallback", True), "byte_fallback"),
+    (lambda d: d.__setitem__("decoder", {"type": "Metaspace", "replacement": "\u2581"}),
+     "ByteLevel pre_tokenizer without a ByteLevel decoder"),
     (lambda d: d["model"]["merges"].append("zzzq yyyq"), "not in the vocabulary"),
 ])
 def test_unsupported_json_is_refused(tessera_bin, tmp_path, smol_hf, mutate, needle):
