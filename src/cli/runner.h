@@ -7,7 +7,7 @@
 #ifndef TESSERA_CLI_RUNNER_H
 #define TESSERA_CLI_RUNNER_H
 
-#include "backend/cpu/ops.h"
+#include "util/kv_dtype.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
 #include "model/model.h"

@@ -28,7 +28,7 @@
 #ifndef TESSERA_ENGINE_SCHEDULER_H
 #define TESSERA_ENGINE_SCHEDULER_H
 
-#include "backend/cpu/ops.h"
+#include "util/kv_dtype.h"
 #include "engine/block_manager.h"
 #include "sampler/sampler.h"
 

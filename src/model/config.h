@@ -7,7 +7,8 @@
 #ifndef TESSERA_MODEL_CONFIG_H
 #define TESSERA_MODEL_CONFIG_H
 
-#include "backend/cpu/ops.h"
+#include "util/kv_dtype.h"
+#include "util/rope.h"
 
 #include <stdbool.h>
 #include <stddef.h>

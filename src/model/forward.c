@@ -83,7 +83,7 @@ int forward_create(struct forward_state **out, const struct model_config *cfg,
         return err_set(err, errlen, ERR_NOMEM, "forward: cannot allocate buffers for %d tokens",
                        opts->max_tokens);
     }
-    cpu_rope_inv_freq(fs->inv_freq, cfg->head_dim, &cfg->rope, w->rope_freq_factors);
+    rope_inv_freq(fs->inv_freq, cfg->head_dim, &cfg->rope, w->rope_freq_factors);
     *out = fs;
     return 0;
 }

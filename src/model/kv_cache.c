@@ -19,7 +19,7 @@ int kv_cache_create(struct kv_cache **out, const struct model_config *cfg, int n
 {
     *out = NULL;
     if (block_size <= 0) block_size = KV_DEFAULT_BLOCK_SIZE;
-    if (dtype != KV_F32 && dtype != KV_F16 && dtype != KV_FP8_E4M3)
+    if (kv_dtype_size(dtype) == 0)
         return err_set(err, errlen, ERR_INVALID, "kv cache: unknown dtype %d", (int)dtype);
     if (num_blocks <= 0 || block_size > 4096)
         return err_set(err, errlen, ERR_INVALID, "kv cache: bad geometry (%d blocks of %d)", num_blocks,

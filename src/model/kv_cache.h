@@ -33,14 +33,14 @@ struct kv_cache {
     float *k_scale;      /* [n_layers] FP8: stored code * k_scale = value; 1.0 at create
                           * (a caller may set calibrated scales before the first write,
                           * never after: codes already stored would be misread). Unused
-                          * by F32/F16. */
+                          * by F32/F16/BF16. */
     float *v_scale;      /* [n_layers] */
 };
 
 /* Bytes one block costs across all layers (for sizing the pool from a memory budget). */
 size_t kv_cache_block_bytes(const struct model_config *cfg, int block_size, enum kv_dtype dtype);
 
-/* Allocates a zeroed cache of F32, F16 or FP8 e4m3 elements (FP8 scales all 1.0).
+/* Allocates a zeroed cache of F32, F16, BF16 or FP8 e4m3 elements (FP8 scales all 1.0).
  * block_size <= 0 means KV_DEFAULT_BLOCK_SIZE. Caller frees with kv_cache_free. */
 int kv_cache_create(struct kv_cache **out, const struct model_config *cfg, int num_blocks,
                     int block_size, enum kv_dtype dtype, char *err, size_t errlen);

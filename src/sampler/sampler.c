@@ -1,20 +1,23 @@
-/* sampler.c — one row of logits → one token id (contract in sampler.h, pipeline and
- * numbers in docs/sampling.md).
+/* sampler.c — one row of logits → one token id (contract in sampler.h, the rule and its
+ * numbers in docs/sampling.md, the bit-exact arithmetic in sampler/exact.h).
  *
- * Owns, per sequence: the RNG (xoshiro256**, state seeded by splitmix64), the token
- * history (counts[vocab] plus the list of ids ever touched, so reset and the penalty
- * pass are O(tokens seen), not O(vocab)), the logit-bias table, and the scratch used
- * while sampling (cand[vocab] candidates, saved logits for the restore). All of it is
- * allocated by sampler_create; nothing else here allocates.
+ * Owns, per sequence: the step counter, the token history (counts[vocab] plus the list
+ * of ids ever touched, so reset and the penalty pass are O(tokens seen), not O(vocab)),
+ * the logit-bias table (repeated ids merged), and the scratch used while sampling
+ * (cand[vocab] candidates, w[vocab] weights in id order, saved logits for the restore).
+ * All of it is allocated by sampler_create; nothing else here allocates.
+ *
+ * The rule is defined on sets, not on an order of visits, so the selections below are
+ * free to use heaps and quickselect: top-k keeps every token whose logit is >= the k-th
+ * largest; top-p keeps every token whose weight is >= the largest threshold whose mass
+ * reaches the target; min-p keeps weights >= ceil(min_p * 2^31); the draw walks the
+ * support in token-id order. The CUDA kernel computes the same sets its own way.
  *
  * Invariants:
  *   - counts[id] != 0  <=>  id appears exactly once in touched[0, n_touched).
- *   - counts[id] = (SEEN_PROMPT if id was in the prompt) | output count (31 bits,
+ *   - counts[id] = (SMP_PROMPT_FLAG if id was in the prompt) | output count (31 bits,
  *     saturating).
- *   - candidates are ordered by the strict total order cand_before(): larger value first,
- *     lower id first among equal values — every tie in the pipeline (greedy, top-k, top-p
- *     boundary) is broken towards the lower id, so results do not depend on the order in
- *     which the selection algorithms happen to visit elements.
+ *   - bias_ids[0, n_bias) are distinct.
  *   - sampler_sample returns with logits[] bit-identical to its input.
  */
 #include "sampler/sampler.h"
@@ -23,71 +26,40 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sampler/exact.h"
 #include "util/err.h"
 
-#define SEEN_PROMPT 0x80000000u
-#define COUNT_MASK 0x7fffffffu
 /* top-k up to this size selects with a k-heap straight from logits[]; larger k copies the
- * finite logits into cand[] and quickselects. */
+ * samplable logits into cand[] and quickselects. */
 #define HEAP_TOP_K_MAX 128
-/* ranges at most this long are finished by insertion sort in the top-p selection */
-#define SMALL_RANGE 16
+/* a sparse support up to this size is sorted by id for the draw; a larger one is
+ * scattered into w[] and walked in id order */
+#define SORT_SUPPORT_MAX 256
+/* Dense loops run in chunks of this many ids: gcc -O2's cheap vectorizer cost model wants
+ * a constant trip count, and with it the weight pass runs ~6x faster (AVX2/AVX-512). The
+ * vector instructions (vfmadd, vroundps) round exactly as their scalar forms. */
+#define CHUNK 16
 
 struct cand {
     int32_t id;
-    float v; /* a logit, then an unnormalised probability exp((logit - max) / T) */
+    uint32_t v; /* smp_key(logit) during top-k selection, then the weight W */
 };
 
 struct sampler {
     struct sampler_params p;
     int vocab_size;
-    uint64_t rng[4];      /* xoshiro256** state, never all zero */
-    uint32_t *counts;     /* (vocab_size) SEEN_PROMPT | output count */
+    uint64_t step;        /* tokens accepted since create/reset: keys the draw */
+    uint32_t *counts;     /* (vocab_size) SMP_PROMPT_FLAG | output count */
     int32_t *touched;     /* (vocab_size) ids with counts != 0, first-seen order */
     float *touched_saved; /* (vocab_size) logits[touched[j]] before the penalties */
     int n_touched;
     int n_bias;
-    int32_t bias_ids[SAMPLER_MAX_LOGIT_BIAS];
+    int32_t bias_ids[SAMPLER_MAX_LOGIT_BIAS];   /* distinct */
     float bias_vals[SAMPLER_MAX_LOGIT_BIAS];
-    float bias_saved[SAMPLER_MAX_LOGIT_BIAS]; /* logits[bias_ids[j]] before bias j */
-    struct cand *cand;    /* (vocab_size) sampling candidates */
+    float bias_saved[SAMPLER_MAX_LOGIT_BIAS];   /* logits[bias_ids[j]] before the bias */
+    struct cand *cand;    /* (vocab_size) selection candidates */
+    uint32_t *w;          /* (vocab_size) weights in id order (dense supports) */
 };
-
-/* ---- RNG: splitmix64 for seeding, xoshiro256** for draws (Blackman & Vigna) ---- */
-
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static void rng_seed(uint64_t s[4], uint64_t seed)
-{
-    /* splitmix64 is a bijection of its counter, so four consecutive outputs are never
-     * all zero — the one state xoshiro must avoid. */
-    for (int i = 0; i < 4; i++)
-        s[i] = splitmix64(&seed);
-}
-
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t rng_next(uint64_t s[4])
-{
-    uint64_t result = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
-/* Uniform double in [0, 1) with 53 random bits. */
-static double rng_uniform(uint64_t s[4]) { return (double)(rng_next(s) >> 11) * 0x1.0p-53; }
 
 /* ---- parameters ---- */
 
@@ -141,10 +113,10 @@ struct sampler *sampler_create(const struct sampler_params *p, int vocab_size)
     s->touched = malloc(n * sizeof *s->touched);
     s->touched_saved = malloc(n * sizeof *s->touched_saved);
     s->cand = malloc(n * sizeof *s->cand);
-    if (!s->counts || !s->touched || !s->touched_saved || !s->cand)
+    s->w = malloc(n * sizeof *s->w);
+    if (!s->counts || !s->touched || !s->touched_saved || !s->cand || !s->w)
         goto fail;
     s->p = *p;
-    rng_seed(s->rng, p->seed);
     return s;
 fail:
     sampler_free(s);
@@ -159,6 +131,7 @@ void sampler_free(struct sampler *s)
     free(s->touched);
     free(s->touched_saved);
     free(s->cand);
+    free(s->w);
     free(s);
 }
 
@@ -166,7 +139,7 @@ void sampler_reset(struct sampler *s, const struct sampler_params *p)
 {
     if (p)
         s->p = *p;
-    rng_seed(s->rng, s->p.seed);
+    s->step = 0;
     for (int j = 0; j < s->n_touched; j++)
         s->counts[s->touched[j]] = 0;
     s->n_touched = 0;
@@ -185,11 +158,21 @@ int sampler_set_logit_bias(struct sampler *s, const int32_t *ids, const float *b
         if (isnan(bias[i]) || bias[i] == INFINITY)
             return ERR_INVALID;
     }
-    if (n > 0) {
-        memcpy(s->bias_ids, ids, (size_t)n * sizeof *ids);
-        memcpy(s->bias_vals, bias, (size_t)n * sizeof *bias);
+    /* merge repeated ids, summing in the given order (O(n^2) for n <= 300, once per
+     * request): the device sampler takes one entry per id */
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        int j = 0;
+        while (j < m && s->bias_ids[j] != ids[i])
+            j++;
+        if (j == m) {
+            s->bias_ids[m] = ids[i];
+            s->bias_vals[m++] = bias[i];
+        } else {
+            s->bias_vals[j] += bias[i];
+        }
     }
-    s->n_bias = n;
+    s->n_bias = m;
     return 0;
 }
 
@@ -206,17 +189,39 @@ void sampler_accept_prompt(struct sampler *s, const int32_t *tokens, int n)
         if (id < 0 || id >= s->vocab_size)
             continue;
         touch(s, id);
-        s->counts[id] |= SEEN_PROMPT;
+        s->counts[id] |= SMP_PROMPT_FLAG;
     }
 }
 
 void sampler_accept(struct sampler *s, int32_t token)
 {
+    s->step++;
     if (token < 0 || token >= s->vocab_size)
         return;
     touch(s, token);
-    if ((s->counts[token] & COUNT_MASK) != COUNT_MASK)
+    if ((s->counts[token] & SMP_COUNT_MASK) != SMP_COUNT_MASK)
         s->counts[token]++;
+}
+
+uint64_t sampler_step(const struct sampler *s) { return s->step; }
+
+void sampler_set_step(struct sampler *s, uint64_t step) { s->step = step; }
+
+int sampler_history_len(const struct sampler *s) { return s->n_touched; }
+
+void sampler_history(const struct sampler *s, int32_t *ids, uint32_t *info)
+{
+    for (int j = 0; j < s->n_touched; j++) {
+        ids[j] = s->touched[j];
+        info[j] = s->counts[s->touched[j]];
+    }
+}
+
+int sampler_logit_bias(const struct sampler *s, int32_t *ids, float *vals)
+{
+    memcpy(ids, s->bias_ids, (size_t)s->n_bias * sizeof *ids);
+    memcpy(vals, s->bias_vals, (size_t)s->n_bias * sizeof *vals);
+    return s->n_bias;
 }
 
 /* ---- bias and penalties, applied in place and undone by restore_logits ---- */
@@ -237,37 +242,32 @@ static bool penalties_on(const struct sampler_params *p)
 }
 
 /* HF/vLLM repetition penalty over prompt+output, then OpenAI presence/frequency over
- * output: l -= frequency * count + presence * (count > 0). */
+ * output (smp_penalize: one rounding each, the same on every backend). */
 static void apply_penalties(struct sampler *s, float *logits)
 {
     const float rep = s->p.repetition_penalty;
     const float pres = s->p.presence_penalty, freq = s->p.frequency_penalty;
     for (int j = 0; j < s->n_touched; j++) {
         int32_t id = s->touched[j];
-        uint32_t c = s->counts[id], out = c & COUNT_MASK;
-        float l = logits[id];
-        s->touched_saved[j] = l;
-        if (rep != 1.0f)
-            l = l > 0.0f ? l / rep : l * rep;
-        if (out > 0)
-            l -= freq * (float)out + pres;
-        logits[id] = l;
+        s->touched_saved[j] = logits[id];
+        logits[id] = smp_penalize(logits[id], rep, pres, freq, s->counts[id]);
     }
 }
 
 static void restore_logits(struct sampler *s, float *logits, bool penalised)
 {
     /* touched_saved holds post-bias values, bias_saved pre-bias ones: undo in reverse order
-     * of application (a repeated bias id is restored through its first entry last). */
+     * of application */
     if (penalised)
         for (int j = 0; j < s->n_touched; j++)
             logits[s->touched[j]] = s->touched_saved[j];
-    for (int j = s->n_bias - 1; j >= 0; j--)
+    for (int j = 0; j < s->n_bias; j++)
         logits[s->bias_ids[j]] = s->bias_saved[j];
 }
 
-/* ---- candidate selection ---- */
+/* ---- selection helpers ---- */
 
+/* larger value first, lower id first among equals: a strict total order */
 static inline bool cand_before(struct cand a, struct cand b)
 {
     return a.v > b.v || (a.v == b.v && a.id < b.id);
@@ -293,17 +293,16 @@ static int32_t argmax(const float *logits, int n)
     return id;
 }
 
-/* Heap of the k best (root = the worst of them) over the finite-or-+inf logits.
- * O(vocab) comparisons plus O(log k) per element that enters the heap. Returns the count
- * (< k when fewer logits are > -inf). */
-static int select_heap(const float *logits, int n, int k, struct cand *h)
+/* Key of the k-th largest samplable logit (k < number of samplable logits), by a heap of
+ * the k best (root = the worst of them) in cand order over (key, id). */
+static uint32_t kth_key_heap(const float *logits, int n, int k, struct cand *h)
 {
     int m = 0;
     for (int i = 0; i < n; i++) {
         float v = logits[i];
         if (!(v > -INFINITY))
             continue;
-        struct cand c = {i, v};
+        struct cand c = {i, smp_key(v)};
         if (m < k) {
             int j = m++;
             h[j] = c;
@@ -327,190 +326,274 @@ static int select_heap(const float *logits, int n, int k, struct cand *h)
             }
         }
     }
-    return m;
+    return h[0].v;
 }
 
-/* Partitions c[lo, hi) (hi - lo >= 2) around a median-of-three pivot: on return c[lo, m)
- * come before the pivot in cand_before order, c[m] is the pivot, c(m, hi) come after. */
-static int cand_partition(struct cand *c, int lo, int hi)
+static uint32_t median3(uint32_t a, uint32_t b, uint32_t c)
 {
-    int mid = lo + (hi - lo) / 2, last = hi - 1;
-    if (cand_before(c[mid], c[lo]))
-        cand_swap(c, lo, mid);
-    if (cand_before(c[last], c[lo]))
-        cand_swap(c, lo, last);
-    if (cand_before(c[mid], c[last]))
-        cand_swap(c, mid, last);
-    struct cand pivot = c[last];
-    int store = lo;
-    for (int i = lo; i < last; i++)
-        if (cand_before(c[i], pivot))
-            cand_swap(c, i, store++);
-    cand_swap(c, store, last);
-    return store;
+    if (a > b) {
+        uint32_t t = a;
+        a = b;
+        b = t;
+    }
+    return c <= a ? a : c >= b ? b : c;
 }
 
-/* Quickselect: moves the k best of c[0, n) (0 < k < n) into c[0, k), unordered. */
-static void select_top_k(struct cand *c, int n, int k)
+/* Three-way partition of c[lo, hi) by v around pv: on return c[lo, *lt) > pv,
+ * c[*lt, *gt) == pv, c[*gt, hi) < pv. */
+static void partition3(struct cand *c, int lo, int hi, uint32_t pv, int *lt, int *gt)
 {
-    int lo = 0, hi = n;
-    while (hi - lo > 1) {
-        int m = cand_partition(c, lo, hi);
-        if (m == k || m == k - 1)
-            return;
-        if (m < k)
-            lo = m + 1;
+    int a = lo, i = lo, b = hi;
+    while (i < b) {
+        if (c[i].v > pv)
+            cand_swap(c, a++, i++);
+        else if (c[i].v < pv)
+            cand_swap(c, i, --b);
         else
-            hi = m;
+            i++;
     }
+    *lt = a;
+    *gt = b;
 }
 
-static void sort_range(struct cand *c, int lo, int hi)
-{
-    for (int i = lo + 1; i < hi; i++) {
-        struct cand x = c[i];
-        int j = i;
-        for (; j > lo && cand_before(x, c[j - 1]); j--)
-            c[j] = c[j - 1];
-        c[j] = x;
-    }
-}
-
-/* Top-p: moves into c[0, ret) the smallest prefix (in cand_before order) of the weights
- * c[0, n) whose mass reaches target, without sorting: quickselect on mass, expected O(n).
- * Writes that prefix's mass to *mass. */
-static int select_nucleus(struct cand *c, int n, double target, double *mass)
+/* The k-th largest v of c[0, n) (1 <= k <= n), by quickselect. Permutes c. */
+static uint32_t kth_value(struct cand *c, int n, int k)
 {
     int lo = 0, hi = n;
-    double acc = 0.0; /* mass of c[0, lo), all of which is in the nucleus */
-    while (hi - lo > SMALL_RANGE) {
-        int m = cand_partition(c, lo, hi);
-        double upper = 0.0;
-        for (int i = lo; i < m; i++)
-            upper += c[i].v;
-        if (acc + upper >= target) { /* the nucleus ends inside c[lo, m) */
-            hi = m;
+    for (;;) {
+        uint32_t pv = median3(c[lo].v, c[lo + (hi - lo) / 2].v, c[hi - 1].v);
+        int lt, gt;
+        partition3(c, lo, hi, pv, &lt, &gt);
+        if (k <= lt)
+            hi = lt;
+        else if (k <= gt)
+            return pv;
+        else
+            lo = gt;
+    }
+}
+
+/* Top-p threshold: the largest weight theta among c[0, n) with
+ * mass(c.v >= theta) >= target, by quickselect on exact integer masses. Requires
+ * mass(c) >= target. Permutes c. */
+static uint32_t nucleus_threshold(struct cand *c, int n, double target)
+{
+    int lo = 0, hi = n;
+    uint64_t acc = 0; /* mass of c[0, lo): all of it above the range */
+    while (lo < hi) {
+        uint32_t pv = median3(c[lo].v, c[lo + (hi - lo) / 2].v, c[hi - 1].v);
+        int lt, gt;
+        partition3(c, lo, hi, pv, &lt, &gt);
+        uint64_t above = 0;
+        for (int i = lo; i < lt; i++)
+            above += c[i].v;
+        if ((double)(acc + above) >= target) {
+            hi = lt; /* theta > pv (lt > lo, since acc alone is below target) */
             continue;
         }
-        acc += upper + c[m].v;
-        if (acc >= target) {
-            *mass = acc;
-            return m + 1;
-        }
-        lo = m + 1;
+        acc += above + (uint64_t)pv * (uint64_t)(gt - lt);
+        if ((double)acc >= target)
+            return pv;
+        lo = gt;
     }
-    sort_range(c, lo, hi);
-    for (int i = lo; i < hi; i++) {
-        acc += c[i].v;
-        if (acc >= target) {
-            *mass = acc;
-            return i + 1;
-        }
-    }
-    *mass = acc; /* rounding kept acc just below target: keep the whole range */
-    return hi;
+    return 1; /* unreachable when mass(c) >= target */
 }
 
-/* temperature → top-k → top-p → min-p on logits already biased and penalised. Leaves the
- * support with unnormalised weights in s->cand[0, *n_out) and their sum in *total_out, and
- * returns 0; or returns the lowest id with a +inf logit (all the mass is there) with
- * *n_out = 0; or ERR_RANGE when no logit is > -inf. */
-static int32_t build_dist(struct sampler *s, const float *logits, int *n_out, double *total_out)
-{
-    const int vocab = s->vocab_size, k = s->p.top_k;
-    struct cand *c = s->cand;
+/* ---- the distribution and the draw ---- */
+
+/* The support of the draw: either sparse (cand[0, n) with weights v > 0, any order) or
+ * dense (every id with w[id] >= theta, theta >= 1), and its total weight. */
+struct dist {
+    bool sparse;
     int n;
-    if (k > 0 && k <= HEAP_TOP_K_MAX && k < vocab) {
-        n = select_heap(logits, vocab, k, c);
-    } else {
-        n = 0;
-        for (int i = 0; i < vocab; i++)
-            if (logits[i] > -INFINITY)
-                c[n++] = (struct cand){i, logits[i]};
-        if (k > 0 && k < n) {
-            select_top_k(c, n, k);
-            n = k;
-        }
+    uint32_t theta;
+    uint64_t total;
+};
+
+static inline uint32_t weight_of(float v, float m, float inv_t)
+{
+    uint32_t wi = smp_weight(smp_scaled(v, m, inv_t));
+    return v > -INFINITY ? wi : 0; /* NaN and -inf weigh nothing */
+}
+
+/* w[i] = the weight of logits[i] for every id; returns their sum. */
+static uint64_t dense_weights(const float *logits, int n, float m, float inv_t, uint32_t *w)
+{
+    uint64_t total = 0;
+    int i = 0;
+    for (; i + CHUNK <= n; i += CHUNK) {
+        for (int j = 0; j < CHUNK; j++)
+            w[i + j] = weight_of(logits[i + j], m, inv_t);
+        uint64_t part = 0;
+        for (int j = 0; j < CHUNK; j++)
+            part += w[i + j];
+        total += part;
     }
-    *n_out = 0;
-    if (n == 0)
+    for (; i < n; i++) {
+        w[i] = weight_of(logits[i], m, inv_t);
+        total += w[i];
+    }
+    return total;
+}
+
+/* Sum of the weights w[i] >= theta over [lo, hi). */
+static uint64_t mass_at_least(const uint32_t *w, int lo, int hi, uint32_t theta)
+{
+    uint64_t total = 0;
+    int i = lo;
+    for (; i + CHUNK <= hi; i += CHUNK) {
+        uint64_t part = 0;
+        for (int j = 0; j < CHUNK; j++)
+            part += w[i + j] >= theta ? w[i + j] : 0;
+        total += part;
+    }
+    for (; i < hi; i++)
+        total += w[i] >= theta ? w[i] : 0;
+    return total;
+}
+
+/* temperature → top-k → top-p → min-p on logits already biased and penalised. Fills *d
+ * and returns 0; or returns the lowest id with a +inf logit (the rule gives it all the
+ * mass); or ERR_RANGE when no logit is > -inf. */
+static int32_t build_dist(struct sampler *s, const float *logits, struct dist *d)
+{
+    const int vocab = s->vocab_size;
+    struct cand *c = s->cand;
+    uint32_t *w = s->w;
+
+    float m = -INFINITY;
+    int n_ok = 0;
+    for (int i = 0; i < vocab; i++) {
+        float v = logits[i];
+        n_ok += v > -INFINITY; /* NaN compares false */
+        m = v > m ? v : m;
+    }
+    if (n_ok == 0)
         return ERR_RANGE;
-
-    float mx = -INFINITY;
-    for (int i = 0; i < n; i++)
-        mx = c[i].v > mx ? c[i].v : mx;
-    if (mx == INFINITY) { /* degenerate: all the mass on the +inf logits; lowest id wins */
-        int32_t id = INT32_MAX;
-        for (int i = 0; i < n; i++)
-            if (c[i].v == INFINITY && c[i].id < id)
-                id = c[i].id;
-        return id;
+    if (m == INFINITY) { /* degenerate: all the mass on the +inf logits; lowest id wins */
+        for (int i = 0; i < vocab; i++)
+            if (logits[i] == INFINITY)
+                return i;
     }
 
-    /* Temperature: weights exp((l - max) / T), the max having weight exactly 1. Dividing
-     * (not multiplying by 1/T) keeps tiny temperatures finite. Zero weights are dropped. */
-    const float t = s->p.temperature;
-    double total = 0.0;
-    int m = 0;
-    for (int i = 0; i < n; i++) {
-        float w = expf((c[i].v - mx) / t);
-        if (w > 0.0f) {
-            c[m++] = (struct cand){c[i].id, w};
-            total += w;
+    const float inv_t = smp_inv_temperature(s->p.temperature);
+    const int k = s->p.top_k;
+    uint64_t total = 0;
+    int n = 0;
+    d->sparse = k > 0 && k < n_ok;
+    if (d->sparse) {
+        /* top-k: every samplable token whose logit is >= the k-th largest */
+        uint32_t vk;
+        if (k <= HEAP_TOP_K_MAX) {
+            vk = kth_key_heap(logits, vocab, k, c);
+        } else {
+            for (int i = 0; i < vocab; i++)
+                if (logits[i] > -INFINITY)
+                    c[n++] = (struct cand){i, smp_key(logits[i])};
+            vk = kth_value(c, n, k);
+            n = 0;
+        }
+        for (int i = 0; i < vocab; i++) {
+            float v = logits[i];
+            if (v > -INFINITY && smp_key(v) >= vk) {
+                uint32_t wi = weight_of(v, m, inv_t);
+                c[n++] = (struct cand){i, wi};
+                total += wi;
+            }
+        }
+    } else {
+        total = dense_weights(logits, vocab, m, inv_t, w);
+    }
+
+    uint32_t theta = 1;
+    if (s->p.top_p < 1.0f) {
+        const double target = smp_top_p_target(s->p.top_p, total);
+        if (d->sparse) {
+            theta = nucleus_threshold(c, n, target);
+        } else {
+            /* Prefilter: weights below tau = (1 - top_p) * total / (2 n_ok) sum to less
+             * than half of (1 - top_p) * total, so those at or above it carry more than the
+             * target and contain the nucleus — with a margin far above double rounding. On
+             * peaked distributions this drops most of the vocabulary. */
+            const double tau = (1.0 - (double)s->p.top_p) * (double)total / (2.0 * n_ok);
+            int nc = 0;
+            for (int i = 0; i < vocab; i++)
+                if (w[i] != 0 && (double)w[i] >= tau)
+                    c[nc++] = (struct cand){i, w[i]};
+            theta = nucleus_threshold(c, nc, target);
         }
     }
-    n = m;
-
-    if (s->p.top_p < 1.0f) {
-        /* Prefilter: the weights below tau = (1 - top_p) * total / n sum to less than
-         * (1 - top_p) * total, so those at or above tau — a prefix in key order — already
-         * reach the target and contain the nucleus. On peaked distributions this drops most
-         * of the vocabulary before the selection. */
-        const double target = (double)s->p.top_p * total;
-        const double tau = (1.0 - (double)s->p.top_p) * total / n;
-        double kept = 0.0;
-        m = 0;
-        for (int i = 0; i < n; i++)
-            if ((double)c[i].v >= tau) {
-                c[m++] = c[i];
-                kept += c[i].v;
-            }
-        n = m;
-        n = select_nucleus(c, n, target < kept ? target : kept, &total);
+    if (s->p.min_p > 0.0f) {
+        uint32_t tm = smp_min_p_weight(s->p.min_p);
+        theta = tm > theta ? tm : theta;
     }
 
-    /* min-p: p_i < min_p * p_max  <=>  w_i < min_p, since the max weight is 1 */
-    if (s->p.min_p > 0.0f) {
-        const float mp = s->p.min_p;
-        total = 0.0;
-        m = 0;
+    if (d->sparse) {
+        int kept = 0;
+        total = 0;
         for (int i = 0; i < n; i++)
-            if (c[i].v >= mp) {
-                c[m++] = c[i];
+            if (c[i].v >= theta) {
+                c[kept++] = c[i];
                 total += c[i].v;
             }
-        n = m;
+        d->n = kept;
+    } else {
+        if (theta > 1)
+            total = mass_at_least(w, 0, vocab, theta);
+        d->n = -1; /* not needed for a dense draw; sampler_probs counts as it lists */
     }
-    *n_out = n;
-    *total_out = total;
+    d->theta = theta;
+    d->total = total;
     return 0;
 }
 
-static int32_t sample_dist(struct sampler *s, const float *logits)
+static int cand_id_cmp(const void *a, const void *b)
 {
-    int n;
-    double total;
-    int32_t rc = build_dist(s, logits, &n, &total);
-    if (n == 0)
-        return rc;
-    const struct cand *c = s->cand;
-    double r = rng_uniform(s->rng) * total, acc = 0.0;
-    for (int i = 0; i < n; i++) {
-        acc += c[i].v;
-        if (r < acc)
-            return c[i].id;
+    const struct cand *x = a, *y = b;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* The draw: the token whose interval [C(<t), C(<=t)) of the cumulative support weight, in
+ * token-id order, holds floor(bits * total / 2^64). */
+static int32_t draw(struct sampler *s, struct dist *d)
+{
+    uint64_t r = smp_draw_point(smp_draw_bits(s->p.seed, s->step), d->total);
+    uint32_t theta = d->theta;
+    if (d->sparse) {
+        struct cand *c = s->cand;
+        if (d->n <= SORT_SUPPORT_MAX) {
+            qsort(c, (size_t)d->n, sizeof *c, cand_id_cmp);
+            uint64_t acc = 0;
+            for (int i = 0; i < d->n; i++) {
+                acc += c[i].v;
+                if (r < acc)
+                    return c[i].id;
+            }
+            return c[d->n - 1].id; /* unreachable: r < total */
+        }
+        memset(s->w, 0, (size_t)s->vocab_size * sizeof *s->w);
+        for (int i = 0; i < d->n; i++)
+            s->w[c[i].id] = c[i].v;
+        theta = 1;
     }
-    return c[n - 1].id; /* r within rounding of total */
+    /* skip whole chunks while the cumulative weight stays <= r */
+    const uint32_t *w = s->w;
+    const int vocab = s->vocab_size;
+    uint64_t acc = 0;
+    int i = 0;
+    for (; i + CHUNK <= vocab; i += CHUNK) {
+        uint64_t part = mass_at_least(w, i, i + CHUNK, theta);
+        if (acc + part > r)
+            break;
+        acc += part;
+    }
+    for (; i < vocab; i++)
+        if (w[i] >= theta) {
+            acc += w[i];
+            if (r < acc)
+                return i;
+        }
+    return ERR_RANGE; /* unreachable: r < total */
 }
 
 int32_t sampler_sample(struct sampler *s, float *logits)
@@ -527,7 +610,10 @@ int32_t sampler_sample(struct sampler *s, float *logits)
         if (tok < 0)
             tok = ERR_RANGE;
     } else {
-        tok = sample_dist(s, logits);
+        struct dist d;
+        tok = build_dist(s, logits, &d);
+        if (tok == 0)
+            tok = draw(s, &d);
     }
     restore_logits(s, logits, penalised);
     return tok;
@@ -541,24 +627,33 @@ int sampler_probs(struct sampler *s, float *logits, int32_t *ids, float *probs)
     bool penalised = s->n_touched > 0 && penalties_on(&s->p);
     if (penalised)
         apply_penalties(s, logits);
-    int n = 0;
-    double total = 0.0;
+    struct dist d = {0};
     int32_t rc;
     if (s->p.temperature == 0.0f)
         rc = argmax(logits, s->vocab_size);
     else
-        rc = build_dist(s, logits, &n, &total);
+        rc = build_dist(s, logits, &d);
     restore_logits(s, logits, penalised);
-    if (n == 0) { /* greedy, +inf or nothing: one token with probability 1, or an error */
+    if (s->p.temperature == 0.0f || rc != 0) { /* greedy, +inf or nothing */
         if (rc < 0)
             return ERR_RANGE;
         ids[0] = rc;
         probs[0] = 1.0f;
         return 1;
     }
-    for (int i = 0; i < n; i++) {
-        ids[i] = s->cand[i].id;
-        probs[i] = (float)(s->cand[i].v / total);
+    const double total = (double)d.total;
+    int n = 0;
+    if (d.sparse) {
+        for (int i = 0; i < d.n; i++) {
+            ids[n] = s->cand[i].id;
+            probs[n++] = (float)((double)s->cand[i].v / total);
+        }
+    } else {
+        for (int i = 0; i < s->vocab_size; i++)
+            if (s->w[i] >= d.theta) {
+                ids[n] = i;
+                probs[n++] = (float)((double)s->w[i] / total);
+            }
     }
     return n;
 }
@@ -584,8 +679,12 @@ int sampler_logprobs(const float *logits, int vocab_size, int32_t token, int n_t
     if (!isfinite(mx))
         return ERR_RANGE;
 
-    /* one pass: the log-sum-exp in double, and the n_top best kept sorted by insertion */
-    struct cand top[SAMPLER_MAX_TOP_LOGPROBS];
+    /* one pass: the log-sum-exp in double, and the n_top best kept sorted by insertion
+     * (order: larger logit first, lower id first among equals) */
+    struct {
+        int32_t id;
+        float v;
+    } top[SAMPLER_MAX_TOP_LOGPROBS];
     int m = 0;
     double sum = 0.0;
     for (int i = 0; i < vocab_size; i++) {
@@ -593,13 +692,13 @@ int sampler_logprobs(const float *logits, int vocab_size, int32_t token, int n_t
         if (!(v > -INFINITY))
             continue;
         sum += exp((double)v - (double)mx);
-        struct cand c = {i, v};
-        if (n_top == 0 || (m == n_top && !cand_before(c, top[m - 1])))
-            continue;
+        if (n_top == 0 || (m == n_top && !(v > top[m - 1].v)))
+            continue; /* equal to the last kept: a higher id, which loses the tie */
         int j = m < n_top ? m++ : m - 1;
-        for (; j > 0 && cand_before(c, top[j - 1]); j--)
+        for (; j > 0 && v > top[j - 1].v; j--)
             top[j] = top[j - 1];
-        top[j] = c;
+        top[j].id = i;
+        top[j].v = v;
     }
     double lse = (double)mx + log(sum);
     for (int j = 0; j < m; j++) {

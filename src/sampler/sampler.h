@@ -2,17 +2,21 @@
  *
  * Pipeline, in the order vLLM / llama.cpp apply it: logit bias → repetition, presence
  * and frequency penalties (over the tokens seen so far) → greedy if temperature == 0,
- * else temperature → top-k → top-p → min-p → sample from the renormalised distribution
- * with the sampler's own RNG (xoshiro256** seeded through splitmix64: the same seed,
- * logits and history give the same token sequence; see docs/sampling.md). A struct
- * sampler owns its RNG state and preallocated scratch sized for the vocabulary
- * (about 20 bytes per vocabulary entry), so sampling does not allocate. One sampler
- * per sequence; not shared between threads (any thread may use it, one at a time).
+ * else temperature → top-k → top-p → min-p → draw. The rule is defined exactly in
+ * docs/sampling.md and computed with the bit-exact arithmetic of sampler/exact.h, which
+ * the CUDA kernel (kernels/sampling.cu) shares: for the same logits, parameters, history,
+ * seed and step, both backends pick the same token. The draw is keyed by (seed, step) —
+ * step = the number of tokens accepted so far — through the counter-based Philox4x32-10
+ * generator (sampler/philox.h), so a token never depends on batch composition, thread
+ * count, preemption or backend. A struct sampler owns its step counter and preallocated
+ * scratch sized for the vocabulary (about 24 bytes per vocabulary entry), so sampling
+ * does not allocate. One sampler per sequence; not shared between threads (any thread
+ * may use it, one at a time).
  *
  * History: sampler_accept_prompt() records prompt tokens, which count for the
  * repetition penalty only; sampler_accept() records generated tokens, which count for
  * all three penalties (vLLM's convention; OpenAI's presence/frequency penalties are
- * defined over the completion).
+ * defined over the completion), and advances the step.
  *
  * Logprobs: sampler_logprobs() is a pure function over the *raw* model logits (before
  * bias, penalties and temperature — vLLM's default "raw_logprobs"; OpenAI's logprobs do
@@ -26,6 +30,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define SAMPLER_MAX_LOGIT_BIAS 300  /* OpenAI's limit on logit_bias entries */
 #define SAMPLER_MAX_TOP_LOGPROBS 20 /* OpenAI's limit on top_logprobs */
 
@@ -38,7 +46,7 @@ struct sampler_params {
                                  of tokens seen in the prompt or the output */
     float presence_penalty;   /* 0: off; [-2, 2]; subtracted once per token seen in the output */
     float frequency_penalty;  /* 0: off; [-2, 2]; subtracted per occurrence in the output */
-    uint64_t seed;            /* RNG seed; the API layer picks one when a request has none */
+    uint64_t seed;            /* draw seed; the API layer picks one when a request has none */
 };
 
 /* Defaults: temperature 1, top_k off, top_p 1, min_p 0, penalties off, seed 0. */
@@ -55,39 +63,63 @@ struct sampler;
 struct sampler *sampler_create(const struct sampler_params *p, int vocab_size);
 /* Frees s and its scratch; NULL is a no-op. */
 void sampler_free(struct sampler *s);
-/* Reuse across requests: copies p (if not NULL; must be valid), restarts the RNG from
- * p->seed, clears the history (O(tokens seen), not O(vocab)) and the logit bias. */
+/* Reuse across requests: copies p (if not NULL; must be valid), restarts the step at 0,
+ * clears the history (O(tokens seen), not O(vocab)) and the logit bias. */
 void sampler_reset(struct sampler *s, const struct sampler_params *p);
 /* Replaces the logit bias with n entries: bias[i] is added to logits[ids[i]] before the
- * penalties (OpenAI's logit_bias; a repeated id adds up). -INFINITY bans a token. The
- * arrays are copied. Returns 0, or ERR_RANGE (n outside [0, SAMPLER_MAX_LOGIT_BIAS], an
- * id outside [0, vocab_size)) or ERR_INVALID (NULL arrays with n > 0, a NaN or +inf
- * bias), leaving the previous bias in place. n == 0 clears it. */
+ * penalties (OpenAI's logit_bias). A repeated id adds up: its values are summed in the
+ * given order and the sum is added once. -INFINITY bans a token. The arrays are copied.
+ * Returns 0, or ERR_RANGE (n outside [0, SAMPLER_MAX_LOGIT_BIAS], an id outside
+ * [0, vocab_size)) or ERR_INVALID (NULL arrays with n > 0, a NaN or +inf bias), leaving
+ * the previous bias in place. n == 0 clears it. */
 int sampler_set_logit_bias(struct sampler *s, const int32_t *ids, const float *bias, int n);
 /* Records n prompt tokens: they count for the repetition penalty only. Ids outside
  * [0, vocab_size) are ignored. */
 void sampler_accept_prompt(struct sampler *s, const int32_t *tokens, int n);
 /* Records a generated token: it counts for the repetition, presence and frequency
- * penalties. Call it with each token sampler_sample returned (or that the engine forced).
- * Ids outside [0, vocab_size) are ignored. */
+ * penalties, and the step advances by one (the next draw uses fresh random bits). Call
+ * it with each token sampler_sample returned (or that the engine forced). An id outside
+ * [0, vocab_size) is not recorded, but the step still advances. */
 void sampler_accept(struct sampler *s, int32_t token);
-/* Samples from logits[vocab_size]. Returns the token id, or ERR_RANGE (negative) when no
- * token can be sampled (every logit -inf or NaN after the bias). NaN logits are never
- * chosen. With a +inf logit (after bias and penalties) the lowest such id is returned.
- * logits[] is used as scratch for the bias and penalties and holds exactly its input
- * values again on return. Does not record the token (see sampler_accept). No allocation. */
+/* Samples from logits[vocab_size] with the current step's random bits: calling it again
+ * without sampler_accept returns the same token. Returns the token id, or ERR_RANGE
+ * (negative) when no token can be sampled (every logit -inf or NaN after the bias). NaN
+ * logits are never chosen. With a +inf logit (after bias and penalties) the lowest such
+ * id is returned. logits[] is used as scratch for the bias and penalties and holds
+ * exactly its input values again on return. Does not record the token (see
+ * sampler_accept). No allocation. */
 int32_t sampler_sample(struct sampler *s, float *logits);
 /* The distribution sampler_sample would draw from next, without drawing: writes the
  * support's ids and normalised probabilities (in no particular order) into the caller's
  * ids[vocab_size] / probs[vocab_size] and returns its size (1 when greedy), or ERR_RANGE
- * / ERR_INVALID as sampler_sample. Does not touch the RNG. logits[] is restored. For tests,
- * and for speculative decoding (which needs the target distribution). No allocation. */
+ * / ERR_INVALID as sampler_sample. The probabilities are the integer weights of the rule
+ * divided by their sum (exact to float rounding). Draws nothing. logits[] is restored. For
+ * tests, and for speculative decoding (which needs the target distribution). No
+ * allocation. */
 int sampler_probs(struct sampler *s, float *logits, int32_t *ids, float *probs);
 
 /* Applies the logit bias and the penalties to logits[vocab_size] in place — the first
  * steps of sampler_sample — and leaves them applied. For tests and for a future
  * "processed logprobs" mode; sampling does not need it. */
 void sampler_process_logits(struct sampler *s, float *logits);
+
+/* The state a device sampler (kernels/sampling.h) needs per row, read from s (the CUDA
+ * backend keeps one struct sampler per sequence, as the CPU backend does):
+ *   sampler_step          the step the next draw uses (tokens accepted since create/reset);
+ *   sampler_history_len   the number of distinct tokens seen (prompt or output);
+ *   sampler_history       writes them to the caller's ids[len] / info[len]: info =
+ *                         SMP_PROMPT_FLAG (bit 31) if seen in the prompt | output count
+ *                         (sampler/exact.h), ids unique, in first-seen order;
+ *   sampler_logit_bias    writes the logit bias, repeated ids merged (unique ids), to the
+ *                         caller's ids / vals [SAMPLER_MAX_LOGIT_BIAS] and returns its size.
+ * Any thread that may use s; O(tokens seen). */
+uint64_t sampler_step(const struct sampler *s);
+/* Sets the step the next draw uses (restoring a sequence's sampler; the kernel test's
+ * twin, which takes the step as data). */
+void sampler_set_step(struct sampler *s, uint64_t step);
+int sampler_history_len(const struct sampler *s);
+void sampler_history(const struct sampler *s, int32_t *ids, uint32_t *info);
+int sampler_logit_bias(const struct sampler *s, int32_t *ids, float *vals);
 
 /* Log-softmax of the raw logits[vocab_size] (caller-owned, read only; normally the row
  * just given to sampler_sample): writes the log-probability of `token` to *token_logprob
@@ -99,5 +131,9 @@ void sampler_process_logits(struct sampler *s, float *logits);
  * thread; no allocation; O(vocab_size). */
 int sampler_logprobs(const float *logits, int vocab_size, int32_t token, int n_top,
                      int32_t *top_ids, float *top_logprobs, float *token_logprob);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -10,6 +10,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define ERR_BUF 512
 
 enum err_code {
@@ -32,5 +36,9 @@ int err_set(char *err, size_t errlen, int code, const char *fmt, ...)
 
 /* Short name of an error code ("format", "io", ...). */
 const char *err_name(int code);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

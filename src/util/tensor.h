@@ -16,6 +16,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum dtype {
     DT_F32 = 0,
     DT_F16 = 1,
@@ -59,5 +63,9 @@ size_t dtype_row_bytes(enum dtype t, int64_t n);
 
 /* Total element count of a view (product of ne), -1 on overflow. */
 int64_t tensor_nelements(const struct tensor *t);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

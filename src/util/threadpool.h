@@ -9,6 +9,10 @@
 #ifndef TESSERA_UTIL_THREADPOOL_H
 #define TESSERA_UTIL_THREADPOOL_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct threadpool;
 
 typedef void (*tp_fn)(void *arg, int ith, int nth);
@@ -22,5 +26,9 @@ void tp_run(struct threadpool *tp, tp_fn fn, void *arg);
 
 /* Splits [0, n) into nth nearly equal ranges; writes range ith to [*begin, *end). */
 void tp_split(long n, int ith, int nth, long *begin, long *end);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

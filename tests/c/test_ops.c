@@ -98,7 +98,7 @@ static void test_rope_neox_formula(void)
     float x[T * H * D], x0[T * H * D], inv[D / 2];
     int32_t pos[T] = { 0, 7, 1000 };
     struct rope_params rp = { .theta = 10000.0 };
-    cpu_rope_inv_freq(inv, D, &rp, NULL);
+    rope_inv_freq(inv, D, &rp, NULL);
     for (int i = 0; i < D / 2; i++) CHECK_CLOSE(inv[i], pow(10000.0, -2.0 * i / D), 0, 1e-6);
     fill(x, T * H * D, 1.0f);
     memcpy(x0, x, sizeof x);
@@ -154,7 +154,7 @@ static void test_rope_permutation_equivalence(void)
     permute_rows(wqp, wq, H, D, N);
     permute_rows(wkp, wk, H, D, N);
     struct rope_params rp = { .theta = 500000.0 };
-    cpu_rope_inv_freq(inv, D, &rp, NULL);
+    rope_inv_freq(inv, D, &rp, NULL);
     int32_t pq = 37, pk = 5;
     matvec(q, wq, x1, H * D, N);
     matvec(k, wk, x2, H * D, N);
@@ -186,7 +186,7 @@ static void test_rope_llama3_scaling(void)
     struct rope_params rp = { .theta = 500000.0, .scaling = ROPE_SCALING_LLAMA3, .factor = 8.0,
                               .low_freq_factor = 1.0, .high_freq_factor = 4.0,
                               .original_max_position_embeddings = 8192 };
-    cpu_rope_inv_freq(inv, D, &rp, NULL);
+    rope_inv_freq(inv, D, &rp, NULL);
     int n_low = 0, n_mid = 0, n_high = 0;
     for (int i = 0; i < D / 2; i++) {
         /* transformers' _compute_llama3_parameters, written out directly */
@@ -206,9 +206,9 @@ static void test_rope_llama3_scaling(void)
     float lin[D / 2], ff[D / 2], fac[D / 2];
     struct rope_params rl = { .theta = 500000.0, .scaling = ROPE_SCALING_LINEAR, .factor = 4.0 };
     struct rope_params rn = { .theta = 500000.0 };
-    cpu_rope_inv_freq(lin, D, &rl, NULL);
+    rope_inv_freq(lin, D, &rl, NULL);
     for (int i = 0; i < D / 2; i++) fac[i] = 1.0f + (float)i;
-    cpu_rope_inv_freq(ff, D, &rn, fac);
+    rope_inv_freq(ff, D, &rn, fac);
     for (int i = 0; i < D / 2; i++) {
         double f = 1.0 / pow(500000.0, (2.0 * i) / D);
         CHECK_CLOSE(lin[i], f / 4.0, 0, 1e-6);
@@ -286,6 +286,11 @@ static void run_paged_case(enum kv_dtype dt, int H, int HKV, int D, int BS, stru
                 K[i] = fp16_to_fp32(fp32_to_fp16(K[i]));
                 V[i] = fp16_to_fp32(fp32_to_fp16(V[i]));
             }
+        if (dt == KV_BF16)
+            for (size_t i = 0; i < (size_t)ctx[s] * HKV * D; i++) {
+                K[i] = bf16_to_fp32(fp32_to_bf16(K[i]));
+                V[i] = bf16_to_fp32(fp32_to_bf16(V[i]));
+            }
         int64_t *slots = malloc(sizeof(int64_t) * ctx[s]);
         for (int p = 0; p < ctx[s]; p++) slots[p] = (int64_t)bt[s * max_blocks + p / BS] * BS + p % BS;
         /* earlier context in one call, this step's tokens (plus a padding row) in another */
@@ -338,6 +343,51 @@ static void test_paged_attention_f16(void)
     run_paged_case(KV_F16, 6, 2, 20, 16, tp);
     run_paged_case(KV_F16, 9, 3, 64, 5, NULL);
     tp_free(tp);
+}
+
+static void test_paged_attention_bf16(void)
+{
+    struct threadpool *tp = tp_create(2);
+    run_paged_case(KV_BF16, 6, 2, 20, 16, tp);
+    run_paged_case(KV_BF16, 28, 4, 128, 32, NULL); /* Qwen2.5-7B head shape, GQA 7 */
+    tp_free(tp);
+}
+
+/* BF16 pool: each stored element is exactly the round-to-nearest-even bf16 of its input */
+static void test_kv_write_bf16(void)
+{
+    enum { NB = 2, BS = 4, HKV = 2, D = 8 };
+    uint16_t pool[NB * 2 * HKV * BS * D] = { 0 };
+    float k[HKV * D], v[HKV * D];
+    fill(k, HKV * D, 3.0f);
+    fill(v, HKV * D, 3.0f);
+    struct kv_layer kv = { .data = pool, .dtype = KV_BF16, .num_blocks = NB, .block_size = BS,
+                           .n_kv_heads = HKV, .head_dim = D, .k_scale = 1, .v_scale = 1 };
+    int64_t slot = 1 * BS + 2;
+    cpu_kv_write(&kv, k, v, &slot, 1);
+    for (int h = 0; h < HKV; h++)
+        for (int e = 0; e < D; e++) {
+            size_t ko = ((((size_t)1 * 2 + 0) * HKV + h) * BS + 2) * D + e;
+            size_t vo = ((((size_t)1 * 2 + 1) * HKV + h) * BS + 2) * D + e;
+            CHECK(pool[ko] == fp32_to_bf16(k[h * D + e]), "k h%d e%d", h, e);
+            CHECK(pool[vo] == fp32_to_bf16(v[h * D + e]), "v h%d e%d", h, e);
+        }
+    enum kv_dtype t;
+    CHECK(kv_dtype_parse("bf16", &t) == 0 && t == KV_BF16, "parse bf16");
+    CHECK(kv_dtype_size(KV_BF16) == 2 && !strcmp(kv_dtype_name(KV_BF16), "bf16"), "bf16 traits");
+    float a[37], b[37];
+    uint16_t hb[37];
+    fill(a, 37, 1.0f);
+    fill(b, 37, 1.0f);
+    double dot = 0;
+    for (int i = 0; i < 37; i++) {
+        hb[i] = fp32_to_bf16(b[i]);
+        dot += (double)a[i] * bf16_to_fp32(hb[i]);
+    }
+    CHECK_CLOSE(cpu_dot_bf16(a, hb, 37), dot, 1e-5, 1e-5);
+    float y[37] = { 0 };
+    cpu_axpy_bf16(y, 0.5f, hb, 37);
+    for (int i = 0; i < 37; i++) CHECK(y[i] == 0.5f * bf16_to_fp32(hb[i]), "axpy %d", i);
 }
 
 static void test_kv_write_layout(void)
@@ -475,6 +525,8 @@ int main(void)
     RUN(test_kv_write_layout);
     RUN(test_paged_attention_f32);
     RUN(test_paged_attention_f16);
+    RUN(test_paged_attention_bf16);
+    RUN(test_kv_write_bf16);
     RUN(test_paged_attention_fp8);
     return test_summary();
 }

@@ -1,7 +1,8 @@
 /* test_sampler.c — unit tests for src/sampler/sampler.c.
  *
- * Distribution tests draw many tokens with a fixed seed and compare the counts with the
- * expected probabilities by Pearson's chi-square. The critical value is the 1 - 1e-4
+ * Distribution tests draw many tokens with a fixed seed (one per step: each draw is
+ * followed by sampler_accept, which advances the step that keys the random bits) and
+ * compare the counts with the expected probabilities by Pearson's chi-square. The critical value is the 1 - 1e-4
  * quantile of chi-square (Wilson–Hilferty approximation): a correct sampler fails a given
  * test for a given seed with probability ~1e-4, and the seeds are fixed, so the result is
  * deterministic. Each distribution test also checks that it *rejects* a slightly wrong
@@ -15,6 +16,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "sampler/exact.h"
+#include "sampler/philox.h"
 #include "sampler/sampler.h"
 #include "test.h"
 #include "util/err.h"
@@ -65,8 +68,12 @@ static int ref_cmp(const void *a, const void *b)
     return x->id - y->id;
 }
 
-/* Reference pipeline (no bias/penalties): full sort, double precision. Writes the final
- * normalised probabilities to prob[n] (0 outside the support); returns the support size. */
+/* Reference pipeline (no bias/penalties): full sort, double precision, the rule of
+ * docs/sampling.md with real exponentials: top-k keeps every logit >= the k-th largest,
+ * weights exp((l - max) / T) (0 below -22, as the rule's cut-off), top-p keeps the
+ * smallest prefix of the weight order reaching top_p of the mass plus every tie of its
+ * last weight, min-p keeps w >= min_p. Writes the final normalised probabilities to
+ * prob[n] (0 outside the support); returns the support size. */
 static int ref_dist(const float *logits, int n, const struct sampler_params *p, double *prob)
 {
     struct ref_c *c = malloc((size_t)n * sizeof *c);
@@ -77,13 +84,23 @@ static int ref_dist(const float *logits, int n, const struct sampler_params *p, 
             c[m++] = (struct ref_c){i, logits[i]};
     }
     qsort(c, (size_t)m, sizeof *c, ref_cmp);
-    if (p->top_k > 0 && p->top_k < m)
-        m = p->top_k;
-    double mx = c[0].v, total = 0.0;
-    for (int i = 0; i < m; i++) {
-        c[i].v = exp((c[i].v - mx) / p->temperature);
-        total += c[i].v;
+    if (p->top_k > 0 && p->top_k < m) {
+        int k = p->top_k;
+        while (k < m && c[k].v == c[p->top_k - 1].v)
+            k++;
+        m = k;
     }
+    double mx = c[0].v, total = 0.0;
+    int pos = 0;
+    for (int i = 0; i < m; i++) {
+        double x = (c[i].v - mx) / p->temperature;
+        if (x < -22.0)
+            continue;
+        c[pos].id = c[i].id;
+        c[pos++].v = exp(x);
+        total += exp(x);
+    }
+    m = pos;
     if (p->top_p < 1.0f) {
         double acc = 0.0, target = p->top_p * total;
         int cut = m;
@@ -94,6 +111,8 @@ static int ref_dist(const float *logits, int n, const struct sampler_params *p, 
                 break;
             }
         }
+        while (cut < m && c[cut].v == c[cut - 1].v)
+            cut++;
         m = cut;
     }
     int kept = 0;
@@ -143,8 +162,9 @@ static double chi2_stat(const long *counts, const double *prob, int n, long draw
     return stat;
 }
 
-/* Draws `draws` tokens (no accept: history stays empty) into counts[n]. Returns the number
- * of draws that fell where prob == 0 (outside the expected support). */
+/* Draws `draws` tokens into counts[n], accepting each (the step advances; with the
+ * penalties off the history changes nothing else). Returns the number of draws that fell
+ * where prob == 0 (outside the expected support). */
 static long draw_counts(struct sampler *s, float *logits, int n, long draws, long *counts,
                         const double *prob)
 {
@@ -152,6 +172,7 @@ static long draw_counts(struct sampler *s, float *logits, int n, long draws, lon
     memset(counts, 0, (size_t)n * sizeof *counts);
     for (long d = 0; d < draws; d++) {
         int32_t t = sampler_sample(s, logits);
+        sampler_accept(s, t);
         if (t < 0 || t >= n) {
             outside++;
             continue;
@@ -230,7 +251,9 @@ static void test_greedy_argmax_ties(void)
     sampler_free(s);
 }
 
-/* top_k = 1, tiny top_p and min_p = 1 all reduce to greedy at any temperature. */
+/* top_k = 1, tiny top_p and min_p = 1 all reduce to greedy at any temperature — except
+ * that all three keep every token tied at the maximum (the rule includes ties at each
+ * filter's boundary), and the draw then picks among the tied tokens with equal odds. */
 static void test_greedy_equivalents(void)
 {
     enum { V = 1000 };
@@ -238,12 +261,15 @@ static void test_greedy_equivalents(void)
     const float temps[] = {0.05f, 0.7f, 1.0f, 3.0f, 100.0f};
     for (int trial = 0; trial < 20; trial++) {
         random_logits(l, V, 3.0f, 100 + (uint64_t)trial);
-        if (trial % 2) /* plant a tie at the max: lowest id must win (for top-k / top-p) */
-            l[V - 1 - trial] = l[trial * 7] = 50.0f;
+        int32_t tie_a = trial * 7, tie_b = V - 1 - trial;
+        if (trial % 2) /* plant a tie at the max: both tokens stay, drawn evenly */
+            l[tie_b] = l[tie_a] = 50.0f;
         struct sampler_params g = params(0.0f, 0, 1.0f, 0.0f, 0);
         struct sampler *gs = sampler_create(&g, V);
         int32_t want = sampler_sample(gs, l);
         sampler_free(gs);
+        if (trial % 2)
+            CHECK(want == tie_a, "greedy tie: got %d, want the lower id %d", want, tie_a);
         for (size_t ti = 0; ti < sizeof temps / sizeof temps[0]; ti++) {
             struct sampler_params variants[3] = {
                 params(temps[ti], 1, 1.0f, 0.0f, (uint64_t)trial),
@@ -251,14 +277,24 @@ static void test_greedy_equivalents(void)
                 params(temps[ti], 0, 1.0f, 1.0f, (uint64_t)trial),
             };
             for (int v = 0; v < 3; v++) {
-                if (v == 2 && trial % 2) /* min_p = 1 keeps every tied max: "ties aside" */
-                    continue;
                 struct sampler *s = sampler_create(&variants[v], V);
+                int n_a = 0, n_b = 0;
                 for (int d = 0; d < 50; d++) {
                     int32_t got = sampler_sample(s, l);
-                    CHECK(got == want, "variant %d T=%g trial %d: got %d want %d", v,
-                          (double)temps[ti], trial, got, want);
+                    sampler_accept(s, got);
+                    if (trial % 2) {
+                        n_a += got == tie_a;
+                        n_b += got == tie_b;
+                        CHECK(got == tie_a || got == tie_b, "variant %d T=%g trial %d: got %d, "
+                              "want %d or %d", v, (double)temps[ti], trial, got, tie_a, tie_b);
+                    } else {
+                        CHECK(got == want, "variant %d T=%g trial %d: got %d want %d", v,
+                              (double)temps[ti], trial, got, want);
+                    }
                 }
+                if (trial % 2) /* 50 fair coin flips: each side >= 8 fails with p ~ 2e-6 */
+                    CHECK(n_a >= 8 && n_b >= 8, "variant %d T=%g trial %d: tie drawn %d / %d",
+                          v, (double)temps[ti], trial, n_a, n_b);
                 sampler_free(s);
             }
         }
@@ -367,9 +403,10 @@ static void test_top_k_support(void)
     check_against_ref(l, V, params(1.3f, 129, 1.0f, 0.0f, 3), 40000, 129);
     check_against_ref(l, V, params(1.0f, 700, 1.0f, 0.0f, 4), 40000, 700);
     check_against_ref(l, V, params(1.0f, V + 5, 1.0f, 0.0f, 5), 20000, V);
-    /* a tie exactly at the top-k boundary: k = 2 over {5, 4, 4, 4} keeps ids 0 and 1 */
+    /* a tie exactly at the top-k boundary: k = 2 over {5, 4, 4, 4} keeps every tie */
     float t[6] = {5.0f, 4.0f, 4.0f, 4.0f, -INFINITY, 1.0f};
-    check_against_ref(t, 6, params(1.0f, 2, 1.0f, 0.0f, 6), 50000, 2);
+    check_against_ref(t, 6, params(1.0f, 2, 1.0f, 0.0f, 6), 50000, 4);
+    check_against_ref(t, 6, params(1.0f, 1, 1.0f, 0.0f, 6), 50000, 1);
     free(l);
 }
 
@@ -598,6 +635,7 @@ static void test_logit_bias(void)
     long seen[V] = {0};
     for (int d = 0; d < 20000; d++) {
         int32_t t = sampler_sample(s, flat);
+        sampler_accept(s, t);
         if (t >= 0 && t < V)
             seen[t]++;
     }
@@ -667,25 +705,345 @@ static void test_seed_and_reset(void)
     free(l);
 }
 
-/* The exact sequence for one seed, pinned: the RNG, the seeding and the pipeline must give
- * these tokens on every platform and in every future version (change them only on purpose,
- * and say so in docs/sampling.md). */
+/* The exact sequence for one seed, pinned: Philox, the weights, the draw and the step
+ * counting must give these tokens on every platform, in every backend and in every future
+ * version (change them only on purpose, and say so in docs/sampling.md). The expected
+ * values come from the independent Python implementation of the rule in docs/sampling.md
+ * (exact rational arithmetic), not from this code. */
 static void test_golden_sequence(void)
 {
     float l[8] = {0.5f, 1.0f, -0.25f, 2.0f, 0.0f, 1.5f, -1.0f, 0.75f};
     struct sampler_params p = params(1.0f, 0, 1.0f, 0.0f, 42);
     struct sampler *s = sampler_create(&p, 8);
-    static const int32_t want[24] = {1, 3, 5, 7, 7, 5, 5, 5, 5, 3, 5, 3,
-                                     5, 3, 5, 5, 4, 5, 5, 5, 1, 1, 3, 3};
+    static const int32_t want[24] = {3, 3, 4, 5, 5, 3, 5, 3, 1, 3, 5, 3,
+                                     1, 3, 5, 3, 1, 3, 7, 1, 7, 3, 4, 6};
     int32_t got[24];
-    for (int i = 0; i < 24; i++)
+    for (int i = 0; i < 24; i++) {
         got[i] = sampler_sample(s, l);
+        sampler_accept(s, got[i]);
+    }
     char buf[256];
     int o = 0;
     for (int i = 0; i < 24; i++)
         o += snprintf(buf + o, sizeof buf - (size_t)o, "%d,", got[i]);
     CHECK(memcmp(got, want, sizeof want) == 0, "golden sequence changed: got %s", buf);
+    /* the filters too: T = 0.7, top-k 5, top-p 0.8, min-p 0.1, seed 2^40 + 7 */
+    p = params(0.7f, 5, 0.8f, 0.1f, (1ull << 40) + 7);
+    sampler_reset(s, &p);
+    static const int32_t want2[24] = {5, 3, 5, 1, 3, 3, 3, 3, 1, 5, 3, 5,
+                                      3, 5, 1, 3, 3, 3, 3, 3, 5, 3, 3, 3};
+    for (int i = 0; i < 24; i++) {
+        got[i] = sampler_sample(s, l);
+        sampler_accept(s, got[i]);
+    }
+    o = 0;
+    for (int i = 0; i < 24; i++)
+        o += snprintf(buf + o, sizeof buf - (size_t)o, "%d,", got[i]);
+    CHECK(memcmp(got, want2, sizeof want2) == 0, "golden filtered sequence changed: got %s", buf);
+    /* the integer weights of the rule, pinned (W = rint(e(x) * 2^31)) */
+    static const float xs[6] = {0.0f, -0.5f, -1.0f, -3.25f, -21.0f, -22.5f};
+    static const uint32_t ws[6] = {2147483648u, 1302514688u, 790015104u, 83266976u, 2u, 0u};
+    for (int i = 0; i < 6; i++)
+        CHECK(smp_weight(xs[i]) == ws[i], "W(%g) = %u, want %u", (double)xs[i],
+              smp_weight(xs[i]), ws[i]);
     sampler_free(s);
+}
+
+/* ---- the step keys the draw ---- */
+
+/* The draw depends on (seed, step) only: not on which tokens were accepted (with the
+ * penalties off), not on other samplers, not on how often sample is called per step. */
+static void test_step_keys_draw(void)
+{
+    enum { V = 300, N = 64 };
+    float l[V];
+    random_logits(l, V, 1.0f, 4242);
+    struct sampler_params p = params(1.0f, 0, 1.0f, 0.0f, 99);
+    struct sampler *a = sampler_create(&p, V), *b = sampler_create(&p, V);
+    CHECK(sampler_step(a) == 0, "fresh step %llu", (unsigned long long)sampler_step(a));
+    int32_t sa[N];
+    for (int i = 0; i < N; i++) {
+        sa[i] = sampler_sample(a, l);
+        CHECK(sampler_sample(a, l) == sa[i], "step %d: a second call drew another token", i);
+        sampler_accept(a, sa[i]);
+        sampler_accept(b, (int32_t)((i * 37) % V)); /* other tokens, same steps */
+    }
+    CHECK(sampler_step(a) == N && sampler_step(b) == N, "steps %llu %llu",
+          (unsigned long long)sampler_step(a), (unsigned long long)sampler_step(b));
+    sampler_reset(b, NULL);
+    int same = 0;
+    for (int i = 0; i < N; i++) {
+        int32_t t = sampler_sample(b, l);
+        same += t == sa[i];
+        sampler_accept(b, -1); /* an ignored id still advances the step */
+    }
+    CHECK(same == N, "replaying the steps with another history: %d of %d tokens agree", same, N);
+    /* the step counter is the only state: a sampler at step N draws what a fresh one draws
+     * after N accepts of anything */
+    sampler_reset(a, NULL);
+    for (int i = 0; i < 10; i++)
+        sampler_accept(a, 0);
+    CHECK(sampler_sample(a, l) == sa[10], "step 10 after reset: %d want %d",
+          sampler_sample(a, l), sa[10]);
+    sampler_free(a);
+    sampler_free(b);
+}
+
+/* Exported state for the device sampler: the history with its prompt flags and counts,
+ * and the merged logit bias. */
+static void test_export(void)
+{
+    struct sampler_params p = params(1.0f, 0, 1.0f, 0.0f, 1);
+    struct sampler *s = sampler_create(&p, 50);
+    int32_t prompt[4] = {7, 3, 7, 60};
+    sampler_accept_prompt(s, prompt, 4);
+    sampler_accept(s, 3);
+    sampler_accept(s, 9);
+    sampler_accept(s, 9);
+    CHECK(sampler_history_len(s) == 3, "history %d", sampler_history_len(s));
+    int32_t ids[3];
+    uint32_t info[3];
+    sampler_history(s, ids, info);
+    CHECK(ids[0] == 7 && info[0] == SMP_PROMPT_FLAG, "entry 0: %d %#x", ids[0], info[0]);
+    CHECK(ids[1] == 3 && info[1] == (SMP_PROMPT_FLAG | 1u), "entry 1: %d %#x", ids[1], info[1]);
+    CHECK(ids[2] == 9 && info[2] == 2u, "entry 2: %d %#x", ids[2], info[2]);
+    int32_t bid[5] = {4, 8, 4, 4, 1};
+    float bv[5] = {0.1f, -1.0f, 0.2f, 0.4f, -INFINITY};
+    CHECK(sampler_set_logit_bias(s, bid, bv, 5) == 0, "set bias");
+    int32_t oid[SAMPLER_MAX_LOGIT_BIAS];
+    float ov[SAMPLER_MAX_LOGIT_BIAS];
+    int nb = sampler_logit_bias(s, oid, ov);
+    CHECK(nb == 3 && oid[0] == 4 && oid[1] == 8 && oid[2] == 1, "merged bias ids");
+    CHECK(ov[0] == (0.1f + 0.2f) + 0.4f && ov[1] == -1.0f && ov[2] == -INFINITY,
+          "merged bias values %g %g %g", (double)ov[0], (double)ov[1], (double)ov[2]);
+    /* the merged sum is added once: logit + ((0.1 + 0.2) + 0.4) */
+    float x[50] = {0};
+    x[4] = 1e-8f;
+    sampler_process_logits(s, x);
+    CHECK(x[4] == 1e-8f + ((0.1f + 0.2f) + 0.4f), "bias applied as one sum: %.9g", (double)x[4]);
+    sampler_free(s);
+}
+
+/* ---- the rule against an independent, sorting implementation ---- */
+
+struct spec_e {
+    int id;
+    float l;
+    uint32_t w;
+};
+
+static int spec_by_l(const void *a, const void *b)
+{
+    float x = ((const struct spec_e *)a)->l, y = ((const struct spec_e *)b)->l;
+    return (x < y) - (x > y);
+}
+
+static int spec_by_w(const void *a, const void *b)
+{
+    uint32_t x = ((const struct spec_e *)a)->w, y = ((const struct spec_e *)b)->w;
+    return (x < y) - (x > y);
+}
+
+static int spec_by_id(const void *a, const void *b)
+{
+    return ((const struct spec_e *)a)->id - ((const struct spec_e *)b)->id;
+}
+
+/* docs/sampling.md step by step, with full sorts, over processed logits l[n]. */
+static int32_t spec_sample(const float *l, int n, const struct sampler_params *p, uint64_t step)
+{
+    struct spec_e *e = malloc((size_t)n * sizeof *e);
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (l[i] > -INFINITY)
+            e[m++] = (struct spec_e){i, l[i], 0};
+    int32_t tok = ERR_RANGE;
+    if (m == 0)
+        goto out;
+    qsort(e, (size_t)m, sizeof *e, spec_by_l); /* larger first (ties: any order) */
+    if (p->temperature == 0.0f || e[0].l == INFINITY) {
+        tok = INT32_MAX;
+        for (int i = 0; i < m && e[i].l == e[0].l; i++)
+            tok = e[i].id < tok ? e[i].id : tok;
+        goto out;
+    }
+    if (p->top_k > 0 && p->top_k < m) {
+        int k = p->top_k;
+        while (k < m && e[k].l == e[p->top_k - 1].l)
+            k++;
+        m = k;
+    }
+    float inv_t = smp_inv_temperature(p->temperature);
+    uint64_t total = 0;
+    for (int i = 0; i < m; i++) {
+        e[i].w = smp_weight(smp_scaled(e[i].l, e[0].l, inv_t));
+        total += e[i].w;
+    }
+    uint32_t theta = 1;
+    if (p->top_p < 1.0f) {
+        qsort(e, (size_t)m, sizeof *e, spec_by_w);
+        double target = smp_top_p_target(p->top_p, total);
+        uint64_t acc = 0;
+        for (int i = 0; i < m; i++) {
+            acc += e[i].w;
+            if ((double)acc >= target) {
+                theta = e[i].w;
+                break;
+            }
+        }
+    }
+    if (p->min_p > 0.0f && smp_min_p_weight(p->min_p) > theta)
+        theta = smp_min_p_weight(p->min_p);
+    qsort(e, (size_t)m, sizeof *e, spec_by_id);
+    total = 0;
+    for (int i = 0; i < m; i++)
+        total += e[i].w >= theta ? e[i].w : 0;
+    uint64_t r = smp_draw_point(smp_draw_bits(p->seed, step), total), acc = 0;
+    for (int i = 0; i < m; i++)
+        if (e[i].w >= theta && r < (acc += e[i].w)) {
+            tok = e[i].id;
+            break;
+        }
+out:
+    free(e);
+    return tok;
+}
+
+/* Many random rows and parameter sets, token by token against spec_sample: the heap,
+ * quickselect, prefilter and dense/sparse draw paths must pick exactly the same token.
+ * Rows have planted ties, bans, NaN, +inf; penalties and bias go through the sampler and
+ * spec_sample sees the processed logits (sampler_process_logits). */
+static void test_against_spec(void)
+{
+    uint64_t x = 777;
+    enum { VMAX = 3000 };
+    float *l = malloc(VMAX * sizeof *l), *proc = malloc(VMAX * sizeof *proc);
+    int failures = 0;
+    for (int iter = 0; iter < 1500 && failures < 5; iter++) {
+        int n = 1 + (int)(test_rng(&x) % (iter % 10 == 0 ? VMAX : 400));
+        random_logits(l, n, (float)(0.05 + 6 * test_unif(&x)), test_rng(&x));
+        for (int i = 0; i < n / 8; i++) /* ties */
+            l[test_rng(&x) % (uint64_t)n] = l[test_rng(&x) % (uint64_t)n];
+        if (test_rng(&x) % 4 == 0)
+            for (int i = 0; i < n / 10 + 1; i++)
+                l[test_rng(&x) % (uint64_t)n] = test_rng(&x) % 2 ? -INFINITY : NAN;
+        if (test_rng(&x) % 50 == 0)
+            l[test_rng(&x) % (uint64_t)n] = INFINITY;
+        if (test_rng(&x) % 30 == 0) /* flat: everything ties */
+            for (int i = 0; i < n; i++)
+                l[i] = 0.5f;
+        struct sampler_params p = params(test_rng(&x) % 8 ? (float)(0.05 + 2.5 * test_unif(&x)) : 0.0f,
+                                         test_rng(&x) % 2 ? (int)(test_rng(&x) % (uint64_t)(n + 3)) : 0,
+                                         test_rng(&x) % 2 ? (float)(0.02 + test_unif(&x)) : 1.0f,
+                                         test_rng(&x) % 3 ? 0.0f : (float)(0.4 * test_unif(&x)),
+                                         test_rng(&x));
+        if (p.top_p > 1.0f)
+            p.top_p = 1.0f;
+        if (test_rng(&x) % 3 == 0) {
+            p.repetition_penalty = (float)(0.5 + test_unif(&x));
+            p.presence_penalty = (float)(2 * test_unif(&x) - 1);
+            p.frequency_penalty = (float)(2 * test_unif(&x) - 1);
+        }
+        struct sampler *s = sampler_create(&p, n);
+        int hist = (int)(test_rng(&x) % 40);
+        for (int i = 0; i < hist; i++) {
+            int32_t t = (int32_t)(test_rng(&x) % (uint64_t)n);
+            if (i % 3)
+                sampler_accept(s, t);
+            else
+                sampler_accept_prompt(s, &t, 1);
+        }
+        if (test_rng(&x) % 4 == 0) {
+            int32_t bid[4];
+            float bv[4];
+            for (int i = 0; i < 4; i++) {
+                bid[i] = (int32_t)(test_rng(&x) % (uint64_t)n);
+                bv[i] = i == 3 ? -INFINITY : (float)(20 * test_unif(&x) - 10);
+            }
+            sampler_set_logit_bias(s, bid, bv, 4);
+        }
+        memcpy(proc, l, (size_t)n * sizeof *l);
+        sampler_process_logits(s, proc);
+        bool ok = true;
+        for (int d = 0; d < 3 && ok; d++) {
+            int32_t want = spec_sample(proc, n, &p, sampler_step(s));
+            int32_t got = sampler_sample(s, l);
+            ok = got == want;
+            CHECK(ok, "iter %d draw %d: n=%d T=%g k=%d top_p=%g min_p=%g: got %d, spec %d", iter,
+                  d, n, (double)p.temperature, p.top_k, (double)p.top_p, (double)p.min_p, got, want);
+            sampler_accept(s, -1); /* advance the step without touching the history */
+        }
+        failures += !ok;
+        sampler_free(s);
+    }
+    free(l);
+    free(proc);
+}
+
+/* ---- cost: inverse CDF (the rule) against an exponential race ---- */
+
+/* The alternative draw that was not chosen (docs/sampling.md, "Why an inverse CDF"):
+ * argmax over the support of W_i / E_i with E_i = -log(u_i), u_i from Philox(seed, step,
+ * i) (four uniforms per call). Timed only. */
+static int32_t race_draw(const float *l, int n, float m, float inv_t, uint64_t seed, uint64_t step)
+{
+    float best = -1.0f;
+    int32_t tok = -1;
+    for (int i = 0; i < n; i += 4) {
+        uint32_t ctr[4] = {(uint32_t)i, (uint32_t)step, (uint32_t)(step >> 32), 1u};
+        uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)}, u[4];
+        philox4x32_10(ctr, key, u);
+        for (int j = 0; j < 4 && i + j < n; j++) {
+            uint32_t wi = smp_weight(smp_scaled(l[i + j], m, inv_t));
+            float e = -logf(((float)(u[j] >> 8) + 0.5f) * 0x1.0p-24f);
+            float sc = (float)wi / e;
+            if (wi && sc > best) {
+                best = sc;
+                tok = i + j;
+            }
+        }
+    }
+    return tok;
+}
+
+static void test_cost(void)
+{
+    static const int vocabs[2] = {49152, 152064};
+    for (int vi = 0; vi < 2; vi++) {
+        int V = vocabs[vi];
+        float *l = malloc((size_t)V * sizeof *l);
+        random_logits(l, V, 4.0f, 31337);
+        float m = -INFINITY;
+        for (int i = 0; i < V; i++)
+            m = l[i] > m ? l[i] : m;
+        const struct {
+            const char *what;
+            float t, top_p;
+            int k;
+        } cfg[] = {{"greedy", 0.0f, 1.0f, 0}, {"T=1", 1.0f, 1.0f, 0}, {"T=0.7 top-p 0.9", 0.7f, 0.9f, 0},
+                   {"T=0.7 top-k 50", 0.7f, 1.0f, 50}};
+        char line[512];
+        int o = snprintf(line, sizeof line, "     vocab %6d:", V);
+        for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+            struct sampler_params p = params(cfg[c].t, cfg[c].k, cfg[c].top_p, 0.0f, 5);
+            struct sampler *s = sampler_create(&p, V);
+            clock_t t0 = clock();
+            for (int d = 0; d < 40; d++)
+                sampler_accept(s, sampler_sample(s, l));
+            double ms = 1000.0 * (double)(clock() - t0) / CLOCKS_PER_SEC / 40;
+            o += snprintf(line + o, sizeof line - (size_t)o, " %s %.3f ms,", cfg[c].what, ms);
+            sampler_free(s);
+        }
+        int32_t sink = 0;
+        clock_t t0 = clock();
+        for (int d = 0; d < 40; d++)
+            sink += race_draw(l, V, m, 1.0f, 5, (uint64_t)d);
+        double ms = 1000.0 * (double)(clock() - t0) / CLOCKS_PER_SEC / 40;
+        snprintf(line + o, sizeof line - (size_t)o, " [race T=1 %.3f ms]", ms);
+        printf("%s\n", line);
+        CHECK(sink >= 0, "race drew nothing");
+        free(l);
+    }
 }
 
 /* ---- large vocabulary ---- */
@@ -811,10 +1169,16 @@ static void test_nonfinite_logits(void)
     struct sampler_params p = params(1.0f, 0, 1.0f, 0.0f, 5);
     struct sampler *s = sampler_create(&p, 6);
     float l[6] = {NAN, 0.0f, -INFINITY, 0.0f, NAN, 0.0f};
+    int seen[6] = {0};
     for (int d = 0; d < 3000; d++) {
         int32_t t = sampler_sample(s, l);
+        sampler_accept(s, t);
         CHECK(t == 1 || t == 3 || t == 5, "drew %d", t);
+        if (t >= 0 && t < 6)
+            seen[t]++;
     }
+    CHECK(seen[1] > 800 && seen[3] > 800 && seen[5] > 800, "uneven: %d %d %d", seen[1], seen[3],
+          seen[5]);
     float inf[6] = {0.0f, 1.0f, INFINITY, 3.0f, INFINITY, NAN};
     CHECK(sampler_sample(s, inf) == 2, "+inf lowest id");
     float dead[6] = {NAN, NAN, -INFINITY, NAN, -INFINITY, NAN};
@@ -842,6 +1206,10 @@ int main(void)
     RUN(test_logit_bias);
     RUN(test_seed_and_reset);
     RUN(test_golden_sequence);
+    RUN(test_step_keys_draw);
+    RUN(test_export);
+    RUN(test_against_spec);
+    RUN(test_cost);
     RUN(test_large_vocab);
     RUN(test_logprobs);
     RUN(test_nonfinite_logits);

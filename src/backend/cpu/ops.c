@@ -19,37 +19,6 @@
 #define OPS_AVX2 1
 #endif
 
-/* ---- KV dtypes ------------------------------------------------------------------------ */
-
-size_t kv_dtype_size(enum kv_dtype t)
-{
-    switch (t) {
-    case KV_F32: return 4;
-    case KV_F16: return 2;
-    case KV_FP8_E4M3: return 1;
-    }
-    return 0;
-}
-
-const char *kv_dtype_name(enum kv_dtype t)
-{
-    switch (t) {
-    case KV_F32: return "f32";
-    case KV_F16: return "f16";
-    case KV_FP8_E4M3: return "fp8";
-    }
-    return "unknown";
-}
-
-int kv_dtype_parse(const char *s, enum kv_dtype *out)
-{
-    if (!strcmp(s, "f32")) *out = KV_F32;
-    else if (!strcmp(s, "f16")) *out = KV_F16;
-    else if (!strcmp(s, "fp8") || !strcmp(s, "fp8_e4m3")) *out = KV_FP8_E4M3;
-    else return ERR_INVALID;
-    return 0;
-}
-
 /* ---- vector kernels ------------------------------------------------------------------- */
 
 #ifdef OPS_AVX2
@@ -125,6 +94,45 @@ void cpu_axpy_f16(float *y, float a, const uint16_t *x, int n)
     }
 #endif
     for (; i < n; i++) y[i] += a * fp16_to_fp32(x[i]);
+}
+
+/* bf16 -> f32 is a 16-bit shift: widen each 16-bit lane into the high half of a 32-bit
+ * lane. */
+#ifdef OPS_AVX2
+static inline __m256 bf16x8_to_ps(const uint16_t *p)
+{
+    __m128i h = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+#endif
+
+float cpu_dot_bf16(const float *a, const uint16_t *b, int n)
+{
+    int i = 0;
+    float s = 0.0f;
+#ifdef OPS_AVX2
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), bf16x8_to_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), bf16x8_to_ps(b + i + 8), acc1);
+    }
+    for (; i + 8 <= n; i += 8)
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), bf16x8_to_ps(b + i), acc0);
+    s = hsum256(_mm256_add_ps(acc0, acc1));
+#endif
+    for (; i < n; i++) s += a[i] * bf16_to_fp32(b[i]);
+    return s;
+}
+
+void cpu_axpy_bf16(float *y, float a, const uint16_t *x, int n)
+{
+    int i = 0;
+#ifdef OPS_AVX2
+    __m256 va = _mm256_set1_ps(a);
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, bf16x8_to_ps(x + i), _mm256_loadu_ps(y + i)));
+#endif
+    for (; i < n; i++) y[i] += a * bf16_to_fp32(x[i]);
 }
 
 /* e4m3 -> fp16 is a bit shift: sign to bit 15, the 4 exponent and 3 mantissa bits to
@@ -209,36 +217,6 @@ void cpu_silu_mul(float *out, const float *gate, const float *up, int64_t n)
 
 /* ---- RoPE ----------------------------------------------------------------------------- */
 
-void cpu_rope_inv_freq(float *inv_freq, int head_dim, const struct rope_params *p,
-                       const float *freq_factors)
-{
-    const double two_pi = 6.283185307179586;
-    int half = head_dim / 2;
-    for (int i = 0; i < half; i++) {
-        /* HF computes base ** (arange(0, dim, 2).float() / dim) in f32; the difference to
-         * a double computation is below 1 ulp of the f32 result we store. */
-        double f = 1.0 / pow(p->theta, (double)(2 * i) / (double)head_dim);
-        if (p->scaling == ROPE_SCALING_LINEAR) {
-            f /= p->factor;
-        } else if (p->scaling == ROPE_SCALING_LLAMA3) {
-            double old_ctx = (double)p->original_max_position_embeddings;
-            double low_wavelen = old_ctx / p->low_freq_factor;
-            double high_wavelen = old_ctx / p->high_freq_factor;
-            double wavelen = two_pi / f;
-            if (wavelen > low_wavelen) {
-                f = f / p->factor;  /* low frequency: fully scaled */
-            } else if (wavelen >= high_wavelen) {
-                /* medium: interpolate between scaled and unscaled */
-                double smooth = (old_ctx / wavelen - p->low_freq_factor) /
-                                (p->high_freq_factor - p->low_freq_factor);
-                f = (1.0 - smooth) * f / p->factor + smooth * f;
-            } /* high frequency (wavelen < high_wavelen): unchanged */
-        }
-        if (freq_factors) f /= (double)freq_factors[i];
-        inv_freq[i] = (float)f;
-    }
-}
-
 void cpu_rope(float *x, const int32_t *positions, int num_tokens, int n_heads, int head_dim,
               const float *inv_freq, enum rope_layout layout)
 {
@@ -304,6 +282,12 @@ void cpu_kv_write(const struct kv_layer *kv, const float *k, const float *v,
                     kd[i] = fp32_to_fp8_e4m3(ks[i] / kv->k_scale);
                     vd[i] = fp32_to_fp8_e4m3(vs[i] / kv->v_scale);
                 }
+            } else if (kv->dtype == KV_BF16) {
+                uint16_t *kd = (uint16_t *)kv->data + ko, *vd = (uint16_t *)kv->data + vo;
+                for (int i = 0; i < hd; i++) {
+                    kd[i] = fp32_to_bf16(ks[i]);
+                    vd[i] = fp32_to_bf16(vs[i]);
+                }
             } else {
                 uint16_t *kd = (uint16_t *)kv->data + ko, *vd = (uint16_t *)kv->data + vo;
                 for (int i = 0; i < hd; i++) {
@@ -333,7 +317,7 @@ static void attend_one(const struct paged_attention_args *a, int s, int t, int h
     const int32_t *bt = a->block_tables + (int64_t)s * a->max_blocks_per_seq;
     const float *q = a->q + ((int64_t)t * a->n_heads + h) * hd;
     float *out = a->out + ((int64_t)t * a->n_heads + h) * hd;
-    int f16 = kv->dtype == KV_F16, fp8 = kv->dtype == KV_FP8_E4M3;
+    int f16 = kv->dtype == KV_F16, bf16 = kv->dtype == KV_BF16, fp8 = kv->dtype == KV_FP8_E4M3;
 
     float max = -INFINITY;
     for (int p0 = 0; p0 < ctx; p0 += bs) {
@@ -343,9 +327,12 @@ static void attend_one(const struct paged_attention_args *a, int s, int t, int h
             float d;
             if (fp8) /* dequantize: q . (code * k_scale) = k_scale * (q . code) */
                 d = kv->k_scale * cpu_dot_fp8(q, (const uint8_t *)kv->data + base + (int64_t)j * hd, hd);
+            else if (f16)
+                d = cpu_dot_f16(q, (const uint16_t *)kv->data + base + (int64_t)j * hd, hd);
+            else if (bf16)
+                d = cpu_dot_bf16(q, (const uint16_t *)kv->data + base + (int64_t)j * hd, hd);
             else
-                d = f16 ? cpu_dot_f16(q, (const uint16_t *)kv->data + base + (int64_t)j * hd, hd)
-                        : cpu_dot_f32(q, (const float *)kv->data + base + (int64_t)j * hd, hd);
+                d = cpu_dot_f32(q, (const float *)kv->data + base + (int64_t)j * hd, hd);
             d *= a->scale;
             sc[p0 + j] = d;
             if (d > max) max = d;
@@ -365,6 +352,7 @@ static void attend_one(const struct paged_attention_args *a, int s, int t, int h
             float w = sc[p0 + j] * inv;
             if (fp8) cpu_axpy_fp8(out, w * kv->v_scale, (const uint8_t *)kv->data + base + (int64_t)j * hd, hd);
             else if (f16) cpu_axpy_f16(out, w, (const uint16_t *)kv->data + base + (int64_t)j * hd, hd);
+            else if (bf16) cpu_axpy_bf16(out, w, (const uint16_t *)kv->data + base + (int64_t)j * hd, hd);
             else cpu_axpy_f32(out, w, (const float *)kv->data + base + (int64_t)j * hd, hd);
         }
     }

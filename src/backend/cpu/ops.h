@@ -17,34 +17,18 @@
 #ifndef TESSERA_BACKEND_CPU_OPS_H
 #define TESSERA_BACKEND_CPU_OPS_H
 
+#include "util/kv_dtype.h"
+#include "util/rope.h"
 #include "util/threadpool.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---- KV cache storage ---------------------------------------------------------------- */
-
-/* Element type of the KV pool. FP8 stores OCP e4m3fn codes (util/fp8.h) with a per-layer
- * scale for K and for V: cpu_kv_write stores code = e4m3(x / scale) (round to nearest
- * even, saturating at +-448), cpu_paged_attention reads code * scale. */
-enum kv_dtype { KV_F32 = 0, KV_F16 = 1, KV_FP8_E4M3 = 2 };
-
-size_t kv_dtype_size(enum kv_dtype t); /* bytes per element; 0 if unknown */
-const char *kv_dtype_name(enum kv_dtype t);
-/* "f32", "f16", "fp8" (alias "fp8_e4m3") -> 0 and *out; ERR_INVALID otherwise. */
-int kv_dtype_parse(const char *s, enum kv_dtype *out);
-
-/* One layer's KV pool (a view; the model's kv_cache owns the memory). */
-struct kv_layer {
-    void *data;     /* [num_blocks][2][n_kv_heads][block_size][head_dim] of dtype */
-    enum kv_dtype dtype;
-    int num_blocks;
-    int block_size;
-    int n_kv_heads;
-    int head_dim;
-    float k_scale;  /* FP8 only: stored code * k_scale = value (1 otherwise) */
-    float v_scale;
-};
 
 /* ---- elementwise / row ops ----------------------------------------------------------- */
 
@@ -59,32 +43,6 @@ void cpu_softmax(float *x, int n);
 void cpu_silu_mul(float *out, const float *gate, const float *up, int64_t n);
 
 /* ---- rotary position embedding ------------------------------------------------------- */
-
-enum rope_layout {
-    ROPE_NORMAL = 0, /* rotate adjacent pairs (x[2i], x[2i+1]): GGUF llama (rows permuted) */
-    ROPE_NEOX = 1,   /* rotate halves (x[i], x[i + head_dim/2]): HF checkpoints, GGUF qwen */
-};
-
-enum rope_scaling_type {
-    ROPE_SCALING_NONE = 0,
-    ROPE_SCALING_LINEAR = 1,  /* inv_freq / factor */
-    ROPE_SCALING_LLAMA3 = 2,  /* HF _compute_llama3_parameters */
-};
-
-struct rope_params {
-    double theta;                          /* base, e.g. 10000, 500000 */
-    enum rope_scaling_type scaling;
-    double factor;                         /* linear and llama3 */
-    double low_freq_factor;                /* llama3 */
-    double high_freq_factor;               /* llama3 */
-    int original_max_position_embeddings;  /* llama3 */
-};
-
-/* inv_freq[i] for i < head_dim/2: theta^(-2i/head_dim), then the scaling rule.
- * freq_factors (may be NULL): GGUF's rope_freqs.weight, a divisor per frequency, applied
- * after the scaling rule (GGUF files carry llama3 scaling this way). */
-void cpu_rope_inv_freq(float *inv_freq, int head_dim, const struct rope_params *p,
-                       const float *freq_factors);
 
 /* In place: rotate every head of token t by angle positions[t] * inv_freq[i].
  *   x: [num_tokens][n_heads][head_dim], head_dim even and <= 1024
@@ -139,8 +97,14 @@ float cpu_dot_f16(const float *a, const uint16_t *b, int n);
 /* y[i] += a * x[i] */
 void cpu_axpy_f32(float *y, float a, const float *x, int n);
 void cpu_axpy_f16(float *y, float a, const uint16_t *x, int n);
+float cpu_dot_bf16(const float *a, const uint16_t *b, int n);
+void cpu_axpy_bf16(float *y, float a, const uint16_t *x, int n);
 /* the same over e4m3fn codes (their decoded values; the caller applies the scale) */
 float cpu_dot_fp8(const float *a, const uint8_t *b, int n);
 void cpu_axpy_fp8(float *y, float a, const uint8_t *x, int n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

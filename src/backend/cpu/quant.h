@@ -13,6 +13,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Dequantizes n elements (a multiple of the type's block size) starting at src, which
  * must point at the start of a block, into dst[n]. Used for embedding lookups. */
 void quant_dequant_row(enum dtype type, const void *src, float *dst, int64_t n);
@@ -42,5 +46,9 @@ void cpu_matmul_multi(struct threadpool *tp, const struct tensor *const *ws, int
 
 /* Reference (plain loop, dequantize-then-dot) version of cpu_matmul for tests. */
 void cpu_matmul_ref(const struct tensor *w, const float *x, float *y, int num_tokens);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

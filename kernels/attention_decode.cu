@@ -1,0 +1,631 @@
+/* attention_decode.cu — paged attention for decode steps (one query row per sequence).
+ *
+ * Math (cpu_paged_attention with query_start = {0, 1, ..., num_seqs}): for sequence s with
+ * ctx = seq_lens[s] context positions and query head h of kv head g = h / G
+ * (G = n_heads / n_kv_heads):
+ *   S[h][t] = q[s][h] . K[g][t] * scale,   out[s][h] = sum_t softmax_t(S[h][:]) V[g][t]
+ * softmax in F32. K/V rows come from the paged pool
+ * [num_blocks][2 (k, v)][n_kv_heads][block_size][head_dim], position t in block
+ * block_tables[s][t / block_size] at offset t % block_size.
+ *
+ * Parallelisation. One thread block (4 warps) per (sequence, kv head, partition): the
+ * block computes all G query heads of that kv head at once (up to 16; larger groups take
+ * several blocks), so each K/V byte of the partition is read from memory exactly once.
+ * The partition's positions are streamed in tiles of TILE positions (64; 128 when
+ * head_dim <= 64):
+ *   - loads: every thread issues TILE * head_dim * elem / 16 / 128 coalesced 16-byte loads
+ *     per tile (the [block_size][head_dim] chunk of one (block, kv head) is contiguous),
+ *     into registers ahead of use (the V tile while Q.K^T runs, the next K tile while P.V
+ *     runs; FP8, whose tiles are half the bytes, keeps two tiles in flight), then stores
+ *     them to shared memory — converting FP8 e4m3 codes to
+ *     F16 on the way with a bit trick (exact: every e4m3 value is an f16 value; the code's
+ *     bits shifted into f16 position give value * 2^-8, and 2^8 * k_scale / v_scale are
+ *     folded into the scores and the output); positions past the context are zero-filled
+ *     and never read from the pool.
+ *   - S = Q K^T on tensor cores (nvcuda::wmma 16x16x16, F32 accumulate): the G query rows
+ *     (zero-padded to 16) times the tile's 16-position subtiles, one subtile per warp.
+ *     Q is split into two 16-bit terms (hi + lo, the cache's 16-bit type: BF16 for BF16
+ *     caches, F16 for F16 and FP8), both multiplied, so scores keep ~16 (BF16) or ~22 (F16)
+ *     significant bits — close to the CPU's F32 dot products, not a 16-bit rounding of q.
+ *   - online softmax in F32 (base 2, log2(e) folded into the score scale), one warp per
+ *     query row: each row keeps a reference maximum m and a sum l; a tile whose maximum
+ *     exceeds m by more than 8 (a factor 2^8) raises m and rescales the row's l and O (O through
+ *     shared memory: wmma fragments have no row layout a kernel may rely on); otherwise
+ *     p = 2^(s - m) <= 256 is used as is, so rescaling is rare.
+ *   - O += P V on tensor cores, P split into hi + lo like Q; each warp owns a slice of
+ *     head_dim columns of O (its accumulator fragments), so no cross-warp reduction.
+ * Split-K (flash-decoding): with few (sequence, kv head) pairs and long contexts the
+ * context is cut into partitions of partition_size positions, one thread block each;
+ * each writes its unnormalised O, m and l to the workspace and
+ * attention_decode_reduce_kernel (one warp per (sequence, query head)) combines them:
+ *   out = sum_p 2^(m_p - M) O_p / sum_p 2^(m_p - M) l_p,  M = max_p m_p.
+ * A sequence whose context fits one partition is written directly by its block and
+ * skipped by the reduce. The automatic partition size fills one wave of resident blocks
+ * (ad_auto_partition).
+ *
+ * CPU twin: cpu_paged_attention (src/backend/cpu/ops.c) over the same pool bytes.
+ */
+#include "common.cuh"
+
+#include "attention_decode.h"
+
+using namespace nvcuda;
+
+namespace {
+
+constexpr int AD_THREADS = 128;
+constexpr int AD_WARPS = AD_THREADS / 32;
+constexpr int AD_ROWS = 16;             /* query heads per thread block: the wmma M dimension */
+constexpr int AD_BLOCKS_PER_SM = 4;     /* resident blocks per SM: __launch_bounds__ caps registers at 128 */
+constexpr int AD_MIN_PART = 256;        /* smallest automatic partition (bounds the workspace) */
+constexpr float AD_RESCALE_LOG2 = 8.0f; /* raise a row's reference max only past 2^8 */
+constexpr float AD_LOG2E = 1.4426950408889634f;
+
+/* The FP8 cache's element tag (its 16-bit compute type is F16). */
+struct kv_fp8 {};
+
+template <typename KV> struct kv_traits;
+template <> struct kv_traits<__half> {
+    typedef __half compute_t;
+    static constexpr int esize = 2;
+};
+template <> struct kv_traits<__nv_bfloat16> {
+    typedef __nv_bfloat16 compute_t;
+    static constexpr int esize = 2;
+};
+template <> struct kv_traits<kv_fp8> {
+    typedef __half compute_t;
+    static constexpr int esize = 1;
+};
+
+template <int HD> struct ad_tile {
+    static constexpr int value = HD <= 64 ? 128 : 64;
+};
+
+/* Shared memory of one thread block (static, < 48 KiB for every instance; all wmma
+ * pointers 32-byte aligned; 16-bit row pitches of 16 (mod 128) bytes, so the 8 rows of a
+ * fragment load fall in distinct banks). T: the 16-bit compute type. */
+template <typename T, int HD, int TILE> struct alignas(128) ad_smem {
+    static constexpr int KP = HD + 8;   /* 16-bit elements per staged K/V row and Q row */
+    static constexpr int PP = TILE + 8; /* 16-bit elements per P row */
+    static constexpr int SP = TILE + 4; /* floats per S row */
+    static constexpr int OP = HD + 4;   /* floats per O row */
+    alignas(32) uint4 kv[TILE][KP / 8]; /* the current K or V tile (16-byte chunks of T) */
+    alignas(32) T q[2][AD_ROWS][KP];    /* Q hi, Q lo */
+    alignas(32) T p[2][AD_ROWS][PP];    /* P hi, P lo of the tile */
+    alignas(32) float s[AD_ROWS][SP];   /* S of the tile (log2 units) */
+    alignas(32) float o[AD_ROWS][OP];   /* O for rescaling and the epilogue */
+    float m[AD_ROWS], l[AD_ROWS], alpha[AD_ROWS];
+    int flag[AD_WARPS];
+};
+
+__device__ __forceinline__ int ad_imin(int a, int b) { return a < b ? a : b; }
+
+/* Two e4m3 codes (bits 0-7 and 16-23 of x) -> two f16 holding value * 2^-8: sign to bit
+ * 15, exponent and mantissa shifted into f16 position (subnormals map to subnormals). */
+__device__ __forceinline__ uint32_t ad_e4m3x2_to_f16x2_scaled(uint32_t x)
+{
+    return ((x & 0x007f007fu) << 7) | ((x & 0x00800080u) << 8);
+}
+
+/* 16 e4m3 codes -> 16 f16 (times 2^-8), in order. */
+__device__ __forceinline__ void ad_fp8x16_to_f16(uint4 c, uint4 &a, uint4 &b)
+{
+    const uint32_t w[4] = { c.x, c.y, c.z, c.w };
+    uint32_t r[8];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        r[2 * i] = ad_e4m3x2_to_f16x2_scaled((w[i] & 0xffu) | ((w[i] & 0xff00u) << 8));
+        r[2 * i + 1] = ad_e4m3x2_to_f16x2_scaled(((w[i] >> 16) & 0xffu) | ((w[i] >> 8) & 0xff0000u));
+    }
+    a = make_uint4(r[0], r[1], r[2], r[3]);
+    b = make_uint4(r[4], r[5], r[6], r[7]);
+}
+
+/* A 16x16 A or B fragment from shared memory. nvcc lowers BF16 fragment loads through
+ * generic 32-bit loads plus MOVM transposes instead of the ldmatrix that F16 loads get
+ * (seen in the sm_90a SASS); F16 and BF16 fragments have the same layout (16-bit
+ * elements), so a BF16 fragment is loaded as F16 and its bits copied. */
+template <typename Use, typename Layout>
+__device__ __forceinline__ void ad_load(wmma::fragment<Use, 16, 16, 16, __half, Layout> &f, const __half *p,
+                                        unsigned ldm)
+{
+    wmma::load_matrix_sync(f, p, ldm);
+}
+template <typename Use, typename Layout>
+__device__ __forceinline__ void ad_load(wmma::fragment<Use, 16, 16, 16, __nv_bfloat16, Layout> &f,
+                                        const __nv_bfloat16 *p, unsigned ldm)
+{
+    wmma::fragment<Use, 16, 16, 16, __half, Layout> h;
+    wmma::load_matrix_sync(h, reinterpret_cast<const __half *>(p), ldm);
+#pragma unroll
+    for (int i = 0; i < f.num_elements; i++) f.x[i] = __ushort_as_bfloat16(__half_as_ushort(h.x[i]));
+}
+
+template <typename O> __device__ __forceinline__ uint32_t ad_pack2(float a, float b);
+template <> __device__ __forceinline__ uint32_t ad_pack2<__half>(float a, float b)
+{
+    return (uint32_t)__half_as_ushort(__float2half_rn(a)) | ((uint32_t)__half_as_ushort(__float2half_rn(b)) << 16);
+}
+template <> __device__ __forceinline__ uint32_t ad_pack2<__nv_bfloat16>(float a, float b)
+{
+    return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(a)) |
+           ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(b)) << 16);
+}
+
+/* out[idx .. idx + 4) = v in the output dtype (idx a multiple of 4). */
+__device__ __forceinline__ void ad_store4(void *out, int out_dtype, int64_t idx, float4 v)
+{
+    switch (out_dtype) {
+    case DT_F32:
+        *(float4 *)((float *)out + idx) = v;
+        break;
+    case DT_F16:
+        *(uint2 *)((__half *)out + idx) = make_uint2(ad_pack2<__half>(v.x, v.y), ad_pack2<__half>(v.z, v.w));
+        break;
+    default: /* DT_BF16: the launcher admits nothing else */
+        *(uint2 *)((__nv_bfloat16 *)out + idx) =
+            make_uint2(ad_pack2<__nv_bfloat16>(v.x, v.y), ad_pack2<__nv_bfloat16>(v.z, v.w));
+        break;
+    }
+}
+
+} /* namespace */
+
+/* One thread block per (partition, kv head x head group, sequence); see the file comment.
+ * qk_scale = scale * log2(e) (* k_scale * 2^8 for FP8); v_fac = 1 (v_scale * 2^8 for FP8). */
+template <typename KV, int HD>
+__global__ void __launch_bounds__(AD_THREADS, AD_BLOCKS_PER_SM)
+attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_heads][HD] of out_dtype */
+                        int out_dtype,
+                        float *__restrict__ ws_o,           /* [num_seqs][n_heads][nparts][HD] */
+                        float2 *__restrict__ ws_ml,         /* [num_seqs][n_heads][nparts] (m, l) */
+                        const float *__restrict__ q,        /* [num_seqs][q_stride], heads at h * HD */
+                        int64_t q_stride,
+                        const uint8_t *__restrict__ pool,   /* [num_blocks][2][n_kv_heads][block_size][HD] of KV */
+                        int n_kv_heads, int bs_log2,
+                        const int32_t *__restrict__ seq_lens,     /* [num_seqs] */
+                        const int32_t *__restrict__ block_tables, /* [num_seqs][max_blocks_per_seq] */
+                        int max_blocks_per_seq, int n_heads, int group, int hgroups, int max_ctx,
+                        int part, int nparts, float qk_scale, float v_fac)
+{
+    typedef typename kv_traits<KV>::compute_t T;
+    constexpr int TILE = ad_tile<HD>::value;
+    constexpr int ESZ = kv_traits<KV>::esize;
+    constexpr int EPC = 16 / ESZ;                     /* elements per 16-byte chunk */
+    constexpr int CPR = HD / EPC;                     /* chunks per K/V row */
+    constexpr int LPT = TILE * CPR / AD_THREADS;      /* chunks per thread per tile */
+    constexpr int KSTEPS = HD / 16;
+    constexpr int SUBT = TILE / 16 / AD_WARPS;        /* 16-position subtiles per warp */
+    constexpr int NF = (KSTEPS + AD_WARPS - 1) / AD_WARPS; /* O fragments per warp */
+    constexpr int CPL = TILE / 32;                    /* softmax columns per lane */
+    constexpr int RPW = AD_ROWS / AD_WARPS;           /* softmax rows per warp */
+    static_assert(HD % 16 == 0 && (TILE * CPR) % AD_THREADS == 0, "tile shape");
+    typedef ad_smem<T, HD, TILE> smem_t;
+    constexpr int KP = smem_t::KP, PP = smem_t::PP, SP = smem_t::SP, OP = smem_t::OP;
+    TS_SHARED(smem_t, sm, );
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int pidx = blockIdx.x;
+    const int kvh = blockIdx.y / hgroups, hg = blockIdx.y % hgroups;
+    const int s = blockIdx.z;
+    const int h0 = kvh * group + hg * AD_ROWS;
+    const int nrows = ad_imin(AD_ROWS, group - hg * AD_ROWS);
+
+    const int ctx = ad_imin(seq_lens[s], max_ctx);
+    const int np_s = ctx > 0 ? (ctx + part - 1) / part : 0;
+    if (pidx >= (np_s > 0 ? np_s : 1)) return; /* an empty partition: nothing to do */
+    const bool direct = np_s <= 1;              /* this block writes out itself */
+
+    if (ctx <= 0) { /* batch padding: all-zero output */
+        for (int i = tid; i < nrows * (HD / 4); i += AD_THREADS) {
+            int r = i / (HD / 4), c4 = i % (HD / 4);
+            ad_store4(out, out_dtype, ((int64_t)s * n_heads + h0 + r) * HD + 4 * c4, make_float4(0.f, 0.f, 0.f, 0.f));
+        }
+        return;
+    }
+    const int p_start = pidx * part;
+    const int p_end = ad_imin(p_start + part, ctx);
+    const int ntiles = (p_end - p_start + TILE - 1) / TILE;
+
+    /* ---- Q: rows h0 .. h0 + nrows, split into hi + lo 16-bit terms, zero rows after (the
+     * first barrier of the tile loop publishes them) ---- */
+    for (int i = tid; i < AD_ROWS * (HD / 4); i += AD_THREADS) {
+        int r = i / (HD / 4), c = 4 * (i % (HD / 4));
+        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (r < nrows) x = *(const float4 *)(q + s * q_stride + (int64_t)(h0 + r) * HD + c);
+        T *hi = &sm.q[0][r][c], *lo = &sm.q[1][r][c];
+        const float xs[4] = { x.x, x.y, x.z, x.w };
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            T h = ts_from_float<T>(xs[e]);
+            hi[e] = h;
+            lo[e] = ts_from_float<T>(xs[e] - ts_to_float<T>(h));
+        }
+    }
+
+    /* ---- pool addressing: chunk j of this thread is row (tid + j * 128) / CPR of a tile ---- */
+    const int32_t *bt = block_tables + (int64_t)s * max_blocks_per_seq;
+    const int bs_mask = (1 << bs_log2) - 1;
+    constexpr int row_bytes = HD * ESZ;
+    /* bytes from K to V of one block (< 2^31: the launcher checks the block's size) */
+    const int which_bytes = (n_kv_heads << bs_log2) * row_bytes;
+    const int64_t block_bytes = 2 * (int64_t)which_bytes;
+    const uint8_t *head_base = pool + ((int64_t)kvh << bs_log2) * row_bytes;
+
+    /* Tiles in flight. K(i) and V(i) alternate; with one buffer (16-bit caches: LPT = 6-8
+     * 16-byte loads per thread already) the next one is loaded when the current one is
+     * stored, so one tile is in flight; FP8 tiles are half the bytes, so they get a buffer
+     * each for K and V (same registers) and two tiles in flight: K(i+1) is issued when K(i)
+     * is stored, V(i+1) when V(i) is. */
+    constexpr bool DEEP = LPT <= 4;
+    uint4 buf[DEEP ? 2 : 1][LPT];
+    uint4(&rk)[LPT] = buf[0];
+    uint4(&rv)[LPT] = buf[DEEP ? 1 : 0];
+
+    /* Block-table entries are read right before the data (L1 hits after the first tile of a
+     * block): keeping them a tile ahead in registers cost ~40 registers per thread. */
+    auto load_tile = [&](int tile, int which, uint4(&reg)[LPT]) {
+#pragma unroll
+        for (int j = 0; j < LPT; j++) {
+            int c = tid + j * AD_THREADS;
+            int t = p_start + tile * TILE + c / CPR;
+            reg[j] = make_uint4(0u, 0u, 0u, 0u);
+            if (t < p_end)
+                reg[j] = *(const uint4 *)(head_base + (int64_t)bt[t >> bs_log2] * block_bytes +
+                                          (which * which_bytes + (t & bs_mask) * row_bytes + (c % CPR) * 16));
+        }
+    };
+    auto store_tile = [&](const uint4(&reg)[LPT]) {
+#pragma unroll
+        for (int j = 0; j < LPT; j++) {
+            int c = tid + j * AD_THREADS;
+            int row = c / CPR, col = c % CPR;
+            if constexpr (ESZ == 2) {
+                sm.kv[row][col] = reg[j];
+            } else {
+                ad_fp8x16_to_f16(reg[j], sm.kv[row][2 * col], sm.kv[row][2 * col + 1]);
+            }
+        }
+    };
+
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> oacc[NF];
+#pragma unroll
+    for (int f = 0; f < NF; f++) wmma::fill_fragment(oacc[f], 0.0f);
+    float m_ref[RPW], l_part[RPW];
+#pragma unroll
+    for (int k = 0; k < RPW; k++) {
+        m_ref[k] = -INFINITY;
+        l_part[k] = 0.0f;
+    }
+
+    load_tile(0, 0, rk);
+    if (DEEP) load_tile(0, 1, rv);
+
+    for (int it = 0; it < ntiles; it++) {
+        const int t0 = p_start + it * TILE;
+        store_tile(rk); /* K(it) */
+        if (!DEEP) load_tile(it, 1, rv);                     /* V(it) in flight during Q.K^T and the softmax */
+        else if (it + 1 < ntiles) load_tile(it + 1, 0, rk); /* K(it + 1), with V(it) still in flight */
+        __syncthreads();
+
+        /* ---- S = Q K^T for this warp's subtiles, in log2 units ---- */
+#pragma unroll
+        for (int u = 0; u < SUBT; u++) {
+            const int sub = warp + u * AD_WARPS;
+            if (t0 + 16 * sub >= p_end) continue; /* all past the context: never read */
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> sacc;
+            wmma::fill_fragment(sacc, 0.0f);
+#pragma unroll
+            for (int k = 0; k < KSTEPS; k++) {
+                /* Q fragments come from shared memory each time: held in registers they
+                 * cost 64 registers per thread at head_dim 128 (2 blocks/SM instead of 4) */
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> qh, ql;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> kb;
+                ad_load(qh, &sm.q[0][0][16 * k], KP);
+                ad_load(ql, &sm.q[1][0][16 * k], KP);
+                ad_load(kb, reinterpret_cast<const T *>(&sm.kv[16 * sub][0]) + 16 * k, KP);
+                wmma::mma_sync(sacc, qh, kb, sacc);
+                wmma::mma_sync(sacc, ql, kb, sacc);
+            }
+#pragma unroll
+            for (int e = 0; e < sacc.num_elements; e++) sacc.x[e] *= qk_scale;
+            wmma::store_matrix_sync(&sm.s[0][16 * sub], sacc, SP, wmma::mem_row_major);
+        }
+        __syncthreads();
+
+        /* ---- online softmax, one warp per row: S -> P (hi, lo) ---- */
+        int rescale = 0;
+#pragma unroll
+        for (int k = 0; k < RPW; k++) {
+            const int r = warp + k * AD_WARPS;
+            const float *srow = &sm.s[r][0];
+            T *phi = &sm.p[0][r][0], *plo = &sm.p[1][r][0];
+            const bool live = r < nrows; /* rows past the group: P = 0 */
+            float sv[CPL], tmax = -INFINITY;
+#pragma unroll
+            for (int c = 0; c < CPL; c++) {
+                int col = lane + 32 * c;
+                sv[c] = live && t0 + col < p_end ? srow[col] : -INFINITY;
+                tmax = fmaxf(tmax, sv[c]);
+            }
+            tmax = warp_max(tmax); /* outside any branch: the shuffles stay convergent */
+            float mr = m_ref[k], alpha = 1.0f;
+            if (tmax > mr + AD_RESCALE_LOG2) { /* also a live row's first tile (mr = -inf) */
+                alpha = exp2f(mr - tmax);      /* 0 on the first tile, where l and O are 0 */
+                if (mr != -INFINITY) rescale = 1;
+                l_part[k] *= alpha;
+                m_ref[k] = mr = tmax;
+            }
+            if (lane == 0) sm.alpha[r] = alpha;
+#pragma unroll
+            for (int c = 0; c < CPL; c++) {
+                int col = lane + 32 * c;
+                float p = live ? exp2f(sv[c] - mr) : 0.0f;
+                l_part[k] += p;
+                T h = ts_from_float<T>(p);
+                phi[col] = h;
+                plo[col] = ts_from_float<T>(p - ts_to_float<T>(h));
+            }
+        }
+        if (lane == 0) sm.flag[warp] = rescale;
+        store_tile(rv); /* V(it): K(it) was consumed before the last barrier */
+        if (it + 1 < ntiles) {
+            if (!DEEP) load_tile(it + 1, 0, rk); /* K(it + 1) in flight during P.V */
+            else load_tile(it + 1, 1, rv);       /* V(it + 1), with K(it + 1) still in flight */
+        }
+        __syncthreads();
+
+        /* ---- rare: a row's reference max rose; rescale this warp's O columns ---- */
+        int any = 0;
+#pragma unroll
+        for (int w = 0; w < AD_WARPS; w++) any |= sm.flag[w];
+        if (any) {
+#pragma unroll
+            for (int f = 0; f < NF; f++) {
+                const int fi = warp + f * AD_WARPS;
+                if (fi < KSTEPS) wmma::store_matrix_sync(&sm.o[0][16 * fi], oacc[f], OP, wmma::mem_row_major);
+            }
+            __syncwarp();
+#pragma unroll
+            for (int f = 0; f < NF; f++) {
+                const int fi = warp + f * AD_WARPS;
+                if (fi < KSTEPS)
+                    for (int e = lane; e < 256; e += 32) sm.o[e / 16][16 * fi + e % 16] *= sm.alpha[e / 16];
+            }
+            __syncwarp();
+#pragma unroll
+            for (int f = 0; f < NF; f++) {
+                const int fi = warp + f * AD_WARPS;
+                if (fi < KSTEPS) wmma::load_matrix_sync(oacc[f], &sm.o[0][16 * fi], OP, wmma::mem_row_major);
+            }
+        }
+
+        /* ---- O += P V for this warp's head_dim columns ---- */
+#pragma unroll
+        for (int k = 0; k < TILE / 16; k++) {
+            if (t0 + 16 * k >= p_end) break; /* P and V are zero there */
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> pa_hi, pa_lo;
+            ad_load(pa_hi, &sm.p[0][0][16 * k], PP);
+            ad_load(pa_lo, &sm.p[1][0][16 * k], PP);
+#pragma unroll
+            for (int f = 0; f < NF; f++) {
+                const int fi = warp + f * AD_WARPS;
+                if (fi >= KSTEPS) continue;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vb;
+                ad_load(vb, reinterpret_cast<const T *>(&sm.kv[16 * k][0]) + 16 * fi, KP);
+                wmma::mma_sync(oacc[f], pa_hi, vb, oacc[f]);
+                wmma::mma_sync(oacc[f], pa_lo, vb, oacc[f]);
+            }
+        }
+        __syncthreads(); /* P and the V tile are consumed before the next tile overwrites them */
+    }
+
+    /* ---- epilogue: O, m, l to shared memory, then out (direct) or the workspace ---- */
+#pragma unroll
+    for (int f = 0; f < NF; f++) {
+        const int fi = warp + f * AD_WARPS;
+        if (fi < KSTEPS) wmma::store_matrix_sync(&sm.o[0][16 * fi], oacc[f], OP, wmma::mem_row_major);
+    }
+#pragma unroll
+    for (int k = 0; k < RPW; k++) {
+        float l = warp_sum(l_part[k]);
+        if (lane == 0) {
+            sm.l[warp + k * AD_WARPS] = l;
+            sm.m[warp + k * AD_WARPS] = m_ref[k];
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < nrows * (HD / 4); i += AD_THREADS) {
+        const int r = i / (HD / 4), c = 4 * (i % (HD / 4));
+        const int64_t sh = (int64_t)s * n_heads + h0 + r; /* (sequence, query head) */
+        const float f = direct ? v_fac / sm.l[r] : v_fac;
+        float4 v = make_float4(sm.o[r][c] * f, sm.o[r][c + 1] * f, sm.o[r][c + 2] * f, sm.o[r][c + 3] * f);
+        if (direct) {
+            ad_store4(out, out_dtype, sh * HD + c, v);
+        } else {
+            *(float4 *)(ws_o + (sh * nparts + pidx) * HD + c) = v;
+            if (c == 0) ws_ml[sh * nparts + pidx] = make_float2(sm.m[r], sm.l[r]);
+        }
+    }
+}
+
+/* Combines the partitions of every (sequence, query head) whose context spans more than
+ * one; one warp each, 4 per block, 4 head_dim columns per lane. */
+template <int HD>
+__global__ void __launch_bounds__(128)
+attention_decode_reduce_kernel(void *__restrict__ out,            /* [num_seqs][n_heads][HD] of out_dtype */
+                               int out_dtype,
+                               const float *__restrict__ ws_o,    /* [num_seqs][n_heads][nparts][HD] */
+                               const float2 *__restrict__ ws_ml,  /* [num_seqs][n_heads][nparts] */
+                               const int32_t *__restrict__ seq_lens, /* [num_seqs] */
+                               int num_seqs, int n_heads, int max_ctx, int part, int nparts)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t sh = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
+    if (sh >= (int64_t)num_seqs * n_heads) return;
+    const int ctx = ad_imin(seq_lens[sh / n_heads], max_ctx);
+    const int np_s = ctx > 0 ? (ctx + part - 1) / part : 0;
+    if (np_s <= 1) return; /* written by the attention kernel */
+    const float2 *ml = ws_ml + sh * nparts;
+    float mx = -INFINITY;
+    for (int p = lane; p < np_s; p += 32) mx = fmaxf(mx, ml[p].x);
+    mx = warp_max(mx);
+    float l = 0.0f;
+    for (int p = lane; p < np_s; p += 32) l += exp2f(ml[p].x - mx) * ml[p].y;
+    const float inv = 1.0f / warp_sum(l);
+    const float4 *o = (const float4 *)(ws_o + sh * nparts * HD);
+    for (int c4 = lane; c4 < HD / 4; c4 += 32) {
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int p = 0; p < np_s; p++) {
+            const float w = exp2f(ml[p].x - mx);
+            const float4 v = o[(int64_t)p * (HD / 4) + c4];
+            acc.x += w * v.x;
+            acc.y += w * v.y;
+            acc.z += w * v.z;
+            acc.w += w * v.w;
+        }
+        ad_store4(out, out_dtype, sh * HD + 4 * c4,
+                  make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+    }
+}
+
+/* ---- launcher ----------------------------------------------------------------------------- */
+
+namespace {
+
+typedef void (*ad_kernel_fn)(void *, int, float *, float2 *, const float *, int64_t, const uint8_t *, int, int,
+                             const int32_t *, const int32_t *, int, int, int, int, int, int, int, float, float);
+typedef void (*ad_reduce_fn)(void *, int, const float *, const float2 *, const int32_t *, int, int, int, int, int);
+
+template <typename KV> ad_kernel_fn ad_pick(int head_dim)
+{
+    switch (head_dim) {
+    case 64: return attention_decode_kernel<KV, 64>;
+    case 96: return attention_decode_kernel<KV, 96>;
+    case 128: return attention_decode_kernel<KV, 128>;
+    default: return nullptr;
+    }
+}
+
+ad_reduce_fn ad_pick_reduce(int head_dim)
+{
+    switch (head_dim) {
+    case 64: return attention_decode_reduce_kernel<64>;
+    case 96: return attention_decode_reduce_kernel<96>;
+    case 128: return attention_decode_reduce_kernel<128>;
+    default: return nullptr;
+    }
+}
+
+int ad_partitions(int max_seq_len, int part) { return max_seq_len <= 0 ? 1 : (max_seq_len + part - 1) / part; }
+
+/* Positions per partition when the caller leaves it to us. base_blocks thread blocks
+ * exist without splitting (sequences x kv heads x head groups). The kernel is bound by
+ * memory latency and bandwidth, so what matters is how many blocks run at once, each with
+ * one tile of loads in flight: AD_BLOCKS_PER_SM per multiprocessor fit (registers), and
+ * blocks that all fit progress at the same rate whatever SM they landed on. So the context
+ * is split into as many partitions as still fit one wave of resident blocks (at least
+ * AD_MIN_PART positions each, rounded to 64); a grid that already fills or overflows the
+ * GPU stays unsplit. Tune on a GPU with the bench's forced-partition rows. */
+int ad_auto_partition(int base_blocks, int max_seq_len, int num_sms)
+{
+    const int whole = max_seq_len <= 16 ? 16 : (max_seq_len + 15) / 16 * 16;
+    int64_t n = (int64_t)AD_BLOCKS_PER_SM * num_sms / base_blocks;
+    const int64_t cap = (max_seq_len + AD_MIN_PART - 1) / AD_MIN_PART;
+    if (n > cap) n = cap;
+    if (n <= 1) return whole;
+    const int64_t part = (max_seq_len + n - 1) / n;
+    return (int)((part + 63) / 64 * 64);
+}
+
+} /* namespace */
+
+extern "C" size_t cuda_attention_decode_workspace_size(int num_seqs, int n_heads, int head_dim, int max_seq_len,
+                                                       int partition_size)
+{
+    if (num_seqs <= 0 || n_heads <= 0 || head_dim <= 0 || max_seq_len <= 0 || partition_size < 0) return 0;
+    const int np = ad_partitions(max_seq_len, partition_size > 0 ? partition_size : AD_MIN_PART);
+    if (np <= 1) return 0;
+    return (size_t)num_seqs * (size_t)n_heads * (size_t)np * (size_t)(head_dim + 2) * sizeof(float);
+}
+
+extern "C" int cuda_attention_decode(void *out, enum dtype out_dtype, const float *q, int64_t q_stride,
+                                     const struct kv_layer *kv,
+                                     const int32_t *seq_lens, const int32_t *block_tables, int max_blocks_per_seq,
+                                     int num_seqs, int n_heads, float scale, int max_seq_len, int partition_size,
+                                     void *workspace, size_t workspace_bytes, cudaStream_t stream)
+{
+    if (num_seqs == 0) return cudaSuccess;
+    if (!out || !q || !kv || !kv->data || !seq_lens || !block_tables || num_seqs < 0 || num_seqs > 65535 ||
+        n_heads <= 0 || kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads != 0 || max_seq_len < 0 ||
+        partition_size < 0 || partition_size % 16 != 0 || max_blocks_per_seq <= 0 ||
+        q_stride < (int64_t)n_heads * kv->head_dim || q_stride % 4 != 0 || ((uintptr_t)q & 15) != 0 ||
+        ((uintptr_t)out & 15) != 0 || ((uintptr_t)kv->data & 15) != 0)
+        return cudaErrorInvalidValue;
+    const int bs = kv->block_size;
+    if (bs < 16 || (bs & (bs - 1)) != 0 || (int64_t)max_seq_len > (int64_t)max_blocks_per_seq * bs)
+        return cudaErrorInvalidValue;
+    int bs_log2 = 0;
+    while ((1 << bs_log2) < bs) bs_log2++;
+    switch (out_dtype) {
+    case DT_F32:
+    case DT_F16:
+    case DT_BF16: break;
+    default: return cudaErrorInvalidValue;
+    }
+    float qk_scale = scale * AD_LOG2E, v_fac = 1.0f;
+    ad_kernel_fn k = nullptr;
+    switch (kv->dtype) {
+    case KV_F16: k = ad_pick<__half>(kv->head_dim); break;
+    case KV_BF16: k = ad_pick<__nv_bfloat16>(kv->head_dim); break;
+    case KV_FP8_E4M3:
+        if (!(kv->k_scale > 0.0f) || !(kv->v_scale > 0.0f) || !isfinite(kv->k_scale) || !isfinite(kv->v_scale))
+            return cudaErrorInvalidValue;
+        k = ad_pick<kv_fp8>(kv->head_dim);
+        qk_scale *= kv->k_scale * 256.0f; /* the staged f16 holds value * 2^-8 */
+        v_fac = kv->v_scale * 256.0f;
+        break;
+    default: return cudaErrorInvalidValue; /* KV_F32: not supported on the GPU */
+    }
+    ad_reduce_fn red = ad_pick_reduce(kv->head_dim);
+    if (!k || !red) return cudaErrorInvalidValue;
+
+    const int64_t esize = kv->dtype == KV_FP8_E4M3 ? 1 : 2;
+    if ((int64_t)kv->n_kv_heads * bs * kv->head_dim * esize > INT32_MAX / 2)
+        return cudaErrorInvalidValue; /* the kernel addresses within a block in 32 bits */
+    const int group = n_heads / kv->n_kv_heads, hgroups = (group + AD_ROWS - 1) / AD_ROWS;
+    if ((int64_t)kv->n_kv_heads * hgroups > 65535) return cudaErrorInvalidValue;
+    int part = partition_size;
+    if (part == 0) {
+        int dev = 0, sms = 0;
+        cudaError_t e = cudaGetDevice(&dev);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        if (e != cudaSuccess) return (int)e;
+        part = ad_auto_partition(num_seqs * kv->n_kv_heads * hgroups, max_seq_len, sms);
+    }
+    const int nparts = ad_partitions(max_seq_len, part);
+    float *ws_o = nullptr;
+    float2 *ws_ml = nullptr;
+    if (nparts > 1) {
+        const size_t n = (size_t)num_seqs * n_heads * nparts;
+        if (!workspace || ((uintptr_t)workspace & 15) != 0 ||
+            workspace_bytes < n * (size_t)(kv->head_dim + 2) * sizeof(float))
+            return cudaErrorInvalidValue;
+        ws_o = (float *)workspace;
+        ws_ml = (float2 *)(ws_o + n * kv->head_dim);
+    }
+    const int max_ctx = max_seq_len;
+    dim3 grid((unsigned)nparts, (unsigned)(kv->n_kv_heads * hgroups), (unsigned)num_seqs);
+    TS_LAUNCH(k, grid, AD_THREADS, 0, stream, out, (int)out_dtype, ws_o, ws_ml, q, q_stride, (const uint8_t *)kv->data,
+              kv->n_kv_heads, bs_log2, seq_lens, block_tables, max_blocks_per_seq, n_heads, group, hgroups, max_ctx,
+              part, nparts, qk_scale, v_fac);
+    if (nparts > 1) {
+        int e = TS_LAUNCH_RESULT();
+        if (e != 0) return e;
+        unsigned blocks = ts_div_up((size_t)num_seqs * n_heads, 4);
+        TS_LAUNCH(red, blocks, 128, 0, stream, out, (int)out_dtype, ws_o, ws_ml, seq_lens, num_seqs, n_heads,
+                  max_ctx, part, nparts);
+    }
+    return TS_LAUNCH_RESULT();
+}

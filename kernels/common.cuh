@@ -1,0 +1,149 @@
+/* common.cuh — included first by every kernel source (kernels/<family>.cu).
+ *
+ * One source, two compilers. nvcc builds the kernels for the GPU (sm_80, sm_89, sm_90a,
+ * compute_90 PTX). The CUDA-on-CPU emulator (tests/emu/, test infrastructure, never in the
+ * product) builds the very same file with g++ as C++17 after force-including
+ * tests/emu/emu.h, which defines TESSERA_EMU and implements __syncthreads, the warp
+ * primitives, shared memory, wmma and the runtime on the CPU. The few spellings that must
+ * differ between the two live here and nowhere else:
+ *
+ *   TS_LAUNCH(kernel, grid, block, smem, stream, args...)
+ *       nvcc: kernel<<<grid, block, smem, stream>>>(args...)
+ *       emu : one call that runs (or enqueues, on stream) the grid on the CPU, with the
+ *             kernel's name and call site kept for diagnostics. The arguments are
+ *             evaluated and copied at the launch, as CUDA does (a tuple, not a lambda
+ *             capturing whole objects named in the argument expressions).
+ *       `kernel` is a plain name or a function-pointer variable; a template instance
+ *       goes through a local variable (auto *k = my_kernel<float, 4>; TS_LAUNCH(k, ...)),
+ *       because the preprocessor would split its template arguments.
+ *   TS_SHARED(type, name, dims)        a static __shared__ variable:
+ *       TS_SHARED(float, red, [32]);   TS_SHARED(float, tile, [64][65]);   TS_SHARED(int, n, );
+ *   TS_DYNAMIC_SHARED(type, name)      the launch's dynamic shared memory as `type *name`
+ *                                      (16-byte aligned).
+ * Under the emulator a bare `__shared__` is a compile error (it would silently become a
+ * per-OS-thread variable): every shared variable goes through these two macros, and comes
+ * from a per-block arena that is poisoned (0xFF bytes: NaN for floating types, -1 for
+ * integers) at every block start.
+ *
+ * Tensor cores are used only through nvcuda::wmma (the emulator implements it) or cuBLAS:
+ * no inline PTX.
+ */
+#ifndef TESSERA_KERNELS_COMMON_CUH
+#define TESSERA_KERNELS_COMMON_CUH
+
+#ifndef TESSERA_EMU
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <mma.h>
+#endif
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- launch and shared memory ----------------------------------------------------------- */
+
+#ifdef TESSERA_EMU
+#define TS_LAUNCH(kernel, grid, block, smem, stream, ...)                                        \
+    emu_launch((const void *)(kernel), #kernel, __FILE__, __LINE__, dim3(grid), dim3(block),      \
+               (size_t)(smem), (stream),                                                         \
+               [=, ts_args_ = std::make_tuple(__VA_ARGS__)]() { std::apply(kernel, ts_args_); })
+#define TS_SHARED(type, name, dims)                                                              \
+    typedef type ts_shared_t_##name dims;                                                        \
+    static const char ts_shared_site_##name = 0;                                                 \
+    ts_shared_t_##name &name = *static_cast<ts_shared_t_##name *>(emu_shared_static(             \
+        &ts_shared_site_##name, sizeof(ts_shared_t_##name), alignof(ts_shared_t_##name), #name))
+#define TS_DYNAMIC_SHARED(type, name) type *name = static_cast<type *>(emu_shared_dynamic())
+#else
+#define TS_LAUNCH(kernel, grid, block, smem, stream, ...)                                        \
+    kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+#define TS_SHARED(type, name, dims) __shared__ type name dims
+#define TS_DYNAMIC_SHARED(type, name)                                                            \
+    extern __shared__ __align__(16) unsigned char ts_dynamic_smem_[];                            \
+    type *name = reinterpret_cast<type *>(ts_dynamic_smem_)
+#endif
+
+/* Launchers return the launch's error as an int (cudaSuccess == 0), so C callers need no
+ * CUDA types beyond cudaStream_t. */
+#define TS_LAUNCH_RESULT() ((int)cudaGetLastError())
+
+#define TS_FULL_MASK 0xffffffffu
+
+static inline unsigned ts_div_up(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
+
+/* ---- warp and block reductions ---------------------------------------------------------- */
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(TS_FULL_MASK, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(TS_FULL_MASK, v, o));
+    return v;
+}
+
+/* Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread gets
+ * the result. scratch: 32 floats of shared memory, reusable after the call returns. */
+__device__ __forceinline__ float block_sum(float v, float *scratch)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* scratch may still be read by a previous call */
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? scratch[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+__device__ __forceinline__ float block_max(float v, float *scratch)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? scratch[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+/* ---- element types ---------------------------------------------------------------------- */
+
+/* Activation and KV element types as kernels see them. F32/F16/BF16 activations are
+ * chosen at run time by an enum dtype (util/tensor.h) argument and dispatched to a
+ * template instance; these convert one element. */
+template <typename T> __device__ __forceinline__ float ts_to_float(T x);
+template <> __device__ __forceinline__ float ts_to_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ float ts_to_float<__half>(__half x) { return __half2float(x); }
+template <> __device__ __forceinline__ float ts_to_float<__nv_bfloat16>(__nv_bfloat16 x)
+{
+    return __bfloat162float(x);
+}
+
+template <typename T> __device__ __forceinline__ T ts_from_float(float x);
+template <> __device__ __forceinline__ float ts_from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half ts_from_float<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 ts_from_float<__nv_bfloat16>(float x)
+{
+    return __float2bfloat16_rn(x);
+}
+
+/* OCP e4m3fn, round to nearest even, saturating at +-448 (util/fp8.h's rule). */
+__device__ __forceinline__ uint8_t ts_float_to_e4m3(float x)
+{
+    return (uint8_t)__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+}
+
+__device__ __forceinline__ float ts_e4m3_to_float(uint8_t c)
+{
+    __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)c, __NV_E4M3);
+    return __half2float(__half(h));
+}
+
+#endif

@@ -1,0 +1,95 @@
+/* emu_test.h — helpers shared by the emulator's own tests (tests/emu/test_emu_*.cu).
+ *
+ *   emu_child r = emu_run_child(fn);   runs fn in a fork()ed child with its stderr captured
+ *   emu_run_self("--case", "VAR=v")     runs this test binary again (fresh process, so the
+ *                                      emulator reads VAR at start-up) with one argument
+ *   emu_died_by_abort(r)               the child was killed by SIGABRT (an emulator abort)
+ *   emu_err_has(r, "text")             its stderr contains text (printed on failure)
+ *   EMU_CHECK_CUDA(call)               CHECK(call == cudaSuccess) with the error's name
+ *
+ * The child's stdout goes to /dev/null and it exits 0 if fn returns; a child that reports
+ * through AddressSanitizer exits non-zero with the report on stderr.
+ */
+#ifndef TESSERA_EMU_TEST_H
+#define TESSERA_EMU_TEST_H
+
+#include "tests/c/test.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+
+struct emu_child {
+    bool signaled;
+    int sig;       /* when signaled */
+    int exit_code; /* otherwise */
+    std::string err;
+};
+
+static inline emu_child emu_run_child(const std::function<void()> &fn)
+{
+    emu_child r = { false, 0, -1, std::string() };
+    int fds[2];
+    if (pipe(fds) != 0) return r;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) dup2(devnull, 1);
+        fn();
+        fflush(stdout);
+        fflush(stderr);
+        _exit(0);
+    }
+    close(fds[1]);
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fds[0], buf, sizeof buf)) > 0) r.err.append(buf, (size_t)n);
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    r.signaled = WIFSIGNALED(status);
+    r.sig = r.signaled ? WTERMSIG(status) : 0;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+}
+
+/* Runs /proc/self/exe with argument arg and environment assignment env ("NAME=value") in a
+ * child, stderr captured. */
+static inline emu_child emu_run_self(const char *arg, const char *env)
+{
+    return emu_run_child([arg, env] {
+        putenv((char *)env);
+        execl("/proc/self/exe", "emu-test-child", arg, (char *)nullptr);
+        _exit(127);
+    });
+}
+
+static inline bool emu_died_by_abort(const emu_child &r) { return r.signaled && r.sig == SIGABRT; }
+
+static inline bool emu_err_has(const emu_child &r, const char *text)
+{
+    if (r.err.find(text) != std::string::npos) return true;
+    fprintf(stderr, "    child stderr lacks \"%s\"; it was:\n%s\n", text, r.err.c_str());
+    return false;
+}
+
+#define EMU_CHECK_CUDA(call)                                                                  \
+    do {                                                                                      \
+        cudaError_t e_ = (call);                                                              \
+        CHECK(e_ == cudaSuccess, "%s: %s", #call, cudaGetErrorName(e_));                      \
+    } while (0)
+
+static inline double emu_now_us(void)
+{
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+#endif

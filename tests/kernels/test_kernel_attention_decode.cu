@@ -1,0 +1,307 @@
+/* test_kernel_attention_decode.cu — kernels/attention_decode.cu against its CPU twin,
+ * cpu_paged_attention (src/backend/cpu/ops.h) with one query row per sequence, over the same
+ * pool bytes: the device pool is copied back to the host (and checked unchanged) and the
+ * twin runs on that copy.
+ *
+ * Grid: every KV dtype (F16, BF16, FP8 with k_scale / v_scale != 1) x head dims 64 and 128
+ * x GQA 1, 3, 7, 8 over contexts of 1, 15, 16, 17 and 100 positions, block sizes 16 and 32,
+ * outputs F32 / F16 / BF16, split-K forced at partitions of 16..48 positions (so the reduce
+ * runs at small sizes) or automatic; contexts of 2,000+ split automatically and forced
+ * unsplit; 64 sequences; batch padding (seq_lens 0 -> zero rows); groups over 16 heads (two
+ * thread blocks per kv head); head_dim 96; q read in place from a fused QKV row; a
+ * max_seq_len far above the real contexts (empty partitions); Qwen2.5-7B's 28 heads over 4
+ * kv heads (BF16, FP8; split automatically); scores that climb past the kernel's
+ * lazy-rescale threshold tile after tile (the O rescale path), split and unsplit; invalid
+ * arguments. Block tables are a random permutation of the pool; every cache slot no
+ * sequence owns (whole blocks, the tail of each last block, table entries past a
+ * sequence's blocks, which point at NaN blocks) holds NaN, so reading one fails. */
+#include "ktest_paged.h"
+
+#include "kernels/attention_decode.h"
+
+#include <algorithm>
+#include <vector>
+
+struct ad_case {
+    const char *name;
+    int head_dim, n_heads, n_kv_heads, block_size;
+    enum kv_dtype kvt;
+    enum dtype out;
+    std::vector<int> seq_lens;
+    int partition_size; /* 0: automatic */
+    int extra_max;      /* max_seq_len = max(seq_lens) + extra_max */
+    bool fused_q;       /* q read from a [S][(n_heads + 2 n_kv_heads) head_dim] buffer */
+    bool climbing;      /* scores rise along the context: forces O rescales */
+};
+
+/* Bounds. The kernel feeds the tensor cores Q and the probabilities P as two 16-bit terms
+ * each (hi + lo), so they keep ~16 significant bits with a BF16 cache (8 + 8: relative
+ * error <= 2^-17 = 7.6e-6 per score term and weight) and ~22 with F16 / FP8 caches (which
+ * compute in F16: 2^-23); the rest is F32 summed in another order than the twin's, and
+ * exp2 for exp. The unit-variance inputs here give output errors of ~1e-6 relative
+ * (observed worst over this grid, F32 output: NMSE 1.5e-11 / max 7.5e-6 with BF16 caches,
+ * 1.6e-12 / 1.1e-6 with F16 / FP8), so F32 outputs are held to ktest.h's F32 row
+ * (1e-10 / 1e-4) for F16 / FP8 caches and to 1e-9 / 1e-4 for BF16 caches. Dropping the lo
+ * terms (plain 16-bit Q or P) fails these bounds, and one missed or wrong context position
+ * moves the output by ~1e-2 or more. F16 / BF16 outputs are dominated by their own rounding
+ * (2^-11 / 2^-8 relative of |out| < ~3; observed NMSE 4e-8 / 3e-6): ktest.h's rows. */
+static ktol tol_for(enum kv_dtype kvt, enum dtype out)
+{
+    if (out == DT_BF16) return KTOL_BF16;
+    if (out == DT_F16) return KTOL_F16;
+    if (kvt == KV_BF16) return ktol{ 1e-9, 1e-4 };
+    return KTOL_F32;
+}
+
+static void run_case(const ad_case &c, uint64_t seed)
+{
+    const int hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, bs = c.block_size;
+    const int num_seqs = (int)c.seq_lens.size();
+    const enum kv_dtype kvt = c.kvt;
+    ktest_rng rng(seed);
+
+    /* batch metadata */
+    const std::vector<int32_t> seq_lens(c.seq_lens.begin(), c.seq_lens.end());
+    int max_ctx = 0;
+    for (int s = 0; s < num_seqs; s++) max_ctx = std::max(max_ctx, seq_lens[s]);
+    const int max_seq_len = max_ctx + c.extra_max;
+    const int max_blocks = std::max(1, (max_seq_len + bs - 1) / bs) + 2; /* slack entries: NaN blocks */
+
+    /* pool (NaN wherever no sequence owns a slot) and permuted block tables */
+    const ktest_paged pg = ktest_make_paged(rng, kvt, seq_lens, max_blocks, bs, nkv, hd, c.climbing);
+    const std::vector<unsigned char> &pool = pg.pool;
+    const std::vector<int32_t> &bt = pg.block_tables;
+
+    /* q: dense [S][nh][hd], or inside a fused QKV row whose K/V part is NaN */
+    const int64_t q_stride = c.fused_q ? (int64_t)(nh + 2 * nkv) * hd : (int64_t)nh * hd;
+    std::vector<float> q((size_t)(num_seqs * q_stride), NAN), q_dense((size_t)num_seqs * nh * hd);
+    for (int s = 0; s < num_seqs; s++)
+        for (int i = 0; i < nh * hd; i++) {
+            float x = c.climbing ? 1.0f : rng.normal();
+            q[(size_t)(s * q_stride + i)] = x;
+            q_dense[(size_t)s * nh * hd + i] = x;
+        }
+
+    const size_t ws_bytes = cuda_attention_decode_workspace_size(num_seqs, nh, hd, max_seq_len, c.partition_size);
+    kbuf<unsigned char> d_pool(pool.size()), d_out((size_t)num_seqs * nh * hd * ktest_act_size(c.out));
+    kbuf<unsigned char> d_ws(std::max<size_t>(ws_bytes, 16));
+    kbuf<float> d_q(q.size());
+    kbuf<int32_t> d_lens(seq_lens.size()), d_bt(bt.size());
+    d_pool.upload(pool);
+    d_q.upload(q);
+    d_lens.upload(seq_lens);
+    d_bt.upload(bt);
+    struct kv_layer kv = ktest_kv_layer(d_pool.ptr, kvt, pg, bs, nkv, hd);
+    const float scale = 1.0f / sqrtf((float)hd);
+
+    /* the twin, over the device pool's bytes (seq_lens 0 gives zero rows there too) */
+    std::vector<unsigned char> host_pool = d_pool.download();
+    CHECK(host_pool == pool, "%s: pool upload differs", c.name);
+    struct kv_layer hkv = kv;
+    hkv.data = host_pool.data();
+    std::vector<int32_t> qstart(num_seqs + 1);
+    for (int s = 0; s <= num_seqs; s++) qstart[s] = s;
+    const std::vector<float> ref =
+        ktest_attention_ref(hkv, q_dense.data(), qstart, seq_lens, bt, max_blocks, num_seqs, nh, scale);
+
+    char what[200];
+    snprintf(what, sizeof what, "%s (hd %d, %d/%d heads, bs %d, kv %s, out %s, partition %d)", c.name, hd, nh, nkv,
+             bs, kv_dtype_name(kvt), ktest_act_name(c.out), c.partition_size);
+    KTEST_SEEDS(s) {
+        d_out.poison();
+        d_ws.poison();
+        int rc = cuda_attention_decode(d_out.ptr, c.out, d_q.ptr, q_stride, &kv, d_lens.ptr, d_bt.ptr, max_blocks,
+                                       num_seqs, nh, scale, max_seq_len, c.partition_size, d_ws.ptr, ws_bytes, 0);
+        CHECK(rc == 0, "%s: cuda_attention_decode returned %d", what, rc);
+        const std::vector<float> got = ktest_out_to_float(d_out.download(), c.out, (size_t)num_seqs * nh * hd);
+        CHECK_CLOSE_ARRAYS(what, got.data(), ref.data(), got.size(), tol_for(kvt, c.out));
+        for (int q0 = 0; q0 < num_seqs; q0++) { /* padding rows: exactly zero */
+            if (seq_lens[q0] > 0) continue;
+            bool zero = true;
+            for (int i = 0; i < nh * hd; i++) zero = zero && got[(size_t)q0 * nh * hd + i] == 0.0f;
+            CHECK(zero, "%s: sequence %d with seq_len 0 is not all zero", what, q0);
+        }
+    }
+    CHECK(d_pool.download() == pool, "%s: the kernel wrote into the pool", what);
+    CHECK_GUARD(d_pool);
+    CHECK_GUARD(d_out);
+    CHECK_GUARD(d_ws);
+    CHECK_GUARD(d_q);
+    CHECK_GUARD(d_lens);
+    CHECK_GUARD(d_bt);
+}
+
+/* ---- the grid --------------------------------------------------------------------------- */
+
+/* Every KV dtype x head dim x GQA ratio over contexts 1, 15, 16, 17, 100. Within each
+ * (KV dtype, head dim) the four GQA cases take the four partitionings (automatic, which
+ * leaves these contexts unsplit, and forced 16 / 32 / 48) and both block sizes; the out
+ * dtype rotates over all 24 cases. */
+static void test_shapes(void)
+{
+    const enum kv_dtype kvts[] = { KV_F16, KV_BF16, KV_FP8_E4M3 };
+    const int hds[] = { 64, 128 }, groups[] = { 1, 3, 7, 8 }, parts[] = { 0, 16, 32, 48 };
+    const enum dtype outs[] = { DT_F32, DT_F16, DT_BF16 };
+    int n = 0;
+    for (int ki = 0; ki < 3; ki++)
+        for (int hi = 0; hi < 2; hi++)
+            for (int gi = 0; gi < 4; gi++, n++) {
+                const int g = groups[gi], nkv = g == 1 ? 3 : g == 8 ? 1 : 2;
+                ad_case c = { "shapes", hds[hi], g * nkv, nkv, gi % 2 ? 32 : 16, kvts[ki], outs[n % 3],
+                              { 1, 15, 16, 17, 100 }, parts[(gi + hi + ki) % 4], 0, false, false };
+                run_case(c, 0x6100 + n);
+            }
+}
+
+/* Long contexts: split automatically (few sequences), and forced into one partition. */
+static void test_long_context(void)
+{
+    const ad_case cases[] = {
+        { "2100 positions, auto split", 128, 7, 1, 16, KV_BF16, DT_F32, { 2100 }, 0, 0, false, false },
+        { "2100 positions, one partition", 128, 7, 1, 16, KV_BF16, DT_F32, { 2100 }, 2112, 0, false, false },
+        { "2049 + 700, fp8, auto split", 128, 8, 1, 32, KV_FP8_E4M3, DT_BF16, { 2049, 700 }, 0, 0, false, false },
+        { "2049 + 700, f16, auto split", 64, 3, 1, 16, KV_F16, DT_F16, { 700, 2049 }, 0, 0, false, false },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(cases[i], 0x6200 + i);
+}
+
+/* 64 sequences of random short contexts; one batch split into 16-position partitions. */
+static void test_many_sequences(void)
+{
+    ktest_rng rng(0x6300);
+    std::vector<int> lens(64), lens2(64);
+    for (int i = 0; i < 64; i++) {
+        lens[i] = 1 + rng.below(40);
+        lens2[i] = 1 + rng.below(70);
+    }
+    const ad_case cases[] = {
+        { "64 sequences", 64, 8, 1, 16, KV_F16, DT_F16, lens, 0, 0, false, false },
+        { "64 sequences, split", 64, 3, 1, 32, KV_BF16, DT_F32, lens2, 16, 0, false, false },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(cases[i], 0x6310 + i);
+}
+
+/* Batch padding, big groups, head_dim 96, q in place, slack in max_seq_len. */
+static void test_layouts(void)
+{
+    const ad_case cases[] = {
+        { "padding rows", 64, 4, 2, 16, KV_F16, DT_F32, { 0, 5, 0, 33 }, 0, 0, false, false },
+        { "padding rows, split", 128, 7, 1, 32, KV_FP8_E4M3, DT_F16, { 0, 70, 0, 1 }, 16, 0, false, false },
+        { "all padding", 64, 2, 1, 16, KV_BF16, DT_BF16, { 0, 0 }, 0, 0, false, false },
+        { "group of 20 heads", 64, 20, 1, 16, KV_F16, DT_F32, { 37, 1 }, 0, 0, false, false },
+        { "group of 16 heads, split", 64, 32, 2, 32, KV_BF16, DT_F32, { 50 }, 16, 0, false, false },
+        { "head_dim 96", 96, 4, 2, 16, KV_F16, DT_F32, { 23, 70 }, 0, 0, false, false },
+        { "head_dim 96, fp8, split", 96, 3, 1, 32, KV_FP8_E4M3, DT_BF16, { 90 }, 32, 0, false, false },
+        { "fused q", 128, 6, 2, 16, KV_BF16, DT_F32, { 17, 40 }, 0, 0, true, false },
+        { "fused q, split", 64, 7, 1, 16, KV_F16, DT_F16, { 80 }, 32, 0, true, false },
+        { "max_seq_len slack, split", 64, 3, 1, 16, KV_F16, DT_F32, { 17, 100 }, 32, 200, false, false },
+        { "max_seq_len slack, auto", 128, 8, 1, 16, KV_FP8_E4M3, DT_F32, { 3, 60 }, 0, 1000, false, false },
+        { "Qwen2.5-7B heads", 128, 28, 4, 16, KV_BF16, DT_BF16, { 1, 300, 777 }, 0, 0, false, false },
+        { "Qwen2.5-7B heads, fp8", 128, 28, 4, 16, KV_FP8_E4M3, DT_F32, { 513, 2 }, 0, 0, false, false },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(cases[i], 0x6400 + i);
+}
+
+static void test_rescale(void)
+{
+    const ad_case cases[] = {
+        { "climbing scores", 64, 2, 2, 16, KV_F16, DT_F32, { 300 }, 0, 0, false, true },
+        { "climbing scores, split", 64, 7, 1, 32, KV_BF16, DT_F32, { 300, 130 }, 128, 0, false, true },
+        { "climbing scores, fp8", 128, 3, 1, 16, KV_FP8_E4M3, DT_F32, { 200 }, 0, 0, false, true },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(cases[i], 0x6500 + i);
+}
+
+/* The workspace bound covers every choice the launcher can make, and is 0 when nothing
+ * can split. (Every run_case call also passes exactly this many bytes: the launcher
+ * refuses a short workspace, so a bound below its need fails those cases.) */
+static void test_workspace_size(void)
+{
+    CHECK(cuda_attention_decode_workspace_size(8, 28, 128, 256, 0) == 0, "256 positions cannot split");
+    CHECK(cuda_attention_decode_workspace_size(8, 28, 128, 0, 0) == 0, "an empty context cannot split");
+    CHECK(cuda_attention_decode_workspace_size(8, 28, 128, 32, 32) == 0, "one forced partition");
+    CHECK(cuda_attention_decode_workspace_size(2, 4, 64, 100, 16) == (size_t)2 * 4 * 7 * 66 * 4,
+          "forced partitions of 16: %zu", cuda_attention_decode_workspace_size(2, 4, 64, 100, 16));
+    size_t a = cuda_attention_decode_workspace_size(64, 28, 128, 32768, 0);
+    size_t b = cuda_attention_decode_workspace_size(64, 28, 128, 2048, 0);
+    size_t c = cuda_attention_decode_workspace_size(1, 28, 128, 32768, 0);
+    CHECK(a >= b && a >= c && c > 0, "not monotone: %zu %zu %zu", a, b, c);
+}
+
+/* Unsupported shapes and types are refused before any launch; zero sequences is a no-op. */
+static void test_invalid(void)
+{
+    kbuf<unsigned char> pool(2 * 2 * 1 * 16 * 128 * 2);
+    kbuf<float> q(2 * 2 * 128 + 4);
+    kbuf<float> out(2 * 2 * 128);
+    kbuf<unsigned char> ws(4096);
+    kbuf<int32_t> meta(4);
+    std::vector<int32_t> m = { 16, 0, 0, 1 }; /* seq_lens = {16}, block_tables [1][2] = {0, 1} */
+    meta.upload(m);
+    struct kv_layer kv = {};
+    kv.data = pool.ptr;
+    kv.dtype = KV_F16;
+    kv.num_blocks = 2;
+    kv.block_size = 16;
+    kv.n_kv_heads = 1;
+    kv.head_dim = 128;
+    kv.k_scale = kv.v_scale = 1.0f;
+    auto call = [&](const struct kv_layer &k, enum dtype od, const float *qp, int64_t qs, int nh, int ns, int maxlen,
+                    int part, size_t wsb) {
+        return cuda_attention_decode(out.ptr, od, qp, qs, &k, meta.ptr, meta.ptr + 2, 2, ns, nh, 0.1f, maxlen, part,
+                                     ws.ptr, wsb, 0);
+    };
+    const int inval = (int)cudaErrorInvalidValue;
+    struct kv_layer k = kv;
+    k.head_dim = 80;
+    CHECK(call(k, DT_F32, q.ptr, 2 * 80, 2, 1, 16, 0, 0) == inval, "head_dim 80 accepted");
+    k = kv;
+    k.dtype = KV_F32;
+    CHECK(call(k, DT_F32, q.ptr, 256, 2, 1, 16, 0, 0) == inval, "KV_F32 accepted");
+    k = kv;
+    k.block_size = 24;
+    CHECK(call(k, DT_F32, q.ptr, 256, 2, 1, 16, 0, 0) == inval, "block_size 24 accepted");
+    k = kv;
+    k.block_size = 8;
+    CHECK(call(k, DT_F32, q.ptr, 256, 2, 1, 8, 0, 0) == inval, "block_size 8 accepted");
+    k = kv;
+    k.n_kv_heads = 2;
+    CHECK(call(k, DT_F32, q.ptr, 3 * 128, 3, 1, 16, 0, 0) == inval, "3 heads over 2 kv heads accepted");
+    k = kv;
+    k.dtype = KV_FP8_E4M3;
+    k.k_scale = 0.0f;
+    CHECK(call(k, DT_F32, q.ptr, 256, 2, 1, 16, 0, 0) == inval, "FP8 k_scale 0 accepted");
+    CHECK(call(kv, DT_Q8_0, q.ptr, 256, 2, 1, 16, 0, 0) == inval, "Q8_0 output accepted");
+    CHECK(call(kv, DT_F32, q.ptr, 200, 2, 1, 16, 0, 0) == inval, "q_stride < n_heads * head_dim accepted");
+    CHECK(call(kv, DT_F32, q.ptr, 258, 2, 1, 16, 0, 0) == inval, "q_stride not a multiple of 4 accepted");
+    CHECK(call(kv, DT_F32, q.ptr + 1, 256, 2, 1, 16, 0, 0) == inval, "unaligned q accepted");
+    CHECK(call(kv, DT_F32, q.ptr, 256, 2, 1, 16, 24, 0) == inval, "partition_size 24 accepted");
+    CHECK(call(kv, DT_F32, q.ptr, 256, 2, 1, 33, 0, 0) == inval, "max_seq_len past the block table accepted");
+    CHECK(call(kv, DT_F32, q.ptr, 256, 2, 1, 32, 16, 100) == inval, "a short workspace accepted");
+    CHECK(cudaGetLastError() == cudaSuccess, "a refused call left an error behind");
+    std::vector<float> o = out.download();
+    bool untouched = true;
+    for (float x : o) untouched = untouched && isnan(x);
+    CHECK(untouched, "a refused call wrote output");
+    CHECK(call(kv, DT_F32, q.ptr, 256, 2, 0, 16, 0, 0) == 0, "zero sequences failed");
+    o = out.download();
+    for (float x : o) untouched = untouched && isnan(x);
+    CHECK(untouched, "zero sequences wrote output");
+    CHECK_GUARD(pool);
+    CHECK_GUARD(q);
+    CHECK_GUARD(out);
+    CHECK_GUARD(ws);
+    CHECK_GUARD(meta);
+}
+
+int main(void)
+{
+    RUN(test_shapes);
+    RUN(test_long_context);
+    RUN(test_many_sequences);
+    RUN(test_layouts);
+    RUN(test_rescale);
+    RUN(test_workspace_size);
+    RUN(test_invalid);
+    return test_summary();
+}

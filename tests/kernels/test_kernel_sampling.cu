@@ -1,0 +1,749 @@
+/* test_kernel_sampling.cu — kernels/sampling.cu against the CPU sampler.
+ *
+ * The twin is the CPU backend's own sampler: per row, a struct sampler given the same
+ * parameters, history (prompt flags and output counts from the penalty CSR), logit bias
+ * and step, then sampler_sample on the raw row and sampler_logprobs (cpu_sampling below,
+ * with the launcher's arguments). The rule is computed with exact integer weights on both
+ * sides, so the check is exact: the same token for every row (zero mismatches), the same
+ * status, the same top-N logprob ids; logprob values within float rounding of the CPU's
+ * double log-sum-exp.
+ *
+ * Rows: vocabularies 257, 1000, 1001 (odd stride: scalar loads), 6007, 9001, 49,152 and
+ * 151,936; logits normal, peaked, flat (uniform: the candidate paths give way to the exact
+ * fallback), all equal (ties everywhere), quantised (many ties), with NaN / -inf / +inf
+ * entries, and all -inf/NaN (error); greedy, temperature only, top-k 1 / 5 / 50 / large,
+ * top-p 0.1 / 0.9, min-p, their combinations; repetition / presence / frequency penalties
+ * over random histories; logit bias with repeated ids and -inf bans; logprobs 0 / 5 / 20;
+ * steps up to 2^50; every fast path and every fallback of the kernel; invalid parameters
+ * and malformed CSR data per row. Plus: Philox on the device against the known-answer
+ * vectors (and cuRAND on a GPU), batch independence, and a chi-square test of many GPU
+ * draws against the exact distribution. Outputs are poisoned before every call and every
+ * buffer's guards checked after it. ~10 s under the emulator (2 cores, -O2).
+ */
+#include "kernels/common.cuh"
+#include "ktest.h"
+
+extern "C" {
+#include "sampler/sampler.h"
+#include "util/err.h"
+}
+#include "kernels/sampling.h"
+#include "sampler/exact.h"
+#include "sampler/philox.h"
+
+#ifndef TESSERA_EMU
+#include <curand_kernel.h>
+#endif
+
+#include <algorithm>
+#include <string>
+
+/* ---- the twin ---------------------------------------------------------------------------- */
+
+/* cuda_sampling's CPU twin, same arguments (host pointers): one struct sampler per row. */
+static void cpu_sampling(const float *logits, int64_t row_stride, int num_rows, int vocab,
+                         const sampling_params *params, const int32_t *pen_start, const int32_t *pen_ids,
+                         const uint32_t *pen_info, const int32_t *bias_start, const int32_t *bias_ids,
+                         const float *bias_vals, sampling_output *out)
+{
+    std::vector<float> row(vocab);
+    for (int r = 0; r < num_rows; r++) {
+        const sampling_params &P = params[r];
+        sampling_output &o = out[r];
+        o.token = -1;
+        o.logprob = -INFINITY;
+        o.n_top = 0;
+        for (int j = 0; j < SAMPLING_MAX_TOP_LOGPROBS; j++) {
+            o.top_ids[j] = -1;
+            o.top_logprobs[j] = -INFINITY;
+        }
+        struct sampler_params sp;
+        sampler_params_default(&sp);
+        sp.temperature = P.temperature;
+        sp.top_k = P.top_k;
+        sp.top_p = P.top_p;
+        sp.min_p = P.min_p;
+        sp.repetition_penalty = P.repetition_penalty;
+        sp.presence_penalty = P.presence_penalty;
+        sp.frequency_penalty = P.frequency_penalty;
+        sp.seed = P.seed;
+        struct sampler *s = sampler_create(&sp, vocab);
+        if (!s || P.n_logprobs < -1 || P.n_logprobs > SAMPLING_MAX_TOP_LOGPROBS) {
+            o.status = SAMPLING_ERR_PARAMS;
+            sampler_free(s);
+            continue;
+        }
+        o.status = SAMPLING_OK;
+        if (pen_start)
+            for (int j = pen_start[r]; j < pen_start[r + 1]; j++) {
+                int32_t id = pen_ids[j];
+                if (id < 0 || id >= vocab) o.status = SAMPLING_ERR_INPUT;
+                if (pen_info[j] & SMP_PROMPT_FLAG) sampler_accept_prompt(s, &id, 1);
+                for (uint32_t n = 0; n < (pen_info[j] & SMP_COUNT_MASK); n++) sampler_accept(s, id);
+            }
+        if (bias_start && sampler_set_logit_bias(s, bias_ids + bias_start[r], bias_vals + bias_start[r],
+                                                 bias_start[r + 1] - bias_start[r]) != 0)
+            o.status = SAMPLING_ERR_INPUT;
+        if (o.status == SAMPLING_OK) {
+            sampler_set_step(s, P.step);
+            memcpy(row.data(), logits + (int64_t)r * row_stride, (size_t)vocab * sizeof(float));
+            int32_t t = sampler_sample(s, row.data());
+            if (t < 0) {
+                o.status = SAMPLING_ERR_NO_TOKEN;
+            } else {
+                o.token = t;
+                if (P.n_logprobs >= 0) {
+                    int n = sampler_logprobs(row.data(), vocab, t, P.n_logprobs, o.top_ids, o.top_logprobs,
+                                             &o.logprob);
+                    o.n_top = n > 0 ? n : 0;
+                }
+            }
+        }
+        sampler_free(s);
+    }
+}
+
+/* ---- batches ----------------------------------------------------------------------------- */
+
+struct batch {
+    int V = 0;
+    int64_t stride = 0;
+    std::vector<float> logits;
+    std::vector<sampling_params> params;
+    std::vector<int32_t> pen_start{ 0 }, pen_ids;
+    std::vector<uint32_t> pen_info;
+    std::vector<int32_t> bias_start{ 0 }, bias_ids;
+    std::vector<float> bias_vals;
+    std::vector<std::string> what;
+    int rows() const { return (int)params.size(); }
+};
+
+static sampling_params make_params(float t, int k, float top_p, float min_p, int n_lp, uint64_t seed, uint64_t step)
+{
+    sampling_params p;
+    memset(&p, 0, sizeof p);
+    p.temperature = t;
+    p.top_k = k;
+    p.top_p = top_p;
+    p.min_p = min_p;
+    p.repetition_penalty = 1.0f;
+    p.n_logprobs = n_lp;
+    p.seed = seed;
+    p.step = step;
+    return p;
+}
+
+enum kind { K_NORMAL, K_PEAKED, K_FLAT, K_EQUAL, K_QUANT, K_WILD, K_DEAD, K_COUNT };
+static const char *const KIND_NAME[K_COUNT] = { "normal", "peaked", "flat", "equal", "quantised", "wild", "dead" };
+
+static void gen_row(ktest_rng &rng, float *l, int V, kind k)
+{
+    switch (k) {
+    case K_NORMAL:
+        rng.fill_normal(l, V, 3.0f);
+        break;
+    case K_PEAKED:
+        rng.fill_normal(l, V, 2.0f);
+        for (int i = 0; i < 6; i++) l[rng.below(V)] = 9.0f + 3.0f * rng.uniform();
+        break;
+    case K_FLAT:
+        rng.fill_uniform(l, V, -1.0f, 1.0f);
+        break;
+    case K_EQUAL:
+        for (int i = 0; i < V; i++) l[i] = 1.5f;
+        break;
+    case K_QUANT:
+        for (int i = 0; i < V; i++) l[i] = 0.25f * (float)(int)(8.0f * rng.normal());
+        break;
+    case K_WILD:
+        rng.fill_normal(l, V, 4.0f);
+        for (int i = 0; i < V / 20 + 1; i++) l[rng.below(V)] = rng.below(2) ? -INFINITY : NAN;
+        if (rng.below(3) == 0) l[rng.below(V)] = INFINITY;
+        break;
+    default:
+        for (int i = 0; i < V; i++) l[i] = i % 3 ? -INFINITY : NAN;
+        break;
+    }
+}
+
+/* Appends a row: logits of `kind`, parameters p, a random history of n_hist tokens (a third
+ * in the prompt) and n_bias bias entries (repeated ids, some -inf), merged through a CPU
+ * sampler the way the backend builds its CSR. */
+static void add_row(batch &b, ktest_rng &rng, kind k, sampling_params p, int n_hist, int n_bias)
+{
+    const int V = b.V;
+    size_t off = b.logits.size();
+    b.logits.resize(off + (size_t)b.stride, -7.0f); /* padding columns must be ignored */
+    gen_row(rng, b.logits.data() + off, V, k);
+    struct sampler_params sp;
+    sampler_params_default(&sp);
+    struct sampler *s = sampler_create(&sp, V);
+    uint64_t gen = 0;
+    for (int i = 0; i < n_hist; i++) {
+        int32_t t = rng.below(i % 2 ? V : std::min(V, 64)); /* repeats likely */
+        if (i % 3 == 0) sampler_accept_prompt(s, &t, 1);
+        else {
+            sampler_accept(s, t);
+            gen++;
+        }
+    }
+    int nh = sampler_history_len(s);
+    std::vector<int32_t> ids(nh);
+    std::vector<uint32_t> info(nh);
+    sampler_history(s, ids.data(), info.data());
+    /* the kernel must not depend on the order of the CSR entries */
+    for (int i = nh - 1; i > 0; i--) {
+        int j = rng.below(i + 1);
+        std::swap(ids[i], ids[j]);
+        std::swap(info[i], info[j]);
+    }
+    b.pen_ids.insert(b.pen_ids.end(), ids.begin(), ids.end());
+    b.pen_info.insert(b.pen_info.end(), info.begin(), info.end());
+    b.pen_start.push_back((int32_t)b.pen_ids.size());
+    std::vector<int32_t> bid(n_bias);
+    std::vector<float> bv(n_bias);
+    for (int i = 0; i < n_bias; i++) {
+        bid[i] = i > 0 && i % 4 == 0 ? bid[i - 1] : rng.below(V);
+        bv[i] = i % 5 == 4 ? -INFINITY : rng.uniform(-6.0f, 6.0f);
+    }
+    CHECK(sampler_set_logit_bias(s, bid.data(), bv.data(), n_bias) == 0, "bias rejected");
+    int32_t mid[SAMPLER_MAX_LOGIT_BIAS];
+    float mv[SAMPLER_MAX_LOGIT_BIAS];
+    int nb = sampler_logit_bias(s, mid, mv);
+    b.bias_ids.insert(b.bias_ids.end(), mid, mid + nb);
+    b.bias_vals.insert(b.bias_vals.end(), mv, mv + nb);
+    b.bias_start.push_back((int32_t)b.bias_ids.size());
+    sampler_free(s);
+    if (p.step < gen) p.step = gen; /* the step counts the generated tokens at least */
+    b.params.push_back(p);
+    char w[192];
+    snprintf(w, sizeof w, "V=%d %s T=%g k=%d p=%g min_p=%g rep=%g pres=%g freq=%g lp=%d hist=%d bias=%d step=%llu",
+             V, KIND_NAME[k], (double)p.temperature, p.top_k, (double)p.top_p, (double)p.min_p,
+             (double)p.repetition_penalty, (double)p.presence_penalty, (double)p.frequency_penalty, p.n_logprobs,
+             nh, nb, (unsigned long long)p.step);
+    b.what.push_back(w);
+}
+
+/* Logprob tolerance: the CPU sums exp() in double, the kernel in float per thread (at most
+ * ~300 terms each, relative error < 300 * 2^-24 = 2e-5) combined in double; a logprob is
+ * one float subtraction of ~|30|: an absolute error below 1e-4 covers both. */
+static bool lp_close(float got, float ref)
+{
+    if (ref == -INFINITY || got == -INFINITY) return got == ref;
+    return fabsf(got - ref) <= 1e-4f;
+}
+
+static int compare_rows(const batch &b, const std::vector<sampling_output> &got,
+                        const std::vector<sampling_output> &ref, const char *tag)
+{
+    int bad = 0;
+    for (int r = 0; r < b.rows(); r++) {
+        const sampling_output &g = got[r], &e = ref[r];
+        bool ok = g.status == e.status && g.token == e.token && lp_close(g.logprob, e.logprob) && g.n_top == e.n_top;
+        for (int j = 0; ok && j < SAMPLING_MAX_TOP_LOGPROBS; j++)
+            ok = g.top_ids[j] == e.top_ids[j] && lp_close(g.top_logprobs[j], e.top_logprobs[j]);
+        if (!ok && bad++ < 4) {
+            fprintf(stderr, "    %s row %d (%s): gpu status %d token %d lp %.7g n_top %d | cpu status %d token %d "
+                    "lp %.7g n_top %d\n", tag, r, b.what[r].c_str(), g.status, g.token, (double)g.logprob, g.n_top,
+                    e.status, e.token, (double)e.logprob, e.n_top);
+            for (int j = 0; j < std::max(g.n_top, e.n_top) && j < SAMPLING_MAX_TOP_LOGPROBS; j++)
+                if (g.top_ids[j] != e.top_ids[j] || !lp_close(g.top_logprobs[j], e.top_logprobs[j]))
+                    fprintf(stderr, "      top[%d]: gpu %d %.7g cpu %d %.7g\n", j, g.top_ids[j],
+                            (double)g.top_logprobs[j], e.top_ids[j], (double)e.top_logprobs[j]);
+        }
+    }
+    return bad;
+}
+
+/* Runs the batch on the device under every fiber-order seed and compares with the twin. */
+static void check_batch(const batch &b, const char *tag)
+{
+    const int n = b.rows();
+    std::vector<sampling_output> ref(n);
+    cpu_sampling(b.logits.data(), b.stride, n, b.V, b.params.data(), b.pen_start.data(), b.pen_ids.data(),
+                 b.pen_info.data(), b.bias_start.data(), b.bias_ids.data(), b.bias_vals.data(), ref.data());
+    kbuf<float> d_logits(b.logits.size());
+    kbuf<sampling_params> d_params(n);
+    kbuf<int32_t> d_ps(n + 1), d_pi(b.pen_ids.size() + 1), d_bs(n + 1), d_bi(b.bias_ids.size() + 1);
+    kbuf<uint32_t> d_pn(b.pen_info.size() + 1);
+    kbuf<float> d_bv(b.bias_vals.size() + 1);
+    kbuf<sampling_output> d_out(n);
+    d_logits.upload(b.logits);
+    d_params.upload(b.params);
+    d_ps.upload(b.pen_start);
+    d_bs.upload(b.bias_start);
+    if (!b.pen_ids.empty()) {
+        KCHECK_CUDA(cudaMemcpy(d_pi.ptr, b.pen_ids.data(), b.pen_ids.size() * 4, cudaMemcpyHostToDevice));
+        KCHECK_CUDA(cudaMemcpy(d_pn.ptr, b.pen_info.data(), b.pen_info.size() * 4, cudaMemcpyHostToDevice));
+    }
+    if (!b.bias_ids.empty()) {
+        KCHECK_CUDA(cudaMemcpy(d_bi.ptr, b.bias_ids.data(), b.bias_ids.size() * 4, cudaMemcpyHostToDevice));
+        KCHECK_CUDA(cudaMemcpy(d_bv.ptr, b.bias_vals.data(), b.bias_vals.size() * 4, cudaMemcpyHostToDevice));
+    }
+    KTEST_SEEDS(s) {
+        d_out.poison();
+        int rc = cuda_sampling(d_logits.ptr, b.stride, n, b.V, d_params.ptr, d_ps.ptr, d_pi.ptr, d_pn.ptr, d_bs.ptr,
+                               d_bi.ptr, d_bv.ptr, d_out.ptr, 0);
+        CHECK(rc == 0, "%s: cuda_sampling returned %d", tag, rc);
+        KCHECK_CUDA(cudaDeviceSynchronize());
+        std::vector<sampling_output> got = d_out.download();
+        int bad = compare_rows(b, got, ref, tag);
+        CHECK(bad == 0, "%s: %d of %d rows differ from the CPU sampler", tag, bad, n);
+    }
+    CHECK_GUARD(d_logits);
+    CHECK_GUARD(d_params);
+    CHECK_GUARD(d_ps);
+    CHECK_GUARD(d_pi);
+    CHECK_GUARD(d_pn);
+    CHECK_GUARD(d_bs);
+    CHECK_GUARD(d_bi);
+    CHECK_GUARD(d_bv);
+    CHECK_GUARD(d_out);
+}
+
+/* ---- cases ------------------------------------------------------------------------------- */
+
+struct cfg {
+    float t;
+    int k;
+    float top_p, min_p;
+};
+
+/* Every parameter family on a small vocabulary, all logit kinds, penalties and bias. */
+static void test_small_vocab(void)
+{
+    static const cfg cfgs[] = {
+        { 0.0f, 0, 1.0f, 0.0f },  { 1.0f, 0, 1.0f, 0.0f },   { 0.7f, 1, 1.0f, 0.0f },  { 0.8f, 5, 1.0f, 0.0f },
+        { 1.2f, 50, 1.0f, 0.0f }, { 1.0f, 0, 0.1f, 0.0f },   { 1.0f, 0, 0.9f, 0.0f },  { 0.9f, 0, 1.0f, 0.05f },
+        { 0.6f, 40, 0.9f, 0.02f }, { 2.0f, 700, 0.95f, 0.0f }, { 1e-3f, 0, 1.0f, 0.0f }, { 0.5f, 5, 0.5f, 0.3f },
+    };
+    uint64_t seed = 1;
+    for (int V : { 1000, 1001 }) {
+        batch b;
+        b.V = V;
+        b.stride = V == 1000 ? 1000 : 1003; /* 1003: rows unaligned (scalar loads) */
+        ktest_rng rng(77 + V);
+        int i = 0;
+        for (const cfg &c : cfgs)
+            for (int k = 0; k < K_COUNT; k++, i++) {
+                if (k == K_DEAD && i % 3) continue;
+                sampling_params p = make_params(c.t, c.k, c.top_p, c.min_p, (int)(i % 4 == 0 ? -1 : i % 21),
+                                                seed++, (uint64_t)rng.below(1000) << (i % 41));
+                int n_hist = 0, n_bias = 0;
+                if (i % 3 == 1) {
+                    p.repetition_penalty = rng.uniform(0.7f, 1.6f);
+                    p.presence_penalty = rng.uniform(-1.0f, 1.0f);
+                    p.frequency_penalty = rng.uniform(-1.0f, 1.0f);
+                    n_hist = 1 + rng.below(120);
+                }
+                if (i % 4 == 2) n_bias = 1 + rng.below(12);
+                if (i % 7 == 5) n_hist = 30; /* a history with the penalties off */
+                add_row(b, rng, (kind)k, p, n_hist, n_bias);
+            }
+        check_batch(b, V == 1000 ? "V=1000" : "V=1001 unaligned");
+    }
+}
+
+/* Many cheap random rows: random parameters of every kind, as a fuzz against the twin. */
+static void test_random_rows(void)
+{
+    batch b;
+    b.V = 257;
+    b.stride = 260;
+    ktest_rng rng(4242);
+    for (int i = 0; i < 160; i++) {
+        sampling_params p = make_params(rng.below(6) == 0 ? 0.0f : rng.uniform(0.05f, 2.5f),
+                                        rng.below(2) ? rng.below(300) : 0, rng.below(2) ? rng.uniform(0.02f, 1.0f) : 1.0f,
+                                        rng.below(3) == 0 ? rng.uniform(0.0f, 0.5f) : 0.0f, rng.below(22) - 1,
+                                        rng.next(), rng.next() >> rng.below(64));
+        if (rng.below(3) == 0) {
+            p.repetition_penalty = rng.uniform(0.5f, 2.0f);
+            p.presence_penalty = rng.uniform(-2.0f, 2.0f);
+            p.frequency_penalty = rng.uniform(-2.0f, 2.0f);
+        }
+        add_row(b, rng, (kind)rng.below(K_COUNT - 1), p, rng.below(40), rng.below(3) ? 0 : rng.below(20));
+    }
+    check_batch(b, "random V=257");
+}
+
+/* Qwen-sized and SmolLM-sized vocabularies: a few rows each (the emulator's budget). */
+static void test_large_vocab(void)
+{
+    {
+        batch b;
+        b.V = 49152;
+        b.stride = 49152;
+        ktest_rng rng(9);
+        add_row(b, rng, K_NORMAL, make_params(0.0f, 0, 1.0f, 0.0f, 20, 1, 0), 0, 0);
+        add_row(b, rng, K_NORMAL, make_params(1.0f, 0, 1.0f, 0.0f, 5, 2, 17), 200, 0);
+        add_row(b, rng, K_PEAKED, make_params(0.7f, 50, 0.9f, 0.0f, 20, 3, 5), 0, 8);
+        add_row(b, rng, K_NORMAL, make_params(0.8f, 0, 0.9f, 0.0f, 0, 4, 9), 0, 0);
+        add_row(b, rng, K_FLAT, make_params(1.0f, 0, 0.9f, 0.0f, 20, 5, 3), 0, 0);    /* nucleus > candidates */
+        add_row(b, rng, K_FLAT, make_params(1.0f, 3000, 1.0f, 0.0f, -1, 6, 1), 0, 0); /* candidates overflow */
+        add_row(b, rng, K_NORMAL, make_params(1.0f, 6000, 0.8f, 0.0f, -1, 7, 2), 0, 0); /* k > cap / 2 */
+        add_row(b, rng, K_EQUAL, make_params(1.0f, 5, 1.0f, 0.0f, 20, 8, 4), 0, 0);    /* ties everywhere */
+        add_row(b, rng, K_QUANT, make_params(0.9f, 0, 0.95f, 0.1f, 7, 9, 8), 50, 6);
+        add_row(b, rng, K_NORMAL, make_params(1.1f, 0, 1.0f, 0.05f, 3, 10, 6), 0, 0);
+        check_batch(b, "V=49152");
+    }
+    {
+        batch b;
+        b.V = 151936;
+        b.stride = 152064;
+        ktest_rng rng(10);
+        sampling_params p = make_params(0.7f, 20, 0.8f, 0.0f, 20, 11, 123456789);
+        p.repetition_penalty = 1.1f;
+        p.frequency_penalty = 0.3f;
+        add_row(b, rng, K_PEAKED, p, 400, 30);
+        add_row(b, rng, K_NORMAL, make_params(1.0f, 0, 0.9f, 0.0f, 5, 12, 77), 0, 0);
+        add_row(b, rng, K_NORMAL, make_params(0.0f, 0, 1.0f, 0.0f, -1, 13, 1), 0, 0);
+        check_batch(b, "V=151936");
+    }
+}
+
+/* Vocabularies around the candidate capacity, where the fast paths give way to the exact
+ * fallback: a nucleus larger than the candidates, top-k beyond half the capacity, raw ties
+ * beyond the raw candidates, and weights tied across the candidates' boundary. */
+static void test_fallbacks(void)
+{
+    batch b;
+    b.V = 6007;
+    b.stride = 6009;
+    ktest_rng rng(606);
+    add_row(b, rng, K_FLAT, make_params(1.0f, 0, 0.9f, 0.0f, 5, 1, 10), 0, 0);      /* nucleus > candidates */
+    add_row(b, rng, K_FLAT, make_params(0.8f, 4500, 0.5f, 0.0f, -1, 2, 11), 0, 0);  /* k > capacity / 2 */
+    add_row(b, rng, K_NORMAL, make_params(1.3f, 4100, 1.0f, 0.01f, -1, 3, 12), 0, 0);
+    add_row(b, rng, K_EQUAL, make_params(0.9f, 5, 1.0f, 0.0f, 20, 4, 13), 0, 0);    /* raw ties > raw capacity */
+    add_row(b, rng, K_QUANT, make_params(0.0f, 0, 1.0f, 0.0f, 20, 5, 14), 0, 0);
+    sampling_params p = make_params(1.0f, 0, 0.97f, 0.0f, 2, 6, 15);
+    p.repetition_penalty = 1.3f;
+    add_row(b, rng, K_FLAT, p, 300, 20);
+    check_batch(b, "fallbacks V=6007");
+
+    /* 8000 tokens within 0.3 logits of the max, the rest far below; T = 1e8 ties their
+     * weights at 2^31, so a tiny top-p keeps all 8000 — more than the candidates hold */
+    batch t;
+    t.V = 9001;
+    t.stride = 9001;
+    t.params.push_back(make_params(1e8f, 0, 0.001f, 0.0f, 3, 7, 16));
+    t.logits.resize(9001);
+    for (int i = 0; i < 9001; i++) t.logits[i] = i < 8000 ? 5.0f - 0.3f * (float)((i * 7919) % 8000) / 8000.0f : -10.0f;
+    t.pen_start.push_back(0);
+    t.bias_start.push_back(0);
+    t.what.push_back("V=9001 weight ties across the candidates' boundary");
+    check_batch(t, "weight ties");
+}
+
+/* Per-row errors never fail the launch, and never disturb the other rows. */
+static void test_row_errors(void)
+{
+    batch b;
+    b.V = 300;
+    b.stride = 300;
+    ktest_rng rng(5);
+    add_row(b, rng, K_DEAD, make_params(1.0f, 0, 1.0f, 0.0f, 3, 1, 0), 0, 0); /* nothing samplable */
+    add_row(b, rng, K_NORMAL, make_params(1.0f, 0, 1.0f, 0.0f, 3, 1, 0), 0, 0);
+    /* every logit banned by the bias */
+    add_row(b, rng, K_NORMAL, make_params(0.0f, 0, 1.0f, 0.0f, 3, 2, 0), 0, 0);
+    b.bias_start.back() = b.bias_start[b.bias_start.size() - 2];
+    b.bias_ids.resize(b.bias_start.back());
+    b.bias_vals.resize(b.bias_start.back());
+    for (int i = 0; i < 300; i++) {
+        b.bias_ids.push_back(i);
+        b.bias_vals.push_back(-INFINITY);
+    }
+    b.bias_start.back() = (int32_t)b.bias_ids.size();
+    add_row(b, rng, K_NORMAL, make_params(-1.0f, 0, 1.0f, 0.0f, 3, 3, 0), 0, 0);  /* bad temperature */
+    add_row(b, rng, K_NORMAL, make_params(1.0f, 0, 0.0f, 0.0f, 3, 4, 0), 0, 0);   /* bad top_p */
+    add_row(b, rng, K_NORMAL, make_params(1.0f, 0, 1.0f, 0.0f, 21, 5, 0), 0, 0);  /* too many logprobs */
+    add_row(b, rng, K_NORMAL, make_params(0.5f, 3, 1.0f, 0.0f, 2, 6, 0), 0, 0);
+    check_batch(b, "row errors");
+
+    /* malformed CSR data: a repeated penalty id, an id out of range, a NaN bias */
+    for (int which = 0; which < 3; which++) {
+        batch e;
+        e.V = 300;
+        e.stride = 300;
+        ktest_rng r2(6);
+        sampling_params p = make_params(1.0f, 0, 1.0f, 0.0f, 2, 7, 3);
+        p.presence_penalty = 0.5f;
+        add_row(e, r2, K_NORMAL, p, 10, 3);
+        add_row(e, r2, K_NORMAL, p, 10, 3);
+        /* row 0 is the malformed one; row 1 must come out as the twin says */
+        std::vector<sampling_output> ref(2);
+        cpu_sampling(e.logits.data(), 300, 2, 300, e.params.data(), e.pen_start.data(), e.pen_ids.data(),
+                     e.pen_info.data(), e.bias_start.data(), e.bias_ids.data(), e.bias_vals.data(), ref.data());
+        if (which == 0) e.pen_ids[0] = e.pen_ids[1];
+        if (which == 1) e.bias_ids[0] = 300;
+        if (which == 2) e.bias_vals[0] = NAN;
+        kbuf<float> d_l(e.logits.size());
+        kbuf<sampling_params> d_p(2);
+        kbuf<int32_t> d_ps(3), d_pi(e.pen_ids.size()), d_bs(3), d_bi(e.bias_ids.size());
+        kbuf<uint32_t> d_pn(e.pen_info.size());
+        kbuf<float> d_bv(e.bias_vals.size());
+        kbuf<sampling_output> d_o(2);
+        d_l.upload(e.logits);
+        d_p.upload(e.params);
+        d_ps.upload(e.pen_start);
+        d_pi.upload(e.pen_ids);
+        d_pn.upload(e.pen_info);
+        d_bs.upload(e.bias_start);
+        d_bi.upload(e.bias_ids);
+        d_bv.upload(e.bias_vals);
+        KTEST_SEEDS(s) {
+            d_o.poison();
+            int rc = cuda_sampling(d_l.ptr, 300, 2, 300, d_p.ptr, d_ps.ptr, d_pi.ptr, d_pn.ptr, d_bs.ptr, d_bi.ptr,
+                                   d_bv.ptr, d_o.ptr, 0);
+            CHECK(rc == 0, "malformed %d: launch %d", which, rc);
+            std::vector<sampling_output> got = d_o.download();
+            CHECK(got[0].status == SAMPLING_ERR_INPUT && got[0].token == -1 && got[0].n_top == 0,
+                  "malformed %d: status %d token %d", which, got[0].status, got[0].token);
+            CHECK(got[1].status == ref[1].status && got[1].token == ref[1].token,
+                  "malformed %d: the good row: %d / %d, cpu %d / %d", which, got[1].status, got[1].token,
+                  ref[1].status, ref[1].token);
+        }
+        CHECK_GUARD(d_l);
+        CHECK_GUARD(d_pi);
+        CHECK_GUARD(d_bv);
+        CHECK_GUARD(d_o);
+    }
+}
+
+/* Launcher arguments it cannot run with. */
+static void test_invalid_args(void)
+{
+    kbuf<float> d_l(64);
+    kbuf<sampling_params> d_p(1);
+    kbuf<sampling_output> d_o(1);
+    CHECK(cuda_sampling(d_l.ptr, 64, 1, 0, d_p.ptr, NULL, NULL, NULL, NULL, NULL, NULL, d_o.ptr, 0) ==
+              (int)cudaErrorInvalidValue, "vocab 0");
+    CHECK(cuda_sampling(d_l.ptr, 32, 1, 64, d_p.ptr, NULL, NULL, NULL, NULL, NULL, NULL, d_o.ptr, 0) ==
+              (int)cudaErrorInvalidValue, "stride < vocab");
+    CHECK(cuda_sampling(d_l.ptr, SAMPLING_MAX_VOCAB + 1, 1, SAMPLING_MAX_VOCAB + 1, d_p.ptr, NULL, NULL, NULL, NULL,
+                        NULL, NULL, d_o.ptr, 0) == (int)cudaErrorInvalidValue, "vocab too large");
+    int32_t *fake = (int32_t *)d_l.ptr;
+    CHECK(cuda_sampling(d_l.ptr, 64, 1, 64, d_p.ptr, fake, NULL, NULL, NULL, NULL, NULL, d_o.ptr, 0) ==
+              (int)cudaErrorInvalidValue, "penalty offsets without ids");
+    CHECK(cuda_sampling(d_l.ptr, 64, 0, 64, d_p.ptr, NULL, NULL, NULL, NULL, NULL, NULL, d_o.ptr, 0) == 0, "0 rows");
+    std::vector<sampling_output> o = d_o.download();
+    const unsigned char *bytes = (const unsigned char *)o.data();
+    bool untouched = true;
+    for (size_t i = 0; i < sizeof(sampling_output); i++) untouched = untouched && bytes[i] == 0xff;
+    CHECK(untouched, "a rejected or empty call wrote the output");
+    CHECK_GUARD(d_o);
+}
+
+/* The same row samples the same token whatever else is in the batch and wherever it is. */
+static void test_batch_independence(void)
+{
+    batch b;
+    b.V = 500;
+    b.stride = 500;
+    ktest_rng rng(31);
+    for (int i = 0; i < 12; i++)
+        add_row(b, rng, i % 2 ? K_NORMAL : K_PEAKED,
+                make_params(0.9f, i % 3 ? 0 : 20, i % 4 ? 1.0f : 0.9f, 0.0f, 5, 1000 + i, (uint64_t)i * 7), i % 3 * 9,
+                i % 5 == 0 ? 4 : 0);
+    /* the reversed batch */
+    batch rb = b;
+    rb.logits.clear();
+    rb.params.clear();
+    rb.what.clear();
+    rb.pen_start = { 0 };
+    rb.pen_ids.clear();
+    rb.pen_info.clear();
+    rb.bias_start = { 0 };
+    rb.bias_ids.clear();
+    rb.bias_vals.clear();
+    for (int r = b.rows() - 1; r >= 0; r--) {
+        rb.logits.insert(rb.logits.end(), b.logits.begin() + (size_t)r * 500, b.logits.begin() + (size_t)(r + 1) * 500);
+        rb.params.push_back(b.params[r]);
+        rb.what.push_back(b.what[r]);
+        rb.pen_ids.insert(rb.pen_ids.end(), b.pen_ids.begin() + b.pen_start[r], b.pen_ids.begin() + b.pen_start[r + 1]);
+        rb.pen_info.insert(rb.pen_info.end(), b.pen_info.begin() + b.pen_start[r],
+                           b.pen_info.begin() + b.pen_start[r + 1]);
+        rb.pen_start.push_back((int32_t)rb.pen_ids.size());
+        rb.bias_ids.insert(rb.bias_ids.end(), b.bias_ids.begin() + b.bias_start[r],
+                           b.bias_ids.begin() + b.bias_start[r + 1]);
+        rb.bias_vals.insert(rb.bias_vals.end(), b.bias_vals.begin() + b.bias_start[r],
+                            b.bias_vals.begin() + b.bias_start[r + 1]);
+        rb.bias_start.push_back((int32_t)rb.bias_ids.size());
+    }
+    check_batch(b, "batch");
+    check_batch(rb, "reversed batch");
+}
+
+/* ---- the draws' distribution ------------------------------------------------------------- */
+
+/* 1 - 1e-4 quantile of chi-square with df degrees of freedom (Wilson-Hilferty). */
+static double chi2_crit(int df)
+{
+    const double z = 3.719, a = 2.0 / (9.0 * df);
+    return df * pow(1.0 - a + z * sqrt(a), 3.0);
+}
+
+static double chi2(const std::vector<long> &counts, const std::vector<double> &prob, long n, int *df)
+{
+    double stat = 0.0;
+    int bins = 0;
+    for (size_t i = 0; i < counts.size(); i++) {
+        double e = prob[i] * (double)n;
+        if (e == 0.0) {
+            if (counts[i]) return INFINITY;
+            continue;
+        }
+        stat += (counts[i] - e) * (counts[i] - e) / e;
+        bins++;
+    }
+    *df = bins - 1;
+    return stat;
+}
+
+/* Draws per chi-square case: the emulator runs a 512-thread block per draw (the filtered
+ * case goes through ~40 block barriers, the direct draw ~12), ASan several times slower;
+ * a GPU affords many more. */
+#ifdef TESSERA_EMU
+#if defined(__SANITIZE_ADDRESS__)
+#define CHI_SCALE 2
+#else
+#define CHI_SCALE 1
+#endif
+#define CHI_DRAWS_DIRECT (1600 / CHI_SCALE)
+#define CHI_DRAWS_FILTERED (600 / CHI_SCALE)
+#else
+#define CHI_DRAWS_DIRECT 40000
+#define CHI_DRAWS_FILTERED 40000
+#endif
+
+/* N draws of one row at steps 0 .. N-1 (one launch of N rows), against the exact
+ * distribution (exp in double; the rule's supports) by Pearson's chi-square at the 1e-4
+ * level; and the test's power: the draws must reject a wrong distribution — twice the
+ * temperature (expected statistic >= 100 at 800 draws, critical value 30), or the same
+ * filters without top-p (a token the nucleus excludes has probability 0.16 there: at 300
+ * draws, an expected 48 never seen). */
+static void test_chi_square(void)
+{
+    const int V = 8;
+    const float l[V] = { 0.3f, 1.1f, -0.4f, 1.6f, 0.0f, 1.3f, -2.0f, 0.9f };
+    struct {
+        float t, top_p;
+        int k, n;
+    } cases[] = { { 1.0f, 1.0f, 0, CHI_DRAWS_DIRECT }, { 0.8f, 0.75f, 4, CHI_DRAWS_FILTERED } };
+    for (auto &cs : cases) {
+        const int N = cs.n;
+        std::vector<float> logits;
+        std::vector<sampling_params> params;
+        for (int i = 0; i < N; i++) {
+            logits.insert(logits.end(), l, l + V);
+            params.push_back(make_params(cs.t, cs.k, cs.top_p, 0.0f, -1, 0xfeedull, (uint64_t)i));
+        }
+        kbuf<float> d_l(logits.size());
+        kbuf<sampling_params> d_p(N);
+        kbuf<sampling_output> d_o(N);
+        d_l.upload(logits);
+        d_p.upload(params);
+        d_o.poison();
+        int rc = cuda_sampling(d_l.ptr, V, N, V, d_p.ptr, NULL, NULL, NULL, NULL, NULL, NULL, d_o.ptr, 0);
+        CHECK(rc == 0, "launch %d", rc);
+        std::vector<sampling_output> got = d_o.download();
+        /* the exact distribution: top-k (no ties here), weights exp((l - max) / T), nucleus */
+        auto dist = [&](float t, float top_p) {
+            std::vector<int> order(V);
+            for (int i = 0; i < V; i++) order[i] = i;
+            std::sort(order.begin(), order.end(), [&](int a, int c) { return l[a] > l[c]; });
+            int kept = cs.k > 0 ? cs.k : V;
+            std::vector<double> w(V, 0.0);
+            double tot = 0.0;
+            for (int i = 0; i < kept; i++) tot += w[order[i]] = exp((l[order[i]] - l[order[0]]) / t);
+            if (top_p < 1.0f) {
+                double acc = 0.0;
+                int cut = kept;
+                for (int i = 0; i < kept; i++)
+                    if ((acc += w[order[i]]) >= top_p * tot) {
+                        cut = i + 1;
+                        break;
+                    }
+                for (int i = cut; i < kept; i++) w[order[i]] = 0.0;
+            }
+            double s = 0.0;
+            for (double x : w) s += x;
+            for (double &x : w) x /= s;
+            return w;
+        };
+        std::vector<long> counts(V, 0);
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            if (got[i].status != SAMPLING_OK || got[i].token < 0 || got[i].token >= V) bad++;
+            else counts[got[i].token]++;
+        }
+        CHECK(bad == 0, "%d draws failed", bad);
+        int df;
+        double stat = chi2(counts, dist(cs.t, cs.top_p), N, &df);
+        CHECK(stat < chi2_crit(df), "T=%g k=%d p=%g: chi2 %g >= %g (df %d)", (double)cs.t, cs.k, (double)cs.top_p,
+              stat, chi2_crit(df), df);
+        double wrong = cs.top_p < 1.0f ? chi2(counts, dist(cs.t, 1.0f), N, &df) : chi2(counts, dist(2.0f * cs.t, 1.0f), N, &df);
+        CHECK(wrong > chi2_crit(df), "T=%g p=%g: a wrong distribution is not rejected (chi2 %g)", (double)cs.t,
+              (double)cs.top_p, wrong);
+        CHECK_GUARD(d_l);
+        CHECK_GUARD(d_p);
+        CHECK_GUARD(d_o);
+    }
+}
+
+/* ---- Philox on the device ----------------------------------------------------------------- */
+
+__global__ void philox_kat_kernel(const uint32_t *in, uint32_t *out, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    uint32_t ctr[4] = { in[6 * i], in[6 * i + 1], in[6 * i + 2], in[6 * i + 3] };
+    uint32_t key[2] = { in[6 * i + 4], in[6 * i + 5] };
+    uint32_t o[4];
+    philox4x32_10(ctr, key, o);
+#ifndef TESSERA_EMU
+    /* cuRAND's implementation, where there is a GPU to run it */
+    uint4 c2 = curand_Philox4x32_10(make_uint4(ctr[0], ctr[1], ctr[2], ctr[3]), make_uint2(key[0], key[1]));
+    if (c2.x != o[0] || c2.y != o[1] || c2.z != o[2] || c2.w != o[3]) o[0] = o[1] = o[2] = o[3] = 0xdeadbeefu;
+#endif
+    for (int j = 0; j < 4; j++) out[4 * i + j] = o[j];
+}
+
+static void test_philox_device(void)
+{
+    /* Random123's kat_vectors for philox4x32_10: counter, key -> output */
+    const uint32_t in[3][6] = { { 0, 0, 0, 0, 0, 0 },
+                                { 0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu },
+                                { 0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u, 0xa4093822u, 0x299f31d0u } };
+    const uint32_t want[3][4] = { { 0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u },
+                                  { 0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu },
+                                  { 0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u } };
+    kbuf<uint32_t> d_in(18), d_out(12);
+    d_in.upload(&in[0][0]);
+    KTEST_SEEDS(s) {
+        d_out.poison();
+        uint32_t *di = d_in.ptr, *dout = d_out.ptr;
+        TS_LAUNCH(philox_kat_kernel, 1, 32, 0, 0, di, dout, 3);
+        KCHECK_CUDA(cudaGetLastError());
+        std::vector<uint32_t> got = d_out.download();
+        for (int v = 0; v < 3; v++)
+            for (int j = 0; j < 4; j++)
+                CHECK(got[4 * v + j] == want[v][j], "vector %d word %d: %08x want %08x", v, j, got[4 * v + j],
+                      want[v][j]);
+    }
+    CHECK_GUARD(d_in);
+    CHECK_GUARD(d_out);
+}
+
+int main(void)
+{
+    RUN(test_philox_device);
+    RUN(test_invalid_args);
+    RUN(test_small_vocab);
+    RUN(test_random_rows);
+    RUN(test_fallbacks);
+    RUN(test_row_errors);
+    RUN(test_batch_independence);
+    RUN(test_large_vocab);
+    RUN(test_chi_square);
+    return test_summary();
+}
