@@ -150,7 +150,7 @@ int backend_create(struct backend **out, const struct model *m, const struct bac
         rc = backend_cpu_create(m, &b->cfg, &b->ops, &b->impl, &b->info, err, errlen);
         if (rc) goto fail;
         if (b->cfg.device == BACKEND_DEVICE_AUTO) {
-            snprintf(b->info.fallback, sizeof b->info.fallback, "%s", why);
+            snprintf(b->info.fallback, sizeof b->info.fallback, "%.*s", (int)sizeof b->info.fallback - 1, why);
             LOG_INFO("backend", "device auto: using the CPU (%s)", why);
         }
     }
