@@ -585,8 +585,8 @@ static void *engine_thread(void *arg)
                 e->failed = true;
                 atomic_store(&e->failed_flag, true);
                 pthread_mutex_unlock(&e->mu);
-                finish_all(e, REQ_FINISH_ERROR, e->fail_msg);
                 if (e->cfg.on_failure) e->cfg.on_failure(e->cfg.failure_ud, e->fail_msg);
+                finish_all(e, REQ_FINISH_ERROR, e->fail_msg);
             }
         }
         update_stats(e);

@@ -45,9 +45,10 @@ struct engine_config {
     int max_queued_requests;   /* submitted but not yet running; beyond it submit → ERR_BUSY.
                                   <= 0: unlimited */
     int64_t max_queued_tokens; /* prompt tokens of those requests; <= 0: unlimited */
-    /* Called once, on the scheduler thread, when the engine fails (a backend error: every
-     * live request has just finished ERROR, and every later submit gets ERR_UNAVAILABLE),
-     * with the reason. The process should exit (house style); may be NULL. */
+    /* Called once, on the scheduler thread, when the engine fails (a backend error), with
+     * the reason — engine_failed() is already true and every later submit gets
+     * ERR_UNAVAILABLE; right after it returns, every live request finishes ERROR. The
+     * process should exit (house style); may be NULL. No engine call from inside. */
     void (*on_failure)(void *ud, const char *reason);
     void *failure_ud;
 };
