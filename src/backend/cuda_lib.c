@@ -79,6 +79,7 @@ int cuda_lib_open(struct cuda_lib *lib, char *err, size_t errlen)
     SYM(device_count, "tessera_cuda_device_count");
     SYM(device_info, "tessera_cuda_device_info");
     SYM(versions, "tessera_cuda_versions");
+    SYM(create, "tessera_cuda_backend_create");
 #undef SYM
     if (lib->abi_version() != TESSERA_CUDA_ABI) {
         snprintf(why, sizeof why, "ABI %d, this binary needs %d (rebuild both)", lib->abi_version(),

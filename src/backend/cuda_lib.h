@@ -9,13 +9,21 @@
  * the GPU), then libtessera-cuda.so beside the executable, then the dynamic loader's
  * search path. Its entry points are C functions with a version check
  * (tessera_cuda_abi_version() must equal TESSERA_CUDA_ABI).
+ *
+ * ABI 2 adds tessera_cuda_backend_create (a backend_create_fn, backend_impl.h): the CUDA
+ * implementation of backend.h, which backend.c enters for --device cuda / auto. The
+ * structs it receives (struct model, struct backend_config, struct batch, struct sampler)
+ * cross the boundary by pointer, so the library must be built from the same sources as
+ * the binary — which the ABI number guards.
  */
 #ifndef TESSERA_BACKEND_CUDA_LIB_H
 #define TESSERA_BACKEND_CUDA_LIB_H
 
+#include "backend/backend_impl.h"
+
 #include <stddef.h>
 
-#define TESSERA_CUDA_ABI 1
+#define TESSERA_CUDA_ABI 2
 
 /* One GPU as the library reports it. */
 struct cuda_device_info {
@@ -36,6 +44,8 @@ struct cuda_lib {
     int (*device_info)(int device, struct cuda_device_info *out, char *err, size_t errlen);
     /* runtime and driver versions as 1000*major + 10*minor; 0 when unknown */
     void (*versions)(int *runtime, int *driver);
+    /* the CUDA backend (backend_impl.h contract) */
+    backend_create_fn create;
 };
 
 /* Loads the library into *lib. Returns 0, or ERR_NOT_FOUND (no library: the normal case

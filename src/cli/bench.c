@@ -4,7 +4,10 @@
  * Roofline: a decode step is memory-bound — it reads every weight matrix once (plus one
  * embedding row and the KV cache so far). bytes_per_token / measured read bandwidth is
  * the fastest a step can be; the ratio achieved/roofline is the figure of merit. The
- * bandwidth is measured with the same thread count right before the runs.
+ * bandwidth is measured with the same thread count right before the runs. Every step
+ * goes through the backend interface (backend.h) with greedy sampling of its last row,
+ * as a decode step of the engine does; --device picks the backend (the roofline is the
+ * host's memory bandwidth, meaningful for the CPU backend).
  */
 #define _GNU_SOURCE
 #include "cli/args.h"
@@ -50,6 +53,8 @@ int cli_bench(int argc, char **argv)
     const char *model_path = NULL;
     int threads = 0, n_prompt = 128, n_gen = 64, reps = 3;
     enum kv_dtype kv = KV_F16;
+    struct backend_config bc;
+    backend_config_default(&bc);
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v;
         if (!strcmp(f, "--model") && (v = args_value(argc, argv, &i))) model_path = v;
@@ -58,11 +63,20 @@ int cli_bench(int argc, char **argv)
         else if (!strcmp(f, "--gen-tokens") && (v = args_value(argc, argv, &i))) { if (args_int(f, v, 1, 1 << 16, &n_gen)) return 2; }
         else if (!strcmp(f, "--reps") && (v = args_value(argc, argv, &i))) { if (args_int(f, v, 1, 100, &reps)) return 2; }
         else if (!strcmp(f, "--kv-dtype") && (v = args_value(argc, argv, &i))) {
-            if (kv_dtype_parse(v, &kv)) { fprintf(stderr, "--kv-dtype: f32, f16, bf16 or fp8\n"); return 2; }
+            if (kv_dtype_parse(v, &kv)) { fprintf(stderr, "--kv-dtype: f32, f16 (fp16), bf16 or fp8\n"); return 2; }
+        } else if (!strcmp(f, "--device") && (v = args_value(argc, argv, &i))) {
+            if (backend_device_parse(v, &bc.device)) { fprintf(stderr, "--device: auto, cpu or cuda\n"); return 2; }
+        } else if (!strcmp(f, "--enforce-eager")) {
+            bc.enforce_eager = true;
+        } else if (!strcmp(f, "--gpu-memory-utilization") && (v = args_value(argc, argv, &i))) {
+            float x;
+            if (args_float(f, v, 0, 1, &x) || !(x > 0)) return 2;
+            bc.gpu_memory_utilization = x;
         } else {
             fprintf(stderr,
                     "usage: tessera bench --model PATH [--threads N] [--prompt-tokens N] [--gen-tokens N]\n"
-                    "                     [--reps N] [--kv-dtype f32|f16|bf16|fp8]\n");
+                    "                     [--reps N] [--kv-dtype f32|f16|bf16|fp8] [--device auto|cpu|cuda]\n"
+                    "                     [--enforce-eager] [--gpu-memory-utilization X (CUDA; ignored by the CPU)]\n");
             return 2;
         }
     }
@@ -72,6 +86,7 @@ int cli_bench(int argc, char **argv)
     char err[ERR_BUF];
     struct model *m = NULL;
     struct runner run = { 0 };
+    struct sampler *smp = NULL;
     int32_t *ids = NULL;
     int rc, status = 1;
     if ((rc = model_load(model_path, 0, &m, err, sizeof err))) goto fail;
@@ -81,23 +96,31 @@ int cli_bench(int argc, char **argv)
     tp_free(tp);
 
     int ctx = n_prompt + n_gen + 1;
+    bc.n_threads = threads;
+    bc.kv_dtype_auto = false;
+    bc.kv_dtype = kv;
+    struct sampler_params sp;
+    sampler_params_default(&sp);
+    sp.temperature = 0;
     ids = malloc(sizeof *ids * (size_t)n_prompt);
-    if (!ids) { rc = err_set(err, sizeof err, ERR_NOMEM, "out of memory"); goto fail; }
+    smp = sampler_create(&sp, m->cfg.vocab_size);
+    if (!ids || !smp) { rc = err_set(err, sizeof err, ERR_NOMEM, "out of memory"); goto fail; }
     /* a fixed pseudo-random prompt: the speed does not depend on the ids */
     for (int i = 0; i < n_prompt; i++) ids[i] = (int32_t)((1103515245u * (unsigned)i + 12345u) % (unsigned)m->cfg.vocab_size);
 
     double best_prefill = 1e30, best_decode = 1e30;
     for (int r = 0; r < reps; r++) {
         runner_free(&run); /* a fresh cache per repetition */
-        if ((rc = runner_create(&run, m, ctx, n_prompt, threads, kv, err, sizeof err))) goto fail;
-        float *logits;
+        if ((rc = runner_create(&run, m, &bc, ctx, n_prompt, err, sizeof err))) goto fail;
+        int32_t next;
         double t0 = now_s();
-        if ((rc = runner_feed(&run, ids, n_prompt, &logits, err, sizeof err))) goto fail;
+        if ((rc = runner_feed(&run, ids, n_prompt, smp, &next, err, sizeof err))) goto fail;
         double tp_ = now_s() - t0;
         t0 = now_s();
         for (int g = 0; g < n_gen; g++) {
+            /* fixed ids, not the sampled ones: the speed does not depend on them */
             int32_t tok = (int32_t)(g * 7919 % m->cfg.vocab_size);
-            if ((rc = runner_feed(&run, &tok, 1, &logits, err, sizeof err))) goto fail;
+            if ((rc = runner_feed(&run, &tok, 1, smp, &next, err, sizeof err))) goto fail;
         }
         double td = now_s() - t0;
         if (tp_ < best_prefill) best_prefill = tp_;
@@ -106,7 +129,9 @@ int cli_bench(int argc, char **argv)
     double bytes = decode_bytes(m, n_prompt + n_gen / 2, kv);
     double decode_tps = n_gen / best_decode;
     double roof_tps = bw / bytes;
-    printf("model: %s  threads: %d  kv: %s  prompt: %d  gen: %d\n", m->name, threads, kv_dtype_name(kv), n_prompt, n_gen);
+    printf("model: %s  backend: %s (%s)  threads: %d  kv: %s  prompt: %d  gen: %d\n", m->name,
+           backend_get_info(run.be)->name, backend_get_info(run.be)->device, threads, kv_dtype_name(kv), n_prompt,
+           n_gen);
     printf("| metric | value |\n| --- | --- |\n");
     printf("| memory read bandwidth | %.2f GB/s |\n", bw / 1e9);
     printf("| bytes read per decode token | %.1f MB |\n", bytes / 1e6);
@@ -120,6 +145,7 @@ fail:
     fprintf(stderr, "bench: %s\n", err);
 done:
     free(ids);
+    sampler_free(smp);
     runner_free(&run);
     if (m) model_free(m);
     return status;

@@ -57,7 +57,12 @@ static void gen_usage(FILE *f)
         "  --ignore-eos            keep going past end-of-sequence tokens\n"
         "  --ctx N                 context length (default: min(model's, 4096))\n"
         "  --threads N             CPU threads (default: all)\n"
-        "  --kv-dtype f32|f16|bf16|fp8  KV cache element type (default f16; fp8 = e4m3, scale 1)\n"
+        "  --device auto|cpu|cuda  compute backend (default auto: the GPU when usable, else the CPU)\n"
+        "  --kv-dtype f32|f16|fp16|bf16|fp8  KV cache element type (default: the backend's, f16 on\n"
+        "                          the CPU; fp8 = e4m3, scale 1); --kv-cache-dtype is the same flag\n"
+        "  --gpu-memory-utilization X  (--prompts-file, CUDA) fraction of GPU memory to use (default\n"
+        "                          0.9); the CPU backend ignores it and uses --kv-cache-memory\n"
+        "  --enforce-eager         CUDA: no CUDA graphs\n"
         "  --print-ids             print the generated token ids instead of text (stop strings\n"
         "                          still end generation; the ids include the token that completed one)\n"
         "  --quiet                 no statistics on stderr\n",
@@ -73,6 +78,8 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
     a->max_num_batched_tokens = 512;
     a->kv_cache_mib = 1024;
     a->kv_dtype = KV_F16;
+    a->device = BACKEND_DEVICE_AUTO;
+    a->gpu_memory_utilization = 0.9;
     sampler_params_default(&a->sp);
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = NULL;
@@ -91,6 +98,17 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
         else if (!strcmp(f, "--chat-template")) { VAL(); a->chat_template_file = v; }
         else if (!strcmp(f, "--chat")) a->chat = true;
         else if (!strcmp(f, "--print-ids")) a->print_ids = true;
+        else if (!strcmp(f, "--enforce-eager")) a->enforce_eager = true;
+        else if (!strcmp(f, "--device")) {
+            VAL();
+            if (backend_device_parse(v, &a->device)) { fprintf(stderr, "--device: '%s' is not one of auto, cpu, cuda\n", v); return 2; }
+        } else if (!strcmp(f, "--gpu-memory-utilization")) {
+            VAL();
+            float x;
+            if (args_float(f, v, 0, 1, &x)) return 2;
+            if (!(x > 0)) { fprintf(stderr, "--gpu-memory-utilization: must be > 0 and <= 1\n"); return 2; }
+            a->gpu_memory_utilization = x;
+        }
         else if (!strcmp(f, "--ignore-eos")) a->ignore_eos = true;
         else if (!strcmp(f, "--quiet")) a->quiet = true;
         else if (!strcmp(f, "--max-tokens")) { VAL(); if (args_int(f, v, 1, 1 << 20, &a->max_tokens)) return 2; }
@@ -108,12 +126,13 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
             VAL();
             if (a->n_stops == STOP_MAX_STRINGS) { fprintf(stderr, "--stop: at most %d stop strings\n", STOP_MAX_STRINGS); return 2; }
             a->stops[a->n_stops++] = v;
-        } else if (!strcmp(f, "--kv-dtype")) {
+        } else if (!strcmp(f, "--kv-dtype") || !strcmp(f, "--kv-cache-dtype")) {
             VAL();
-            if (kv_dtype_parse(v, &a->kv_dtype)) {
-                fprintf(stderr, "--kv-dtype: '%s' is not one of f32, f16, fp8\n", v);
+            if (!strcmp(v, "auto")) a->kv_dtype_set = false;
+            else if (kv_dtype_parse(v, &a->kv_dtype)) {
+                fprintf(stderr, "%s: '%s' is not one of auto, f32, f16, fp16, bf16, fp8, fp8_e4m3\n", f, v);
                 return 2;
-            }
+            } else a->kv_dtype_set = true;
         } else {
             fprintf(stderr, "generate: unknown option '%s'\n", f);
             gen_usage(stderr);
@@ -278,6 +297,17 @@ static int gen_emit(struct stop_matcher *stop, const char *text, size_t len, boo
     return hit;
 }
 
+void gen_backend_config(const struct gen_args *a, struct backend_config *bc)
+{
+    backend_config_default(bc);
+    bc->device = a->device;
+    bc->kv_dtype_auto = !a->kv_dtype_set;
+    bc->kv_dtype = a->kv_dtype;
+    bc->n_threads = a->threads;
+    bc->enforce_eager = a->enforce_eager;
+    bc->gpu_memory_utilization = a->gpu_memory_utilization;
+}
+
 /* Bytes tok_stream_feed may need for any token of m's vocabulary (its documented bound,
  * 3 * length + 4, over the longest token), so no token's text is ever cut. */
 int gen_piece_cap(const struct model *m)
@@ -328,7 +358,9 @@ int cli_generate(int argc, char **argv)
     }
     int max_new = a.max_tokens < ctx - n_prompt ? a.max_tokens : ctx - n_prompt;
     int piece_cap = gen_piece_cap(m);
-    if ((rc = runner_create(&run, m, ctx, n_prompt < 256 ? n_prompt : 256, a.threads, a.kv_dtype, err, sizeof err))) goto fail;
+    struct backend_config bc;
+    gen_backend_config(&a, &bc);
+    if ((rc = runner_create(&run, m, &bc, ctx, n_prompt < 256 ? n_prompt : 256, err, sizeof err))) goto fail;
     if (!(smp = sampler_create(&a.sp, m->cfg.vocab_size)) ||
         !(out_ids = malloc(sizeof *out_ids * (size_t)max_new)) ||
         !(piece = malloc((size_t)piece_cap))) {
@@ -343,18 +375,13 @@ int cli_generate(int argc, char **argv)
     const bool print_text = !a.print_ids;
 
     double t0 = now_s();
-    float *logits;
-    if ((rc = runner_feed(&run, ids, n_prompt, &logits, err, sizeof err))) goto fail;
+    int32_t tok = -1;
+    if ((rc = runner_feed(&run, ids, n_prompt, smp, &tok, err, sizeof err))) goto fail;
     double t_prefill = now_s() - t0;
     int n_gen = 0;
     const char *finish = "length";
     t0 = now_s();
     while (n_gen < max_new) {
-        int32_t tok = sampler_sample(smp, logits);
-        if (tok < 0) {
-            rc = err_set(err, sizeof err, ERR_RANGE, "no token can be sampled (all logits are -inf, NaN or banned)");
-            goto fail;
-        }
         sampler_accept(smp, tok);
         if (!a.ignore_eos && model_is_eog(m, tok)) { finish = "stop"; break; }
         out_ids[n_gen++] = tok;
@@ -369,7 +396,8 @@ int cli_generate(int argc, char **argv)
             if (len > 0 && gen_emit(&stop, piece, (size_t)len, print_text)) { finish = "stop"; break; }
         }
         if (n_gen == max_new) break;
-        if ((rc = runner_feed(&run, &tok, 1, &logits, err, sizeof err))) goto fail;
+        int32_t last = tok;
+        if ((rc = runner_feed(&run, &last, 1, smp, &tok, err, sizeof err))) goto fail;
         n_steps++;
     }
     double t_decode = now_s() - t0;

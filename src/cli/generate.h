@@ -4,7 +4,7 @@
 #ifndef TESSERA_CLI_GENERATE_H
 #define TESSERA_CLI_GENERATE_H
 
-#include "util/kv_dtype.h"
+#include "backend/backend.h"
 #include "sampler/sampler.h"
 #include "sampler/stop.h"
 
@@ -19,7 +19,11 @@ struct gen_args {
     bool chat, print_ids, ignore_eos, quiet;
     int max_tokens, threads, ctx;
     int max_num_seqs, max_num_batched_tokens, kv_cache_mib, kv_blocks; /* --prompts-file engine knobs */
+    bool kv_dtype_set;      /* --kv-dtype given (else the backend's choice) */
     enum kv_dtype kv_dtype;
+    enum backend_device device;
+    bool enforce_eager;
+    double gpu_memory_utilization;
     const char *stops[STOP_MAX_STRINGS];
     int n_stops;
     int32_t *token_ids;     /* --tokens parsed (malloc'd; freed by cli_generate) */
@@ -33,6 +37,10 @@ struct gen_args {
  * array (*ids, caller frees; set even on some errors). */
 int gen_encode_text(const struct gen_args *a, const struct model *m, const char *prompt,
                     int32_t **ids, int *n, char *err, size_t errlen);
+
+/* The backend options of a (device, KV dtype, threads, graphs, memory); the caller sets
+ * the sizes. */
+void gen_backend_config(const struct gen_args *a, struct backend_config *bc);
 
 /* Bytes tok_stream_feed may need for any single token of m's vocabulary. */
 int gen_piece_cap(const struct model *m);

@@ -9,7 +9,6 @@
 #define _GNU_SOURCE
 #include "cli/generate.h"
 #include "engine/scheduler.h"
-#include "model/kv_cache.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/err.h"
@@ -99,7 +98,8 @@ static void on_output(void *ud, const struct sched_output *o)
         }
     }
     if (o->finished)
-        item_close(r, it, o->finish == FINISH_LENGTH ? "length" : o->finish == FINISH_STOP ? "stop" : "abort");
+        item_close(r, it, o->finish == FINISH_LENGTH ? "length" : o->finish == FINISH_STOP ? "stop"
+                          : o->finish == FINISH_ERROR ? "error" : "abort");
 }
 
 static void print_item(const struct batch_run *r, int i)
@@ -161,22 +161,16 @@ int gen_run_batch(const struct gen_args *a, const struct model *m, char *err, si
 
     int ctx = a->ctx > 0 ? a->ctx : (m->cfg.max_seq_len < 4096 ? m->cfg.max_seq_len : 4096);
     if (ctx > m->cfg.max_seq_len) ctx = m->cfg.max_seq_len;
-    struct sched_config cfg = {
-        .max_num_seqs = a->max_num_seqs, .max_num_batched_tokens = a->max_num_batched_tokens,
-        .max_model_len = ctx, .block_size = KV_DEFAULT_BLOCK_SIZE, .enable_prefix_caching = true,
-        .enable_chunked_prefill = true, .n_threads = a->threads, .kv_dtype = a->kv_dtype,
-    };
-    size_t block_bytes = kv_cache_block_bytes(&m->cfg, KV_DEFAULT_BLOCK_SIZE, a->kv_dtype);
-    size_t budget = (size_t)a->kv_cache_mib << 20;
-    size_t fit = budget / block_bytes;
-    cfg.num_blocks = a->kv_blocks > 0 ? a->kv_blocks : (int)(fit < (size_t)1 << 30 ? fit : (size_t)1 << 30);
-    int need = (ctx + KV_DEFAULT_BLOCK_SIZE - 1) / KV_DEFAULT_BLOCK_SIZE;
-    if (cfg.num_blocks < need) {
-        rc = err_set(err, errlen, ERR_RANGE,
-                     "the KV cache holds %d blocks; one %d-token sequence needs %d (raise --kv-cache-memory / --kv-blocks or lower --ctx)",
-                     cfg.num_blocks, ctx, need);
-        goto out;
-    }
+    struct sched_config cfg;
+    sched_config_default(&cfg);
+    cfg.max_num_seqs = a->max_num_seqs;
+    cfg.max_num_batched_tokens = a->max_num_batched_tokens;
+    cfg.max_model_len = ctx;
+    cfg.block_size = KV_DEFAULT_BLOCK_SIZE;
+    gen_backend_config(a, &cfg.backend);
+    /* the backend sizes the KV cache and says which knob to turn when it is too small */
+    cfg.backend.cpu_kv_bytes = (size_t)a->kv_cache_mib << 20;
+    cfg.backend.num_blocks = a->kv_blocks;
     if ((rc = sched_create(&r.s, m, &cfg, err, errlen))) goto out;
 
     r.piece_cap = gen_piece_cap(m);

@@ -1,20 +1,21 @@
 /* logits.c — `tessera logits`: the logits of every position of a token sequence, the
  * contract the reference tests (tests/python) call.
  *
- *   tessera logits --model PATH --tokens 1,2,3 --out FILE [--threads N]
+ *   tessera logits --model PATH --tokens 1,2,3 --out FILE [--threads N] [--device D]
  *                  [--kv-dtype f32|f16|bf16|fp8] [--chunk N] [--batch-copies K] [--block-size B]
  *
  * FILE receives little-endian float32 [n_tokens][vocab]. --chunk N feeds the sequence
  * in steps of N tokens (the paged KV cache carries the context across steps);
  * --batch-copies K runs K copies of the sequence as one varlen batch with interleaved
  * block tables, checks every copy against the first, and writes the first.
+ * The forward runs on the backend of --device (default cpu: the logits are the
+ * reference the tests compare against) through backend_logits.
  * Exit 0 ok, 1 runtime error, 2 usage.
  */
 #include "cli/args.h"
 #include "cli/cli.h"
 
-#include "model/forward.h"
-#include "model/kv_cache.h"
+#include "backend/backend.h"
 #include "model/model.h"
 #include "util/err.h"
 
@@ -27,7 +28,8 @@ static void logits_usage(FILE *f)
 {
     fprintf(f,
             "usage: tessera logits --model PATH --tokens ID,ID,... --out FILE [--threads N]\n"
-            "                      [--kv-dtype f32|f16|bf16|fp8] [--chunk N] [--batch-copies K] [--block-size B]\n"
+            "                      [--device cpu|cuda|auto] [--kv-dtype f32|f16|fp16|bf16|fp8]\n"
+            "                      [--chunk N] [--batch-copies K] [--block-size B]\n"
             "writes float32 logits [n_tokens][vocab] (little-endian) of every position to FILE\n");
 }
 
@@ -36,6 +38,7 @@ int cli_logits(int argc, char **argv)
     const char *model_path = NULL, *tokens_arg = NULL, *out_path = NULL;
     int n_threads = 0, chunk = 0, copies = 1, block_size = KV_DEFAULT_BLOCK_SIZE;
     enum kv_dtype kv_dtype = KV_F32;
+    enum backend_device device = BACKEND_DEVICE_CPU;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -56,6 +59,10 @@ int cli_logits(int argc, char **argv)
         else if (!strcmp(a, "--chunk")) bad = args_int(a, v, 1, 1 << 24, &chunk);
         else if (!strcmp(a, "--batch-copies")) bad = args_int(a, v, 1, 1024, &copies);
         else if (!strcmp(a, "--block-size")) bad = args_int(a, v, 1, 1 << 16, &block_size);
+        else if (!strcmp(a, "--device")) {
+            bad = backend_device_parse(v, &device) ? -1 : 0;
+            if (bad) fprintf(stderr, "logits: bad value '%s' for %s\n", v, a);
+        }
         else if (!strcmp(a, "--kv-dtype")) {
             bad = kv_dtype_parse(v, &kv_dtype) ? -1 : 0;
             if (bad) fprintf(stderr, "logits: bad value '%s' for %s\n", v, a);
@@ -79,8 +86,7 @@ int cli_logits(int argc, char **argv)
     char err[ERR_BUF];
     int rc = 1;
     struct model *m = NULL;
-    struct kv_cache *kv = NULL;
-    struct forward_state *fs = NULL;
+    struct backend *be = NULL;
     float *all = NULL;
     int32_t *ids = NULL, *pos = NULL, *qs = NULL, *lens = NULL, *bt = NULL, *li = NULL;
     int64_t *slots = NULL;
@@ -99,11 +105,23 @@ int cli_logits(int argc, char **argv)
 
     /* Copy c uses blocks c, c + K, c + 2K, ...: interleaved tables exercise the paging. */
     int bps = (n + block_size - 1) / block_size;
-    if (kv_cache_create(&kv, &m->cfg, bps * copies, block_size, kv_dtype, err, sizeof err)) goto fail;
     int rows = chunk * copies;
-    struct forward_opts fo = { .max_tokens = rows, .max_logits = rows, .max_ctx = n,
-                               .n_threads = n_threads };
-    if (forward_create(&fs, &m->cfg, &m->w, &fo, err, sizeof err)) goto fail;
+    struct backend_config bc;
+    backend_config_default(&bc);
+    bc.device = device;
+    bc.max_num_seqs = rows; /* every row's logits */
+    bc.max_num_batched_tokens = rows;
+    bc.max_model_len = n < m->cfg.max_seq_len ? n : m->cfg.max_seq_len;
+    bc.block_size = block_size;
+    bc.kv_dtype_auto = false;
+    bc.kv_dtype = kv_dtype;
+    bc.num_blocks = bps * copies;
+    bc.n_threads = n_threads;
+    if (n > m->cfg.max_seq_len) {
+        snprintf(err, sizeof err, "%d tokens exceed the model's context length %d", n, m->cfg.max_seq_len);
+        goto fail;
+    }
+    if (backend_create(&be, m, &bc, err, sizeof err)) goto fail;
 
     all = malloc(sizeof(float) * (size_t)n * vocab);
     ids = malloc(sizeof(int32_t) * rows);
@@ -139,12 +157,13 @@ int cli_logits(int argc, char **argv)
                            .slot_mapping = slots, .query_start = qs, .seq_lens = lens,
                            .block_tables = bt, .max_blocks_per_seq = bps, .num_logits = r,
                            .logits_indices = li };
-        if (model_forward(fs, kv, &b, err, sizeof err)) goto fail;
-        memcpy(all + (size_t)p0 * vocab, fs->logits, sizeof(float) * (size_t)len * vocab);
+        const float *lg = NULL;
+        if (backend_logits(be, &b, &lg, err, sizeof err)) goto fail;
+        memcpy(all + (size_t)p0 * vocab, lg, sizeof(float) * (size_t)len * vocab);
         for (int c = 1; c < copies; c++) {
-            const float *x = fs->logits + (size_t)c * len * vocab;
+            const float *x = lg + (size_t)c * len * vocab;
             for (size_t i = 0; i < (size_t)len * vocab; i++) {
-                double d = fabs((double)x[i] - fs->logits[i]);
+                double d = fabs((double)x[i] - lg[i]);
                 if (!(d <= max_diff)) max_diff = d; /* NaN propagates as a failure below */
             }
         }
@@ -177,8 +196,7 @@ int cli_logits(int argc, char **argv)
 fail:
     if (rc) fprintf(stderr, "logits: %s\n", err);
     if (f) fclose(f);
-    forward_free(fs);
-    kv_cache_free(kv);
+    backend_free(be);
     model_free(m);
     free(tokens);
     free(all);

@@ -109,12 +109,19 @@ static const struct opt_def opt_table[] = {
          "reuse KV-cache blocks of shared prompt prefixes"),
     BOOL("enable-chunked-prefill", enable_chunked_prefill, "true", "engine",
          "split long prompts across engine steps"),
-    ENUM("kv-cache-dtype", kv_cache_dtype, "auto", "auto|fp8|fp8_e4m3|f16|bf16|f32", "engine",
-         "element type of the KV cache; auto = the backend's choice"),
+    ENUM("device", device, "auto", "auto|cpu|cuda", "engine",
+         "compute backend; auto = the GPU when one is usable (libtessera-cuda.so and a device), "
+         "else the CPU, with a log line saying why"),
+    ENUM("kv-cache-dtype", kv_cache_dtype, "auto", "auto|fp8|fp8_e4m3|f16|fp16|bf16|f32", "engine",
+         "element type of the KV cache; auto = the backend's choice (CPU: f16; CUDA: the "
+         "model's bf16/f16); fp16 = f16, fp8 = fp8_e4m3"),
     INT64("kv-cache-memory", kv_cache_memory, "0", 0, 16777216, "engine",
           "MiB of KV cache (CPU backend); 0 = auto (1024)"),
     DBL("gpu-memory-utilization", gpu_memory_utilization, "0.9", 0, true, 1, "engine",
-        "fraction of GPU memory for weights, activations and KV cache (CUDA backend)"),
+        "fraction of GPU memory for weights, activations and KV cache (CUDA backend; the "
+        "CPU backend ignores it and sizes its KV cache from kv-cache-memory)"),
+    BOOL("enforce-eager", enforce_eager, "false", "engine",
+         "CUDA backend: run every step eagerly, without CUDA graphs"),
     INT("threads", threads, "0", 0, 4096, "engine", "CPU forward threads; 0 = all CPUs"),
     INT("max-queued-requests", max_queued_requests, "256", 1, 1000000, "engine",
         "requests waiting for a slot before new ones get 429"),

@@ -55,9 +55,11 @@ struct server_options {
     int block_size;                    /* 16 */
     bool enable_prefix_caching;        /* true */
     bool enable_chunked_prefill;       /* true */
-    char *kv_cache_dtype;              /* "auto", "fp8", "fp8_e4m3", "f16", "bf16", "f32" */
+    char *device;                      /* "auto" (the GPU if usable, else the CPU), "cpu", "cuda" */
+    char *kv_cache_dtype;              /* "auto", "fp8", "fp8_e4m3", "f16", "fp16", "bf16", "f32" */
     int64_t kv_cache_memory;           /* MiB of KV cache (CPU backend); 0 = auto (1024) */
-    double gpu_memory_utilization;     /* 0.9 (CUDA backend) */
+    double gpu_memory_utilization;     /* 0.9 (CUDA backend; the CPU backend ignores it) */
+    bool enforce_eager;                /* CUDA: no CUDA graphs (false) */
     int threads;                       /* CPU forward threads; 0 = all CPUs */
     int max_queued_requests;           /* 256 */
     int64_t max_queued_tokens;         /* 0 = unlimited */

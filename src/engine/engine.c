@@ -65,6 +65,7 @@ struct request {
     bool sched_aborted;          /* sched_abort called */
     bool dequeued;               /* left the queue counters (admitted or finished) */
     bool had_token, done;        /* done: finish set (mirror of pend.finish) */
+    int n_cached;                /* prompt tokens cached at the first admission */
     int64_t seq_id;
     double t_last_token;
     struct tok_stream ts;
@@ -95,6 +96,7 @@ struct engine {
     int n_active;                /* submitted, not yet finished */
     int64_t next_id;
     bool draining, stopping, failed, thread_done;
+    atomic_bool failed_flag;     /* mirror of failed, read lock-free by engine_failed */
     bool abort_all;              /* engine_abort_all: abort every live request */
     bool check_req;
     int check_rc;
@@ -317,6 +319,7 @@ static void finish(struct engine *e, struct request *r, enum req_finish f, int s
     pthread_mutex_unlock(&e->mu);
     stats_add_finished(&e->stats, f == REQ_FINISH_STOP     ? STATS_FINISH_STOP
                                   : f == REQ_FINISH_LENGTH ? STATS_FINISH_LENGTH
+                                  : f == REQ_FINISH_ERROR  ? STATS_FINISH_ERROR
                                                            : STATS_FINISH_ABORT);
     stats_observe(&e->stats, HIST_E2E, t);
     if (f == REQ_FINISH_ERROR) LOG_WARN("engine", "req %lld failed: %s", (long long)r->id, msg);
@@ -371,12 +374,17 @@ static int stop_pass(struct engine *e, struct request *r, const char *text, size
     return rc == STOP_HIT ? STOP_HIT : STOP_CONTINUE;
 }
 
+/* The first admission sets the queue time and the cached prompt tokens (vLLM's
+ * num_cached_tokens): a readmission after a preemption finds the request's own blocks in
+ * the cache, which says nothing about the prompt. */
 static void on_admitted(struct engine *e, struct request *r, int n_cached)
 {
-    if (!r->dequeued) stats_observe(&e->stats, HIST_QUEUE, now_s() - r->t_submit);
+    if (r->dequeued) return;
+    stats_observe(&e->stats, HIST_QUEUE, now_s() - r->t_submit);
     dequeue(e, r);
+    r->n_cached = n_cached < r->n_prompt ? n_cached : r->n_prompt;
     pthread_mutex_lock(&r->mu);
-    r->pend.n_cached = n_cached < r->n_prompt ? n_cached : r->n_prompt;
+    r->pend.n_cached = r->n_cached;
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -391,11 +399,18 @@ static void on_output(void *ud, const struct sched_output *o)
     if (o->finished) r->in_sched = false;
     touch(e, r);
     if (r->done) return; /* the abort event after a stop string or an error */
+    if (o->finish == FINISH_ERROR) { /* this request's row could not be sampled */
+        char msg[300];
+        snprintf(msg, sizeof msg, "sampling failed: %s", o->error ? o->error : "no token");
+        finish(e, r, REQ_FINISH_ERROR, -1, msg);
+        return;
+    }
     if (o->token >= 0) {
         double t = now_s();
         if (!r->had_token) {
             stats_observe(&e->stats, HIST_TTFT, t - r->t_submit);
             stats_add_tokens(&e->stats, (uint64_t)r->n_prompt, 1);
+            stats_add_cached_prompt_tokens(&e->stats, (uint64_t)r->n_cached);
         } else {
             stats_observe(&e->stats, HIST_ITL, t - r->t_last_token);
             stats_add_tokens(&e->stats, 0, 1);
@@ -568,7 +583,9 @@ static void *engine_thread(void *arg)
                 snprintf(e->fail_msg, sizeof e->fail_msg, "engine failure: %s", err);
                 pthread_mutex_lock(&e->mu);
                 e->failed = true;
+                atomic_store(&e->failed_flag, true);
                 pthread_mutex_unlock(&e->mu);
+                if (e->cfg.on_failure) e->cfg.on_failure(e->cfg.failure_ud, e->fail_msg);
                 finish_all(e, REQ_FINISH_ERROR, e->fail_msg);
             }
         }
@@ -600,9 +617,11 @@ int engine_create(struct engine **out, const struct model *m, const struct engin
     pthread_cond_init(&e->check_cv, NULL);
     stats_init(&e->stats);
     atomic_init(&e->abort_pending, false);
+    atomic_init(&e->failed_flag, false);
     int rc = sched_create(&e->s, m, &cfg->sched, err, errlen);
     if (rc) goto fail;
     e->cfg.sched = *sched_get_config(e->s);
+    if ((rc = sched_warmup(e->s, err, errlen))) goto fail;
     /* one token's text, widened by U+FFFD for invalid bytes (tok_stream_feed's bound) */
     int longest = 0, n = tok_vocab_size(m->tok);
     for (int id = 0; id < n; id++) {
@@ -817,6 +836,10 @@ int engine_num_active(struct engine *e)
 }
 
 const struct sched_config *engine_sched_config(const struct engine *e) { return &e->cfg.sched; }
+
+const struct backend_info *engine_backend_info(const struct engine *e) { return sched_backend_info(e->s); }
+
+bool engine_failed(struct engine *e) { return atomic_load(&e->failed_flag); }
 
 void engine_get_stats(struct engine *e, struct engine_stats *out)
 {

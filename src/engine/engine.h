@@ -41,10 +41,16 @@ struct engine;
 struct request;
 
 struct engine_config {
-    struct sched_config sched;
+    struct sched_config sched; /* scheduler and backend (sched_config_default) */
     int max_queued_requests;   /* submitted but not yet running; beyond it submit → ERR_BUSY.
                                   <= 0: unlimited */
     int64_t max_queued_tokens; /* prompt tokens of those requests; <= 0: unlimited */
+    /* Called once, on the scheduler thread, when the engine fails (a backend error), with
+     * the reason — engine_failed() is already true and every later submit gets
+     * ERR_UNAVAILABLE; right after it returns, every live request finishes ERROR. The
+     * process should exit (house style); may be NULL. No engine call from inside. */
+    void (*on_failure)(void *ud, const char *reason);
+    void *failure_ud;
 };
 
 /* What a request asks for. Everything is copied by engine_submit. */
@@ -74,7 +80,8 @@ enum req_finish {
     REQ_FINISH_STOP,     /* end-of-generation token or a stop string */
     REQ_FINISH_LENGTH,   /* max_tokens or the context limit */
     REQ_FINISH_ABORT,    /* request_abort, or engine shutdown */
-    REQ_FINISH_ERROR,    /* the engine failed (message in req_output.error) */
+    REQ_FINISH_ERROR,    /* the request failed — its row could not be sampled (the others go
+                            on) — or the engine failed (message in req_output.error) */
 };
 
 /* One generated token's logprobs (raw model logprobs, see sampler_logprobs). */
@@ -102,7 +109,7 @@ struct req_output {
     enum req_finish finish;    /* REQ_FINISH_NONE while running */
     int stop_index;            /* index of the stop string that ended it, or -1 */
     int n_prompt;              /* prompt tokens */
-    int n_cached;              /* prompt tokens served from the prefix cache (last admission) */
+    int n_cached;              /* prompt tokens served from the prefix cache (first admission) */
     int n_generated;           /* generated tokens so far (incl. an end token) */
     double t_first_token;      /* seconds from submit to the first token, or -1 */
     double t_total;            /* seconds from submit to finish, or -1 while running */
@@ -116,8 +123,9 @@ void req_output_free(struct req_output *o);
  * the engine except request_take / request_abort / request_release. */
 typedef void (*req_notify_fn)(void *ud);
 
-/* Creates the scheduler for m (borrowed; must outlive the engine) and starts the scheduler
- * thread. Returns 0 or a negative code with the reason in err. */
+/* Creates the scheduler and its backend for m (borrowed; must outlive the engine), runs
+ * one warm-up step through the backend, and starts the scheduler thread. Returns 0 or a
+ * negative code with the reason in err. */
 int engine_create(struct engine **out, const struct model *m, const struct engine_config *cfg,
                   char *err, size_t errlen);
 
@@ -149,6 +157,10 @@ void engine_abort_all(struct engine *e);
 int engine_num_active(struct engine *e);
 /* The effective scheduler configuration (max_model_len etc.). */
 const struct sched_config *engine_sched_config(const struct engine *e);
+/* What the backend decided (device, KV blocks). Immutable; any thread. */
+const struct backend_info *engine_backend_info(const struct engine *e);
+/* True once a step failed: the engine serves nothing more (health: 503). Any thread. */
+bool engine_failed(struct engine *e);
 /* A consistent copy of the statistics (stats.h). Any thread. */
 void engine_get_stats(struct engine *e, struct engine_stats *out);
 

@@ -1,17 +1,27 @@
-/* scheduler.c — see scheduler.h for the policy and invariants.
+/* scheduler.c — see scheduler.h for the policy, the overlap and the invariants.
  *
- * One step: drop aborted sequences → schedule running sequences (preempting the newest
- * when blocks run out) → admit waiting ones → fill the flat batch → model_forward →
- * commit KV, sample, check EOS / length, report, free finished sequences.
+ * One sched_step:
+ *   1. drop aborted sequences (reported at once; freed when no step in flight has them);
+ *   2. plan the next step into the free plan: running sequences (preempting the newest
+ *      when blocks run out), then FCFS admission; fill its flat batch — a decode row whose
+ *      token is still being sampled by the step in flight is BACKEND_TOKEN_PREV(row);
+ *   3. wait for the step in flight (overlap) and record it: commit its KV, append each
+ *      sampled token to its sequence and its sampler, decide EOS / length / row errors;
+ *   4. submit the planned step (unless every sequence in it has finished meanwhile);
+ *      without overlap, wait for it and record it right away;
+ *   5. report what was recorded through the callback; free finished sequences that no
+ *      step in flight refers to.
+ * Recording happens before the next submit, so every sampler holds its sequence's full
+ * history when the backend samples from it; reporting happens after, so the caller's
+ * per-token work overlaps the backend's step.
  */
 #include "engine/scheduler.h"
 #include "model/batch.h"
-#include "model/forward.h"
-#include "model/kv_cache.h"
 #include "model/model.h"
 #include "util/err.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -19,27 +29,16 @@
 /* One sequence's share of a step. */
 struct sched_entry {
     struct sched_seq *seq;
-    int n_new;      /* rows: positions num_computed .. num_computed + n_new - 1 */
-    int logit;      /* index into fs->logits, or -1 (mid-prefill chunk) */
+    int n_new;      /* rows: positions pos0 .. pos0 + n_new - 1 */
+    int logit;      /* logits row of this step, or -1 (mid-prefill chunk) */
     bool admitted;  /* admitted in this step (reported as an admitted event) */
 };
 
-struct sched {
-    const struct model *m;            /* borrowed */
-    struct sched_config cfg;
-    struct forward_state *fs;
-    struct kv_cache *kv;
-    struct block_manager *bm;
-    int max_blocks_per_seq;           /* ceil(max_model_len / block_size) */
-    int64_t next_id;
-
-    struct sched_seq **waiting;       /* [cap_waiting] FCFS queue, front = index 0 */
-    int n_waiting, cap_waiting;
-    struct sched_seq **running;       /* [max_num_seqs] in admission order, newest last */
-    int n_running;
-
-    /* per-step arrays, allocated once */
+/* One step's description: planned, then in flight until recorded. The batch and the
+ * samples are borrowed by the backend from submit until wait. */
+struct sched_plan {
     struct sched_entry *entries;      /* [max_num_seqs] */
+    int n_entries;
     int32_t *token_ids;               /* [max_num_batched_tokens] */
     int32_t *positions;               /* [max_num_batched_tokens] */
     int64_t *slot_mapping;            /* [max_num_batched_tokens] */
@@ -47,38 +46,109 @@ struct sched {
     int32_t *seq_lens;                /* [max_num_seqs] */
     int32_t *block_tables;            /* [max_num_seqs][max_blocks_per_seq] */
     int32_t *logits_indices;          /* [max_num_seqs] */
-    struct sched_logprob lp;          /* the token event's logprobs, reused every token */
-
-    uint64_t steps, preemptions, prefill_tokens, batched_tokens;
+    struct backend_sample *samples;   /* [max_num_seqs] */
+    struct batch b;
 };
+
+struct sched {
+    const struct model *m;            /* borrowed */
+    struct sched_config cfg;
+    struct backend *be;
+    struct block_manager *bm;
+    int max_blocks_per_seq;           /* ceil(max_model_len / block_size) */
+    int64_t next_id;
+    bool overlap;
+
+    struct sched_seq **waiting;       /* [cap_waiting] FCFS queue, front = index 0 */
+    int n_waiting, cap_waiting;
+    struct sched_seq **running;       /* [max_num_seqs] in admission order, newest last */
+    int n_running;
+    struct sched_seq *zombies;        /* finished / aborted, still referenced by a step */
+
+    struct sched_plan plans[2];
+    int flight;                       /* index of the plan in flight, or -1 */
+    struct backend_token *out;        /* [max_num_seqs] tokens of the step waited for */
+    struct sched_output *events;      /* [2 * max_num_seqs] recorded, not yet reported */
+    int n_events;
+    struct sched_logprob *lps;        /* [max_num_seqs] the events' logprobs */
+
+    uint64_t steps, preemptions, prefill_tokens, batched_tokens, discarded;
+    int n_samplers;
+    bool broken;                      /* a backend call failed: no more steps */
+    char broken_msg[ERR_BUF];
+};
+
+static const char ROW_ERROR[] = "no token can be sampled: every logit is NaN or -inf (after the logit bias)";
+
+void sched_config_default(struct sched_config *c)
+{
+    *c = (struct sched_config){ .max_num_seqs = 256, .max_num_batched_tokens = 2048,
+                                .block_size = KV_DEFAULT_BLOCK_SIZE, .enable_prefix_caching = true,
+                                .enable_chunked_prefill = true, .overlap = SCHED_OVERLAP_AUTO };
+    backend_config_default(&c->backend);
+}
 
 static void seq_destroy(struct sched *s, struct sched_seq *q)
 {
     if (!q) return;
     bm_seq_free(s->bm, q->bs);
-    sampler_free(q->sampler);
+    if (q->sampler) {
+        sampler_free(q->sampler);
+        s->n_samplers--;
+    }
     free(q->tokens);
+    free(q->bias_ids);
+    free(q->bias);
     free(q);
+}
+
+static void plan_free(struct sched_plan *p)
+{
+    free(p->entries);
+    free(p->token_ids);
+    free(p->positions);
+    free(p->slot_mapping);
+    free(p->query_start);
+    free(p->seq_lens);
+    free(p->block_tables);
+    free(p->logits_indices);
+    free(p->samples);
+}
+
+static bool plan_alloc(struct sched_plan *p, size_t T, size_t S, size_t max_blocks)
+{
+    p->entries = calloc(S, sizeof *p->entries);
+    p->token_ids = calloc(T, sizeof *p->token_ids);
+    p->positions = calloc(T, sizeof *p->positions);
+    p->slot_mapping = calloc(T, sizeof *p->slot_mapping);
+    p->query_start = calloc(S + 1, sizeof *p->query_start);
+    p->seq_lens = calloc(S, sizeof *p->seq_lens);
+    p->block_tables = calloc(S * max_blocks, sizeof *p->block_tables);
+    p->logits_indices = calloc(S, sizeof *p->logits_indices);
+    p->samples = calloc(S, sizeof *p->samples);
+    return p->entries && p->token_ids && p->positions && p->slot_mapping && p->query_start && p->seq_lens &&
+           p->block_tables && p->logits_indices && p->samples;
 }
 
 void sched_free(struct sched *s)
 {
     if (!s) return;
+    /* the backend first: a step in flight finishes before its sequences go */
+    backend_free(s->be);
     for (int i = 0; i < s->n_waiting; i++) seq_destroy(s, s->waiting[i]);
     for (int i = 0; i < s->n_running; i++) seq_destroy(s, s->running[i]);
+    while (s->zombies) {
+        struct sched_seq *q = s->zombies;
+        s->zombies = q->next_zombie;
+        seq_destroy(s, q);
+    }
     bm_free(s->bm);
-    if (s->kv) kv_cache_free(s->kv);
-    if (s->fs) forward_free(s->fs);
     free(s->waiting);
     free(s->running);
-    free(s->entries);
-    free(s->token_ids);
-    free(s->positions);
-    free(s->slot_mapping);
-    free(s->query_start);
-    free(s->seq_lens);
-    free(s->block_tables);
-    free(s->logits_indices);
+    for (int i = 0; i < 2; i++) plan_free(&s->plans[i]);
+    free(s->out);
+    free(s->events);
+    free(s->lps);
     free(s);
 }
 
@@ -88,11 +158,9 @@ int sched_create(struct sched **out, const struct model *m, const struct sched_c
     *out = NULL;
     struct sched_config c = *cfg;
     if (c.block_size <= 0) c.block_size = KV_DEFAULT_BLOCK_SIZE;
-    if (c.max_num_seqs <= 0 || c.max_num_batched_tokens <= 0 || c.max_model_len <= 1 ||
-        c.num_blocks <= 0)
+    if (c.max_num_seqs <= 0 || c.max_num_batched_tokens <= 0 || c.max_model_len <= 1)
         return err_set(err, errlen, ERR_INVALID,
-                       "scheduler: max_num_seqs, max_num_batched_tokens, num_blocks must be > 0 "
-                       "and max_model_len > 1");
+                       "scheduler: max_num_seqs, max_num_batched_tokens must be > 0 and max_model_len > 1");
     if (c.max_model_len > m->cfg.max_seq_len)
         return err_set(err, errlen, ERR_RANGE, "scheduler: max_model_len %d exceeds the model's %d",
                        c.max_model_len, m->cfg.max_seq_len);
@@ -100,47 +168,48 @@ int sched_create(struct sched **out, const struct model *m, const struct sched_c
         return err_set(err, errlen, ERR_INVALID,
                        "scheduler: without chunked prefill max_num_batched_tokens (%d) must be "
                        ">= max_model_len (%d)", c.max_num_batched_tokens, c.max_model_len);
-    /* one sequence alone must always fit, or preemption could never make progress */
-    if ((int64_t)c.num_blocks * c.block_size < c.max_model_len)
-        return err_set(err, errlen, ERR_INVALID,
-                       "scheduler: %d blocks of %d tokens cannot hold max_model_len %d",
-                       c.num_blocks, c.block_size, c.max_model_len);
+    c.backend.max_num_seqs = c.max_num_seqs;
+    c.backend.max_num_batched_tokens = c.max_num_batched_tokens;
+    c.backend.max_model_len = c.max_model_len;
+    c.backend.block_size = c.block_size;
 
     struct sched *s = calloc(1, sizeof *s);
     if (!s) return err_set(err, errlen, ERR_NOMEM, "scheduler: out of memory");
     s->m = m;
-    s->cfg = c;
     s->next_id = 1;
+    s->flight = -1;
     s->max_blocks_per_seq = (c.max_model_len + c.block_size - 1) / c.block_size;
     int rc;
-    struct forward_opts fo = { .max_tokens = c.max_num_batched_tokens,
-                               .max_logits = c.max_num_seqs, .max_ctx = c.max_model_len,
-                               .n_threads = c.n_threads, .tp = NULL };
-    if ((rc = forward_create(&s->fs, &m->cfg, &m->w, &fo, err, errlen))) goto fail;
-    if ((rc = kv_cache_create(&s->kv, &m->cfg, c.num_blocks, c.block_size, c.kv_dtype, err,
-                              errlen)))
+    if ((rc = backend_create(&s->be, m, &c.backend, err, errlen))) goto fail;
+    const struct backend_info *info = backend_get_info(s->be);
+    /* one sequence alone must always fit, or preemption could never make progress */
+    if ((int64_t)info->num_blocks * c.block_size < c.max_model_len) {
+        rc = err_set(err, errlen, ERR_INVALID, "scheduler: %d blocks of %d tokens cannot hold max_model_len %d",
+                     info->num_blocks, c.block_size, c.max_model_len);
         goto fail;
+    }
+    c.backend.num_blocks = info->num_blocks;
+    c.backend.kv_dtype = info->kv_dtype;
+    c.backend.kv_dtype_auto = false;
+    if (c.overlap == SCHED_OVERLAP_AUTO) c.overlap = !strcmp(info->name, "cuda") ? SCHED_OVERLAP_ON : SCHED_OVERLAP_OFF;
+    s->overlap = c.overlap == SCHED_OVERLAP_ON;
+    s->cfg = c;
     /* a secret key, so clients cannot aim prefix-cache hash collisions */
     uint8_t key[16];
     if (getrandom(key, sizeof key, 0) != (ssize_t)sizeof key) {
         rc = err_set(err, errlen, ERR_IO, "scheduler: getrandom failed");
         goto fail;
     }
-    if ((rc = bm_create(&s->bm, c.num_blocks, c.block_size, c.enable_prefix_caching, key, err,
-                        errlen)))
+    if ((rc = bm_create(&s->bm, info->num_blocks, c.block_size, c.enable_prefix_caching, key, err, errlen)))
         goto fail;
     size_t T = (size_t)c.max_num_batched_tokens, S = (size_t)c.max_num_seqs;
     s->running = calloc(S, sizeof *s->running);
-    s->entries = calloc(S, sizeof *s->entries);
-    s->token_ids = calloc(T, sizeof *s->token_ids);
-    s->positions = calloc(T, sizeof *s->positions);
-    s->slot_mapping = calloc(T, sizeof *s->slot_mapping);
-    s->query_start = calloc(S + 1, sizeof *s->query_start);
-    s->seq_lens = calloc(S, sizeof *s->seq_lens);
-    s->block_tables = calloc(S * (size_t)s->max_blocks_per_seq, sizeof *s->block_tables);
-    s->logits_indices = calloc(S, sizeof *s->logits_indices);
-    if (!s->running || !s->entries || !s->token_ids || !s->positions || !s->slot_mapping ||
-        !s->query_start || !s->seq_lens || !s->block_tables || !s->logits_indices) {
+    s->out = calloc(S, sizeof *s->out);
+    s->events = calloc(2 * S, sizeof *s->events);
+    s->lps = calloc(S, sizeof *s->lps);
+    bool ok = s->running && s->out && s->events && s->lps;
+    for (int i = 0; i < 2; i++) ok = plan_alloc(&s->plans[i], T, S, (size_t)s->max_blocks_per_seq) && ok;
+    if (!ok) {
         rc = err_set(err, errlen, ERR_NOMEM, "scheduler: out of memory for step arrays");
         goto fail;
     }
@@ -160,13 +229,14 @@ void sched_seq_params_default(struct sched_seq_params *p)
 int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq_params *p,
               int64_t *seq_id, char *err, size_t errlen)
 {
+    int vocab = s->m->cfg.vocab_size;
     if (!ids || n <= 0) return err_set(err, errlen, ERR_INVALID, "empty prompt");
     if (n >= s->cfg.max_model_len)
         return err_set(err, errlen, ERR_RANGE,
                        "prompt of %d tokens leaves no room to generate (max_model_len %d)", n,
                        s->cfg.max_model_len);
     for (int i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= s->m->cfg.vocab_size)
+        if (ids[i] < 0 || ids[i] >= vocab)
             return err_set(err, errlen, ERR_INVALID, "token id %d at %d outside the vocabulary",
                            ids[i], i);
     int rc = sampler_params_validate(&p->sp, err, errlen);
@@ -177,6 +247,14 @@ int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq
     if (p->salt_len > BM_SALT_MAX || (p->salt_len && !p->salt))
         return err_set(err, errlen, ERR_RANGE, "cache salt of %zu bytes (at most %d)",
                        p->salt_len, BM_SALT_MAX);
+    /* the logit bias is checked here as sampler_set_logit_bias will at admission */
+    if (p->n_bias < 0 || p->n_bias > SAMPLER_MAX_LOGIT_BIAS || (p->n_bias && (!p->bias_ids || !p->bias)))
+        return err_set(err, errlen, ERR_RANGE, "logit_bias: %d entries (at most %d)", p->n_bias,
+                       SAMPLER_MAX_LOGIT_BIAS);
+    for (int i = 0; i < p->n_bias; i++)
+        if (p->bias_ids[i] < 0 || p->bias_ids[i] >= vocab || isnan(p->bias[i]) || p->bias[i] == INFINITY)
+            return err_set(err, errlen, ERR_RANGE, "logit_bias: %d entries, ids must be in [0, %d) and biases "
+                           "not NaN or +inf", p->n_bias, vocab);
     int max_tokens = p->max_tokens;
     if (max_tokens <= 0 || max_tokens > s->cfg.max_model_len - n)
         max_tokens = s->cfg.max_model_len - n;
@@ -194,22 +272,25 @@ int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq
     struct sched_seq *q = calloc(1, sizeof *q);
     if (!q) return err_set(err, errlen, ERR_NOMEM, "out of memory queueing a sequence");
     q->tokens = malloc(sizeof *q->tokens * (size_t)(n + max_tokens));
-    q->sampler = sampler_create(&p->sp, s->m->cfg.vocab_size);
-    if (!q->tokens || !q->sampler) {
-        rc = err_set(err, errlen, ERR_NOMEM, "out of memory creating a sequence");
-        goto fail;
+    if (p->n_bias) {
+        q->bias_ids = malloc(sizeof *q->bias_ids * (size_t)p->n_bias);
+        q->bias = malloc(sizeof *q->bias * (size_t)p->n_bias);
     }
-    if (p->n_bias && (rc = sampler_set_logit_bias(q->sampler, p->bias_ids, p->bias, p->n_bias))) {
-        err_set(err, errlen, rc, "logit_bias: %d entries, ids must be in [0, %d) and biases "
-                "not NaN or +inf", p->n_bias, s->m->cfg.vocab_size);
+    if (!q->tokens || (p->n_bias && (!q->bias_ids || !q->bias))) {
+        rc = err_set(err, errlen, ERR_NOMEM, "out of memory creating a sequence");
         goto fail;
     }
     if ((rc = bm_seq_create(s->bm, n + max_tokens, p->salt, p->salt_len, &q->bs, err, errlen)))
         goto fail;
     memcpy(q->tokens, ids, sizeof *ids * (size_t)n);
+    if (p->n_bias) {
+        memcpy(q->bias_ids, p->bias_ids, sizeof *q->bias_ids * (size_t)p->n_bias);
+        memcpy(q->bias, p->bias, sizeof *q->bias * (size_t)p->n_bias);
+    }
+    q->n_bias = p->n_bias;
+    q->sp = p->sp;
     if (p->salt_len) memcpy(q->salt, p->salt, p->salt_len);
     q->salt_len = p->salt_len;
-    sampler_accept_prompt(q->sampler, ids, n);
     q->id = s->next_id++;
     q->status = SEQ_WAITING;
     q->n_prompt = q->n_tokens = n;
@@ -217,6 +298,7 @@ int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq
     q->ignore_eos = p->ignore_eos;
     q->logprobs = p->logprobs;
     q->user = p->user;
+    q->pending_row = -1;
     s->waiting[s->n_waiting++] = q;
     *seq_id = q->id;
     return 0;
@@ -247,13 +329,51 @@ int sched_abort(struct sched *s, int64_t seq_id, char *err, size_t errlen)
     return 0;
 }
 
-bool sched_has_work(const struct sched *s) { return s->n_waiting + s->n_running > 0; }
+bool sched_has_work(const struct sched *s)
+{
+    return s->n_waiting + s->n_running > 0 || s->flight >= 0 || s->zombies;
+}
 
 /* Removes element i of arr[*n], keeping the order. */
 static void remove_at(struct sched_seq **arr, int *n, int i)
 {
     memmove(arr + i, arr + i + 1, sizeof *arr * (size_t)(*n - i - 1));
     (*n)--;
+}
+
+/* Takes q off the waiting or running list. */
+static void unlist(struct sched *s, struct sched_seq *q)
+{
+    for (int i = 0; i < s->n_running; i++)
+        if (s->running[i] == q) return remove_at(s->running, &s->n_running, i);
+    for (int i = 0; i < s->n_waiting; i++)
+        if (s->waiting[i] == q) return remove_at(s->waiting, &s->n_waiting, i);
+}
+
+/* q has finished (reported or about to be): off the lists; freed now, or once the steps
+ * that include it have completed. */
+static void retire(struct sched *s, struct sched_seq *q)
+{
+    unlist(s, q);
+    if (q->refs == 0) {
+        seq_destroy(s, q);
+        return;
+    }
+    q->next_zombie = s->zombies;
+    s->zombies = q;
+}
+
+static void reap_zombies(struct sched *s)
+{
+    for (struct sched_seq **pp = &s->zombies; *pp;) {
+        struct sched_seq *q = *pp;
+        if (q->refs > 0) {
+            pp = &q->next_zombie;
+            continue;
+        }
+        *pp = q->next_zombie;
+        seq_destroy(s, q);
+    }
 }
 
 static void emit(sched_output_fn cb, void *ud, const struct sched_seq *q, int32_t token,
@@ -265,7 +385,8 @@ static void emit(sched_output_fn cb, void *ud, const struct sched_seq *q, int32_
     cb(ud, &o);
 }
 
-/* Drops every sequence with a pending abort: frees its blocks and reports it. */
+/* Drops every sequence with a pending abort: reports it; its blocks go with it (after the
+ * step in flight, if that step includes it). */
 static void drop_aborted(struct sched *s, sched_output_fn cb, void *ud)
 {
     struct sched_seq **lists[2] = { s->waiting, s->running };
@@ -274,23 +395,24 @@ static void drop_aborted(struct sched *s, sched_output_fn cb, void *ud)
         for (int i = 0; i < *counts[l];) {
             struct sched_seq *q = lists[l][i];
             if (!q->abort_requested) { i++; continue; }
-            remove_at(lists[l], counts[l], i);
             q->status = SEQ_ABORTED;
             q->finish = FINISH_ABORT;
             emit(cb, ud, q, -1, FINISH_ABORT, NULL);
-            seq_destroy(s, q);
+            retire(s, q); /* removes lists[l][i] */
         }
     }
 }
 
 /* Moves running[i] back to the front of the waiting queue with no blocks; it recomputes
- * its prompt and generated tokens when readmitted. */
+ * its prompt and generated tokens when readmitted. A token it has in flight is still
+ * recorded when that step completes (its sampler keeps it). */
 static void preempt(struct sched *s, int i)
 {
     struct sched_seq *q = s->running[i];
     remove_at(s->running, &s->n_running, i);
     bm_seq_release(s->bm, q->bs);
     q->num_computed = 0;
+    q->num_done = 0;
     q->status = SEQ_WAITING;
     q->num_preemptions++;
     memmove(s->waiting + 1, s->waiting, sizeof *s->waiting * (size_t)s->n_waiting);
@@ -299,15 +421,34 @@ static void preempt(struct sched *s, int i)
     s->preemptions++;
 }
 
-/* Picks this step's work into s->entries; returns the number of entries or a negative
+/* Tokens of q known or being sampled: the step in flight may owe it one. */
+static int known_len(const struct sched_seq *q) { return q->n_tokens + (q->pending_row >= 0); }
+
+/* Creates q's sampler at its first admission: params, logit bias, prompt history. */
+static int make_sampler(struct sched *s, struct sched_seq *q, char *err, size_t errlen)
+{
+    if (q->sampler) return 0;
+    q->sampler = sampler_create(&q->sp, s->m->cfg.vocab_size);
+    if (!q->sampler) return err_set(err, errlen, ERR_NOMEM, "out of memory creating a sampler");
+    s->n_samplers++;
+    /* checked at sched_add */
+    if (q->n_bias) sampler_set_logit_bias(q->sampler, q->bias_ids, q->bias, q->n_bias);
+    sampler_accept_prompt(q->sampler, q->tokens, q->n_prompt);
+    return 0;
+}
+
+/* Picks the next step's work into plan p; returns the number of entries or a negative
  * code. Running sequences first (oldest first), then FCFS admission. */
-static int schedule(struct sched *s, char *err, size_t errlen)
+static int schedule(struct sched *s, struct sched_plan *p, char *err, size_t errlen)
 {
     int budget = s->cfg.max_num_batched_tokens, n_entries = 0, rc;
     bool preempted = false;
     for (int i = 0; i < s->n_running && budget > 0; i++) {
         struct sched_seq *q = s->running[i];
-        int n_new = q->n_tokens - q->num_computed;
+        /* the token in flight ends it by length: nothing more to compute */
+        if (q->pending_row >= 0 && q->n_tokens + 1 - q->n_prompt >= q->max_tokens) continue;
+        int n_new = known_len(q) - q->num_computed;
+        if (n_new <= 0) continue;
         if (n_new > budget) {
             if (!s->cfg.enable_chunked_prefill) continue;
             n_new = budget;
@@ -321,12 +462,13 @@ static int schedule(struct sched *s, char *err, size_t errlen)
         }
         if (i >= s->n_running) break; /* q itself was preempted */
         if ((rc = bm_seq_append_slots(s->bm, q->bs, n_new, err, errlen))) return rc;
-        s->entries[n_entries++] = (struct sched_entry){ .seq = q, .n_new = n_new, .logit = -1 };
+        p->entries[n_entries++] = (struct sched_entry){ .seq = q, .n_new = n_new, .logit = -1 };
         budget -= n_new;
     }
     const void *salt;
     while (!preempted && s->n_waiting > 0 && s->n_running < s->cfg.max_num_seqs && budget > 0) {
         struct sched_seq *q = s->waiting[0];
+        if (q->pending_row >= 0) break; /* preempted with a token in flight: next time */
         int64_t n_cached = 0;
         salt = q->salt_len ? q->salt : NULL;
         bm_can_allocate(s->bm, q->tokens, q->n_tokens, salt, q->salt_len, q->n_tokens, &n_cached,
@@ -339,127 +481,263 @@ static int schedule(struct sched *s, char *err, size_t errlen)
         if (!bm_can_allocate(s->bm, q->tokens, q->n_tokens, salt, q->salt_len, n_cached + n_new,
                              NULL, NULL))
             break;
+        if ((rc = make_sampler(s, q, err, errlen))) return rc;
         if ((rc = bm_seq_alloc_prompt(s->bm, q->bs, q->tokens, q->n_tokens, &n_cached, err,
                                       errlen)))
             return rc;
         if ((rc = bm_seq_append_slots(s->bm, q->bs, n_new, err, errlen))) return rc;
-        q->num_computed = q->n_cached = (int)n_cached;
+        q->num_computed = q->num_done = q->n_cached = (int)n_cached;
         q->status = SEQ_RUNNING;
         remove_at(s->waiting, &s->n_waiting, 0);
         s->running[s->n_running++] = q;
-        s->entries[n_entries++] = (struct sched_entry){ .seq = q, .n_new = n_new, .logit = -1,
+        p->entries[n_entries++] = (struct sched_entry){ .seq = q, .n_new = n_new, .logit = -1,
                                                         .admitted = true };
         budget -= n_new;
     }
+    p->n_entries = n_entries;
     return n_entries;
 }
 
-/* Fills the flat batch arrays from s->entries[0, n). */
-static int fill_batch(struct sched *s, int n, struct batch *b, char *err, size_t errlen)
+/* Fills plan p's flat batch from its entries; advances each sequence's num_computed and
+ * takes a reference on it for the step. */
+static int fill_batch(struct sched *s, struct sched_plan *p, char *err, size_t errlen)
 {
-    int row = 0, n_logits = 0, rc;
+    int row = 0, n_logits = 0, rc, n = p->n_entries;
     for (int e = 0; e < n; e++) {
-        struct sched_entry *en = &s->entries[e];
+        struct sched_entry *en = &p->entries[e];
         struct sched_seq *q = en->seq;
-        int pos0 = q->num_computed;
-        s->query_start[e] = row;
-        memcpy(s->token_ids + row, q->tokens + pos0, sizeof *s->token_ids * (size_t)en->n_new);
-        for (int k = 0; k < en->n_new; k++) s->positions[row + k] = pos0 + k;
-        if ((rc = bm_seq_slot_mapping(s->bm, q->bs, pos0, en->n_new, s->slot_mapping + row, err,
+        int pos0 = q->num_computed, known = known_len(q);
+        p->query_start[e] = row;
+        for (int k = 0; k < en->n_new; k++) {
+            int pos = pos0 + k;
+            p->token_ids[row + k] = pos < q->n_tokens ? q->tokens[pos] : BACKEND_TOKEN_PREV(q->pending_row);
+            p->positions[row + k] = pos;
+        }
+        if ((rc = bm_seq_slot_mapping(s->bm, q->bs, pos0, en->n_new, p->slot_mapping + row, err,
                                       errlen)))
             return rc;
-        s->seq_lens[e] = pos0 + en->n_new;
+        p->seq_lens[e] = pos0 + en->n_new;
         int nb;
         const int32_t *bt = bm_seq_block_table(q->bs, &nb);
-        memcpy(s->block_tables + (size_t)e * (size_t)s->max_blocks_per_seq, bt,
-               sizeof *bt * (size_t)nb);
+        memcpy(p->block_tables + (size_t)e * (size_t)s->max_blocks_per_seq, bt, sizeof *bt * (size_t)nb);
         row += en->n_new;
-        /* logits only where the whole context is now computed: the next token is due */
-        if (pos0 + en->n_new == q->n_tokens) {
+        q->num_computed += en->n_new;
+        q->refs++;
+        /* logits only where the whole known context is now computed: the next token is due */
+        if (pos0 + en->n_new == known) {
             en->logit = n_logits;
-            s->logits_indices[n_logits++] = row - 1;
+            q->pending_row = n_logits;
+            q->pending_plan = (int)(p - s->plans);
+            p->samples[n_logits] = (struct backend_sample){ .sampler = q->sampler, .n_logprobs = q->logprobs };
+            p->logits_indices[n_logits++] = row - 1;
         }
     }
-    s->query_start[n] = row;
-    *b = (struct batch){
-        .num_tokens = row, .num_seqs = n, .token_ids = s->token_ids, .positions = s->positions,
-        .slot_mapping = s->slot_mapping, .query_start = s->query_start, .seq_lens = s->seq_lens,
-        .block_tables = s->block_tables, .max_blocks_per_seq = s->max_blocks_per_seq,
-        .num_logits = n_logits, .logits_indices = s->logits_indices,
+    p->query_start[n] = row;
+    p->b = (struct batch){
+        .num_tokens = row, .num_seqs = n, .token_ids = p->token_ids, .positions = p->positions,
+        .slot_mapping = p->slot_mapping, .query_start = p->query_start, .seq_lens = p->seq_lens,
+        .block_tables = p->block_tables, .max_blocks_per_seq = s->max_blocks_per_seq,
+        .num_logits = n_logits, .logits_indices = p->logits_indices,
     };
     return 0;
 }
 
-int sched_step(struct sched *s, sched_output_fn cb, void *ud, char *err, size_t errlen)
+/* Drops plan p without running it: its sequences all finished after it was planned. */
+static void plan_discard(struct sched_plan *p)
 {
-    drop_aborted(s, cb, ud);
-    if (!sched_has_work(s)) return 0;
-    int n = schedule(s, err, errlen);
-    if (n < 0) return n;
-    if (n == 0)
-        return err_set(err, errlen, ERR_RANGE, "scheduler: %d sequences waiting but none fits",
-                       s->n_waiting);
-    struct batch b;
-    int rc;
-    if ((rc = fill_batch(s, n, &b, err, errlen))) return rc;
-    if ((rc = model_forward(s->fs, s->kv, &b, err, errlen))) return rc;
-    s->steps++;
-    s->batched_tokens += (uint64_t)b.num_tokens;
-    s->prefill_tokens += (uint64_t)(b.num_tokens - b.num_logits);
+    for (int e = 0; e < p->n_entries; e++) p->entries[e].seq->refs--;
+    p->n_entries = 0;
+}
 
-    int vocab = s->m->cfg.vocab_size;
-    for (int e = 0; e < n; e++) {
-        struct sched_entry *en = &s->entries[e];
+static bool seq_live(const struct sched_seq *q) { return q->status == SEQ_RUNNING || q->status == SEQ_WAITING; }
+
+static void push_event(struct sched *s, const struct sched_seq *q, int32_t token, enum sched_finish f,
+                       const struct sched_logprob *lp, bool admitted, const char *error)
+{
+    s->events[s->n_events++] = (struct sched_output){
+        .seq_id = q->id, .user = q->user, .token = token, .finished = f != FINISH_NONE, .finish = f,
+        .admitted = admitted, .n_cached = q->n_cached, .logprob = lp, .error = error,
+    };
+}
+
+/* Ends q with f; retired (and freed) at the end of the step. */
+static void finish_seq(struct sched_seq *q, enum sched_finish f)
+{
+    q->finish = f;
+    q->status = SEQ_FINISHED;
+}
+
+/* The step of plan p completed with tokens s->out: commit its KV, record every sampled
+ * token, queue the events. */
+static int record(struct sched *s, struct sched_plan *p, char *err, size_t errlen)
+{
+    int rc, vocab = s->m->cfg.vocab_size;
+    for (int e = 0; e < p->n_entries; e++) {
+        struct sched_entry *en = &p->entries[e];
         struct sched_seq *q = en->seq;
-        q->num_computed += en->n_new;
-        if ((rc = bm_seq_commit(s->bm, q->bs, q->tokens, q->num_computed, err, errlen)))
-            return rc;
-        if (en->admitted && cb) {
-            struct sched_output o = { .seq_id = q->id, .user = q->user, .token = -1,
-                                      .admitted = true, .n_cached = q->n_cached };
-            cb(ud, &o);
+        q->refs--;
+        /* the next step may already owe this sequence a token (planned before this wait) */
+        if (en->logit >= 0 && q->pending_plan == (int)(p - s->plans)) q->pending_row = -1;
+        if (!seq_live(q)) { /* finished or aborted while this step ran */
+            if (en->logit >= 0) s->discarded++;
+            continue;
         }
+        if (q->status == SEQ_RUNNING) {
+            q->num_done += en->n_new;
+            if ((rc = bm_seq_commit(s->bm, q->bs, q->tokens, q->num_done, err, errlen))) return rc;
+            if (en->admitted) push_event(s, q, -1, FINISH_NONE, NULL, true, NULL);
+        } /* else preempted while this step ran: its KV is gone, its token still counts */
         if (en->logit < 0) continue;
-        float *row = s->fs->logits + (size_t)en->logit * (size_t)vocab;
-        int32_t tok = sampler_sample(q->sampler, row);
-        if (tok < 0) return err_set(err, errlen, tok, "seq %lld: no token can be sampled",
-                                    (long long)q->id);
+        const struct backend_token *t = &s->out[en->logit];
+        if (t->status != 0 || t->token < 0 || t->token >= vocab) {
+            finish_seq(q, FINISH_ERROR);
+            push_event(s, q, -1, FINISH_ERROR, NULL, false, ROW_ERROR);
+            continue;
+        }
+        int32_t tok = t->token;
         sampler_accept(q->sampler, tok);
         q->tokens[q->n_tokens++] = tok;
-        if (!q->ignore_eos && model_is_eog(s->m, tok)) q->finish = FINISH_STOP;
-        else if (q->n_tokens - q->n_prompt >= q->max_tokens) q->finish = FINISH_LENGTH;
-        if (q->finish != FINISH_NONE) q->status = SEQ_FINISHED;
+        if (!q->ignore_eos && model_is_eog(s->m, tok)) finish_seq(q, FINISH_STOP);
+        else if (q->n_tokens - q->n_prompt >= q->max_tokens) finish_seq(q, FINISH_LENGTH);
         const struct sched_logprob *lp = NULL;
         if (q->logprobs >= 0) {
-            /* sampler_sample restored the raw row: logprobs are over the model's logits */
-            s->lp.token = tok;
-            s->lp.logprob = -INFINITY;
-            int n_top = sampler_logprobs(row, vocab, tok, q->logprobs, s->lp.top_ids,
-                                         s->lp.top_logprobs, &s->lp.logprob);
-            s->lp.n_top = n_top > 0 ? n_top : 0;
-            lp = &s->lp;
+            struct sched_logprob *d = &s->lps[en->logit];
+            d->token = tok;
+            d->logprob = t->logprob;
+            d->n_top = t->n_top;
+            memcpy(d->top_ids, t->top_ids, sizeof d->top_ids[0] * (size_t)t->n_top);
+            memcpy(d->top_logprobs, t->top_logprobs, sizeof d->top_logprobs[0] * (size_t)t->n_top);
+            lp = d;
         }
-        emit(cb, ud, q, tok, q->finish, lp);
-    }
-    /* free finished sequences; their computed full blocks stay cached */
-    for (int i = 0; i < s->n_running;) {
-        struct sched_seq *q = s->running[i];
-        if (q->status != SEQ_FINISHED) { i++; continue; }
-        remove_at(s->running, &s->n_running, i);
-        seq_destroy(s, q);
+        push_event(s, q, tok, q->finish, lp, false, NULL);
     }
     return 0;
+}
+
+/* Waits for the step in flight and records it. */
+static int wait_flight(struct sched *s, char *err, size_t errlen)
+{
+    struct sched_plan *p = &s->plans[s->flight];
+    s->flight = -1;
+    int rc = backend_wait(s->be, s->out, err, errlen);
+    if (rc) return rc;
+    return record(s, p, err, errlen);
+}
+
+/* Before submitting plan p: rows that name a failed row of the step just recorded get a
+ * harmless token (their sequence has finished; the result is discarded). True if any
+ * sequence of p is still live. */
+static bool plan_patch(struct sched *s, struct sched_plan *p)
+{
+    bool live = false;
+    for (int e = 0; e < p->n_entries; e++) live = live || seq_live(p->entries[e].seq);
+    for (int r = 0; r < p->b.num_tokens; r++) {
+        int32_t t = p->token_ids[r];
+        if (t < 0 && s->out[-1 - t].status != 0) p->token_ids[r] = 0;
+    }
+    return live;
+}
+
+/* Takes the finished sequences off the lists (freed once no step refers to them). */
+static void retire_finished(struct sched *s)
+{
+    for (int i = 0; i < s->n_running;) {
+        struct sched_seq *q = s->running[i];
+        if (q->status == SEQ_FINISHED) retire(s, q);
+        else i++;
+    }
+    for (int i = 0; i < s->n_waiting;) {
+        struct sched_seq *q = s->waiting[i];
+        if (q->status == SEQ_FINISHED) retire(s, q);
+        else i++;
+    }
+}
+
+/* The backend failed (rc from it): nothing more runs. */
+static int fail(struct sched *s, int rc, const char *err)
+{
+    s->broken = true;
+    snprintf(s->broken_msg, sizeof s->broken_msg, "%s", err ? err : err_name(rc));
+    return rc;
+}
+
+int sched_step(struct sched *s, sched_output_fn cb, void *ud, char *err, size_t errlen)
+{
+    if (s->broken) return err_set(err, errlen, ERR_UNAVAILABLE, "scheduler: failed earlier: %s", s->broken_msg);
+    drop_aborted(s, cb, ud);
+    if (!sched_has_work(s)) return 0;
+    int rc;
+    struct sched_plan *p = &s->plans[s->flight == 0 ? 1 : 0];
+    p->n_entries = 0;
+    int n = s->n_waiting + s->n_running > 0 ? schedule(s, p, err, errlen) : 0;
+    if (n < 0) return n;
+    if (n == 0 && s->flight < 0 && s->n_waiting + s->n_running > 0)
+        return err_set(err, errlen, ERR_RANGE, "scheduler: %d sequences waiting, %d running, but none fits",
+                       s->n_waiting, s->n_running);
+    if (n > 0 && (rc = fill_batch(s, p, err, errlen))) return fail(s, rc, err);
+    s->n_events = 0;
+    if (s->flight >= 0 && (rc = wait_flight(s, err, errlen))) return fail(s, rc, err);
+    if (n > 0) {
+        if (plan_patch(s, p)) {
+            if ((rc = backend_submit(s->be, &p->b, p->samples, err, errlen))) return fail(s, rc, err);
+            s->flight = (int)(p - s->plans);
+            s->steps++;
+            s->batched_tokens += (uint64_t)p->b.num_tokens;
+            s->prefill_tokens += (uint64_t)(p->b.num_tokens - p->b.num_logits);
+            if (!s->overlap && (rc = wait_flight(s, err, errlen))) return fail(s, rc, err);
+        } else {
+            plan_discard(p);
+        }
+    }
+    retire_finished(s);
+    /* report while the next step computes (overlap); the callback may only sched_abort */
+    for (int i = 0; i < s->n_events && cb; i++) cb(ud, &s->events[i]);
+    s->n_events = 0;
+    reap_zombies(s);
+    return 0;
+}
+
+int sched_warmup(struct sched *s, char *err, size_t errlen)
+{
+    if (sched_has_work(s)) return err_set(err, errlen, ERR_INVALID, "scheduler: warm-up with sequences live");
+    struct sampler_params sp;
+    sampler_params_default(&sp);
+    sp.temperature = 0;
+    struct sampler *smp = sampler_create(&sp, s->m->cfg.vocab_size);
+    if (!smp) return err_set(err, errlen, ERR_NOMEM, "scheduler: out of memory for the warm-up");
+    /* one token at slot 0 of block 0: the block is free, and whoever takes it writes its
+     * own KV before reading any */
+    struct sched_plan *p = &s->plans[0];
+    p->token_ids[0] = 0;
+    p->positions[0] = 0;
+    p->slot_mapping[0] = 0;
+    p->query_start[0] = 0;
+    p->query_start[1] = 1;
+    p->seq_lens[0] = 1;
+    p->block_tables[0] = 0;
+    p->logits_indices[0] = 0;
+    p->samples[0] = (struct backend_sample){ .sampler = smp, .n_logprobs = -1 };
+    struct batch b = { .num_tokens = 1, .num_seqs = 1, .token_ids = p->token_ids, .positions = p->positions,
+                       .slot_mapping = p->slot_mapping, .query_start = p->query_start, .seq_lens = p->seq_lens,
+                       .block_tables = p->block_tables, .max_blocks_per_seq = s->max_blocks_per_seq,
+                       .num_logits = 1, .logits_indices = p->logits_indices };
+    int rc = backend_step(s->be, &b, p->samples, s->out, err, errlen);
+    sampler_free(smp);
+    return rc;
 }
 
 void sched_get_stats(const struct sched *s, struct sched_stats *st)
 {
     *st = (struct sched_stats){ .steps = s->steps, .preemptions = s->preemptions,
                                 .prefill_tokens = s->prefill_tokens,
-                                .batched_tokens = s->batched_tokens,
-                                .num_waiting = s->n_waiting, .num_running = s->n_running };
+                                .batched_tokens = s->batched_tokens, .discarded_tokens = s->discarded,
+                                .num_waiting = s->n_waiting, .num_running = s->n_running,
+                                .num_samplers = s->n_samplers };
     bm_get_stats(s->bm, &st->bm);
 }
 
 const struct block_manager *sched_block_manager(const struct sched *s) { return s->bm; }
 
 const struct sched_config *sched_get_config(const struct sched *s) { return &s->cfg; }
+
+const struct backend_info *sched_backend_info(const struct sched *s) { return backend_get_info(s->be); }

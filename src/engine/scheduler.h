@@ -1,11 +1,11 @@
 /* scheduler.h — the continuous-batching step loop (ARCHITECTURE.md "Scheduler", "Batch").
  *
  * struct sched owns everything one engine needs to run many sequences at once: the
- * forward state (sized for max_num_batched_tokens rows and max_num_seqs logits rows), the
- * paged KV cache, the block manager and the per-sequence state. Each sched_step builds
- * ONE flat batch that mixes the decode tokens of running sequences with prefill chunks,
- * runs one forward, samples one token for every sequence whose context is now fully
- * computed, and reports it through a callback.
+ * compute backend (backend.h: weights, KV cache, forward, sampling — CPU or CUDA), the
+ * block manager and the per-sequence state. Each sched_step builds ONE flat batch that
+ * mixes the decode tokens of running sequences with prefill chunks, hands it to the
+ * backend with each logits row's sampler, and reports the sampled tokens through a
+ * callback. The scheduler knows nothing of a backend but backend.h.
  *
  * Policy (vLLM V1 style, one token budget per step):
  *   - running sequences first, oldest first: each gets its remaining uncomputed tokens
@@ -16,19 +16,36 @@
  *     preempted;
  *   - then waiting sequences FCFS while seats (max_num_seqs), the token budget and blocks
  *     allow; the first that does not fit stops admission (no overtaking). Cached prefix
- *     blocks are taken from the prefix cache and not recomputed.
- * Invariants: between steps every RUNNING sequence has num_computed == its block
- * manager num_tokens (each step commits what it appended); a WAITING sequence holds no
- * blocks; FINISHED / ABORTED sequences are freed in the step that reports them.
+ *     blocks are taken from the prefix cache and not recomputed. A sequence's sampler
+ *     (about 24 bytes per vocabulary entry) is created at its first admission, kept
+ *     through preemption (its history and step must survive the recompute) and freed when
+ *     it finishes: a queued sequence holds none.
  *
- * Memory: per-step arrays (and one logprobs record) are allocated at sched_create;
- * per-sequence state at sched_add. sched_step allocates nothing.
+ * Overlapped scheduling (sched_config.overlap): sched_step plans step N+1 while step N
+ * runs on the backend, waits for N, records N's tokens (each sequence's token list and
+ * sampler), submits N+1, and only then reports N's tokens through the callback — so the
+ * caller's detokenizing, stop strings and notifications run while N+1 computes. A decode
+ * row whose token is N's output names it BACKEND_TOKEN_PREV(k). The lag is invisible in
+ * the results: a sequence that finished at N (end of generation, a failed row, an
+ * abort or a stop string found by the caller) may already be in N+1; its extra token is
+ * discarded, never reported, and its blocks are freed when N+1 has completed. Outputs
+ * are byte-identical with overlap on and off (tests/c/test_scheduler.c).
+ *
+ * Invariants: every RUNNING sequence's num_computed equals its block-manager num_tokens
+ * (the slots of every planned or running step are appended when it is planned); the KV
+ * of [0, num_done) is written and committed to the prefix cache; a WAITING sequence
+ * holds no blocks; a FINISHED / ABORTED sequence is off both lists and is freed as soon
+ * as no step in flight refers to it.
+ *
+ * Memory: per-step arrays (two sets: the step in flight and the one being planned) are
+ * allocated at sched_create; per-sequence state at sched_add; the sampler at first
+ * admission. sched_step allocates nothing else.
  * Threading: NOT thread-safe. One thread (the scheduler thread) makes every call.
  */
 #ifndef TESSERA_ENGINE_SCHEDULER_H
 #define TESSERA_ENGINE_SCHEDULER_H
 
-#include "util/kv_dtype.h"
+#include "backend/backend.h"
 #include "engine/block_manager.h"
 #include "sampler/sampler.h"
 
@@ -39,20 +56,34 @@
 struct model;
 struct sched;
 
+/* Overlapped scheduling (see above). AUTO: on when the backend runs asynchronously
+ * (backend_get_info()->name is "cuda"); the CPU backend computes inside submit, so there
+ * the overlap only costs a step of lag — tests force it ON to prove the lag correct. */
+enum sched_overlap { SCHED_OVERLAP_AUTO = 0, SCHED_OVERLAP_OFF, SCHED_OVERLAP_ON };
+
 struct sched_config {
     int max_num_seqs;           /* sequences per step (logits rows) */
     int max_num_batched_tokens; /* rows per step (token budget) */
     int max_model_len;          /* prompt + generation limit per sequence */
     int block_size;             /* tokens per KV block; <= 0: KV_DEFAULT_BLOCK_SIZE */
-    int num_blocks;             /* KV pool size; must hold one max_model_len sequence */
     bool enable_prefix_caching;
     bool enable_chunked_prefill;/* off: max_num_batched_tokens >= max_model_len */
-    int n_threads;              /* forward thread pool; <= 0: all CPUs */
-    enum kv_dtype kv_dtype;
+    enum sched_overlap overlap;
+    /* The backend to create: device, KV cache dtype and size (num_blocks, or the
+     * cpu_kv_bytes / gpu_memory_utilization budget; one max_model_len sequence must fit),
+     * threads, graphs. Its max_num_seqs, max_num_batched_tokens, max_model_len and
+     * block_size are ignored: the scheduler's fields above are passed. */
+    struct backend_config backend;
 };
 
+/* Defaults: backend_config_default, 256 seqs, 2048 batched tokens, max_model_len 0 (must be
+ * set), block size 16, prefix caching and chunked prefill on, overlap AUTO. */
+void sched_config_default(struct sched_config *c);
+
 enum sched_status { SEQ_WAITING = 0, SEQ_RUNNING, SEQ_FINISHED, SEQ_ABORTED };
-enum sched_finish { FINISH_NONE = 0, FINISH_STOP, FINISH_LENGTH, FINISH_ABORT };
+/* FINISH_ERROR: this sequence's row could not be sampled (backend_token.status != 0, e.g.
+ * NaN logits); the other sequences are unaffected. */
+enum sched_finish { FINISH_NONE = 0, FINISH_STOP, FINISH_LENGTH, FINISH_ABORT, FINISH_ERROR };
 
 /* What one sequence asks for; everything is copied by sched_add. */
 struct sched_seq_params {
@@ -79,9 +110,11 @@ struct sched_seq {
     enum sched_finish finish;
     int32_t *tokens;        /* [n_prompt + max_tokens] prompt ids, then generated ids */
     int n_prompt;
-    int n_tokens;           /* n_prompt + generated so far */
+    int n_tokens;           /* n_prompt + generated so far (known on the host) */
     int max_tokens;         /* generation limit (clamped to max_model_len - n_prompt) */
-    int num_computed;       /* positions whose KV is written (0 while waiting) */
+    int num_computed;       /* positions whose KV is written or in a planned / running step
+                               (0 while waiting) */
+    int num_done;           /* positions whose KV is written and committed */
     int n_cached;           /* tokens served from the prefix cache at the last admission */
     bool ignore_eos;
     bool abort_requested;   /* sched_abort: dropped at the start of the next step */
@@ -90,8 +123,18 @@ struct sched_seq {
     size_t salt_len;
     uint8_t salt[BM_SALT_MAX];
     void *user;
-    struct sampler *sampler;
+    struct sampler_params sp;    /* the sampler is created from these at first admission */
+    int32_t *bias_ids;           /* [n_bias] logit bias, copied at sched_add */
+    float *bias;                 /* [n_bias] */
+    int n_bias;
+    struct sampler *sampler;     /* NULL until the first admission */
     struct bm_seq *bs;
+    int pending_row;        /* logits row of the step in flight that samples this sequence's
+                               next token (decode rows of the next step name it
+                               BACKEND_TOKEN_PREV(pending_row)); -1: none */
+    int pending_plan;       /* which of the scheduler's two step plans pending_row is in */
+    int refs;               /* planned or running steps that include this sequence */
+    struct sched_seq *next_zombie; /* finished, waiting for its steps to complete */
 };
 
 /* One generated token's logprobs: raw model logprobs (sampler_logprobs). The same layout
@@ -112,7 +155,9 @@ struct sched_logprob {
  *   token:    token >= 0 was sampled (logprob != NULL when the sequence asked for
  *             logprobs); finished tells whether it ended the sequence (EOS: FINISH_STOP,
  *             the token is the end-of-generation token; FINISH_LENGTH).
- *   abort:    token -1, finished, FINISH_ABORT (sched_abort). */
+ *   abort:    token -1, finished, FINISH_ABORT (sched_abort).
+ *   error:    token -1, finished, FINISH_ERROR, error says why (the row could not be
+ *             sampled); the other sequences go on. */
 struct sched_output {
     int64_t seq_id;
     void *user;             /* sched_seq_params.user */
@@ -122,6 +167,7 @@ struct sched_output {
     bool admitted;
     int n_cached;           /* admitted events */
     const struct sched_logprob *logprob; /* token events with logprobs >= 0, else NULL */
+    const char *error;      /* FINISH_ERROR events: why (static text), else NULL */
 };
 
 /* Called once per event during sched_step, in batch order; the output is borrowed for the
@@ -134,12 +180,15 @@ struct sched_stats {
     uint64_t preemptions;
     uint64_t prefill_tokens;  /* rows computed that were not the last token (incl. recompute) */
     uint64_t batched_tokens;  /* rows computed in total */
+    uint64_t discarded_tokens;/* overlap: tokens sampled for sequences that had finished */
     int num_waiting, num_running;
+    int num_samplers;         /* live samplers (one per admitted, unfinished sequence) */
     struct bm_stats bm;
 };
 
-/* Builds the scheduler for model m (borrowed, must outlive it). Validates cfg, allocates
- * the forward state, the KV pool, the block manager and the per-step arrays. */
+/* Builds the scheduler for model m (borrowed, must outlive it). Validates cfg, creates the
+ * backend (backend_create: ERR_NOMEM with the knob to turn when one max_model_len sequence
+ * does not fit), the block manager over its KV blocks and the per-step arrays. */
 int sched_create(struct sched **out, const struct model *m, const struct sched_config *cfg,
                  char *err, size_t errlen);
 /* Frees everything, live sequences included. NULL is a no-op. */
@@ -156,20 +205,30 @@ int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq
  * FINISH_ABORT). ERR_NOT_FOUND if no live sequence has that id. */
 int sched_abort(struct sched *s, int64_t seq_id, char *err, size_t errlen);
 
+/* One warm-up step through the backend (a single token at block 0, sampled greedily), so
+ * that lazy initialisation and page faults happen before the first request. Call it right
+ * after sched_create, before any sched_add. */
+int sched_warmup(struct sched *s, char *err, size_t errlen);
+
 /* Runs one step (see the policy above); cb (may be NULL) gets every event. Returns 0, or a
- * negative code (the forward failed; or work remains but nothing could be scheduled). */
+ * negative code: the backend failed (a device fault: the scheduler is unusable, fail
+ * everything) or work remains but nothing could be scheduled. A row that cannot be
+ * sampled is not an error of the step: its sequence finishes with FINISH_ERROR. */
 int sched_step(struct sched *s, sched_output_fn cb, void *ud, char *err, size_t errlen);
 
-/* True while any sequence is waiting or running (or an abort is pending). */
+/* True while any sequence is waiting or running, or a step is in flight. */
 bool sched_has_work(const struct sched *s);
 
 /* The live sequence seq_id (borrowed until the next step), or NULL. */
 const struct sched_seq *sched_find(const struct sched *s, int64_t seq_id);
 
 void sched_get_stats(const struct sched *s, struct sched_stats *st);
-/* The effective configuration (block_size defaulted). Immutable after sched_create, so
- * any thread may read it. */
+/* The effective configuration (block_size defaulted, overlap resolved to ON / OFF,
+ * backend.num_blocks / kv_dtype as the backend chose them). Immutable after sched_create,
+ * so any thread may read it. */
 const struct sched_config *sched_get_config(const struct sched *s);
+/* What the backend decided (device, KV blocks, bytes). Immutable; any thread. */
+const struct backend_info *sched_backend_info(const struct sched *s);
 /* The block manager, for tests and debugging (bm_check). */
 const struct block_manager *sched_block_manager(const struct sched *s);
 

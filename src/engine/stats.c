@@ -33,7 +33,7 @@ static const struct hist_info hist_info[HIST_COUNT_] = {
                      latency_bounds, (int)(sizeof latency_bounds / sizeof latency_bounds[0]) },
 };
 
-static const char *const finish_names[STATS_FINISH_COUNT_] = { "stop", "length", "abort" };
+static const char *const finish_names[STATS_FINISH_COUNT_] = { "stop", "length", "abort", "error" };
 
 void stats_init(struct stats *st)
 {
@@ -75,6 +75,13 @@ void stats_add_tokens(struct stats *st, uint64_t prompt, uint64_t generation)
     pthread_mutex_lock(&st->mu);
     st->s.prompt_tokens += prompt;
     st->s.generation_tokens += generation;
+    pthread_mutex_unlock(&st->mu);
+}
+
+void stats_add_cached_prompt_tokens(struct stats *st, uint64_t cached)
+{
+    pthread_mutex_lock(&st->mu);
+    st->s.prompt_tokens_cached += cached;
     pthread_mutex_unlock(&st->mu);
 }
 
@@ -157,6 +164,7 @@ size_t stats_format_prometheus(const struct engine_stats *s, const char *model_n
               s->kv_blocks_total ? (double)s->kv_blocks_used / (double)s->kv_blocks_total : 0.0);
     const struct { const char *name, *help; uint64_t v; } counters[] = {
         { "vllm:prompt_tokens_total", "Number of prefill tokens processed.", s->prompt_tokens },
+        { "vllm:prompt_tokens_cached_total", "Number of cached tokens processed.", s->prompt_tokens_cached },
         { "vllm:generation_tokens_total", "Number of generation tokens processed.", s->generation_tokens },
         { "vllm:num_preemptions_total", "Cumulative number of preemptions from the engine.", s->preemptions },
         { "vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", s->prefix_cache_queries },

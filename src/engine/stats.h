@@ -31,14 +31,20 @@ struct histogram {
     double sum;
 };
 
-enum stats_finish { STATS_FINISH_STOP = 0, STATS_FINISH_LENGTH, STATS_FINISH_ABORT, STATS_FINISH_COUNT_ };
+/* vllm:request_success_total's finished_reason label values (vLLM's FinishReason):
+ * "error" is a request the engine failed (a row that could not be sampled, a backend
+ * fault), never counted as "abort" (client disconnect, shutdown). */
+enum stats_finish { STATS_FINISH_STOP = 0, STATS_FINISH_LENGTH, STATS_FINISH_ABORT, STATS_FINISH_ERROR,
+                    STATS_FINISH_COUNT_ };
 
 struct engine_stats {
     /* gauges */
     int num_running, num_waiting;
     int64_t kv_blocks_used, kv_blocks_total;
-    /* counters */
-    uint64_t prompt_tokens, generation_tokens, preemptions;
+    /* counters (vLLM's definitions: an engine request — one choice of n — counts its whole
+     * prompt, cached tokens included, once, at its first token; prompt_tokens_cached is the
+     * part of it served from the prefix cache at its first admission) */
+    uint64_t prompt_tokens, prompt_tokens_cached, generation_tokens, preemptions;
     uint64_t prefix_cache_queries, prefix_cache_hits; /* in tokens */
     uint64_t finished[STATS_FINISH_COUNT_];
     struct histogram hist[HIST_COUNT_];
@@ -57,6 +63,7 @@ void stats_observe(struct stats *st, enum stats_hist h, double seconds);
 void stats_set_gauges(struct stats *st, int running, int waiting, int64_t blocks_used,
                       int64_t blocks_total);
 void stats_add_tokens(struct stats *st, uint64_t prompt, uint64_t generation);
+void stats_add_cached_prompt_tokens(struct stats *st, uint64_t cached);
 void stats_add_prefix_cache(struct stats *st, uint64_t queries, uint64_t hits);
 void stats_add_preemption(struct stats *st);
 void stats_add_finished(struct stats *st, enum stats_finish reason);

@@ -13,13 +13,11 @@
 #ifndef TESSERA_MODEL_KV_CACHE_H
 #define TESSERA_MODEL_KV_CACHE_H
 
-#include "backend/cpu/ops.h"
 #include "model/config.h"
+#include "util/kv_dtype.h"
 
 #include <stddef.h>
 #include <stdint.h>
-
-#define KV_DEFAULT_BLOCK_SIZE 16
 
 struct kv_cache {
     enum kv_dtype dtype;

@@ -132,13 +132,16 @@ static void stream_out(struct job *j, struct choice *c)
     }
 }
 
+/* The prompt counts once however many choices share it (OpenAI), so its cached part is
+ * what was cached for every choice: the least any choice got from the prefix cache at its
+ * first admission (choices admitted together each compute the prompt: 0). */
 static void usage_of(const struct job *j, struct oai_usage *u, double *ttft)
 {
-    *u = (struct oai_usage){ .prompt_tokens = j->req.n_prompt,
-                             .cached_tokens = j->ch[0].n_cached };
+    *u = (struct oai_usage){ .prompt_tokens = j->req.n_prompt, .cached_tokens = j->ch[0].n_cached };
     *ttft = -1;
     for (int i = 0; i < j->req.n; i++) {
         u->completion_tokens += j->ch[i].n_generated;
+        if (j->ch[i].n_cached < u->cached_tokens) u->cached_tokens = j->ch[i].n_cached;
         if (j->ch[i].ttft >= 0 && (*ttft < 0 || j->ch[i].ttft < *ttft)) *ttft = j->ch[i].ttft;
     }
 }

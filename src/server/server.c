@@ -2,14 +2,17 @@
  *
  * main thread: blocks SIGINT/SIGTERM (every thread started later inherits the mask) →
  * starts HTTP (state LOADING: /health 503) → loads the model, applies the chat-template
- * override → starts the engine → READY → sigwait → DRAINING (new requests 503) → waits for
- * live requests up to the grace period → stops HTTP (closing streams aborts their
- * requests) → frees the engine and the model.
+ * override → starts the engine (backend created, one warm-up step) → READY → sigwait →
+ * DRAINING (new requests 503) → waits for live requests up to the grace period → stops
+ * HTTP (closing streams aborts their requests) → frees the engine and the model.
+ * An engine failure (a backend fault) fails every live request at once, turns /health to
+ * 503 and raises SIGTERM, so the main thread wakes, skips the drain and exits 1 for the
+ * supervisor to restart the process (house style).
  */
 #define _GNU_SOURCE
 #include "server/server.h"
+#include "backend/backend.h"
 #include "engine/stats.h"
-#include "model/kv_cache.h"
 #include "model/model.h"
 #include "server/server_internal.h"
 #include "template/jinja.h"
@@ -59,7 +62,13 @@ static void respond_json(const struct http_request *req, int status, char *body)
 
 static void handle_health(void *ud, const struct http_request *req)
 {
-    if (server_refuse_unless_ready(ud, req)) return;
+    struct server *s = ud;
+    if (server_refuse_unless_ready(s, req)) return;
+    if (engine_failed(s->e)) {
+        http_respond_error(req->conn, 503, "the engine failed; the server is exiting", API_ERR_SERVER, NULL,
+                           NULL, NULL);
+        return;
+    }
     http_respond(req->conn, 200, "application/json", "{\"status\":\"ok\"}", 15, NULL);
 }
 
@@ -109,12 +118,14 @@ static void handle_tokenize(void *ud, const struct http_request *req, bool decod
 static void handle_tok(void *ud, const struct http_request *req) { handle_tokenize(ud, req, false); }
 static void handle_detok(void *ud, const struct http_request *req) { handle_tokenize(ud, req, true); }
 
-/* The engine's configuration from the options and the model. */
+/* The engine's configuration from the options and the model. The backend sizes its KV
+ * cache (and says what is missing when one max-model-len sequence does not fit). */
 static int engine_config_from(const struct server_options *o, const struct model *m,
                               struct engine_config *ec, char *err, size_t errlen)
 {
-    struct sched_config *c = &ec->sched;
     memset(ec, 0, sizeof *ec);
+    struct sched_config *c = &ec->sched;
+    sched_config_default(c);
     int model_len = m->cfg.max_seq_len;
     c->max_model_len = o->max_model_len > 0 ? o->max_model_len : (model_len < 8192 ? model_len : 8192);
     if (c->max_model_len > model_len)
@@ -124,7 +135,6 @@ static int engine_config_from(const struct server_options *o, const struct model
     c->block_size = o->block_size;
     c->enable_prefix_caching = o->enable_prefix_caching;
     c->enable_chunked_prefill = o->enable_chunked_prefill;
-    c->n_threads = o->threads;
     c->max_num_batched_tokens = o->max_num_batched_tokens > 0 ? o->max_num_batched_tokens : 2048;
     if (!c->enable_chunked_prefill && c->max_num_batched_tokens < c->max_model_len) {
         if (o->max_num_batched_tokens > 0)
@@ -133,25 +143,26 @@ static int engine_config_from(const struct server_options *o, const struct model
                            o->max_num_batched_tokens, c->max_model_len);
         c->max_num_batched_tokens = c->max_model_len;
     }
-    const char *dt = o->kv_cache_dtype;
-    if (!strcmp(dt, "auto")) c->kv_dtype = KV_F16;
-    else if (kv_dtype_parse(dt, &c->kv_dtype)) return err_set(err, errlen, ERR_UNSUPPORTED,
-                        "--kv-cache-dtype %s is not supported by the CPU backend (auto, f16, fp8, f32)", dt);
-    int bs = c->block_size > 0 ? c->block_size : KV_DEFAULT_BLOCK_SIZE;
-    size_t block_bytes = kv_cache_block_bytes(&m->cfg, bs, c->kv_dtype);
-    size_t budget = (size_t)(o->kv_cache_memory > 0 ? o->kv_cache_memory : 1024) << 20;
-    size_t fit = budget / block_bytes;
-    c->num_blocks = (int)(fit < ((size_t)1 << 30) ? fit : ((size_t)1 << 30));
-    int need = (c->max_model_len + bs - 1) / bs;
-    if (c->num_blocks < need)
-        return err_set(err, errlen, ERR_RANGE,
-                       "--kv-cache-memory %lld MiB holds %d blocks; one %d-token sequence needs %d "
-                       "(raise it or lower --max-model-len)",
-                       (long long)(o->kv_cache_memory > 0 ? o->kv_cache_memory : 1024), c->num_blocks,
-                       c->max_model_len, need);
+    struct backend_config *b = &c->backend;
+    /* the option table admits only valid names: these cannot fail */
+    backend_device_parse(o->device, &b->device);
+    b->kv_dtype_auto = !strcmp(o->kv_cache_dtype, "auto");
+    if (!b->kv_dtype_auto) kv_dtype_parse(o->kv_cache_dtype, &b->kv_dtype);
+    b->cpu_kv_bytes = (size_t)(o->kv_cache_memory > 0 ? o->kv_cache_memory : 1024) << 20;
+    b->gpu_memory_utilization = o->gpu_memory_utilization;
+    b->n_threads = o->threads;
+    b->enforce_eager = o->enforce_eager;
     ec->max_queued_requests = o->max_queued_requests;
     ec->max_queued_tokens = o->max_queued_tokens;
     return 0;
+}
+
+/* Engine failure (scheduler thread): wake the main thread, which exits non-zero. */
+static void on_engine_failure(void *ud, const char *reason)
+{
+    (void)ud;
+    LOG_ERR("server", "engine failed (%s): exiting", reason);
+    kill(getpid(), SIGTERM);
 }
 
 /* Sampling defaults: generation_config.json, then the server flags. */
@@ -263,6 +274,7 @@ int server_run(const struct server_options *o)
     if (model_load(o->model, 0, &s.m, err, sizeof err)) goto fail;
     if (o->chat_template && load_template_override(s.m, o->chat_template, err, sizeof err)) goto fail;
     if (engine_config_from(o, s.m, &ec, err, sizeof err)) goto fail;
+    ec.on_failure = on_engine_failure;
     if (engine_create(&s.e, s.m, &ec, err, sizeof err)) goto fail;
     s.ctx = (struct oai_ctx){ .m = s.m, .served_names = s.names, .n_served = s.n_names,
                               .max_model_len = engine_sched_config(s.e)->max_model_len };
@@ -270,17 +282,33 @@ int server_run(const struct server_options *o)
     char desc[256];
     model_describe(s.m, desc, sizeof desc);
     LOG_INFO("server", "model %s loaded in %.1f s: %s", s.names[0], now_s() - t0, desc);
+    const struct sched_config *sc = engine_sched_config(s.e);
+    const struct backend_info *bi = engine_backend_info(s.e);
+    LOG_INFO("server", "backend %s (%s)%s%s: weights %.1f MiB, KV cache %.1f MiB (%s), activations %.1f MiB%s",
+             bi->name, bi->device, bi->fallback[0] ? ", device auto fell back: " : "", bi->fallback,
+             (double)bi->weight_bytes / 1048576.0, (double)bi->kv_bytes / 1048576.0, kv_dtype_name(bi->kv_dtype),
+             (double)bi->activation_bytes / 1048576.0,
+             !strcmp(bi->name, "cuda") ? (bi->graphs ? ", CUDA graphs" : ", eager") : "");
+    /* vLLM's lines, so the same log checks work */
+    LOG_INFO("server", "# %s blocks: %d, maximum concurrency for %d tokens per request: %.2fx",
+             !strcmp(bi->name, "cuda") ? "GPU" : "CPU", bi->num_blocks, sc->max_model_len,
+             (double)bi->num_blocks * bi->block_size / (double)sc->max_model_len);
     LOG_INFO("server", "engine: max_model_len %d, max_num_seqs %d, max_num_batched_tokens %d, "
-             "%d KV blocks of %d tokens (%s), prefix caching %s, chunked prefill %s",
-             ec.sched.max_model_len, ec.sched.max_num_seqs, ec.sched.max_num_batched_tokens,
-             ec.sched.num_blocks, ec.sched.block_size > 0 ? ec.sched.block_size : KV_DEFAULT_BLOCK_SIZE,
-             kv_dtype_name(ec.sched.kv_dtype), ec.sched.enable_prefix_caching ? "on" : "off",
-             ec.sched.enable_chunked_prefill ? "on" : "off");
+             "%d KV blocks of %d tokens, prefix caching %s, chunked prefill %s, overlapped scheduling %s",
+             sc->max_model_len, sc->max_num_seqs, sc->max_num_batched_tokens, bi->num_blocks, bi->block_size,
+             sc->enable_prefix_caching ? "on" : "off", sc->enable_chunked_prefill ? "on" : "off",
+             sc->overlap == SCHED_OVERLAP_ON ? "on" : "off");
     atomic_store(&s.state, SERVER_READY);
     LOG_INFO("server", "ready");
 
     int sig = 0;
     sigwait(&sigs, &sig);
+    if (engine_failed(s.e)) { /* every request has its error already; nothing to drain */
+        atomic_store(&s.state, SERVER_DRAINING);
+        http_server_wait_idle(http, 2.0);
+        LOG_ERR("server", "exiting after an engine failure");
+        goto done;
+    }
     LOG_INFO("server", "signal %d: draining %d live requests", sig, engine_num_active(s.e));
     atomic_store(&s.state, SERVER_DRAINING);
     engine_drain(s.e);

@@ -30,7 +30,7 @@ const char *kv_dtype_name(enum kv_dtype t)
 int kv_dtype_parse(const char *s, enum kv_dtype *out)
 {
     if (!strcmp(s, "f32")) *out = KV_F32;
-    else if (!strcmp(s, "f16")) *out = KV_F16;
+    else if (!strcmp(s, "f16") || !strcmp(s, "fp16")) *out = KV_F16;
     else if (!strcmp(s, "bf16")) *out = KV_BF16;
     else if (!strcmp(s, "fp8") || !strcmp(s, "fp8_e4m3")) *out = KV_FP8_E4M3;
     else return ERR_INVALID;

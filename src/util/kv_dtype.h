@@ -17,9 +17,12 @@ extern "C" {
 
 enum kv_dtype { KV_F32 = 0, KV_F16 = 1, KV_FP8_E4M3 = 2, KV_BF16 = 3 };
 
+#define KV_DEFAULT_BLOCK_SIZE 16 /* tokens per KV block unless configured */
+
 size_t kv_dtype_size(enum kv_dtype t); /* bytes per element; 0 if unknown */
 const char *kv_dtype_name(enum kv_dtype t); /* "f32", "f16", "fp8", "bf16"; "unknown" */
-/* "f32", "f16", "bf16", "fp8" (alias "fp8_e4m3") -> 0 and *out; ERR_INVALID otherwise. */
+/* "f32", "f16" (alias "fp16", vLLM's name), "bf16", "fp8" (alias "fp8_e4m3") -> 0 and *out;
+ * ERR_INVALID otherwise. */
 int kv_dtype_parse(const char *s, enum kv_dtype *out);
 
 /* One layer's KV pool: a view (the owner — the model's kv_cache on the CPU, the CUDA

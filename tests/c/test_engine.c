@@ -12,6 +12,13 @@
  * Requests are consumed both ways: request_wait + request_take from the test thread
  * (solo runs) and request_take from the notify callback on the scheduler thread
  * (batches), which also counts notifies after the final one (there must be none).
+ *
+ * The solo references run with overlapped scheduling off; every other engine forces it
+ * on, so each comparison also proves the one-step lag invisible (stop strings found while
+ * the next step runs, aborts, logprobs, text). Failures: a row that cannot be sampled
+ * fails only its request, a backend fault fails the engine (both injected with
+ * TESSERA_TEST_FAULT), and the metrics match vLLM's definitions exactly.
+ * TESSERA_TEST_DEVICE=cuda (+ TESSERA_CUDA_LIB) runs them on the emulated CUDA backend.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "engine/engine.h"
@@ -42,6 +49,7 @@
 #define MAXLP 64
 
 static struct model *g_model;
+static enum backend_device g_device = BACKEND_DEVICE_CPU;
 static int32_t *g_corpus;          /* the tokenized corpus */
 static int g_corpus_n;
 static int32_t g_prompt[NP][MAX_PROMPT];
@@ -125,15 +133,25 @@ static void accumulate(struct result *res, const struct req_output *o)
     }
 }
 
+/* Overlapped scheduling forced on (the CPU backend would pick off). */
 static struct engine_config engine_cfg(int max_num_seqs, int batched, int num_blocks,
                                        bool caching, bool chunked)
 {
-    return (struct engine_config){
-        .sched = { .max_num_seqs = max_num_seqs, .max_num_batched_tokens = batched,
-                   .max_model_len = MAX_LEN, .block_size = 16, .num_blocks = num_blocks,
-                   .enable_prefix_caching = caching, .enable_chunked_prefill = chunked,
-                   .n_threads = 2, .kv_dtype = KV_F16 },
-    };
+    struct engine_config c = { 0 };
+    sched_config_default(&c.sched);
+    c.sched.max_num_seqs = max_num_seqs;
+    c.sched.max_num_batched_tokens = batched;
+    c.sched.max_model_len = MAX_LEN;
+    c.sched.block_size = 16;
+    c.sched.enable_prefix_caching = caching;
+    c.sched.enable_chunked_prefill = chunked;
+    c.sched.overlap = SCHED_OVERLAP_ON;
+    c.sched.backend.device = g_device;
+    c.sched.backend.num_blocks = num_blocks;
+    c.sched.backend.n_threads = 2;
+    c.sched.backend.kv_dtype_auto = false;
+    c.sched.backend.kv_dtype = KV_F16;
+    return c;
 }
 
 static struct engine *make_engine(const struct engine_config *cfg)
@@ -359,6 +377,7 @@ static void make_prompts(void)
 static void test_solo(void)
 {
     struct engine_config cfg = engine_cfg(NP, 256, 256, false, false);
+    cfg.sched.overlap = SCHED_OVERLAP_OFF;
     struct engine *e = make_engine(&cfg);
     if (!e) return;
     CHECK(g_corpus_n > 2 * MAX_PROMPT, "corpus of %d tokens", g_corpus_n);
@@ -435,7 +454,7 @@ static void run_batch(const struct engine_config *cfg, const char *what, struct 
           "%s: histogram counts %llu %llu %llu %llu", what,
           (unsigned long long)st->hist[HIST_TTFT].count, (unsigned long long)st->hist[HIST_E2E].count,
           (unsigned long long)st->hist[HIST_QUEUE].count, (unsigned long long)st->hist[HIST_ITL].count);
-    CHECK(st->kv_blocks_total == cfg->sched.num_blocks, "%s: kv total %lld", what,
+    CHECK(st->kv_blocks_total == cfg->sched.backend.num_blocks, "%s: kv total %lld", what,
           (long long)st->kv_blocks_total);
     release_slots(slots, NP);
     wg_destroy(&wg);
@@ -893,6 +912,168 @@ static void test_context_clamp(void)
     engine_free(e);
 }
 
+/* ---- failures and metrics ------------------------------------------------------------ */
+
+static atomic_int g_failures;
+static char g_failure_msg[256];
+
+static void on_failure(void *ud, const char *reason)
+{
+    (void)ud;
+    snprintf(g_failure_msg, sizeof g_failure_msg, "%s", reason);
+    atomic_fetch_add(&g_failures, 1);
+}
+
+/* Submits prompts [0, n) with greedy(GEN) into slots and waits for all of them. */
+static bool run_slots(struct engine *e, struct slot *slots, struct waitgroup *wg, int n)
+{
+    wg_init(wg, n);
+    for (int i = 0; i < n; i++) {
+        slots[i].wg = wg;
+        struct req_params p = greedy(GEN);
+        submit_slot(e, &slots[i], g_prompt[i], g_len[i], &p);
+    }
+    return wg_wait(wg, 300);
+}
+
+/* One request's row gets NaN logits: it alone fails with a 500-worthy error, the others
+ * finish exactly as alone, the engine stays healthy and serves the next request. */
+static void test_row_failure(void)
+{
+    if (!g_have_ref) { CHECK(0, "no reference"); return; }
+    if (g_device != BACKEND_DEVICE_CPU) { SKIP("TESSERA_TEST_FAULT is the CPU backend's hook"); return; }
+    enum { N = 6 };
+    struct engine_config cfg = engine_cfg(N, 256, 128, true, true);
+    cfg.on_failure = on_failure;
+    atomic_store(&g_failures, 0);
+    setenv("TESSERA_TEST_FAULT", "nan-row=3", 1); /* row 1 is the warm-up step's */
+    struct engine *e = make_engine(&cfg);
+    unsetenv("TESSERA_TEST_FAULT");
+    if (!e) return;
+    struct slot slots[N];
+    memset(slots, 0, sizeof slots);
+    struct waitgroup wg;
+    CHECK(run_slots(e, slots, &wg, N), "requests did not finish");
+    int n_err = 0;
+    for (int i = 0; i < N; i++) {
+        if (slots[i].res.finish == REQ_FINISH_ERROR) {
+            n_err++;
+            CHECK(strstr(slots[i].res.error, "sampling failed"), "error: %s", slots[i].res.error);
+            CHECK(slots[i].res.n_final == 1 && slots[i].res.n_after_final == 0, "finals");
+            continue;
+        }
+        check_same(&slots[i].res, &g_ref[i], "row failure", i);
+    }
+    CHECK(n_err == 1, "%d requests failed, expected 1", n_err);
+    CHECK(!engine_failed(e) && atomic_load(&g_failures) == 0, "the engine failed");
+    struct engine_stats st;
+    engine_get_stats(e, &st);
+    CHECK(st.finished[STATS_FINISH_ERROR] == 1 && st.finished[STATS_FINISH_ABORT] == 0,
+          "error %llu abort %llu", (unsigned long long)st.finished[STATS_FINISH_ERROR],
+          (unsigned long long)st.finished[STATS_FINISH_ABORT]);
+    static struct result again;
+    struct req_params p = greedy(GEN);
+    run_solo(e, g_prompt[1], g_len[1], &p, &again);
+    check_same(&again, &g_ref[1], "after the failure", 1);
+    check_idle(e, "row failure");
+    release_slots(slots, N);
+    wg_destroy(&wg);
+    engine_free(e);
+}
+
+/* A backend fault fails the engine: every live request ends ERROR, on_failure runs once,
+ * later submits get ERR_UNAVAILABLE, engine_failed says so (the server's /health). */
+static void test_engine_failure(void)
+{
+    if (g_device != BACKEND_DEVICE_CPU) { SKIP("TESSERA_TEST_FAULT is the CPU backend's hook"); return; }
+    enum { N = 3 };
+    struct engine_config cfg = engine_cfg(N, 256, 64, true, true);
+    cfg.on_failure = on_failure;
+    atomic_store(&g_failures, 0);
+    setenv("TESSERA_TEST_FAULT", "fail-step=3", 1); /* step 1 is the warm-up */
+    struct engine *e = make_engine(&cfg);
+    unsetenv("TESSERA_TEST_FAULT");
+    if (!e) return;
+    CHECK(!engine_failed(e), "failed before any request");
+    struct slot slots[N];
+    memset(slots, 0, sizeof slots);
+    struct waitgroup wg;
+    CHECK(run_slots(e, slots, &wg, N), "requests did not finish");
+    for (int i = 0; i < N; i++)
+        CHECK(slots[i].res.finish == REQ_FINISH_ERROR && strstr(slots[i].res.error, "injected") &&
+                  slots[i].res.n_final == 1 && slots[i].res.n_after_final == 0,
+              "request %d: finish %d (%s)", i, slots[i].res.finish, slots[i].res.error);
+    CHECK(engine_failed(e), "engine_failed is false");
+    CHECK(atomic_load(&g_failures) == 1 && strstr(g_failure_msg, "injected"), "on_failure %d times: %s",
+          atomic_load(&g_failures), g_failure_msg);
+    char err[ERR_BUF];
+    struct req_params p = greedy(4);
+    struct request *r = NULL;
+    CHECK(engine_submit(e, g_prompt[0], g_len[0], &p, NULL, NULL, &r, err, sizeof err) == ERR_UNAVAILABLE,
+          "submit after the failure");
+    struct engine_stats st;
+    engine_get_stats(e, &st);
+    CHECK(st.finished[STATS_FINISH_ERROR] == N && st.finished[STATS_FINISH_ABORT] == 0,
+          "error %llu abort %llu", (unsigned long long)st.finished[STATS_FINISH_ERROR],
+          (unsigned long long)st.finished[STATS_FINISH_ABORT]);
+    release_slots(slots, N);
+    wg_destroy(&wg);
+    engine_free(e);
+}
+
+/* Counters with exact values (vLLM's definitions): a request counts its whole prompt,
+ * cached tokens included, once, at its first token (prompt_tokens_cached: the part served
+ * from the prefix cache at its first admission); generation tokens include the last one;
+ * a request aborted before it ran counts no prompt tokens and finishes "abort". */
+static void test_metrics(void)
+{
+    enum { NPR = 70, GN = 3 }; /* 4 full blocks + 6 tokens */
+    struct engine_config cfg = engine_cfg(4, 256, 64, true, true);
+    struct engine *e = make_engine(&cfg);
+    if (!e) return;
+    static struct result a, b;
+    struct req_params p = greedy(GN);
+    p.ignore_eos = true;
+    run_solo(e, g_corpus, NPR, &p, &a);
+    run_solo(e, g_corpus, NPR, &p, &b);
+    CHECK(a.n_cached == 0 && b.n_cached == 64, "cached %d then %d", a.n_cached, b.n_cached);
+    char err[ERR_BUF];
+    struct request *r = NULL;
+    CHECK(engine_submit(e, g_corpus + 100, 20, &p, NULL, NULL, &r, err, sizeof err) == 0, "%s", err);
+    request_abort(r);
+    struct req_output o = { 0 };
+    while (o.finish == REQ_FINISH_NONE && request_wait(r, 60)) request_take(r, &o);
+    bool ran = o.n_generated > 0;
+    check_idle(e, "metrics");
+    struct engine_stats st;
+    engine_get_stats(e, &st);
+    CHECK(st.prompt_tokens == 2 * NPR + (ran ? 20 : 0), "prompt_tokens %llu", (unsigned long long)st.prompt_tokens);
+    CHECK(st.prompt_tokens_cached == 64, "prompt_tokens_cached %llu", (unsigned long long)st.prompt_tokens_cached);
+    CHECK(st.generation_tokens == 2 * GN + (uint64_t)o.n_generated, "generation_tokens %llu",
+          (unsigned long long)st.generation_tokens);
+    CHECK(st.finished[STATS_FINISH_LENGTH] == 2 && st.finished[STATS_FINISH_ABORT] == 1 &&
+          st.finished[STATS_FINISH_STOP] == 0 && st.finished[STATS_FINISH_ERROR] == 0, "finished %llu %llu %llu %llu",
+          (unsigned long long)st.finished[0], (unsigned long long)st.finished[1],
+          (unsigned long long)st.finished[2], (unsigned long long)st.finished[3]);
+    /* the aborted one is looked up only if it was admitted before the abort took effect */
+    CHECK((st.prefix_cache_queries == 2 * NPR || st.prefix_cache_queries == 2 * NPR + 20) &&
+              st.prefix_cache_hits == 64, "prefix cache %llu / %llu",
+          (unsigned long long)st.prefix_cache_queries, (unsigned long long)st.prefix_cache_hits);
+    CHECK(st.hist[HIST_TTFT].count == 2 + (uint64_t)ran && st.hist[HIST_E2E].count == 3, "histograms %llu %llu",
+          (unsigned long long)st.hist[HIST_TTFT].count, (unsigned long long)st.hist[HIST_E2E].count);
+    char *buf = malloc(1 << 16);
+    if (buf) {
+        stats_format_prometheus(&st, "m", buf, 1 << 16);
+        CHECK(strstr(buf, "vllm:prompt_tokens_cached_total{model_name=\"m\"} 64\n"), "cached metric");
+        CHECK(strstr(buf, "vllm:request_success_total{finished_reason=\"error\",model_name=\"m\"} 0\n"),
+              "error label");
+        free(buf);
+    }
+    req_output_free(&o);
+    request_release(r);
+    engine_free(e);
+}
+
 #define TIMED(fn)                                                    \
     do {                                                             \
         double t0_ = now_s();                                        \
@@ -903,6 +1084,12 @@ static void test_context_clamp(void)
 int main(void)
 {
     char err[ERR_BUF];
+    const char *dev = getenv("TESSERA_TEST_DEVICE");
+    if (dev && backend_device_parse(dev, &g_device)) {
+        fprintf(stderr, "TESSERA_TEST_DEVICE=%s: not auto, cpu or cuda\n", dev);
+        printf("0 passed, 1 failed\n");
+        return 1;
+    }
     if (model_load(test_path(MODEL_REL), 0, &g_model, err, sizeof err)) {
         fprintf(stderr, "cannot load %s: %s\n", MODEL_REL, err);
         printf("0 passed, 1 failed\n");
@@ -920,6 +1107,9 @@ int main(void)
     TIMED(test_submit_errors);
     TIMED(test_free_live);
     TIMED(test_context_clamp);
+    TIMED(test_row_failure);
+    TIMED(test_engine_failure);
+    TIMED(test_metrics);
     free(g_corpus);
     model_free(g_model);
     return test_summary();

@@ -102,7 +102,8 @@ static void check_same(const struct server_options *a, const struct server_optio
     SAME_D(keepalive_interval); SAME_I(http_threads); SAME_D(drain_timeout);
     SAME_I(max_num_seqs); SAME_I(max_num_batched_tokens); SAME_I(max_model_len);
     SAME_I(block_size); SAME_I(enable_prefix_caching); SAME_I(enable_chunked_prefill);
-    SAME_S(kv_cache_dtype); SAME_I(kv_cache_memory); SAME_D(gpu_memory_utilization);
+    SAME_S(device); SAME_S(kv_cache_dtype); SAME_I(kv_cache_memory); SAME_D(gpu_memory_utilization);
+    SAME_I(enforce_eager);
     SAME_I(threads); SAME_I(max_queued_requests); SAME_I(max_queued_tokens);
     SAME_D(temperature); SAME_D(top_p); SAME_I(top_k); SAME_D(min_p);
     SAME_D(repetition_penalty); SAME_I(max_tokens); SAME_S(log_level);
@@ -142,9 +143,11 @@ static void fill_nondefault(struct server_options *o)
     o->block_size = 32;
     o->enable_prefix_caching = false;
     o->enable_chunked_prefill = false;
+    o->device = strdup("cuda");
     o->kv_cache_dtype = strdup("fp8_e4m3");
     o->kv_cache_memory = 512;
     o->gpu_memory_utilization = 1.0 / 3.0;
+    o->enforce_eager = true;
     o->threads = 8;
     o->max_queued_requests = 1;
     o->max_queued_tokens = 100000;
@@ -175,6 +178,7 @@ static void test_defaults(void)
     CHECK(o.block_size == 16 && o.enable_prefix_caching && o.enable_chunked_prefill, "blocks");
     CHECK(str_eq(o.kv_cache_dtype, "auto") && o.kv_cache_memory == 0, "kv");
     CHECK(o.gpu_memory_utilization == 0.9 && o.threads == 0, "gpu/threads");
+    CHECK(str_eq(o.device, "auto") && !o.enforce_eager, "device %s eager %d", o.device, o.enforce_eager);
     CHECK(o.max_queued_requests == 256 && o.max_queued_tokens == 0, "queue");
     CHECK(isnan(o.temperature) && isnan(o.top_p) && o.top_k == -1 && isnan(o.min_p) &&
               isnan(o.repetition_penalty) && o.max_tokens == 0, "sampling");
@@ -211,9 +215,11 @@ static void test_yaml_every_type(void)
         "block-size: 32\n"
         "enable-prefix-caching: off\n"
         "enable_chunked_prefill: FALSE\n"
+        "device: cuda\n"
         "kv-cache-dtype: fp8_e4m3\n"
         "kv_cache_memory: 512\n"
         "gpu-memory-utilization: 0.33333333333333331\n"
+        "enforce_eager: true\n"
         "threads: 8\n"
         "max-queued-requests: 1\n"
         "max-queued-tokens: 100000\n"
@@ -294,7 +300,8 @@ static void test_yaml_errors(void)
         {"gpu-memory-utilization: 0\n", "F:1: gpu-memory-utilization: must be > 0 and <= 1"},
         {"gpu-memory-utilization: 1.01\n", "F:1: gpu-memory-utilization: must be > 0 and <= 1"},
         {"kv-cache-dtype: int4\n",
-         "F:1: kv-cache-dtype: must be one of auto, fp8, fp8_e4m3, f16, bf16, f32: 'int4'"},
+         "F:1: kv-cache-dtype: must be one of auto, fp8, fp8_e4m3, f16, fp16, bf16, f32: 'int4'"},
+        {"device: tpu\n", "F:1: device: must be one of auto, cpu, cuda: 'tpu'"},
         {"log-level: verbose\n", "F:1: log-level: must be one of error, warn, info, debug: 'verbose'"},
         {"host: \"\"\n", "F:1: host: must not be empty"},
         {"port:\n", "F:1: port: needs a value"},
@@ -497,7 +504,7 @@ static void test_help(void)
         CHECK(strstr(help, flag) || strstr(help, bflag), "--help lacks %s", line);
         keys++;
     }
-    CHECK(keys == 35, "%d keys", keys); /* one per option of the table */
+    CHECK(keys == 37, "%d keys", keys); /* one per option of the table */
     CHECK(strstr(help, "--max-num-seqs N") && strstr(help, "[1..4096, default 64]"), "%s", help);
     CHECK(strstr(help, "--[no-]enable-prefix-caching") && strstr(help, "\nengine:\n"), "bool/section");
     CHECK(strstr(help, "--config FILE") && strstr(help, "--print-config"), "general");

@@ -102,12 +102,16 @@ int main(int argc, char **argv)
 
     int max_len = 2048;
     while (max_len < sys_tokens + 128) max_len *= 2;
-    struct engine_config cfg = {
-        .sched = { .max_num_seqs = 8, .max_num_batched_tokens = max_len, .max_model_len = max_len,
-                   .block_size = KV_DEFAULT_BLOCK_SIZE, .num_blocks = 2 * max_len / KV_DEFAULT_BLOCK_SIZE,
-                   .enable_prefix_caching = true, .enable_chunked_prefill = true,
-                   .n_threads = threads, .kv_dtype = KV_F16 },
-    };
+    struct engine_config cfg = { 0 };
+    sched_config_default(&cfg.sched);
+    cfg.sched.max_num_seqs = 8;
+    cfg.sched.max_num_batched_tokens = max_len;
+    cfg.sched.max_model_len = max_len;
+    cfg.sched.backend.device = BACKEND_DEVICE_CPU;
+    cfg.sched.backend.num_blocks = 2 * max_len / KV_DEFAULT_BLOCK_SIZE;
+    cfg.sched.backend.n_threads = threads;
+    cfg.sched.backend.kv_dtype_auto = false;
+    cfg.sched.backend.kv_dtype = KV_F16;
     struct engine *e = NULL;
     if (engine_create(&e, m, &cfg, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);

@@ -1,7 +1,9 @@
 /* lib.cu — the C entry points of libtessera-cuda.so that build/tessera resolves with
- * dlsym (src/backend/cuda_lib.h): ABI version, devices, versions. Compiled by nvcc only;
- * never linked into build/tessera. */
+ * dlsym (src/backend/cuda_lib.h): ABI version, devices, versions, and a weak placeholder
+ * of the backend entry point that the CUDA backend's own definition (src/backend/cuda/)
+ * replaces at link time. Compiled by nvcc only; never linked into build/tessera. */
 #include "backend/cuda_lib.h"
+#include "util/err.h"
 
 #include <cuda_runtime.h>
 
@@ -50,6 +52,16 @@ void tessera_cuda_versions(int *runtime, int *driver)
     *driver = 0;
     cudaRuntimeGetVersion(runtime);
     cudaDriverGetVersion(driver);
+}
+
+/* Weak: a library built without the CUDA backend's sources says so instead of failing to
+ * load (`tessera devices` still lists the GPUs; --device auto falls back to the CPU). */
+__attribute__((weak)) int tessera_cuda_backend_create(const struct model *m, const struct backend_config *cfg,
+                                                      const struct backend_ops **ops, void **impl,
+                                                      struct backend_info *info, char *err, size_t errlen)
+{
+    (void)m, (void)cfg, (void)ops, (void)impl, (void)info;
+    return err_set(err, errlen, ERR_UNSUPPORTED, "this libtessera-cuda.so was built without the CUDA backend");
 }
 
 } /* extern "C" */

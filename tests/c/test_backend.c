@@ -1,0 +1,338 @@
+/* test_backend.c — backend.h on the default model: device names, configuration defaults
+ * and checks, the choice of implementation (--device auto falls back to the CPU with the
+ * reason when no CUDA backend can be used; --device cuda then fails naming it), the step
+ * protocol (one step in flight, BACKEND_TOKEN_PREV of the previous step only), that a
+ * PREV row computes exactly what the same row with the token spelled out does, per-row
+ * sampling failures, and a failed step leaving the backend unusable.
+ *
+ * TESSERA_TEST_DEVICE selects the device of the protocol tests (default cpu); the
+ * selection tests always exercise auto and cuda with TESSERA_CUDA_LIB pointed away.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "backend/backend.h"
+#include "model/model.h"
+#include "test.h"
+#include "util/err.h"
+
+#include <stdlib.h>
+
+#define MODEL_REL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+#define MAX_LEN 64
+#define BS 16
+
+static struct model *g_model;
+static enum backend_device g_device = BACKEND_DEVICE_CPU;
+
+static struct backend_config small_cfg(void)
+{
+    struct backend_config c;
+    backend_config_default(&c);
+    c.device = g_device;
+    c.max_num_seqs = 4;
+    c.max_num_batched_tokens = 64;
+    c.max_model_len = MAX_LEN;
+    c.block_size = BS;
+    c.num_blocks = 16;
+    c.n_threads = 2;
+    return c;
+}
+
+/* A one-sequence batch over arrays the caller owns: n tokens from position pos0, blocks
+ * 0, 1, 2, ... of the table, the last row's logits when want_logits. */
+struct one_seq {
+    int32_t ids[MAX_LEN], pos[MAX_LEN], qs[2], len, bt[MAX_LEN / BS], last;
+    int64_t slots[MAX_LEN];
+    struct batch b;
+};
+
+static void one_seq_fill(struct one_seq *o, const int32_t *ids, int n, int pos0, bool want_logits)
+{
+    for (int i = 0; i < MAX_LEN / BS; i++) o->bt[i] = i;
+    for (int i = 0; i < n; i++) {
+        o->ids[i] = ids[i];
+        o->pos[i] = pos0 + i;
+        o->slots[i] = (int64_t)o->bt[(pos0 + i) / BS] * BS + (pos0 + i) % BS;
+    }
+    o->qs[0] = 0;
+    o->qs[1] = n;
+    o->len = pos0 + n;
+    o->last = n - 1;
+    o->b = (struct batch){ .num_tokens = n, .num_seqs = 1, .token_ids = o->ids, .positions = o->pos,
+                           .slot_mapping = o->slots, .query_start = o->qs, .seq_lens = &o->len,
+                           .block_tables = o->bt, .max_blocks_per_seq = MAX_LEN / BS,
+                           .num_logits = want_logits ? 1 : 0, .logits_indices = &o->last };
+}
+
+static struct sampler *greedy_sampler(void)
+{
+    struct sampler_params sp;
+    sampler_params_default(&sp);
+    sp.temperature = 0;
+    return sampler_create(&sp, g_model->cfg.vocab_size);
+}
+
+static void test_device_names(void)
+{
+    enum backend_device d;
+    const char *names[] = { "auto", "cpu", "cuda" };
+    for (int i = 0; i < 3; i++) {
+        CHECK(backend_device_parse(names[i], &d) == 0 && !strcmp(backend_device_name(d), names[i]), "%s",
+              names[i]);
+    }
+    CHECK(backend_device_parse("gpu", &d) == ERR_INVALID && backend_device_parse("", &d) == ERR_INVALID &&
+              backend_device_parse(NULL, &d) == ERR_INVALID, "bad names accepted");
+    struct backend_config c;
+    backend_config_default(&c);
+    CHECK(c.device == BACKEND_DEVICE_AUTO && c.kv_dtype_auto && c.block_size == KV_DEFAULT_BLOCK_SIZE &&
+              c.gpu_memory_utilization == 0.9 && c.cpu_kv_bytes == (size_t)1 << 30 && !c.enforce_eager &&
+              c.max_model_len == 0 && c.num_blocks == 0, "defaults");
+}
+
+/* Without a usable CUDA backend: auto falls back to the CPU and says why; cuda fails. */
+static void test_selection(void)
+{
+    char err[ERR_BUF];
+    const char *libs[] = { "none", "/nonexistent/libtessera-cuda.so" };
+    const char *why[] = { "disabled", "/nonexistent/libtessera-cuda.so" };
+    for (int i = 0; i < 2; i++) {
+        setenv("TESSERA_CUDA_LIB", libs[i], 1);
+        struct backend_config c = small_cfg();
+        c.device = BACKEND_DEVICE_AUTO;
+        struct backend *b = NULL;
+        int rc = backend_create(&b, g_model, &c, err, sizeof err);
+        CHECK(rc == 0, "auto with TESSERA_CUDA_LIB=%s: %s", libs[i], err);
+        if (b) {
+            const struct backend_info *info = backend_get_info(b);
+            CHECK(!strcmp(info->name, "cpu") && strstr(info->fallback, why[i]), "%s: fallback '%s'", info->name,
+                  info->fallback);
+            backend_free(b);
+        }
+        c.device = BACKEND_DEVICE_CUDA;
+        rc = backend_create(&b, g_model, &c, err, sizeof err);
+        CHECK(rc != 0 && b == NULL && strstr(err, "--device cuda") && strstr(err, why[i]), "cuda: rc %d: %s", rc,
+              err);
+        c.device = BACKEND_DEVICE_CPU;
+        CHECK(backend_create(&b, g_model, &c, err, sizeof err) == 0, "cpu: %s", err);
+        if (b) {
+            CHECK(backend_get_info(b)->fallback[0] == 0, "cpu asked for, fallback set");
+            backend_free(b);
+        }
+    }
+    unsetenv("TESSERA_CUDA_LIB");
+}
+
+/* Configuration errors name the knob; the CPU sizing from the budget. */
+static void test_config(void)
+{
+    char err[ERR_BUF];
+    struct backend *b = NULL;
+    struct backend_config c = small_cfg();
+    c.device = BACKEND_DEVICE_CPU;
+    c.max_model_len = g_model->cfg.max_seq_len + 1;
+    CHECK(backend_create(&b, g_model, &c, err, sizeof err) == ERR_RANGE && strstr(err, "max_model_len"), "%s", err);
+    c = small_cfg();
+    c.device = BACKEND_DEVICE_CPU;
+    c.gpu_memory_utilization = 0;
+    CHECK(backend_create(&b, g_model, &c, err, sizeof err) == ERR_RANGE && strstr(err, "gpu_memory_utilization"),
+          "%s", err);
+    c = small_cfg();
+    c.device = BACKEND_DEVICE_CPU;
+    c.num_blocks = MAX_LEN / BS - 1;
+    CHECK(backend_create(&b, g_model, &c, err, sizeof err) == ERR_INVALID && strstr(err, "max_model_len"), "%s",
+          err);
+    c = small_cfg();
+    c.device = BACKEND_DEVICE_CPU;
+    c.num_blocks = 0;
+    c.cpu_kv_bytes = 4096; /* not one block of SmolLM2 (30 layers) */
+    CHECK(backend_create(&b, g_model, &c, err, sizeof err) == ERR_NOMEM && strstr(err, "--kv-cache-memory") &&
+              strstr(err, "max_model_len"), "%s", err);
+    c.cpu_kv_bytes = (size_t)8 << 20;
+    CHECK(backend_create(&b, g_model, &c, err, sizeof err) == 0, "%s", err);
+    if (b) {
+        const struct backend_info *info = backend_get_info(b);
+        size_t per_block = (size_t)2 * g_model->cfg.n_layers * g_model->cfg.n_kv_heads * g_model->cfg.head_dim * BS * 2;
+        CHECK(!strcmp(info->name, "cpu") && info->kv_dtype == KV_F16 && info->block_size == BS &&
+                  info->num_blocks == (int)(((size_t)8 << 20) / per_block) &&
+                  info->kv_bytes == (size_t)info->num_blocks * per_block &&
+                  info->max_concurrency == info->num_blocks * BS / MAX_LEN && info->weight_bytes > 50000000 &&
+                  !info->graphs,
+              "info: %s %s %d blocks of %d, %zu KV bytes, concurrency %d", info->name, kv_dtype_name(info->kv_dtype),
+              info->num_blocks, info->block_size, info->kv_bytes, info->max_concurrency);
+        backend_free(b);
+    }
+    c.kv_dtype_auto = false;
+    c.kv_dtype = KV_BF16;
+    CHECK(backend_create(&b, g_model, &c, err, sizeof err) == 0, "bf16: %s", err);
+    if (b) {
+        CHECK(backend_get_info(b)->kv_dtype == KV_BF16, "bf16 KV");
+        backend_free(b);
+    }
+}
+
+/* One step in flight; PREV only of the previous step; bad batches leave it usable. */
+static void test_protocol(void)
+{
+    char err[ERR_BUF];
+    struct backend *b = NULL;
+    struct backend_config c = small_cfg();
+    if (backend_create(&b, g_model, &c, err, sizeof err)) {
+        CHECK(0, "create: %s", err);
+        return;
+    }
+    struct sampler *smp = greedy_sampler();
+    struct backend_sample s = { .sampler = smp, .n_logprobs = -1 };
+    struct backend_token out[4];
+    int32_t prompt[8] = { 1, 504, 3458, 314, 253, 1345, 281, 260 };
+    struct one_seq o;
+    one_seq_fill(&o, prompt, 8, 0, true);
+    CHECK(backend_wait(b, out, err, sizeof err) == ERR_INVALID, "wait with nothing in flight");
+    o.ids[3] = BACKEND_TOKEN_PREV(0);
+    CHECK(backend_submit(b, &o.b, &s, err, sizeof err) == ERR_INVALID, "PREV before any step: %s", err);
+    o.ids[3] = 314;
+    CHECK(backend_submit(b, &o.b, NULL, err, sizeof err) == ERR_INVALID, "no samples");
+    CHECK(backend_submit(b, &o.b, &s, err, sizeof err) == 0, "submit: %s", err);
+    CHECK(backend_submit(b, &o.b, &s, err, sizeof err) == ERR_BUSY, "second submit");
+    const float *lg;
+    CHECK(backend_logits(b, &o.b, &lg, err, sizeof err) == ERR_BUSY, "logits in flight");
+    CHECK(backend_wait(b, out, err, sizeof err) == 0 && out[0].status == 0 && out[0].token >= 0, "wait: %s", err);
+    int32_t next = BACKEND_TOKEN_PREV(1); /* the previous step had one logits row */
+    one_seq_fill(&o, &next, 1, 8, true);
+    CHECK(backend_submit(b, &o.b, &s, err, sizeof err) == ERR_INVALID, "PREV(1) of a 1-row step");
+    struct one_seq big;
+    int32_t many[MAX_LEN] = { 0 };
+    one_seq_fill(&big, many, MAX_LEN, 0, true);
+    big.b.num_tokens = 65; /* over max_num_batched_tokens */
+    CHECK(backend_step(b, &big.b, &s, out, err, sizeof err) == ERR_INVALID, "65 rows");
+    o.pos[0] = 3; /* breaks the batch invariants: the forward refuses, nothing computed */
+    o.ids[0] = 100;
+    CHECK(backend_step(b, &o.b, &s, out, err, sizeof err) == ERR_INVALID, "bad positions accepted");
+    one_seq_fill(&o, prompt, 8, 0, true);
+    CHECK(backend_step(b, &o.b, &s, out, err, sizeof err) == 0, "usable after bad batches: %s", err);
+    sampler_free(smp);
+    backend_free(b);
+}
+
+/* A decode row naming the previous step's token computes exactly what spelling it out
+ * does: same sampled token, same logprobs (two backends, same steps). */
+static void test_prev_token(void)
+{
+    char err[ERR_BUF];
+    struct backend *b[2] = { NULL, NULL };
+    struct backend_config c = small_cfg();
+    for (int i = 0; i < 2; i++)
+        if (backend_create(&b[i], g_model, &c, err, sizeof err)) {
+            CHECK(0, "create: %s", err);
+            backend_free(b[0]);
+            return;
+        }
+    struct sampler *smp[2] = { greedy_sampler(), greedy_sampler() };
+    int32_t prompt[6] = { 1, 504, 3458, 314, 253, 1345 };
+    int32_t toks[2][6];
+    float lps[2][6];
+    for (int i = 0; i < 2; i++) {
+        struct backend_sample s = { .sampler = smp[i], .n_logprobs = 5 };
+        struct backend_token out;
+        struct one_seq o;
+        one_seq_fill(&o, prompt, 6, 0, true);
+        CHECK(backend_step(b[i], &o.b, &s, &out, err, sizeof err) == 0, "%s", err);
+        toks[i][0] = out.token;
+        lps[i][0] = out.logprob;
+        for (int k = 1; k < 6; k++) {
+            sampler_accept(smp[i], toks[i][k - 1]);
+            int32_t t = i == 0 ? toks[i][k - 1] : BACKEND_TOKEN_PREV(0);
+            one_seq_fill(&o, &t, 1, 5 + k, true);
+            CHECK(backend_step(b[i], &o.b, &s, &out, err, sizeof err) == 0, "%s", err);
+            CHECK(out.status == 0 && out.n_top == 5 && out.top_ids[0] == out.token, "row %d: n_top %d", k, out.n_top);
+            toks[i][k] = out.token;
+            lps[i][k] = out.logprob;
+        }
+    }
+    for (int k = 0; k < 6; k++)
+        CHECK(toks[0][k] == toks[1][k] && lps[0][k] == lps[1][k], "token %d: %d vs %d (PREV)", k, toks[0][k],
+              toks[1][k]);
+    for (int i = 0; i < 2; i++) {
+        sampler_free(smp[i]);
+        backend_free(b[i]);
+    }
+}
+
+/* TESSERA_TEST_FAULT: a NaN row fails alone; a failed step breaks the backend. */
+static void test_faults(void)
+{
+    if (g_device != BACKEND_DEVICE_CPU) { SKIP("TESSERA_TEST_FAULT is the CPU backend's hook"); return; }
+    char err[ERR_BUF];
+    struct backend *b = NULL;
+    struct backend_config c = small_cfg();
+    setenv("TESSERA_TEST_FAULT", "nan-row=2", 1);
+    int rc = backend_create(&b, g_model, &c, err, sizeof err);
+    unsetenv("TESSERA_TEST_FAULT");
+    if (rc) {
+        CHECK(0, "create: %s", err);
+        return;
+    }
+    /* two sequences of 4 tokens in blocks 0 and 1: rows 1 and 2 of the backend */
+    int32_t ids[8] = { 1, 504, 3458, 314, 1, 253, 1345, 281 }, pos[8], qs[3] = { 0, 4, 8 }, lens[2] = { 4, 4 };
+    int32_t bt[2][MAX_LEN / BS] = { { 0 }, { 1 } }, li[2] = { 3, 7 };
+    int64_t slots[8];
+    for (int i = 0; i < 8; i++) {
+        pos[i] = i % 4;
+        slots[i] = (int64_t)(i / 4) * BS + i % 4;
+    }
+    struct batch bb = { .num_tokens = 8, .num_seqs = 2, .token_ids = ids, .positions = pos, .slot_mapping = slots,
+                        .query_start = qs, .seq_lens = lens, .block_tables = &bt[0][0],
+                        .max_blocks_per_seq = MAX_LEN / BS, .num_logits = 2, .logits_indices = li };
+    struct sampler *smp[2] = { greedy_sampler(), greedy_sampler() };
+    struct backend_sample s[2] = { { smp[0], 3 }, { smp[1], 3 } };
+    struct backend_token out[2];
+    CHECK(backend_step(b, &bb, s, out, err, sizeof err) == 0, "%s", err);
+    CHECK(out[0].status == 0 && out[0].token >= 0 && out[0].n_top == 3, "row 0: status %d", out[0].status);
+    CHECK(out[1].status == ERR_RANGE && out[1].token == -1, "row 1: status %d token %d", out[1].status, out[1].token);
+    /* the failed row cannot be named by the next step */
+    int32_t prev = BACKEND_TOKEN_PREV(1);
+    struct one_seq o;
+    one_seq_fill(&o, &prev, 1, 4, true);
+    o.bt[0] = 1;
+    o.slots[0] = BS + 4;
+    CHECK(backend_submit(b, &o.b, s, err, sizeof err) == ERR_INVALID, "PREV of a failed row");
+    backend_free(b);
+
+    setenv("TESSERA_TEST_FAULT", "fail-step=2", 1);
+    rc = backend_create(&b, g_model, &c, err, sizeof err);
+    unsetenv("TESSERA_TEST_FAULT");
+    if (rc) {
+        CHECK(0, "create: %s", err);
+        return;
+    }
+    CHECK(backend_step(b, &bb, s, out, err, sizeof err) == 0, "step 1: %s", err);
+    CHECK(backend_step(b, &bb, s, out, err, sizeof err) == ERR_IO && strstr(err, "injected"), "step 2: %s", err);
+    CHECK(backend_step(b, &bb, s, out, err, sizeof err) == ERR_UNAVAILABLE && strstr(err, "injected"),
+          "step 3 after the fault: %s", err);
+    const float *lg;
+    CHECK(backend_logits(b, &bb, &lg, err, sizeof err) == ERR_UNAVAILABLE, "logits after the fault");
+    backend_free(b);
+    for (int i = 0; i < 2; i++) sampler_free(smp[i]);
+}
+
+int main(void)
+{
+    char err[ERR_BUF];
+    const char *dev = getenv("TESSERA_TEST_DEVICE");
+    if (dev && backend_device_parse(dev, &g_device)) {
+        fprintf(stderr, "TESSERA_TEST_DEVICE=%s: not auto, cpu or cuda\n", dev);
+        printf("0 passed, 1 failed\n");
+        return 1;
+    }
+    if (model_load(test_path(MODEL_REL), MODEL_LOAD_NO_TOKENIZER, &g_model, err, sizeof err)) {
+        fprintf(stderr, "cannot load %s: %s\n", MODEL_REL, err);
+        printf("0 passed, 1 failed\n");
+        return 1;
+    }
+    RUN(test_device_names);
+    RUN(test_selection);
+    RUN(test_config);
+    RUN(test_protocol);
+    RUN(test_prev_token);
+    RUN(test_faults);
+    model_free(g_model);
+    return test_summary();
+}
