@@ -1,9 +1,15 @@
 /* lib.cu — the C entry points of libtessera-cuda.so that build/tessera resolves with
- * dlsym (src/backend/cuda_lib.h): ABI version, devices, versions. Compiled by nvcc only;
+ * dlsym (src/backend/cuda_lib.h): ABI version, devices, versions, the log level; the
+ * backend itself is tessera_cuda_backend_create (create.cu). Compiled by nvcc for the
+ * GPU, and by g++ against the CUDA-on-CPU emulator into libtessera-cuda-emu.so (tests);
  * never linked into build/tessera. */
 #include "backend/cuda_lib.h"
 
 #include <cuda_runtime.h>
+
+extern "C" {
+#include "util/log.h"
+}
 
 #include <stdio.h>
 #include <string.h>
@@ -50,6 +56,13 @@ void tessera_cuda_versions(int *runtime, int *driver)
     *driver = 0;
     cudaRuntimeGetVersion(runtime);
     cudaDriverGetVersion(driver);
+}
+
+/* The library has its own copy of util/log.c (it is loaded with RTLD_LOCAL): the binary
+ * passes its level on after loading it, so the backend logs at the process's level. */
+void tessera_cuda_set_log_level(int level)
+{
+    if (level >= LOG_LEVEL_ERR && level <= LOG_LEVEL_DEBUG) log_set_level((enum log_level)level);
 }
 
 } /* extern "C" */
