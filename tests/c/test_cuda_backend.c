@@ -34,7 +34,9 @@
  *   dummy    --load-format dummy of a config-only directory runs on the backend
  *   errors   invalid batches, lag tokens without a previous step, a second submit, a
  *            wait without a step, unsupported models and options: refused, and the
- *            backend still works afterwards
+ *            backend still works afterwards; a kernel that faults on the device (the
+ *            emulator's TESSERA_EMU_FAULT, in a child process): the step fails with
+ *            ERR_IO and the CUDA error, the backend refuses everything after it
  *
  * Emulator time on a 2-core machine: see the per-case lines this test prints (SmolLM2 is
  * ~4-5 s per forward step; the tiny models well under a second). TESSERA_CUDA_TEST_LIB runs
@@ -711,30 +713,91 @@ static int oom_child(void)
     return rc == ERR_NOMEM && strstr(err, "out of device memory") && strstr(err, "MiB") ? 0 : 4;
 }
 
+/* Child: a kernel that faults on the device (TESSERA_EMU_FAULT: the emulator's sticky
+ * cudaErrorIllegalAddress, as a GPU reports an illegal access or a lost device). The step's
+ * wait fails with ERR_IO and the CUDA error; the backend then refuses everything with the
+ * first error and still destroys cleanly; a backend created on the lost device fails with
+ * the CUDA error. */
+static int fault_child(void)
+{
+    struct model *m = NULL;
+    char err[ERR_BUF];
+    int bad = 0;
+    if (model_load(build_path("testmodels/tiny-q4_0.gguf"), MODEL_LOAD_NO_TOKENIZER, &m, err, sizeof err)) return 3;
+    struct side sd;
+    struct opts o = opts_default(KV_BF16);
+    o.cpu = false;
+    if (side_open(&sd, m, &o, err, sizeof err)) return 4;
+    struct sampler_params sp;
+    sampler_params_default(&sp);
+    sp.temperature = 0;
+    struct sampler *g = sampler_create(&sp, m->cfg.vocab_size);
+    struct backend_sample smp[1] = { { g, -1 } };
+    struct backend_token out[1];
+    int32_t tok[1] = { 5 }, pos[1] = { 0 }, qs[2] = { 0, 1 }, lens[1] = { 1 }, bt[MB] = { 0, 1, 2, 3 }, li[1] = { 0 };
+    int64_t slot[1] = { 0 };
+    struct batch b = { 1, 1, tok, pos, slot, qs, lens, bt, MB, 1, li };
+    bad |= sd.ops->submit(sd.impl, &b, smp, err, sizeof err) || sd.ops->wait(sd.impl, out, err, sizeof err);
+    setenv("TESSERA_EMU_FAULT", "step_unpack_kernel", 1);
+    bad |= sd.ops->submit(sd.impl, &b, smp, err, sizeof err) != 0; /* queued: the fault comes later */
+    int rc = sd.ops->wait(sd.impl, out, err, sizeof err);
+    printf("wait: %s\n", err);
+    bad |= rc != ERR_IO || !strstr(err, "failed on the device") || !strstr(err, "illegal memory access");
+    rc = sd.ops->submit(sd.impl, &b, smp, err, sizeof err);
+    printf("submit after the fault: %s\n", err);
+    bad |= rc != ERR_IO || !strstr(err, "unusable");
+    const float *lg;
+    bad |= sd.ops->logits(sd.impl, &b, &lg, err, sizeof err) != ERR_IO;
+    side_close(&sd);
+    rc = side_open(&sd, m, &o, err, sizeof err);
+    printf("create on the lost device: %s\n", err);
+    bad |= rc == 0 || !strstr(err, "illegal memory access");
+    side_close(&sd);
+    sampler_free(g);
+    model_free(m);
+    return bad ? 5 : 0;
+}
+
+/* Runs this binary as a child with `arg` and env var `env` (NAME=VALUE) replacing any of
+ * the same name; returns its exit status (-1 if it did not exit). */
+static int run_child(const char *arg, const char *env_kv)
+{
+    char *argv[] = { (char *)"test_cuda_backend", (char *)arg, NULL };
+    size_t nl = strcspn(env_kv, "=") + 1;
+    int n = 0;
+    for (char **e = environ; *e; e++) n++;
+    char **env = calloc((size_t)n + 2, sizeof *env);
+    int k = 0;
+    for (char **e = environ; *e; e++)
+        if (strncmp(*e, env_kv, nl)) env[k++] = *e;
+    env[k++] = (char *)env_kv;
+    env[k] = NULL;
+    pid_t pid;
+    int st = -1;
+    int rc = posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, env);
+    if (!rc) waitpid(pid, &st, 0);
+    free(env);
+    return !rc && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_device_fault(void)
+{
+    if (!g_emulated) {
+        SKIP("fault injection needs the emulator");
+        return;
+    }
+    int st = run_child("--fault-child", "TESSERA_EMU_MEM_MB=1024");
+    CHECK(st == 0, "a device fault must fail the step with ERR_IO and break the backend (child status %d)", st);
+}
+
 static void test_weights_oom(void)
 {
     if (!g_emulated) {
         SKIP("needs the emulator's fake device memory");
         return;
     }
-    char *argv[] = { (char *)"test_cuda_backend", (char *)"--oom-child", NULL };
-    char **env = NULL;
-    int n = 0;
-    for (char **e = environ; *e; e++) n++;
-    env = calloc((size_t)n + 2, sizeof *env);
-    int k = 0;
-    for (char **e = environ; *e; e++)
-        if (strncmp(*e, "TESSERA_EMU_MEM_MB=", 19)) env[k++] = *e;
-    env[k++] = (char *)"TESSERA_EMU_MEM_MB=1";
-    env[k] = NULL;
-    pid_t pid;
-    int st = -1;
-    int rc = posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, env);
-    CHECK(rc == 0, "posix_spawn: %d", rc);
-    if (!rc) waitpid(pid, &st, 0);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "weights past the device memory must fail with ERR_NOMEM and a "
-          "message (child status %d)", st);
-    free(env);
+    int st = run_child("--oom-child", "TESSERA_EMU_MEM_MB=1");
+    CHECK(st == 0, "weights past the device memory must fail with ERR_NOMEM and a message (child status %d)", st);
 }
 
 /* ---- --load-format dummy --------------------------------------------------------------- */
@@ -884,7 +947,7 @@ static void test_errors(void)
 int main(int argc, char **argv)
 {
     g_verbose = getenv("TESSERA_TEST_VERBOSE") != NULL;
-    const bool child = argc > 1 && !strcmp(argv[1], "--oom-child");
+    const bool child = argc > 1 && (!strcmp(argv[1], "--oom-child") || !strcmp(argv[1], "--fault-child"));
     if (!child) { /* the sizing checks assume this much fake device memory */
         char v[16];
         snprintf(v, sizeof v, "%d", EMU_MEM_MB);
@@ -894,13 +957,14 @@ int main(int argc, char **argv)
         printf("0 passed, 1 failed\n");
         return 1;
     }
-    if (child) return oom_child();
+    if (child) return !strcmp(argv[1], "--oom-child") ? oom_child() : fault_child();
     const char *only = getenv("TESSERA_TEST_ONLY"); /* a test name, for working on one */
 #define T(fn) \
     if (!only || strstr(#fn, only)) RUN(fn)
     T(test_errors);
     T(test_memory_sizing);
     T(test_weights_oom);
+    T(test_device_fault);
     T(test_forward_quant_tiny);
     T(test_forward_dense_tiny);
     T(test_graphs_vs_eager);
