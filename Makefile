@@ -35,9 +35,10 @@ TOOL_SRC := $(sort $(wildcard tests/c/tool_*.c))
 TOOL_BIN := $(TOOL_SRC:tests/c/%.c=$(BUILD)/tests/%)
 DEPS_OK  := $(BUILD)/.deps-ok
 
+.DEFAULT_GOAL := all
 .SECONDARY:
 
-.PHONY: all run test asan tsan bench model deps venv clean fuzz cuda cuda-tests
+.PHONY: all run test asan tsan bench model deps venv clean fuzz cuda cuda-tests testmodels-only
 
 
 # ---- CUDA kernels: for the GPU (nvcc) and, in every build, for the CPU emulator ---------
@@ -86,6 +87,12 @@ EMU_LIB     := $(BUILD)/emu/libemu.a
 EMU_TESTS   := $(EMU_TEST_SRC:tests/emu/%.cu=$(BUILD)/tests/%) $(KTEST_SRC:tests/kernels/%.cu=$(BUILD)/tests/%)
 EMU_BENCH   := $(if $(KBENCH_SRC),$(BUILD)/tests/tool_kernel_bench_emu)
 EMU_ALL     := $(EMU_TESTS) $(EMU_BENCH)
+# the C helpers the launchers and the CUDA backend call (util/, the sampler), compiled
+# position-independent for libtessera-cuda.so and libtessera-cuda-emu.so
+CUDA_C_SRC  := $(sort $(wildcard src/util/*.c)) src/sampler/sampler.c
+NV_POBJ     := $(patsubst %.c,$(BUILD)/cuda/pic/%.o,$(CUDA_C_SRC))
+# both libraries export only the tessera_cuda_* entry points
+CUDA_EXPORTS := src/backend/cuda/exports.map
 
 $(BUILD)/cuda-headers/.ok: scripts/get-cuda-headers.sh | $(VENV)/.ok
 	scripts/get-cuda-headers.sh $(BUILD)/cuda-headers
@@ -127,6 +134,28 @@ $(BUILD)/tests/tool_kernel_bench_emu: $(KBENCH_SRC:%.cu=$(BUILD)/emu/obj/%.o) $(
 	@mkdir -p $(dir $@)
 	$(EMU_LINK)
 
+# The CUDA backend on the CPU: the same backend and kernel sources as libtessera-cuda.so,
+# compiled with g++ against the emulator, position-independent, with the emulator runtime
+# and the same C helpers, exporting the same entry points. Built by every `make`, so the
+# tests run the whole CUDA backend without a GPU (TESSERA_CUDA_LIB=$(BUILD)/libtessera-cuda-emu.so).
+CUDA_BACKEND_SRC := $(sort $(wildcard src/backend/cuda/*.cu))
+EMU_SO      := $(BUILD)/libtessera-cuda-emu.so
+EMU_SO_OBJ  := $(KERNEL_SRC:%.cu=$(BUILD)/emu-pic/obj/%.o) $(CUDA_BACKEND_SRC:%.cu=$(BUILD)/emu-pic/obj/%.o) \
+               $(EMU_RT_SRC:%.cc=$(BUILD)/emu-pic/obj/%.o)
+EMU_ALL     += $(EMU_SO)
+
+$(BUILD)/emu-pic/obj/%.o: %.cu | $(DEPS_OK) $(CUDA_INC_OK)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -fPIC $(EMU_CU_FLAGS) -c $< -o $@
+
+$(BUILD)/emu-pic/obj/%.o: %.cc | $(DEPS_OK) $(CUDA_INC_OK)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -fPIC -c $< -o $@
+
+$(EMU_SO): $(EMU_SO_OBJ) $(NV_POBJ) $(CUDA_EXPORTS)
+	$(CXX) -shared $(LDFLAGS) $(filter %.o,$^) $(CORE_LIBS) -Wl,--no-undefined \
+		-Wl,--version-script=$(CUDA_EXPORTS) -o $@
+
 # nvcc: Hopper first; CUDA_ARCHS narrows it (scripts/gpu-check.sh builds sm_90a only).
 CUDA_ARCHS ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80 \
               -gencode=arch=compute_89,code=sm_89 -gencode=arch=compute_90,code=compute_90
@@ -135,8 +164,6 @@ NVCCFLAGS  ?= -std=c++17 -O3 -lineinfo $(CUDA_ARCHS) -Isrc -I. -Xcompiler -fPIC 
 NV_KOBJ    := $(KERNEL_SRC:%.cu=$(BUILD)/cuda/obj/%.o)
 # the CUDA backend proper (src/backend/cuda/*.cu): in the .so only, never in build/tessera
 NV_BOBJ    := $(patsubst %.cu,$(BUILD)/cuda/obj/%.o,$(sort $(wildcard src/backend/cuda/*.cu)))
-# the C helpers the launchers call (util/), compiled position-independent for the .so
-NV_POBJ    := $(patsubst %.c,$(BUILD)/cuda/pic/%.o,$(sort $(wildcard src/util/*.c)))
 # nvcc links the CUDA runtime statically by default: the library needs only the driver and cuBLAS
 CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -lcublas
 ifeq ($(CUDA_ON),1)
@@ -158,8 +185,9 @@ $(BUILD)/cuda/pic/%.o: %.c | $(DEPS_OK)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fPIC -c $< -o $@
 
-$(BUILD)/libtessera-cuda.so: $(NV_KOBJ) $(NV_BOBJ) $(NV_POBJ)
-	$(NVCC) -shared $(CUDA_ARCHS) $^ $(CUDA_LIBS) $(CORE_LIBS) -lrt -Xlinker --no-undefined -o $@
+$(BUILD)/libtessera-cuda.so: $(NV_KOBJ) $(NV_BOBJ) $(NV_POBJ) $(CUDA_EXPORTS)
+	$(NVCC) -shared $(CUDA_ARCHS) $(filter %.o,$^) $(CUDA_LIBS) $(CORE_LIBS) -lrt -Xlinker --no-undefined \
+		-Xlinker --version-script=$(CUDA_EXPORTS) -o $@
 
 $(BUILD)/tessera-kernel-bench: $(KBENCH_SRC:%.cu=$(BUILD)/cuda/obj/%.o) $(NV_KOBJ) $(CORE_LIB)
 	$(NVCC) $(CUDA_ARCHS) $^ $(CUDA_LIBS) $(CORE_LIBS) -o $@
@@ -219,7 +247,12 @@ SERVE_ARGS ?=
 run: all $(MODEL)
 	$(BUILD)/tessera serve --model $(MODEL) --host $(HOST) --port $(PORT) $(SERVE_ARGS)
 
+# The models the forward and CUDA-backend tests derive from the default one (idempotent:
+# made once into $(BUILD)/testmodels, checked in a second after that).
+TESTMODELS = $(VENV)/bin/python scripts/make-test-models.py --out $(BUILD)/testmodels >/dev/null
+
 test: all $(VENV)/.ok $(MODEL) $(TESTDATA_OK)
+	@$(TESTMODELS)
 	@BUILD=$(BUILD) TESSERA_CUDA=$(CUDA_ON) scripts/run-tests.sh
 
 # The sanitizer run: every C test, and the Python tests that feed the binary untrusted
@@ -232,6 +265,7 @@ ASAN_PYTEST := tests/python/test_model_files.py tests/python/test_templates.py \
                tests/python/test_server_load.py tests/python/test_server_backend.py
 asan: $(VENV)/.ok $(MODEL) $(TESTDATA_OK)
 	$(MAKE) BUILD=build-asan CUDA=0 OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
+	@$(MAKE) --no-print-directory BUILD=build-asan testmodels-only
 	@BUILD=build-asan PYTEST_FILES="$(ASAN_PYTEST)" ASAN_OPTIONS=detect_leaks=1 scripts/run-tests.sh
 
 # ThreadSanitizer over the threaded parts (engine request API, HTTP front end, the server
@@ -244,13 +278,16 @@ tsan: $(VENV)/.ok $(MODEL)
 	@BUILD=build-tsan PYTEST_FILES="$(TSAN_PYTEST)" TSAN_OPTIONS="halt_on_error=1 exitcode=66" \
 		scripts/run-tests.sh
 
+testmodels-only: | $(VENV)/.ok $(MODEL)
+	@$(TESTMODELS)
+
 bench: all $(VENV)/.ok $(MODEL)
 	@BUILD=$(BUILD) scripts/bench.sh
 
 clean:
 	rm -rf build build-asan build-tsan
 
--include $(shell find $(BUILD)/obj $(BUILD)/emu $(BUILD)/cuda -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/emu $(BUILD)/emu-pic $(BUILD)/cuda -name '*.d' 2>/dev/null)
 
 # libFuzzer runs over the parsers that take untrusted bytes (FUZZ_SECONDS each).
 FUZZ_SECONDS ?= 30

@@ -4,13 +4,20 @@
 # kernel test on the real GPU (the same tests `make test` runs on the CPU emulator),
 # compute-sanitizer memcheck and racecheck over them where the machine supports it, the
 # kernel benchmarks against the copy-bandwidth and cuBLAS ceilings measured in the same
-# run, and `tessera devices`; prints one short results table. Designed to finish well
-# inside 8 minutes on one H200.
+# run, and `tessera devices`; then the CUDA backend: its end-to-end test against the CPU
+# forward on the GPU, `tessera serve --device cuda` with SmolLM2 (greedy text identical
+# to --device cpu), and Qwen2.5-7B with --load-format dummy: decode step times at batch
+# 1 / 8 / 64 / 256, the TTFT of one 1,024-token prompt, GPU idle between steps, and
+# scripts/bench_serving.py at 256 concurrent requests with BF16 and FP8 KV. Prints one
+# short results table. Designed to finish inside 8 minutes on one H200 (SKIP_SANITIZER=1
+# leaves the most time to the backend rows).
 #
 #   scripts/gpu-check.sh [OUTDIR]        (logs go to OUTDIR, default build/gpu-check)
 #
 # Environment: ARCHS (nvcc -gencode flags; default Hopper sm_90a only, for build time),
 # JOBS (make -j, default nproc), SKIP_SANITIZER=1, SANITIZER_TIMEOUT (s per test, 120),
+# SKIP_BACKEND=1 (kernel rows only), SERVING_PROMPTS (bench_serving requests per KV dtype,
+# default 256), PORT (default 8765),
 # DEBS (a folder of .deb files for libmicrohttpd, cJSON, libyaml, pcre2, utf8proc and
 # their -dev packages; unpacked into a private prefix when the machine lacks them, so the
 # server binary can be built too — see docs/kernels.md "Running the GPU check").
@@ -58,7 +65,10 @@ if scripts/ptxas-report.py build/cuda/ptxas.log >"$OUT/ptxas.txt" 2>&1; then
 else
     row "ptxas: no register spills" FAIL "$(tail -n 1 "$OUT/ptxas.txt")"
 fi
-if make -j"$JOBS" CUDA=1 CUDA_ARCHS="$ARCHS" build/tessera >"$OUT/build-server.log" 2>&1; then
+HAVE_SERVER=0
+if make -j"$JOBS" CUDA=1 CUDA_ARCHS="$ARCHS" build/tessera build/tests/test_cuda_backend build/tests/tool_bench_cuda \
+        >"$OUT/build-server.log" 2>&1; then
+    HAVE_SERVER=1
     row "build tessera (server binary)" PASS ""
     build/tessera devices >"$OUT/devices.txt" 2>&1
     row "tessera devices" "$(grep -q '^cuda:0:' "$OUT/devices.txt" && echo PASS || echo FAIL)" \
@@ -103,6 +113,110 @@ if build/tessera-kernel-bench >"$OUT/kernel-bench.txt" 2>&1; then
 else
     row "kernel bench" FAIL "see $OUT/kernel-bench.txt"
 fi
+
+# ---- the CUDA backend --------------------------------------------------------------------------
+PORT=${PORT:-8765}
+SERVING_PROMPTS=${SERVING_PROMPTS:-256}
+SMOL=models/SmolLM2-135M-Instruct.Q4_1.gguf
+QWEN_DIR=/tmp/tessera-qwen2.5-7b-dummy
+
+# Starts `tessera serve ARGS...` on $PORT in the background (pid in SERVER_PID, log in $1)
+# and waits for /health; returns non-zero if it exits or is not healthy within 300 s.
+start_server() {
+    local log=$1; shift
+    build/tessera serve --host 127.0.0.1 --port "$PORT" "$@" >"$log" 2>&1 &
+    SERVER_PID=$!
+    for _ in $(seq 600); do
+        kill -0 "$SERVER_PID" 2>/dev/null || return 1
+        python3 -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:$PORT/health', timeout=2).status == 200 else 1)" \
+            2>/dev/null && return 0
+        sleep 0.5
+    done
+    return 1
+}
+stop_server() { [ -n "${SERVER_PID:-}" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null; SERVER_PID=; }
+
+# Greedy completions of 8 prompts (32 tokens each) from the server on $PORT, one JSON line each.
+greedy_texts() {
+    python3 - "$PORT" <<'PY'
+import json, sys, urllib.request
+port = sys.argv[1]
+prompts = ["The capital of France is", "Write a haiku about the sea.", "def fibonacci(n):",
+           "Once upon a time, in a small village,", "2 + 2 =", "Translate to German: good morning",
+           "The three laws of thermodynamics are", "List the planets of the solar system:"]
+for p in prompts:
+    body = json.dumps({"prompt": p, "max_tokens": 32, "temperature": 0}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body, {"Content-Type": "application/json"})
+    print(json.dumps(json.load(urllib.request.urlopen(req, timeout=120))["choices"][0]["text"]))
+PY
+}
+
+if [ "${SKIP_BACKEND:-0}" = 1 ]; then
+    row "CUDA backend" SKIP "SKIP_BACKEND=1"
+elif [ "$HAVE_SERVER" != 1 ]; then
+    row "CUDA backend" SKIP "needs the server build (carry .debs)"
+else
+    # 1. the backend's end-to-end test (make test runs it on the emulator) on the GPU
+    s=$(date +%s)
+    if TESSERA_CUDA_TEST_LIB=build/libtessera-cuda.so timeout 600 build/tests/test_cuda_backend \
+            >"$OUT/test_cuda_backend.log" 2>&1; then st=PASS; else st=FAIL; fi
+    row "test_cuda_backend (on the GPU)" "$st" "$(tail -n 1 "$OUT/test_cuda_backend.log") ($(( $(date +%s) - s ))s)"
+
+    # 2. the server on the GPU gives the CPU's greedy text
+    if [ -f "$SMOL" ]; then
+        ok=1
+        for dev in cpu cuda; do
+            if start_server "$OUT/serve-smollm2-$dev.log" --model "$SMOL" --device "$dev" --max-model-len 2048; then
+                greedy_texts >"$OUT/greedy-$dev.txt" 2>>"$OUT/serve-smollm2-$dev.log" || ok=0
+            else
+                ok=0
+            fi
+            stop_server
+        done
+        if [ $ok = 1 ] && cmp -s "$OUT/greedy-cpu.txt" "$OUT/greedy-cuda.txt"; then
+            row "serve SmolLM2: cuda greedy = cpu" PASS "8 prompts x 32 tokens"
+        else
+            row "serve SmolLM2: cuda greedy = cpu" FAIL "see $OUT/greedy-*.txt, serve-smollm2-*.log"
+        fi
+    else
+        row "serve SmolLM2: cuda greedy = cpu" SKIP "$SMOL missing"
+    fi
+
+    # 3. Qwen2.5-7B with random weights: step times, TTFT, idle, serving throughput
+    rm -rf "$QWEN_DIR" && mkdir -p "$QWEN_DIR"
+    cp config/models/Qwen2.5-7B-Instruct/*.json "$QWEN_DIR"/
+    [ -f build/testdata/tokenizers/qwen3/tokenizer.json ] && cp build/testdata/tokenizers/qwen3/tokenizer.json "$QWEN_DIR"/
+    s=$(date +%s)
+    if TESSERA_CUDA_LIB=build/libtessera-cuda.so timeout 400 build/tests/tool_bench_cuda "$QWEN_DIR" --dummy \
+            --kv-cache-dtype bf16 >"$OUT/bench-cuda-qwen7b.txt" 2>"$OUT/bench-cuda-qwen7b.log"; then st=PASS; else st=MISS; fi
+    row "Qwen2.5-7B dummy: backend step bench" "$st" "$(( $(date +%s) - s ))s (table below)"
+    if [ -f "$QWEN_DIR/tokenizer.json" ]; then
+        for kv in bf16 fp8; do
+            if start_server "$OUT/serve-qwen7b-$kv.log" --model "$QWEN_DIR" --load-format dummy --device cuda \
+                    --max-model-len 4096 --max-num-seqs 256 --kv-cache-dtype "$kv" --gpu-memory-utilization 0.9; then
+                python3 scripts/bench_serving.py --base-url "http://127.0.0.1:$PORT" --num-prompts "$SERVING_PROMPTS" \
+                    --max-concurrency 256 --random-input-len 1024 --random-output-len 1024 --ignore-eos \
+                    --result-json "$OUT/serving-$kv.json" --quiet >"$OUT/serving-$kv.txt" 2>&1
+                tps=$(python3 -c "import json;d=json.load(open('$OUT/serving-$kv.json'));print(round(d.get('output_throughput',0)))" 2>/dev/null || echo 0)
+                want=$([ $kv = bf16 ] && echo 11000 || echo 13000)
+                row "bench_serving 256 x 1024/1024, $kv KV" "$([ "${tps:-0}" -ge $want ] && echo PASS || echo MISS)" \
+                    "$tps output tok/s (target >= $want)"
+            else
+                row "bench_serving 256 x 1024/1024, $kv KV" FAIL "server did not start: $OUT/serve-qwen7b-$kv.log"
+            fi
+            stop_server
+        done
+    else
+        row "bench_serving (Qwen2.5-7B dummy)" SKIP "no Qwen tokenizer.json (make test provisions build/testdata)"
+    fi
+fi
+
+echo
+echo "---- CUDA backend: Qwen2.5-7B, --load-format dummy ----"
+cat "$OUT/bench-cuda-qwen7b.txt" 2>/dev/null
+for kv in bf16 fp8; do
+    [ -f "$OUT/serving-$kv.txt" ] && { echo "-- bench_serving, $kv KV --"; cat "$OUT/serving-$kv.txt"; }
+done
 
 echo
 echo "---- kernel bench ----"

@@ -24,6 +24,9 @@ Writes into --out:
   llama3-tiny/            random LlamaForCausalLM with llama3 rope_scaling (factor 8,
                           low 1, high 4, original_max_position_embeddings 64), rope_theta
                           500000, untied, BF16
+  qwen2-tiny-hd64/, qwen3-tiny-hd64/, llama3-tiny-hd64/
+                          the same three with head_dim 64 (4 x 64 over hidden 64), other
+                          seeds: the head dims the CUDA attention kernels take
   tiny-q4_0.gguf, tiny-q5_0.gguf, tiny-q5_1.gguf, tiny-q4_k.gguf, tiny-q6_k.gguf
                           random GGUFs (hidden 256, ffn 512, 2 layers, 4/2 heads x 64)
                           with every matrix and the tied token_embd in that type, norms
@@ -453,6 +456,11 @@ TINY_SPECS = {
                                                 "high_freq_factor": 4.0,
                                                 "original_max_position_embeddings": 64}}),
 }
+# The same three with head_dim 64 (4 heads x 64 over hidden 64): the CUDA attention
+# kernels take head_dim 64, 96 and 128 only (tests/c/test_cuda_backend.c).
+for _name in ("qwen2-tiny", "qwen3-tiny", "llama3-tiny"):
+    TINY_SPECS[_name + "-hd64"] = dict(TINY_SPECS[_name], seed=TINY_SPECS[_name]["seed"] + 10,
+                                       head_dim=64)
 
 
 def tiny_tensors(name):
@@ -721,7 +729,8 @@ def main():
     key = {"source": src.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
     names = ["smollm2-f16.gguf", "smollm2-q8_0.gguf", "smollm2-hf", "smollm2-hf-sharded",
-             "qwen2-tiny", "qwen2-tiny.gguf", "qwen3-tiny", "llama3-tiny", *QTINY_SPECS]
+             "qwen2-tiny", "qwen2-tiny.gguf", "qwen3-tiny", "llama3-tiny",
+             "qwen2-tiny-hd64", "qwen3-tiny-hd64", "llama3-tiny-hd64", *QTINY_SPECS]
     if args.only:
         names = [n for n in names if n in args.only]
     prods = {n: Product(out, n, dict(key, quant_recipe=QUANT_RECIPE) if n in QTINY_SPECS else key)

@@ -3,6 +3,7 @@
 #include "backend/cuda_lib.h"
 
 #include "util/err.h"
+#include "util/log.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -79,6 +80,7 @@ int cuda_lib_open(struct cuda_lib *lib, char *err, size_t errlen)
     SYM(device_count, "tessera_cuda_device_count");
     SYM(device_info, "tessera_cuda_device_info");
     SYM(versions, "tessera_cuda_versions");
+    SYM(set_log_level, "tessera_cuda_set_log_level");
     SYM(create, "tessera_cuda_backend_create");
 #undef SYM
     if (lib->abi_version() != TESSERA_CUDA_ABI) {
@@ -86,6 +88,7 @@ int cuda_lib_open(struct cuda_lib *lib, char *err, size_t errlen)
                  TESSERA_CUDA_ABI);
         goto fail;
     }
+    lib->set_log_level((int)log_get_level());
     return 0;
 fail:
     err_set(err, errlen, ERR_UNSUPPORTED, "CUDA backend %s: %s", lib->path, why);

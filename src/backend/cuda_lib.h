@@ -44,6 +44,9 @@ struct cuda_lib {
     int (*device_info)(int device, struct cuda_device_info *out, char *err, size_t errlen);
     /* runtime and driver versions as 1000*major + 10*minor; 0 when unknown */
     void (*versions)(int *runtime, int *driver);
+    /* the library keeps its own copy of util/log.c (RTLD_LOCAL): cuda_lib_open passes the
+     * process's level (enum log_level) on after loading it */
+    void (*set_log_level)(int level);
     /* the CUDA backend (backend_impl.h contract) */
     backend_create_fn create;
 };

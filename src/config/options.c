@@ -71,6 +71,8 @@ static const struct opt_def opt_table[] = {
          "name clients use in \"model\" (repeatable; default: the model path's basename)"),
     STR("chat-template", chat_template, NULL, "FILE", "model",
         "Jinja chat template file overriding the model's own"),
+    ENUM("load-format", load_format, "auto", "auto|dummy", "model",
+         "auto = the model's weights; dummy = random weights of its config's shapes (benchmarks)"),
 
     STR("host", host, "127.0.0.1", "ADDR", "http", "address to listen on"),
     INT("port", port, "8000", 1, 65535, "http", "TCP port to listen on"),

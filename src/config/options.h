@@ -32,6 +32,8 @@ struct server_options {
     char *served_model_name[OPTS_MAX_LIST]; /* aliases; none → the model path's basename */
     int n_served_model_name;
     char *chat_template;               /* file overriding the model's template, or NULL */
+    char *load_format;                 /* "auto" (the files' weights) or "dummy" (random weights of
+                                          the config's shapes: MODEL_LOAD_DUMMY) */
     /* http */
     char *host;                        /* "127.0.0.1" */
     int port;                          /* 8000 */

@@ -425,7 +425,7 @@ fail:
  * optional tokenizer_config.json, chat_template.jinja and generation_config.json.
  * Weight files are mapped, not read. On success *out is owned by the caller (hf_close);
  * on failure *out is NULL and err names the file (full path) and key or tensor. */
-int hf_open(const char *dir, struct hf_dir **out, char *err, size_t errlen)
+static int hf_open_impl(const char *dir, bool weights, struct hf_dir **out, char *err, size_t errlen)
 {
     *out = NULL;
     if (!dir || !dir[0]) return err_set(err, errlen, ERR_INVALID, "hf_open: empty directory path");
@@ -453,7 +453,9 @@ int hf_open(const char *dir, struct hf_dir **out, char *err, size_t errlen)
     if (rc) goto fail;
 
     /* transformers prefers the single file when both layouts are present. */
-    if (hf_exists(single)) {
+    if (!weights) {
+        rc = 0;
+    } else if (hf_exists(single)) {
         const char *name = "model.safetensors";
         rc = hf_add_shards(d, &name, 1, err, errlen);
         if (!rc) rc = hf_open_shards(d, NULL, err, errlen);
@@ -480,6 +482,16 @@ fail:
     free(index);
     free(pt);
     return rc;
+}
+
+int hf_open(const char *dir, struct hf_dir **out, char *err, size_t errlen)
+{
+    return hf_open_impl(dir, true, out, err, errlen);
+}
+
+int hf_open_config_only(const char *dir, struct hf_dir **out, char *err, size_t errlen)
+{
+    return hf_open_impl(dir, false, out, err, errlen);
 }
 
 /* Unmaps every shard and frees everything hf_open allocated. NULL is a no-op. */

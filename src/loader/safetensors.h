@@ -53,6 +53,9 @@ struct hf_dir;
 struct cJSON;
 
 int hf_open(const char *dir, struct hf_dir **out, char *err, size_t errlen);
+/* hf_open without the weights (--load-format dummy): config.json, tokenizer_config.json
+ * and generation_config.json only; hf_find_tensor finds nothing. */
+int hf_open_config_only(const char *dir, struct hf_dir **out, char *err, size_t errlen);
 void hf_close(struct hf_dir *d);
 const char *hf_path(const struct hf_dir *d); /* the directory */
 

@@ -7,6 +7,7 @@
 
 #include "loader/gguf.h"
 #include "loader/safetensors.h"
+#include "model/dummy.h"
 #include "template/jinja.h"
 #include "tokenizer/tokenizer.h"
 #include "util/err.h"
@@ -119,10 +120,19 @@ static void add_config_eos(struct model *m, const cJSON *config)
 static int load_hf(struct model *m, unsigned flags, char *err, size_t errlen)
 {
     int rc;
-    if ((rc = hf_open(m->path, &m->hf, err, errlen))) return rc;
-    bool has_head = hf_find_tensor(m->hf, "lm_head.weight") != NULL;
-    if ((rc = config_from_hf(hf_config(m->hf), m->path, has_head, &m->cfg, err, errlen))) return rc;
-    if ((rc = weights_from_hf(m->hf, m->path, &m->cfg, &m->w, err, errlen))) return rc;
+    if (flags & MODEL_LOAD_DUMMY) {
+        /* config.json decides tie_word_embeddings alone: there is no lm_head to look for */
+        if ((rc = hf_open_config_only(m->path, &m->hf, err, errlen)) ||
+            (rc = config_from_hf(hf_config(m->hf), m->path, true, &m->cfg, err, errlen)) ||
+            (rc = dummy_weights_create(&m->cfg, &m->dummy, err, errlen)) ||
+            (rc = weights_from_dummy(m->dummy, m->path, &m->cfg, &m->w, err, errlen)))
+            return rc;
+    } else {
+        if ((rc = hf_open(m->path, &m->hf, err, errlen))) return rc;
+        bool has_head = hf_find_tensor(m->hf, "lm_head.weight") != NULL;
+        if ((rc = config_from_hf(hf_config(m->hf), m->path, has_head, &m->cfg, err, errlen))) return rc;
+        if ((rc = weights_from_hf(m->hf, m->path, &m->cfg, &m->w, err, errlen))) return rc;
+    }
 
     /* display name: the directory's last component */
     size_t n = strlen(m->path);
@@ -164,6 +174,12 @@ int model_load(const char *path, unsigned flags, struct model **out, char *err, 
     m->gen.temperature = m->gen.top_p = m->gen.repetition_penalty = -1.0;
     m->gen.top_k = -1;
     m->source = S_ISDIR(st.st_mode) ? MODEL_HF : MODEL_GGUF;
+    if ((flags & MODEL_LOAD_DUMMY) && m->source != MODEL_HF) {
+        free(m->path);
+        free(m);
+        return err_set(err, errlen, ERR_INVALID,
+                       "%s: --load-format dummy needs a Hugging Face model directory (config.json)", path);
+    }
     int rc = m->source == MODEL_HF ? load_hf(m, flags, err, errlen) : load_gguf(m, flags, err, errlen);
     if (rc) goto fail;
     if (!m->name[0]) { /* GGUF without general.name: the file name */
@@ -187,6 +203,7 @@ void model_free(struct model *m)
 {
     if (!m) return;
     weights_free(&m->w);
+    dummy_weights_free(m->dummy);
     if (m->tmpl) jinja_free(m->tmpl);
     if (m->tok) tok_free(m->tok);
     if (m->gguf) gguf_free(m->gguf);
@@ -205,11 +222,12 @@ void model_describe(const struct model *m, char *buf, size_t len)
     static const char *scal[] = { "none", "linear", "llama3" };
     snprintf(buf, len,
              "%s (%s, %s): %d layers, dim %d, heads %d/%d x %d, ffn %d, vocab %d, ctx %d, "
-             "rope %s theta %g scaling %s%s%s%s%s, weights %.1f MiB (%s)",
+             "rope %s theta %g scaling %s%s%s%s%s, weights %.1f MiB (%s%s)",
              m->name, model_arch_name(c->arch), m->source == MODEL_HF ? "hf" : "gguf", c->n_layers,
              c->dim, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn_dim, c->vocab_size, c->max_seq_len,
              c->rope_layout == ROPE_NEOX ? "neox" : "normal", c->rope.theta, scal[c->rope.scaling],
              c->rope_freq_factors ? "+freq_factors" : "", c->qkv_bias ? ", qkv bias" : "",
              c->qk_norm ? ", qk norm" : "", c->tied_embeddings ? ", tied" : "",
-             (double)m->w.matrix_bytes / (1024.0 * 1024.0), dtype_name(m->w.layers[0].wq->type));
+             (double)m->w.matrix_bytes / (1024.0 * 1024.0), dtype_name(m->w.layers[0].wq->type),
+             m->dummy ? ", random: --load-format dummy" : "");
 }

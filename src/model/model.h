@@ -20,6 +20,7 @@ struct gguf_file;
 struct hf_dir;
 struct tokenizer;
 struct jinja_template;
+struct dummy_weights;
 
 enum model_source { MODEL_GGUF = 0, MODEL_HF = 1 };
 
@@ -50,11 +51,15 @@ struct model {
     int32_t eog_ids[MODEL_MAX_EOG]; /* ids that end generation (eos + known end-of-turn tokens) */
     int n_eog;
     struct gen_defaults gen;
+    struct dummy_weights *dummy;    /* MODEL_LOAD_DUMMY: the random weights (owned) */
 };
 
 /* Flags for model_load. */
 enum {
     MODEL_LOAD_NO_TOKENIZER = 1 << 0, /* skip tokenizer and chat template (logits tests) */
+    MODEL_LOAD_DUMMY = 1 << 1,        /* --load-format dummy: an HF directory's config.json (and
+                                         tokenizer files) with random weights of the real
+                                         shapes (model/dummy.h); safetensors are not read */
 };
 
 /* Loads path: a .gguf file or an HF directory. On error returns a negative code with a

@@ -9,6 +9,7 @@
 #include "backend/cpu/quant.h"
 #include "loader/gguf.h"
 #include "loader/safetensors.h"
+#include "model/dummy.h"
 #include "util/err.h"
 #include "util/half.h"
 
@@ -17,14 +18,15 @@
 #include <string.h>
 
 struct source {
-    const struct gguf_file *g; /* exactly one of g, d */
+    const struct gguf_file *g; /* exactly one of g, d, dm */
     const struct hf_dir *d;
+    const struct dummy_weights *dm; /* --load-format dummy: HF names */
     const char *file;          /* for messages */
 };
 
 static const struct tensor *src_find(const struct source *s, const char *name)
 {
-    return s->g ? gguf_find_tensor(s->g, name) : hf_find_tensor(s->d, name);
+    return s->g ? gguf_find_tensor(s->g, name) : s->dm ? dummy_weights_find(s->dm, name) : hf_find_tensor(s->d, name);
 }
 
 static void fmt_shape(char *buf, size_t n, const struct tensor *t)
@@ -192,6 +194,15 @@ int weights_from_hf(const struct hf_dir *d, const char *name, const struct model
                     struct model_weights *w, char *err, size_t errlen)
 {
     struct source s = { .d = d, .file = name };
+    int rc = bind(&s, cfg, w, err, errlen);
+    if (rc) weights_free(w);
+    return rc;
+}
+
+int weights_from_dummy(const struct dummy_weights *dm, const char *name, const struct model_config *cfg,
+                       struct model_weights *w, char *err, size_t errlen)
+{
+    struct source s = { .dm = dm, .file = name };
     int rc = bind(&s, cfg, w, err, errlen);
     if (rc) weights_free(w);
     return rc;

@@ -49,6 +49,10 @@ int weights_from_gguf(const struct gguf_file *g, const char *name, const struct 
                       struct model_weights *w, char *err, size_t errlen);
 int weights_from_hf(const struct hf_dir *d, const char *name, const struct model_config *cfg,
                     struct model_weights *w, char *err, size_t errlen);
+/* The same over the tensors of --load-format dummy (model/dummy.h), by their HF names. */
+struct dummy_weights;
+int weights_from_dummy(const struct dummy_weights *dm, const char *name, const struct model_config *cfg,
+                       struct model_weights *w, char *err, size_t errlen);
 /* Frees the owned F32 arrays and the layer array (not the views). Safe on a zeroed struct. */
 void weights_free(struct model_weights *w);
 

@@ -205,6 +205,8 @@ void sampler_accept(struct sampler *s, int32_t token)
 
 uint64_t sampler_step(const struct sampler *s) { return s->step; }
 
+const struct sampler_params *sampler_get_params(const struct sampler *s) { return &s->p; }
+
 void sampler_set_step(struct sampler *s, uint64_t step) { s->step = step; }
 
 int sampler_history_len(const struct sampler *s) { return s->n_touched; }

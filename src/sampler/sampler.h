@@ -114,6 +114,8 @@ void sampler_process_logits(struct sampler *s, float *logits);
  *                         caller's ids / vals [SAMPLER_MAX_LOGIT_BIAS] and returns its size.
  * Any thread that may use s; O(tokens seen). */
 uint64_t sampler_step(const struct sampler *s);
+/* The parameters s samples with (owned by s; valid until sampler_reset or sampler_free). */
+const struct sampler_params *sampler_get_params(const struct sampler *s);
 /* Sets the step the next draw uses (restoring a sequence's sampler; the kernel test's
  * twin, which takes the step as data). */
 void sampler_set_step(struct sampler *s, uint64_t step);

@@ -271,7 +271,8 @@ int server_run(const struct server_options *o)
 
     struct engine_config ec;
     double t0 = now_s();
-    if (model_load(o->model, 0, &s.m, err, sizeof err)) goto fail;
+    if (model_load(o->model, !strcmp(o->load_format, "dummy") ? MODEL_LOAD_DUMMY : 0, &s.m, err, sizeof err))
+        goto fail;
     if (o->chat_template && load_template_override(s.m, o->chat_template, err, sizeof err)) goto fail;
     if (engine_config_from(o, s.m, &ec, err, sizeof err)) goto fail;
     ec.on_failure = on_engine_failure;

@@ -8,6 +8,7 @@
  */
 #include "internal.h"
 
+#include <string>
 #include <unistd.h>
 
 namespace emu {
@@ -55,6 +56,32 @@ cudaError_t set_error(cudaError_t e)
 }
 
 int current_device() { return tl_device; }
+
+static std::atomic<int> g_sticky{ cudaSuccess };
+
+cudaError_t sticky_error() { return (cudaError_t)g_sticky.load(); }
+
+void set_sticky_error(cudaError_t e) { g_sticky.store(e); }
+
+bool fault_requested(const char *kernel_name)
+{
+    static std::mutex mu;
+    static std::string last;
+    static bool fired = true;
+    const char *v = getenv("TESSERA_EMU_FAULT");
+    std::lock_guard<std::mutex> lk(mu);
+    if (!v || !*v) {
+        last.clear();
+        return false;
+    }
+    if (last != v) {
+        last = v;
+        fired = false;
+    }
+    if (fired || !strstr(kernel_name, v)) return false;
+    fired = true;
+    return true;
+}
 
 void warn(const char *fmt, ...)
 {

@@ -73,6 +73,15 @@ const config &cfg();
 cudaError_t set_error(cudaError_t e);
 int current_device();
 
+/* Injected device faults, for testing error paths (TESSERA_EMU_FAULT). A kernel launch
+ * whose name contains the variable's value "faults": instead of running, it sets the
+ * sticky error a GPU reports after an illegal memory access (cudaErrorIllegalAddress);
+ * from then on every launch and every call that waits for the device returns it, as on a
+ * GPU whose context is lost. Each new value of the variable fires once. */
+bool fault_requested(const char *kernel_name);
+cudaError_t sticky_error();
+void set_sticky_error(cudaError_t e);
+
 /* Prints "tessera-emu: <message>" and what the calling thread is running (kernel, launch
  * site, block, thread, seed), then aborts. For what would be undefined behaviour or a hang
  * on a GPU. */
@@ -133,6 +142,7 @@ struct launch {
     size_t smem;       /* dynamic shared memory bytes */
     size_t smem_limit; /* static + dynamic bytes allowed for this kernel */
     uint64_t seed;
+    bool fault;        /* TESSERA_EMU_FAULT: set the sticky error instead of running */
 };
 /* Runs every block of the grid and returns when all are done (block.cc). */
 void run_grid(const launch &L);

@@ -53,6 +53,10 @@ using namespace emu;
 void emu_launch(const void *func, const char *name, const char *file, int line, dim3 grid, dim3 block,
                 size_t smem, cudaStream_t stream, std::function<void()> body)
 {
+    if (cudaError_t sticky = sticky_error()) {
+        set_error(sticky);
+        return;
+    }
     uint64_t threads = (uint64_t)block.x * block.y * block.z;
     if (block.x == 0 || block.y == 0 || block.z == 0 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
         threads > 1024) {
@@ -87,7 +91,13 @@ void emu_launch(const void *func, const char *name, const char *file, int line, 
     L->smem = smem;
     L->smem_limit = fa.opted_in ? SMEM_OPTIN : SMEM_DEFAULT;
     L->seed = emu_get_seed();
-    cudaError_t e = enqueue(stream, op{ [L] { run_grid(*L); }, name });
+    L->fault = fault_requested(name);
+    if (L->fault) warn("launch of %s at %s:%d: TESSERA_EMU_FAULT: it will fault when it runs", name, file, line);
+    cudaError_t e = enqueue(stream, op{ [L] {
+                                           if (L->fault) set_sticky_error(cudaErrorIllegalAddress);
+                                           else run_grid(*L);
+                                       },
+                                        name });
     if (e != cudaSuccess) {
         warn("launch of %s at %s:%d: %s", name, file, line, cudaGetErrorString(e));
         set_error(e);

@@ -387,7 +387,8 @@ extern "C" cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *attr, con
 
 extern "C" cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind)
 {
-    return do_copy("cudaMemcpy", dst, n, src, n, n, 1, kind, nullptr, true);
+    cudaError_t e = do_copy("cudaMemcpy", dst, n, src, n, n, 1, kind, nullptr, true);
+    return e != cudaSuccess ? e : set_error(sticky_error());
 }
 
 extern "C" cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s)

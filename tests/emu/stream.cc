@@ -323,7 +323,7 @@ extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t s)
     }
     refuse_on_worker("cudaStreamSynchronize");
     wait_done_locked(lk, st->prog, st->prog->submitted);
-    return cudaSuccess;
+    return set_error(sticky_error());
 }
 
 extern "C" cudaError_t cudaStreamQuery(cudaStream_t s)
@@ -343,7 +343,7 @@ extern "C" cudaError_t cudaDeviceSynchronize(void)
     cudaError_t e = check_sync_allowed("cudaDeviceSynchronize");
     if (e != cudaSuccess) return set_error(e);
     sync_all_streams();
-    return cudaSuccess;
+    return set_error(sticky_error());
 }
 
 extern "C" cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *data)
@@ -426,7 +426,7 @@ extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t e)
     std::shared_ptr<event_state> st = ev->st;
     uint64_t target = st->recorded;
     sched_cv().wait(lk, [&] { return st->done >= target; });
-    return cudaSuccess;
+    return set_error(sticky_error());
 }
 
 /* Host wall-clock milliseconds between the moments the two records ran. */

@@ -488,6 +488,40 @@ static void test_device_properties(void)
     CHECK(rt == CUDART_VERSION, "runtime version %d", rt);
 }
 
+__global__ void fault_fill_kernel(int *out, int v)
+{
+    out[blockIdx.x * blockDim.x + threadIdx.x] = v;
+}
+
+/* TESSERA_EMU_FAULT: the named kernel faults when it runs (the launch itself succeeds, as
+ * on a GPU); the wait reports cudaErrorIllegalAddress, and so does everything afterwards —
+ * the context is lost. Runs last: the sticky error stays for the life of the process. */
+static void test_injected_fault_is_sticky(void)
+{
+    int *d = NULL;
+    cudaStream_t s;
+    EMU_CHECK_CUDA(cudaMalloc((void **)&d, 64 * sizeof(int)));
+    EMU_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    setenv("TESSERA_EMU_FAULT", "no_such_kernel", 1);
+    TS_LAUNCH(fault_fill_kernel, 1, 64, 0, s, d, 1);
+    CHECK(cudaStreamSynchronize(s) == cudaSuccess, "a kernel not named must run");
+    setenv("TESSERA_EMU_FAULT", "fault_fill_kernel", 1);
+    TS_LAUNCH(fault_fill_kernel, 1, 64, 0, s, d, 2);
+    CHECK(cudaGetLastError() == cudaSuccess, "the faulting launch itself succeeds");
+    cudaEvent_t ev;
+    EMU_CHECK_CUDA(cudaEventCreate(&ev));
+    cudaEventRecord(ev, s);
+    CHECK(cudaEventSynchronize(ev) == cudaErrorIllegalAddress, "the wait reports the fault");
+    CHECK(cudaStreamSynchronize(s) == cudaErrorIllegalAddress, "sticky: stream synchronize");
+    CHECK(cudaDeviceSynchronize() == cudaErrorIllegalAddress, "sticky: device synchronize");
+    int h[64];
+    CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost) == cudaErrorIllegalAddress, "sticky: cudaMemcpy");
+    (void)cudaGetLastError();
+    TS_LAUNCH(fault_fill_kernel, 1, 64, 0, s, d, 3);
+    CHECK(cudaGetLastError() == cudaErrorIllegalAddress, "sticky: later launches fail");
+    unsetenv("TESSERA_EMU_FAULT");
+}
+
 int main(void)
 {
     RUN(test_atomics_across_blocks);
@@ -500,5 +534,6 @@ int main(void)
     RUN(test_graph_capture_and_replay);
     RUN(test_graph_capture_fork_join);
     RUN(test_device_properties);
+    RUN(test_injected_fault_is_sticky); /* last: the fault is sticky */
     return test_summary();
 }

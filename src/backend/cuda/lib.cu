@@ -1,11 +1,15 @@
 /* lib.cu — the C entry points of libtessera-cuda.so that build/tessera resolves with
- * dlsym (src/backend/cuda_lib.h): ABI version, devices, versions, and a weak placeholder
- * of the backend entry point that the CUDA backend's own definition (src/backend/cuda/)
- * replaces at link time. Compiled by nvcc only; never linked into build/tessera. */
+ * dlsym (src/backend/cuda_lib.h): ABI version, devices, versions, the log level; the
+ * backend itself is tessera_cuda_backend_create (create.cu). Compiled by nvcc for the
+ * GPU, and by g++ against the CUDA-on-CPU emulator into libtessera-cuda-emu.so (tests);
+ * never linked into build/tessera. */
 #include "backend/cuda_lib.h"
-#include "util/err.h"
 
 #include <cuda_runtime.h>
+
+extern "C" {
+#include "util/log.h"
+}
 
 #include <stdio.h>
 #include <string.h>
@@ -54,14 +58,11 @@ void tessera_cuda_versions(int *runtime, int *driver)
     cudaDriverGetVersion(driver);
 }
 
-/* Weak: a library built without the CUDA backend's sources says so instead of failing to
- * load (`tessera devices` still lists the GPUs; --device auto falls back to the CPU). */
-__attribute__((weak)) int tessera_cuda_backend_create(const struct model *m, const struct backend_config *cfg,
-                                                      const struct backend_ops **ops, void **impl,
-                                                      struct backend_info *info, char *err, size_t errlen)
+/* The library has its own copy of util/log.c (it is loaded with RTLD_LOCAL): the binary
+ * passes its level on after loading it, so the backend logs at the process's level. */
+void tessera_cuda_set_log_level(int level)
 {
-    (void)m, (void)cfg, (void)ops, (void)impl, (void)info;
-    return err_set(err, errlen, ERR_UNSUPPORTED, "this libtessera-cuda.so was built without the CUDA backend");
+    if (level >= LOG_LEVEL_ERR && level <= LOG_LEVEL_DEBUG) log_set_level((enum log_level)level);
 }
 
 } /* extern "C" */

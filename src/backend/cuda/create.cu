@@ -1,0 +1,596 @@
+/* create.cu — tessera_cuda_backend_create: the CUDA backend's start-up, memory plan and
+ * CUDA graphs; destroy; the allocation and error helpers the other files share.
+ *
+ * Start-up, in order (vLLM's plan):
+ *   1. device, stream, cuBLAS handle; free memory measured (free0);
+ *   2. weights uploaded (weights.cu) → weight bytes = free0 - free after;
+ *   3. every step buffer allocated for the largest step (max_num_batched_tokens rows,
+ *      max_num_seqs logits rows), cuBLAS workspace, pinned staging;
+ *   4. a profiling step at max_num_batched_tokens through the real submit/wait path, over a
+ *      one-block scratch KV pool (every block-table entry 0, no KV writes): whatever cuBLAS
+ *      or the launchers allocate lazily is now allocated → activation bytes = the drop in
+ *      free memory since 2 (kernels never allocate, so the level after the step is its peak);
+ *   5. with graphs on, the largest decode graph is captured once over the scratch pool to
+ *      measure a graph's memory; the reserve is that times the number of buckets;
+ *   6. KV cache = gpu_memory_utilization x total - (weights + activations) - graph reserve
+ *      (and never more than is free), in blocks of block_size tokens over all layers;
+ *      refused with what is missing and the options to change when one max_model_len
+ *      sequence does not fit;
+ *   7. the decode graphs captured per batch bucket (1, 2, 4, 8, 16, 24, ..., up to
+ *      max_num_seqs, at most 512), within a time budget; steps larger than the last
+ *      bucket run eagerly.
+ * Any failure unwinds everything (destroy on a half-built backend is safe).
+ */
+#include "backend/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+
+extern "C" {
+#include "util/err.h"
+#include "util/log.h"
+}
+
+#include "kernels/attention_decode.h"
+#include "kernels/quant_matmul.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+#define MIB (1024.0 * 1024.0)
+#define CUBLAS_WORKSPACE_BYTES (32u << 20) /* NVIDIA's recommendation for Hopper */
+#define GRAPH_MAX_BATCH 512
+#define GRAPH_CAPTURE_BUDGET_S 60.0
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- helpers shared by the backend's files -------------------------------------------- */
+
+int cu_error(struct cuda_backend *b, bool fatal, int cuda_err, char *err, size_t errlen, const char *fmt, ...)
+{
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    const cudaError_t e = (cudaError_t)cuda_err;
+    const int code = e == cudaErrorMemoryAllocation ? ERR_NOMEM : ERR_IO;
+    err_set(err, errlen, code, "cuda: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+    (void)cudaGetLastError(); /* a non-sticky error must not surface again at the next launch */
+    if (fatal && b) {
+        b->broken = true;
+        snprintf(b->broken_msg, sizeof b->broken_msg, "%s: %s", what, cudaGetErrorString(e));
+        LOG_ERR("cuda", "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+    return code;
+}
+
+int cu_alloc(struct cuda_backend *b, void **out, size_t bytes, const char *what, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (b->n_allocs == b->cap_allocs) {
+        int cap = b->cap_allocs ? 2 * b->cap_allocs : 256;
+        void **p = (void **)realloc(b->allocs, sizeof(void *) * (size_t)cap);
+        if (!p) return err_set(err, errlen, ERR_NOMEM, "cuda: out of host memory");
+        b->allocs = p;
+        b->cap_allocs = cap;
+    }
+    cudaError_t e = cudaMalloc(out, bytes ? bytes : 16);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        size_t free_b = 0, total = 0;
+        cudaMemGetInfo(&free_b, &total);
+        *out = NULL;
+        return err_set(err, errlen, ERR_NOMEM,
+                       "cuda: out of device memory: cudaMalloc of %.1f MiB for %s failed (%s); %.1f MiB free of %.1f GiB",
+                       (double)bytes / MIB, what, cudaGetErrorString(e), (double)free_b / MIB, (double)total / GIB);
+    }
+    b->allocs[b->n_allocs++] = *out;
+    return 0;
+}
+
+/* Frees one allocation cu_alloc made. */
+static void cu_free(struct cuda_backend *b, void *p)
+{
+    for (int i = b->n_allocs - 1; i >= 0; i--)
+        if (b->allocs[i] == p) {
+            cudaFree(p);
+            memmove(&b->allocs[i], &b->allocs[i + 1], sizeof(void *) * (size_t)(b->n_allocs - i - 1));
+            b->n_allocs--;
+            return;
+        }
+}
+
+static size_t mem_free(void)
+{
+    size_t f = 0, t = 0;
+    cudaMemGetInfo(&f, &t);
+    return f;
+}
+
+/* ---- destroy -------------------------------------------------------------------------- */
+
+static void destroy_graphs(struct cuda_backend *b)
+{
+    for (int i = 0; i < b->n_graphs; i++) cudaGraphExecDestroy(b->graphs[i].exec);
+    free(b->graphs);
+    b->graphs = NULL;
+    b->n_graphs = 0;
+}
+
+static void cu_destroy(void *impl)
+{
+    struct cuda_backend *b = (struct cuda_backend *)impl;
+    if (!b) return;
+    if (b->stream) cudaStreamSynchronize(b->stream);
+    if (b->timed_steps > 1)
+        LOG_INFO("cuda", "%ld steps: GPU busy %.1f ms, idle between steps %.1f ms (%.2f%% of the step time)",
+                 b->timed_steps, b->busy_ms, b->idle_ms,
+                 b->busy_ms > 0 ? 100.0 * b->idle_ms / (b->busy_ms + b->idle_ms) : 0.0);
+    destroy_graphs(b);
+    if (b->cublas) cublasDestroy(b->cublas);
+    if (b->ev_done) cudaEventDestroy(b->ev_done);
+    for (int i = 0; i < 2; i++) {
+        if (b->ev_start[i]) cudaEventDestroy(b->ev_start[i]);
+        if (b->ev_end[i]) cudaEventDestroy(b->ev_end[i]);
+    }
+    for (int i = b->n_allocs - 1; i >= 0; i--) cudaFree(b->allocs[i]);
+    free(b->allocs);
+    if (b->h_staging) cudaFreeHost(b->h_staging);
+    if (b->h_samples) cudaFreeHost(b->h_samples);
+    if (b->stream) cudaStreamDestroy(b->stream);
+    free(b->h_bias_ids);
+    free(b->h_bias_vals);
+    free(b->h_bias_start);
+    free(b->h_logits);
+    free(b->w.layers);
+    free(b->kv);
+    free(b);
+}
+
+static const struct backend_ops cu_ops = { cu_submit, cu_wait, cu_logits, cu_destroy };
+
+/* ---- configuration checks ------------------------------------------------------------- */
+
+static int check_model(const struct model_config *c, char *err, size_t errlen)
+{
+    if (c->head_dim != 64 && c->head_dim != 96 && c->head_dim != 128)
+        return err_set(err, errlen, ERR_UNSUPPORTED,
+                       "cuda: head_dim %d is not supported (the attention kernels take 64, 96 and 128)", c->head_dim);
+    if (c->qk_norm && c->head_dim == 96)
+        return err_set(err, errlen, ERR_UNSUPPORTED, "cuda: q/k norm with head_dim 96 is not supported");
+    if (c->qk_norm && c->qkv_bias)
+        return err_set(err, errlen, ERR_UNSUPPORTED,
+                       "cuda: a QKV bias together with q/k norm is not supported (the bias is added after the norm)");
+    if (c->vocab_size > SAMPLING_MAX_VOCAB)
+        return err_set(err, errlen, ERR_UNSUPPORTED, "cuda: vocabulary of %d exceeds the sampler's %d",
+                       c->vocab_size, SAMPLING_MAX_VOCAB);
+    return 0;
+}
+
+static int check_config(const struct backend_config *cfg, char *err, size_t errlen)
+{
+    const int bs = cfg->block_size;
+    if (bs < 16 || bs > 256 || (bs & (bs - 1)))
+        return err_set(err, errlen, ERR_INVALID,
+                       "cuda: --block-size %d: the CUDA attention kernels need a power of two from 16 to 256", bs);
+    if (!cfg->kv_dtype_auto && cfg->kv_dtype == KV_F32)
+        return err_set(err, errlen, ERR_UNSUPPORTED,
+                       "cuda: --kv-cache-dtype f32 is not supported on the GPU (use auto, bf16, fp16 or fp8)");
+    if (cfg->max_num_seqs < 1 || cfg->max_num_batched_tokens < 1 || cfg->max_model_len < 1)
+        return err_set(err, errlen, ERR_INVALID, "cuda: max_num_seqs, max_num_batched_tokens and max_model_len must be > 0");
+    if (!(cfg->gpu_memory_utilization > 0.0 && cfg->gpu_memory_utilization <= 1.0))
+        return err_set(err, errlen, ERR_RANGE, "cuda: --gpu-memory-utilization %g outside (0, 1]",
+                       cfg->gpu_memory_utilization);
+    return 0;
+}
+
+/* ---- buffers -------------------------------------------------------------------------- */
+
+/* The canonical decode batch buckets (vLLM's: 1, 2, 4, then every 8), up to cap. Writes
+ * at most max_out entries; returns the count. */
+static int make_buckets(int cap, int *out, int max_out)
+{
+    int n = 0;
+    for (int v = 1; v <= cap && n < max_out; v = v < 8 ? 2 * v : v + 8) out[n++] = v;
+    if (n && out[n - 1] != cap && n < max_out) out[n++] = cap;
+    return n;
+}
+
+static int alloc_buffers(struct cuda_backend *b, char *err, size_t errlen)
+{
+    const struct model_config *c = &b->m->cfg;
+    struct cu_bufs *d = &b->d;
+    const size_t T = (size_t)b->Tmax, L = (size_t)b->Lmax, S = (size_t)b->Smax, dim = (size_t)c->dim;
+    const size_t qd = (size_t)c->n_heads * c->head_dim, qkv_dim = (size_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    const size_t ffn = (size_t)c->ffn_dim, vocab = (size_t)c->vocab_size;
+    const size_t act_el = b->w.act == DT_F32 ? 4 : 2;
+    int rc;
+    b->act_width = dim > qd ? dim : qd;
+    if (ffn > b->act_width) b->act_width = ffn;
+
+    /* workspaces: the quantized matmul's largest need, the decode attention's for every
+       batch size with its partition size */
+    size_t qws = 0;
+    auto need = [&](const struct cu_linear *x, int rows) {
+        if (x->type == DT_F16 || x->type == DT_BF16) return;
+        size_t s = cuda_quant_matmul_workspace_size(x->type, x->n_in, x->n_out, rows);
+        if (s > qws) qws = s;
+    };
+    need(&b->w.output, b->Lmax);
+    for (int l = 0; l < c->n_layers; l++) {
+        const struct cu_layer *cl = &b->w.layers[l];
+        for (int i = 0; i < cl->n_qkv; i++) need(&cl->qkv[i], b->Tmax);
+        need(&cl->o, b->Tmax);
+        for (int i = 0; i < cl->n_gate_up; i++) need(&cl->gate_up[i], b->Tmax);
+        need(&cl->down, b->Tmax);
+    }
+    size_t aws = 0;
+    for (int rows = 1; rows <= b->Smax; rows++) {
+        size_t s = cuda_attention_decode_workspace_size(rows, c->n_heads, c->head_dim, b->cfg.max_model_len,
+                                                        cu_decode_partition(rows));
+        if (s > aws) aws = s;
+    }
+    d->qmm_ws_bytes = qws;
+    d->att_ws_bytes = aws;
+    d->cublas_ws_bytes = CUBLAS_WORKSPACE_BYTES;
+
+    struct {
+        void **p;
+        size_t bytes;
+        const char *what;
+    } plan[] = {
+        { (void **)&d->x, 4 * T * dim, "residual stream" },
+        { (void **)&d->delta, 4 * T * dim, "projection output" },
+        { &d->act, act_el * T * b->act_width, "activations" },
+        { &d->cast, b->w.any_dense_cast ? 2 * T * b->act_width : 0, "16-bit activation copy" },
+        { (void **)&d->qkv, 4 * T * qkv_dim, "QKV output" },
+        { (void **)&d->q, 4 * T * qd, "rotated queries" },
+        { (void **)&d->gu, 8 * T * ffn, "gate/up output" },
+        { (void **)&d->xl, 4 * L * dim, "logits-row residuals" },
+        { (void **)&d->dl, 4 * L * dim, "logits-row deltas" },
+        { &d->xln, act_el * L * dim, "final-normed rows" },
+        { (void **)&d->logits, 4 * L * vocab, "logits" },
+        { &d->qmm_ws, qws, "quantized matmul workspace" },
+        { &d->att_ws, aws, "decode attention workspace" },
+        { &d->cublas_ws, d->cublas_ws_bytes, "cuBLAS workspace" },
+        { (void **)&d->token_ids, 4 * T, "step token ids" },
+        { (void **)&d->positions, 4 * T, "step positions" },
+        { (void **)&d->slots, 8 * T, "step slot mapping" },
+        { (void **)&d->query_start, 4 * (S + 1), "step query starts" },
+        { (void **)&d->seq_lens, 4 * S, "step sequence lengths" },
+        { (void **)&d->block_tables, 4 * S * (size_t)b->max_blocks, "step block tables" },
+        { (void **)&d->logits_idx, 4 * L, "step logits rows" },
+        { (void **)&d->samples, sizeof(struct sampling_output) * L, "sampled tokens" },
+        { (void **)&d->staging, b->staging_bytes, "step input staging" },
+    };
+    for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
+        if (!plan[i].bytes) continue;
+        if ((rc = cu_alloc(b, plan[i].p, plan[i].bytes, plan[i].what, err, errlen))) return rc;
+    }
+    cudaError_t e;
+    if ((e = cudaMemset(d->samples, 0xff, sizeof(struct sampling_output) * L)))
+        return cu_error(b, false, e, err, errlen, "clearing the sampled-token buffer");
+    if (cublasSetWorkspace(b->cublas, d->cublas_ws, d->cublas_ws_bytes) != CUBLAS_STATUS_SUCCESS)
+        return err_set(err, errlen, ERR_IO, "cuda: cublasSetWorkspace failed");
+
+    if ((e = cudaHostAlloc((void **)&b->h_staging, b->staging_bytes, cudaHostAllocDefault)) ||
+        (e = cudaHostAlloc((void **)&b->h_samples, sizeof(struct sampling_output) * L, cudaHostAllocDefault)))
+        return cu_error(b, false, e, err, errlen, "allocating %.1f MiB of pinned host memory",
+                        (double)b->staging_bytes / MIB);
+    b->h_bias_ids = (int32_t *)malloc(sizeof(int32_t) * L * SAMPLER_MAX_LOGIT_BIAS);
+    b->h_bias_vals = (float *)malloc(sizeof(float) * L * SAMPLER_MAX_LOGIT_BIAS);
+    b->h_bias_start = (int32_t *)malloc(sizeof(int32_t) * (L + 1));
+    if (!b->h_bias_ids || !b->h_bias_vals || !b->h_bias_start)
+        return err_set(err, errlen, ERR_NOMEM, "cuda: out of host memory");
+    return 0;
+}
+
+/* Points every layer's KV view at data (num_blocks blocks per layer, layer_bytes apart;
+ * layer_bytes 0: all layers share the same blocks). */
+static void set_kv(struct cuda_backend *b, unsigned char *data, int num_blocks, size_t layer_bytes)
+{
+    const struct model_config *c = &b->m->cfg;
+    for (int l = 0; l < c->n_layers; l++)
+        b->kv[l] = (struct kv_layer){ data + (size_t)l * layer_bytes, b->info.kv_dtype, num_blocks, b->cfg.block_size,
+                                      c->n_kv_heads, c->head_dim, 1.0f, 1.0f };
+}
+
+/* ---- the profiling step --------------------------------------------------------------- */
+
+/* One step of Tmax rows (sequences of up to max_model_len tokens) with Lmax greedy logits
+ * rows, through cu_submit / cu_wait, over the one-block KV pool set up by the caller. */
+static int profile_step(struct cuda_backend *b, char *err, size_t errlen)
+{
+    const int T = b->Tmax, mml = b->cfg.max_model_len, bs = b->cfg.block_size;
+    const int S = (T + mml - 1) / mml, L = b->Lmax;
+    int32_t *tok = (int32_t *)calloc((size_t)T, 4), *pos = (int32_t *)calloc((size_t)T, 4);
+    int64_t *slots = (int64_t *)calloc((size_t)T, 8);
+    int32_t *qs = (int32_t *)calloc((size_t)S + 1, 4), *lens = (int32_t *)calloc((size_t)S, 4);
+    int32_t *bt = (int32_t *)calloc((size_t)S * (size_t)b->max_blocks, 4), *li = (int32_t *)calloc((size_t)L, 4);
+    struct backend_sample *smp = (struct backend_sample *)calloc((size_t)L, sizeof *smp);
+    struct backend_token *out = (struct backend_token *)calloc((size_t)L, sizeof *out);
+    struct sampler_params sp;
+    sampler_params_default(&sp);
+    sp.temperature = 0.0f;
+    struct sampler *greedy = sampler_create(&sp, b->m->cfg.vocab_size);
+    int rc = 0;
+    if (!tok || !pos || !slots || !qs || !lens || !bt || !li || !smp || !out || !greedy) {
+        rc = err_set(err, errlen, ERR_NOMEM, "cuda: out of host memory for the profiling step");
+        goto done;
+    }
+    for (int s = 0; s < S; s++) {
+        qs[s] = s * mml;
+        qs[s + 1] = s + 1 == S ? T : (s + 1) * mml;
+        lens[s] = qs[s + 1] - qs[s];
+        for (int t = qs[s]; t < qs[s + 1]; t++) {
+            tok[t] = (int32_t)(((int64_t)t * 7919) % b->m->cfg.vocab_size);
+            pos[t] = t - qs[s];
+            slots[t] = -1;
+        }
+    }
+    for (int i = 0; i < L; i++) {
+        li[i] = (int32_t)((int64_t)i * T / L);
+        smp[i] = (struct backend_sample){ greedy, -1 };
+    }
+    {
+        struct batch pb = { T, S, tok, pos, slots, qs, lens, bt, b->max_blocks, L, li };
+        (void)bs;
+        if ((rc = cu_submit(b, &pb, smp, err, errlen)) || (rc = cu_wait(b, out, err, errlen))) goto done;
+    }
+done:
+    b->prev_logits = 0; /* nothing may name the profiling step's tokens */
+    b->timed_prev = false;
+    b->busy_ms = b->idle_ms = 0;
+    b->timed_steps = 0;
+    sampler_free(greedy);
+    free(tok);
+    free(pos);
+    free(slots);
+    free(qs);
+    free(lens);
+    free(bt);
+    free(li);
+    free(smp);
+    free(out);
+    return rc;
+}
+
+/* ---- CUDA graphs ---------------------------------------------------------------------- */
+
+/* Captures the decode forward of `rows` rows (every input from the fixed buffers; a context
+ * of up to max_model_len) into *exec. */
+static int capture(struct cuda_backend *b, int rows, cudaGraphExec_t *exec, char *err, size_t errlen)
+{
+    cudaGraph_t graph = NULL;
+    const struct cu_shape sh = { rows, rows, rows, true, b->cfg.max_model_len, cu_decode_partition(rows) };
+    const char *where = "";
+    int layer = -1;
+    cudaError_t e = cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal);
+    if (e) return cu_error(b, false, e, err, errlen, "capturing the decode graph of batch %d", rows);
+    int fe = cu_forward(b, &sh, &where, &layer);
+    e = cudaStreamEndCapture(b->stream, &graph);
+    if (fe) {
+        if (graph) cudaGraphDestroy(graph);
+        return cu_error(b, false, fe, err, errlen, "capturing the decode graph of batch %d: kernel %s, layer %d", rows,
+                        where, layer);
+    }
+    if (e) return cu_error(b, false, e, err, errlen, "capturing the decode graph of batch %d", rows);
+    e = cudaGraphInstantiate(exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e) return cu_error(b, false, e, err, errlen, "instantiating the decode graph of batch %d", rows);
+    if ((e = cudaGraphUpload(*exec, b->stream))) {
+        cudaGraphExecDestroy(*exec);
+        return cu_error(b, false, e, err, errlen, "uploading the decode graph of batch %d", rows);
+    }
+    return 0;
+}
+
+/* ---- create --------------------------------------------------------------------------- */
+
+/* Steps 1-7 of the file comment on a zeroed b (m, cfg set). Returns 0 or an error; the
+ * caller destroys b on failure. */
+static int build(struct cuda_backend *b, char *err, size_t errlen)
+{
+    const struct model *m = b->m;
+    const struct model_config *c = &m->cfg;
+    const struct backend_config *cfg = &b->cfg;
+    const double t0 = now_s();
+    cudaError_t e;
+    int rc;
+
+    b->kv = (struct kv_layer *)calloc((size_t)c->n_layers, sizeof *b->kv);
+    if (!b->kv) return err_set(err, errlen, ERR_NOMEM, "cuda: out of host memory");
+
+    /* 1. device, stream, events, cuBLAS */
+    cudaDeviceProp prop;
+    if ((e = cudaSetDevice(b->device)) || (e = cudaGetDeviceProperties(&prop, b->device)) || (e = cudaFree(NULL)))
+        return cu_error(NULL, false, e, err, errlen, "device %d", b->device);
+    size_t free0, total;
+    if ((e = cudaMemGetInfo(&free0, &total))) return cu_error(NULL, false, e, err, errlen, "cudaMemGetInfo");
+    snprintf(b->info.name, sizeof b->info.name, "cuda");
+    snprintf(b->info.device, sizeof b->info.device, "%.100s, cc %d.%d, %.1f GiB", prop.name, prop.major, prop.minor,
+             (double)total / GIB);
+    if ((e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking)) ||
+        (e = cudaEventCreateWithFlags(&b->ev_done, cudaEventDisableTiming)) ||
+        (e = cudaEventCreate(&b->ev_start[0])) || (e = cudaEventCreate(&b->ev_start[1])) ||
+        (e = cudaEventCreate(&b->ev_end[0])) || (e = cudaEventCreate(&b->ev_end[1])))
+        return cu_error(NULL, false, e, err, errlen, "creating the stream and events");
+    cublasHandle_t h = NULL;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return err_set(err, errlen, ERR_IO, "cuda: cannot create a cuBLAS handle");
+    b->cublas = h;
+    if (cublasSetStream(h, b->stream) != CUBLAS_STATUS_SUCCESS)
+        return err_set(err, errlen, ERR_IO, "cuda: cublasSetStream failed");
+    LOG_INFO("cuda", "device %d: %s, %d SMs, %.1f GiB free of %.1f GiB", b->device, b->info.device,
+             prop.multiProcessorCount, (double)free0 / GIB, (double)total / GIB);
+
+    /* KV dtype: auto = the model's 16-bit type (BF16 unless its matrices are F16) */
+    b->info.kv_dtype = !cfg->kv_dtype_auto ? cfg->kv_dtype
+                       : c->n_layers > 0 && m->w.layers[0].wq->type == DT_F16 ? KV_F16
+                                                                              : KV_BF16;
+    b->info.block_size = cfg->block_size;
+
+    /* 2. weights */
+    const double tw = now_s();
+    const size_t free_before_w = mem_free();
+    if ((rc = cu_weights_load(b, err, errlen))) return rc;
+    b->info.weight_bytes = free_before_w - mem_free();
+    LOG_INFO("cuda", "weights: %.2f GiB on the device in %.1f s (activations %s)", (double)b->info.weight_bytes / GIB,
+             now_s() - tw, dtype_name(b->w.act));
+
+    /* 3. step buffers */
+    b->Tmax = cfg->max_num_batched_tokens;
+    b->Lmax = cfg->max_num_seqs < b->Tmax ? cfg->max_num_seqs : b->Tmax;
+    const int prof_seqs = (b->Tmax + cfg->max_model_len - 1) / cfg->max_model_len;
+    b->Smax = cfg->max_num_seqs > prof_seqs ? cfg->max_num_seqs : prof_seqs;
+    b->max_blocks = (cfg->max_model_len + cfg->block_size - 1) / cfg->block_size;
+    b->pen_cap = (size_t)b->Lmax * (size_t)(cfg->max_model_len < c->vocab_size ? cfg->max_model_len : c->vocab_size);
+    b->staging_bytes = cu_staging_capacity(b);
+    const size_t free_w = mem_free();
+    if ((rc = alloc_buffers(b, err, errlen))) return rc;
+
+    /* 4. the profiling step over a one-block scratch pool */
+    const size_t layer_block = 2 * (size_t)c->n_kv_heads * (size_t)cfg->block_size * (size_t)c->head_dim *
+                               kv_dtype_size(b->info.kv_dtype);
+    const size_t block_bytes = (size_t)c->n_layers * layer_block;
+    unsigned char *kv_tmp = NULL;
+    if ((rc = cu_alloc(b, (void **)&kv_tmp, layer_block, "the profiling step's scratch KV block", err, errlen)))
+        return rc;
+    if ((e = cudaMemset(kv_tmp, 0, layer_block)))
+        return cu_error(NULL, false, e, err, errlen, "clearing the scratch KV block");
+    set_kv(b, kv_tmp, 1, 0);
+    const double tp = now_s();
+    if ((rc = profile_step(b, err, errlen))) return rc;
+    if ((e = cudaStreamSynchronize(b->stream))) return cu_error(NULL, false, e, err, errlen, "the profiling step");
+    b->info.activation_bytes = free_w - mem_free() - layer_block;
+    LOG_INFO("cuda", "profiling step of %d tokens in %.2f s: activations %.2f GiB", b->Tmax, now_s() - tp,
+             (double)b->info.activation_bytes / GIB);
+
+    /* 5. graph memory: one capture of the largest bucket, times the number of buckets */
+    int buckets[GRAPH_MAX_BATCH];
+    const int n_buckets = make_buckets(b->Lmax < GRAPH_MAX_BATCH ? b->Lmax : GRAPH_MAX_BATCH, buckets, GRAPH_MAX_BATCH);
+    size_t graph_reserve = 0;
+    if (!cfg->enforce_eager && n_buckets) {
+        cudaGraphExec_t x;
+        const size_t f = mem_free();
+        if ((rc = capture(b, buckets[n_buckets - 1], &x, err, errlen))) return rc;
+        const size_t after = mem_free();
+        cudaGraphExecDestroy(x);
+        graph_reserve = (f > after ? f - after : 0) * (size_t)n_buckets;
+    }
+    cu_free(b, kv_tmp);
+
+    /* 6. the KV cache */
+    const double own = (double)(free0 - mem_free());
+    double budget = cfg->gpu_memory_utilization * (double)total - own - (double)graph_reserve;
+    const double free_now = (double)mem_free() - (double)graph_reserve;
+    if (budget > free_now) budget = free_now; /* other processes hold memory too */
+    const int need = b->max_blocks;
+    int nb = cfg->num_blocks;
+    if (nb <= 0) {
+        const double n = budget > 0 ? floor(budget / (double)block_bytes) : 0;
+        nb = n > (double)INT32_MAX ? INT32_MAX : (int)n;
+        if (nb < need) {
+            const double missing = (double)need * (double)block_bytes - (budget > 0 ? budget : 0);
+            return err_set(err, errlen, ERR_NOMEM,
+                           "cuda: not enough device memory for the KV cache of one %d-token sequence "
+                           "(--max-model-len): it needs %.3f GiB (%s), %.3f GiB are left = %.2f of %.1f GiB "
+                           "(--gpu-memory-utilization) - %.3f GiB weights - %.3f GiB activations "
+                           "(--max-num-batched-tokens %d, --max-num-seqs %d) - %.3f GiB CUDA graphs; "
+                           "%.3f GiB missing. Raise --gpu-memory-utilization, lower --max-model-len, "
+                           "--max-num-seqs or --max-num-batched-tokens, or use --kv-cache-dtype fp8",
+                           cfg->max_model_len, (double)need * (double)block_bytes / GIB,
+                           kv_dtype_name(b->info.kv_dtype), budget > 0 ? budget / GIB : 0.0,
+                           cfg->gpu_memory_utilization, (double)total / GIB, (double)b->info.weight_bytes / GIB,
+                           (double)b->info.activation_bytes / GIB, b->Tmax, cfg->max_num_seqs,
+                           (double)graph_reserve / GIB, missing / GIB);
+        }
+    }
+    void *pool;
+    if ((rc = cu_alloc(b, &pool, (size_t)nb * block_bytes, "the KV cache", err, errlen))) return rc;
+    set_kv(b, (unsigned char *)pool, nb, (size_t)nb * layer_block);
+    b->info.num_blocks = nb;
+    b->info.kv_bytes = (size_t)nb * block_bytes;
+    b->info.max_concurrency = (int)((int64_t)nb * cfg->block_size / cfg->max_model_len);
+    LOG_INFO("cuda", "KV cache (%s): %d blocks of %d tokens = %lld tokens, %.2f GiB; maximum concurrency for "
+             "%d tokens per request: %.2fx",
+             kv_dtype_name(b->info.kv_dtype), nb, cfg->block_size, (long long)nb * cfg->block_size,
+             (double)b->info.kv_bytes / GIB, cfg->max_model_len, (double)nb * cfg->block_size / cfg->max_model_len);
+
+    /* 7. the decode graphs */
+    if (!cfg->enforce_eager && n_buckets) {
+        const double tg = now_s();
+        b->graphs = (struct cu_graph *)calloc((size_t)n_buckets, sizeof *b->graphs);
+        if (!b->graphs) return err_set(err, errlen, ERR_NOMEM, "cuda: out of host memory");
+        for (int i = 0; i < n_buckets; i++) {
+            if (i && now_s() - tg > GRAPH_CAPTURE_BUDGET_S) {
+                LOG_WARN("cuda", "graph capture budget of %.0f s spent: decode batches above %d run eagerly",
+                         GRAPH_CAPTURE_BUDGET_S, b->graphs[b->n_graphs - 1].batch);
+                break;
+            }
+            if ((rc = capture(b, buckets[i], &b->graphs[i].exec, err, errlen))) return rc;
+            b->graphs[i].batch = buckets[i];
+            b->n_graphs++;
+        }
+        if ((e = cudaStreamSynchronize(b->stream)))
+            return cu_error(NULL, false, e, err, errlen, "uploading the CUDA graphs");
+        LOG_INFO("cuda", "captured %d CUDA graphs (decode batches 1..%d) in %.2f s", b->n_graphs,
+                 b->graphs[b->n_graphs - 1].batch, now_s() - tg);
+    }
+    b->info.graphs = b->n_graphs > 0;
+    LOG_INFO("cuda", "ready in %.1f s", now_s() - t0);
+    return 0;
+}
+
+extern "C" int tessera_cuda_backend_create(const struct model *m, const struct backend_config *cfg,
+                                           const struct backend_ops **ops, void **impl, struct backend_info *info,
+                                           char *err, size_t errlen)
+{
+    int rc, ndev = 0;
+    cudaError_t e;
+    *ops = NULL;
+    *impl = NULL;
+    if ((rc = check_model(&m->cfg, err, errlen)) || (rc = check_config(cfg, err, errlen))) return rc;
+    if ((e = cudaGetDeviceCount(&ndev)) != cudaSuccess)
+        return cu_error(NULL, false, e, err, errlen, "no usable GPU (cudaGetDeviceCount)");
+    if (cfg->device_index < 0 || cfg->device_index >= ndev)
+        return err_set(err, errlen, ERR_INVALID, "cuda: device %d requested, %d visible (CUDA_VISIBLE_DEVICES)",
+                       cfg->device_index, ndev);
+    struct cuda_backend *b = (struct cuda_backend *)calloc(1, sizeof *b);
+    if (!b) return err_set(err, errlen, ERR_NOMEM, "cuda: out of host memory");
+    b->m = m;
+    b->cfg = *cfg;
+    b->device = cfg->device_index;
+    if ((rc = build(b, err, errlen))) {
+        cu_destroy(b);
+        return rc;
+    }
+    *info = b->info;
+    *ops = &cu_ops;
+    *impl = b;
+    return 0;
+}
+
+/* GPU time of the timed steps since create (or the last reset): busy = from the first
+ * operation of a step to its last, idle = from the end of one step to the start of the
+ * next (the host's share of the step loop). For benchmarks; the backend's thread only. */
+extern "C" void tessera_cuda_backend_timing(void *impl, int reset, double *busy_ms, double *idle_ms, long *steps)
+{
+    struct cuda_backend *b = (struct cuda_backend *)impl;
+    if (busy_ms) *busy_ms = b->busy_ms;
+    if (idle_ms) *idle_ms = b->idle_ms;
+    if (steps) *steps = b->timed_steps;
+    if (reset) {
+        b->busy_ms = b->idle_ms = 0;
+        b->timed_steps = 0;
+        b->timed_prev = false;
+    }
+}

@@ -1,0 +1,210 @@
+/* cuda_backend.h — the CUDA backend's private state, shared by the .cu files of src/backend/cuda/ only
+ * (the engine sees struct backend_ops; design in docs/cuda-backend.md).
+ *
+ * One struct cuda_backend per process and GPU, used by one host thread at a time. It owns:
+ *   - the weights in device memory (struct cu_weights), uploaded once at create;
+ *   - the paged KV cache, one pool per layer (struct kv_layer views of device memory);
+ *   - every buffer a step needs, sized once for the largest step (max_num_batched_tokens
+ *     rows, max_num_seqs logits rows) — nothing is allocated per step;
+ *   - one pinned staging buffer for a step's packed inputs (one H2D copy) and one for the
+ *     sampled tokens (one D2H copy);
+ *   - the CUDA graphs of decode-only steps, one per batch-size bucket.
+ * Invariants: at most one step in flight (submit, wait, submit, ...); the fixed device
+ * input buffers (token ids, positions, slots, query starts, sequence lengths, block
+ * tables, logits rows) never move, because the graphs baked their addresses in; after any
+ * CUDA error the backend is `broken` and refuses further steps.
+ */
+#ifndef TESSERA_BACKEND_CUDA_BACKEND_H
+#define TESSERA_BACKEND_CUDA_BACKEND_H
+
+#include <cuda_runtime_api.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" {
+#include "backend/backend_impl.h"
+#include "kernels/sampling.h"
+#include "model/model.h"
+#include "util/kv_dtype.h"
+#include "util/tensor.h"
+}
+
+struct cublasContext;
+
+/* One linear layer on the device: y[t][col + o] = sum_i W[o][i] x[t][i], o < n_out. */
+struct cu_linear {
+    enum dtype type; /* a GGUF quant type (cuda_quant_matmul) or F16 / BF16 (cuBLAS GemmEx) */
+    const void *w;   /* device [n_out][dtype_row_bytes(type, n_in)] */
+    int64_t n_in, n_out;
+    int64_t col;     /* first output column (q, k, v of different types share the QKV rows) */
+};
+
+struct cu_layer {
+    float *attn_norm, *ffn_norm; /* [dim] F32 */
+    float *qkv_bias;             /* [(n_heads + 2 n_kv_heads) head_dim] F32, NULL without bias */
+    float *q_norm, *k_norm;      /* [head_dim] F32, NULL without q/k norm */
+    struct cu_linear qkv[3];     /* rows q | k | v fused into qkv[0] when their types match */
+    int n_qkv;
+    struct cu_linear o;
+    struct cu_linear gate_up[2]; /* gate | up fused into gate_up[0] when their types match */
+    int n_gate_up;
+    struct cu_linear down;
+};
+
+struct cu_weights {
+    enum dtype embd_type;        /* token embedding as stored (F32 tables become BF16) */
+    const void *embd;            /* device [vocab][dim] */
+    struct cu_linear output;     /* LM head; its w is embd when the embeddings are tied */
+    float *output_norm;          /* [dim] F32 */
+    float *inv_freq;             /* [head_dim / 2] RoPE inverse frequencies (rope_inv_freq) */
+    struct cu_layer *layers;     /* [n_layers] (host array of device pointers) */
+    enum dtype act;              /* activation dtype of the linear inputs: F16 / BF16 when every
+                                    linear is stored so (cuBLAS reads them directly), else F32
+                                    (the quantized kernels quantize F32 themselves; a dense
+                                    linear then converts into bufs.cast first) */
+    bool any_dense_cast;         /* act == F32 and some linear is F16/BF16: bufs.cast needed */
+    size_t bytes;                /* device bytes of all weights */
+};
+
+/* Device buffers of one step, sized for Tmax rows / Lmax logits rows / Smax sequences. */
+struct cu_bufs {
+    float *x;          /* [Tmax][dim] residual stream */
+    float *delta;      /* [Tmax][dim] O-projection / down-projection output */
+    void *act;         /* [Tmax][act_width] normed rows, attention output, SiLU·mul output */
+    void *cast;        /* [Tmax][act_width] 16-bit copy for dense linears of an F32-act model */
+    float *qkv;        /* [Tmax][qkv_dim] fused QKV output */
+    float *q;          /* [Tmax][n_heads * head_dim] rotated queries */
+    float *gu;         /* [Tmax][2 ffn] fused gate|up output */
+    float *xl, *dl;    /* [Lmax][dim] residual and last delta of the logits rows */
+    void *xln;         /* [Lmax][dim] final-normed logits rows (act dtype) */
+    float *logits;     /* [Lmax][vocab] */
+    void *qmm_ws;      /* cuda_quant_matmul workspace */
+    size_t qmm_ws_bytes;
+    void *att_ws;      /* cuda_attention_decode workspace */
+    size_t att_ws_bytes;
+    void *cublas_ws;   /* cublasSetWorkspace (graph capture needs one) */
+    size_t cublas_ws_bytes;
+    /* the fixed step inputs the forward reads (written by cuda_step_unpack) */
+    int32_t *token_ids, *positions;  /* [Tmax] */
+    int64_t *slots;                  /* [Tmax] */
+    int32_t *query_start;            /* [Smax + 1] */
+    int32_t *seq_lens;               /* [Smax] */
+    int32_t *block_tables;           /* [Smax][max_blocks] */
+    int32_t *logits_idx;             /* [Lmax] */
+    struct sampling_output *samples; /* [Lmax] sampled tokens (the next step's lag tokens) */
+    unsigned char *staging;          /* [staging_bytes] device copy of the packed inputs */
+};
+
+/* Section offsets of one step's packed inputs (host staging = device staging). */
+struct cu_layout {
+    size_t tok, pos, slot, qs, lens, bt_start, bt_ids, li, params, pen_start, pen_ids, pen_info, bias_start,
+        bias_ids, bias_vals, total;
+    size_t npen, nbias; /* penalty-history and logit-bias entries */
+};
+
+struct cu_graph {
+    int batch;             /* decode rows it was captured for */
+    cudaGraphExec_t exec;
+};
+
+struct cuda_backend {
+    const struct model *m;          /* borrowed */
+    struct backend_config cfg;      /* validated copy */
+    struct backend_info info;       /* what create decided */
+    int device;
+    cudaStream_t stream;
+    struct cublasContext *cublas;
+    cudaEvent_t ev_done;            /* end of the step in flight (no timing) */
+    cudaEvent_t ev_start[2], ev_end[2]; /* step boundaries, alternating, for the idle figure */
+
+    struct cu_weights w;
+    struct kv_layer *kv;            /* [n_layers] device pools */
+    int Tmax, Smax, Lmax;           /* rows, sequences, logits rows per step */
+    int max_blocks;                 /* block-table row length: ceil(max_model_len / block_size) */
+    size_t pen_cap;                 /* penalty-history entries the staging holds */
+    size_t act_width;               /* max(dim, n_heads * head_dim, ffn) */
+    struct cu_bufs d;
+    size_t staging_bytes;
+    unsigned char *h_staging;       /* pinned [staging_bytes] */
+    struct sampling_output *h_samples; /* pinned [Lmax] */
+    int32_t *h_bias_ids;            /* [Lmax * SAMPLER_MAX_LOGIT_BIAS] scratch for the packing */
+    float *h_bias_vals;
+    int32_t *h_bias_start;          /* [Lmax + 1] */
+    float *h_logits;                /* [Lmax][vocab] for backend_logits, allocated on first use */
+
+    /* device allocations, freed in reverse order */
+    void **allocs;
+    int n_allocs, cap_allocs;
+
+    struct cu_graph *graphs;        /* ascending batch */
+    int n_graphs;
+
+    /* step state */
+    bool in_flight;
+    int cur_logits;                 /* logits rows of the step in flight */
+    int prev_logits;                /* sampled rows of the previous step (lag tokens) */
+    long step_no;
+    bool broken;                    /* a CUDA error happened: every later call fails */
+    char broken_msg[384];
+    /* GPU time between steps (ev_end of one step to ev_start of the next) */
+    int parity;
+    bool timed_prev;
+    double busy_ms, idle_ms;
+    long timed_steps;
+};
+
+/* ---- create.cu ------------------------------------------------------------------------ */
+
+/* cudaMalloc of bytes (what names it in errors), recorded for cu_free_all. ERR_NOMEM with
+ * the size, the name, what is free and the CUDA error string when it fails. */
+int cu_alloc(struct cuda_backend *b, void **out, size_t bytes, const char *what, char *err, size_t errlen);
+
+/* Formats "what: CUDA error string" into err and returns ERR_NOMEM for an allocation
+ * failure, ERR_IO otherwise. Marks the backend broken when `fatal`. */
+int cu_error(struct cuda_backend *b, bool fatal, int cuda_err, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+/* ---- weights.cu ----------------------------------------------------------------------- */
+
+/* Uploads m's weights (fusing Q/K/V and gate/up rows when types match, converting F32
+ * matrices to BF16) and picks the activation dtype. */
+int cu_weights_load(struct cuda_backend *b, char *err, size_t errlen);
+
+/* ---- forward.cu ----------------------------------------------------------------------- */
+
+/* The shape of one forward: T rows over S sequences, L logits rows; decode = every
+ * sequence has exactly one row (the decode attention kernel, max_seq_len bounding the
+ * contexts and the grid). */
+struct cu_shape {
+    int T, S, L;
+    bool decode;
+    int max_seq_len;
+    int partition; /* decode: cu_decode_partition of the graph bucket (or of T past the last) */
+};
+
+/* Enqueues the forward on b->stream, reading the fixed step inputs (b->d) and writing
+ * b->d.logits[0, L). Returns 0 or a CUDA error with *where naming the kernel and layer
+ * (a static string plus the layer index in *layer). Captured as is into the graphs. */
+int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **where, int *layer);
+
+/* Context positions per decode-attention partition for a decode step of `rows` rows
+ * (the graph bucket, or the row count of an eager step past the largest bucket). Graphs
+ * and eager steps use the same value for the same bucket, so their tokens are equal. */
+int cu_decode_partition(int rows);
+
+/* ---- submit.cu ------------------------------------------------------------------------ */
+
+/* Bytes of the staging buffer for the limits in b (Tmax, Smax, Lmax, max_blocks, pen_cap). */
+size_t cu_staging_capacity(const struct cuda_backend *b);
+
+/* The smallest captured graph bucket holding `rows` decode rows, or NULL. */
+const struct cu_graph *cu_graph_for(const struct cuda_backend *b, int rows);
+
+int cu_submit(void *impl, const struct batch *batch, const struct backend_sample *samples, char *err,
+              size_t errlen);
+int cu_wait(void *impl, struct backend_token *out, char *err, size_t errlen);
+int cu_logits(void *impl, const struct batch *batch, const float **logits, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,119 @@
+/* forward.cu — the transformer forward on the GPU: src/model/forward.c's computation,
+ * chained from the kernels of kernels/ on the backend's stream.
+ *
+ *   x = embed(token_ids)                                     cuda_embedding (F32 residual)
+ *   per layer:
+ *     act = rmsnorm(x += delta)                              cuda_rmsnorm_residual (layer 0: no delta)
+ *     qkv = act @ [Wq|Wk|Wv]                                 fused GEMM (quantized GEMV / cuBLAS)
+ *     q/k per-head rmsnorm                                   cuda_head_rmsnorm (qwen3)
+ *     q = rope(q), kv[slot] = rope(k), v (+ bias: qwen2)     cuda_rope_kv_write
+ *     act = attention(q, kv)                                 decode-only: cuda_attention_decode,
+ *                                                            else cuda_attention_prefill
+ *     delta = act @ Wo
+ *     act = rmsnorm(x += delta)
+ *     gu = act @ [Wg|Wu] ; act = silu(g) * u                 cuda_silu_mul_rows
+ *     delta = act @ Wd
+ *   logits rows only: xl = x[rows] + delta[rows] (gathered), rmsnorm, @ Wout
+ *
+ * Every buffer is the backend's fixed one, so the same calls are captured into the decode
+ * graphs unchanged. The residual stream stays F32 throughout (forward.c's x); x += delta
+ * is the F32 add inside rmsnorm_residual, bit for bit forward.c's.
+ */
+#include "backend/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <math.h>
+
+#include "kernels/activation.h"
+#include "kernels/attention_decode.h"
+#include "kernels/attention_prefill.h"
+#include "kernels/embedding.h"
+#include "kernels/norm.h"
+#include "kernels/quant_matmul.h"
+#include "kernels/rope.h"
+#include "kernels/step.h"
+
+int cu_decode_partition(int rows)
+{
+    /* Few rows: split long contexts finely so a handful of sequences still fill the GPU.
+     * Many rows already fill it; larger partitions keep the grid (which a graph sizes
+     * for max_model_len) from being mostly empty blocks. */
+    return rows <= 8 ? 512 : rows <= 64 ? 1024 : 2048;
+}
+
+/* y[:, col + o] = x @ W^T for one linear (quantized: cuda_quant_matmul on F32 x; F16/BF16:
+ * cublasGemmEx on x in the weight's type, converted from F32 into bufs.cast if needed). */
+static int linear(struct cuda_backend *b, const struct cu_linear *L, const void *x, float *y, int64_t ldy, int T)
+{
+    if (L->type != DT_F16 && L->type != DT_BF16)
+        return cuda_quant_matmul(L->type, L->w, L->n_in, L->n_out, (const float *)x, y + L->col, ldy, T, b->d.qmm_ws,
+                                 b->d.qmm_ws_bytes, b->cublas, b->stream);
+    const void *xb = x;
+    if (b->w.act != L->type) {
+        int e = cuda_convert_f32(b->d.cast, L->type, (const float *)x, (int64_t)T * L->n_in, b->stream);
+        if (e) return e;
+        xb = b->d.cast;
+    }
+    /* column-major view: y^T (n_out x T, ld ldy) = W (n_in x n_out)^T . x^T (n_in x T) */
+    const float one = 1.0f, zero = 0.0f;
+    const cudaDataType t = L->type == DT_F16 ? CUDA_R_16F : CUDA_R_16BF;
+    cublasStatus_t s = cublasGemmEx(b->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)L->n_out, T, (int)L->n_in, &one, L->w, t,
+                                    (int)L->n_in, xb, t, (int)L->n_in, &zero, y + L->col, CUDA_R_32F, (int)ldy,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return s == CUBLAS_STATUS_SUCCESS ? 0 : (int)cudaErrorUnknown;
+}
+
+int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **where, int *layer)
+{
+    const struct model_config *c = &b->m->cfg;
+    struct cu_bufs *d = &b->d;
+    const enum dtype adt = b->w.act;
+    const int T = sh->T, dim = c->dim, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+    const int64_t qd = (int64_t)nh * hd, qkv_dim = (int64_t)(nh + 2 * nkv) * hd, ffn = c->ffn_dim;
+    const float eps = c->rms_eps, scale = 1.0f / sqrtf((float)hd);
+    cudaStream_t st = b->stream;
+    int e;
+#define STEP(name, call)                                                                       \
+    do {                                                                                       \
+        *where = (name);                                                                       \
+        if ((e = (call)) != 0) return e;                                                       \
+    } while (0)
+
+    *layer = -1;
+    STEP("embedding", cuda_embedding(b->w.embd_type, b->w.embd, c->vocab_size, dim, d->token_ids, T, d->x, st));
+    for (int l = 0; l < c->n_layers; l++) {
+        const struct cu_layer *cl = &b->w.layers[l];
+        *layer = l;
+        STEP("rmsnorm_residual (attention)",
+             cuda_rmsnorm_residual(d->act, adt, d->x, l ? d->delta : NULL, cl->attn_norm, T, dim, eps, st));
+        for (int i = 0; i < cl->n_qkv; i++) STEP("QKV projection", linear(b, &cl->qkv[i], d->act, d->qkv, qkv_dim, T));
+        if (cl->q_norm)
+            STEP("head_rmsnorm", cuda_head_rmsnorm(d->qkv, qkv_dim, cl->q_norm, cl->k_norm, T, nh, nkv, hd, eps, st));
+        STEP("rope_kv_write", cuda_rope_kv_write(d->q, &b->kv[l], d->qkv, qkv_dim, cl->qkv_bias, d->positions, d->slots,
+                                                 b->w.inv_freq, 1.0f, c->rope_layout, T, nh, st));
+        if (sh->decode)
+            STEP("attention_decode",
+                 cuda_attention_decode(d->act, adt, d->q, qd, &b->kv[l], d->seq_lens, d->block_tables, b->max_blocks,
+                                       sh->S, nh, scale, sh->max_seq_len, sh->partition, d->att_ws, d->att_ws_bytes,
+                                       st));
+        else
+            STEP("attention_prefill", cuda_attention_prefill(d->act, adt, d->q, qd, &b->kv[l], d->query_start,
+                                                             d->seq_lens, d->block_tables, b->max_blocks, sh->S, T, nh,
+                                                             scale, st));
+        STEP("attention output projection", linear(b, &cl->o, d->act, d->delta, dim, T));
+        STEP("rmsnorm_residual (MLP)", cuda_rmsnorm_residual(d->act, adt, d->x, d->delta, cl->ffn_norm, T, dim, eps, st));
+        for (int i = 0; i < cl->n_gate_up; i++)
+            STEP("gate/up projection", linear(b, &cl->gate_up[i], d->act, d->gu, 2 * ffn, T));
+        STEP("silu_mul", cuda_silu_mul_rows(d->act, adt, d->gu, d->gu + ffn, 2 * ffn, T, (int)ffn, st));
+        STEP("down projection", linear(b, &cl->down, d->act, d->delta, dim, T));
+    }
+    *layer = -1;
+    if (sh->L == 0) return 0;
+    /* the last layer's x += delta and the final norm, on the logits rows only */
+    STEP("gather logits rows", cuda_gather_rows(d->xl, d->x, dim, d->logits_idx, sh->L, st));
+    STEP("gather logits rows", cuda_gather_rows(d->dl, d->delta, dim, d->logits_idx, sh->L, st));
+    STEP("final rmsnorm", cuda_rmsnorm_residual(d->xln, adt, d->xl, d->dl, b->w.output_norm, sh->L, dim, eps, st));
+    STEP("LM head", linear(b, &b->w.output, d->xln, d->logits, c->vocab_size, sh->L));
+#undef STEP
+    return 0;
+}

@@ -1,0 +1,384 @@
+/* submit.cu — one step on the GPU: validate the batch, pack its inputs into the pinned
+ * staging buffer, and enqueue everything on the backend's stream; wait for it; or run the
+ * forward alone and bring the logits back (backend_logits).
+ *
+ * A step on the stream, in order:
+ *   1. one cudaMemcpyAsync of the packed inputs (token ids, positions, slots, query
+ *      starts, sequence lengths, block tables in CSR form, logits rows, sampling
+ *      parameters, penalty-history and logit-bias CSRs) into the device staging buffer;
+ *   2. cuda_step_unpack into the fixed device buffers, resolving BACKEND_TOKEN_PREV(k)
+ *      from the previous step's sampled tokens, still on the device, and padding a decode
+ *      step to its graph bucket (slot -1, seq_len 0);
+ *   3. the forward: the bucket's CUDA graph for a decode-only step, else the kernels one
+ *      by one (prefill, mixed, enforce_eager, batches past the last bucket);
+ *   4. cuda_sampling over the logits rows (logits never leave the device);
+ *   5. one cudaMemcpyAsync of the sampled tokens (struct sampling_output rows) into
+ *      pinned memory, and an event.
+ * submit returns with all of it queued; wait synchronises on the event. The host thread
+ * is therefore free between the two (the engine prepares the next step and streams text),
+ * and the next step can name tokens it has not seen yet.
+ *
+ * Samplers are read at submit (params, step, penalty history, logit bias), never
+ * advanced: the engine must sampler_accept the previous step's tokens before it submits
+ * a step that samples the same sequence again.
+ */
+#include "backend/cuda/cuda_backend.h"
+
+#include "kernels/step.h"
+
+extern "C" {
+#include "sampler/exact.h"
+#include "util/err.h"
+#include "util/log.h"
+}
+
+#include <stdlib.h>
+#include <string.h>
+
+static_assert(sizeof(struct backend_token) == sizeof(struct sampling_output), "backend_token mirrors sampling_output");
+static_assert(SAMPLER_MAX_TOP_LOGPROBS == SAMPLING_MAX_TOP_LOGPROBS, "top-logprob limits differ");
+
+static size_t al16(size_t x) { return (x + 15) & ~(size_t)15; }
+
+static void layout_for(struct cu_layout *o, size_t T, size_t S, size_t nbt, size_t L, size_t npen, size_t nbias)
+{
+    size_t off = 0;
+#define SEC(field, bytes)                                                                      \
+    do {                                                                                       \
+        o->field = off;                                                                        \
+        off = al16(off + (bytes));                                                             \
+    } while (0)
+    SEC(tok, 4 * T);
+    SEC(pos, 4 * T);
+    SEC(slot, 8 * T);
+    SEC(qs, 4 * (S + 1));
+    SEC(lens, 4 * S);
+    SEC(bt_start, 4 * (S + 1));
+    SEC(bt_ids, 4 * nbt);
+    SEC(li, 4 * L);
+    SEC(params, sizeof(struct sampling_params) * L);
+    SEC(pen_start, 4 * (L + 1));
+    SEC(pen_ids, 4 * npen);
+    SEC(pen_info, 4 * npen);
+    SEC(bias_start, 4 * (L + 1));
+    SEC(bias_ids, 4 * nbias);
+    SEC(bias_vals, 4 * nbias);
+#undef SEC
+    o->total = off;
+    o->npen = npen;
+    o->nbias = nbias;
+}
+
+size_t cu_staging_capacity(const struct cuda_backend *b)
+{
+    struct cu_layout o;
+    layout_for(&o, (size_t)b->Tmax, (size_t)b->Smax, (size_t)b->Smax * (size_t)b->max_blocks, (size_t)b->Lmax,
+               b->pen_cap, (size_t)b->Lmax * SAMPLER_MAX_LOGIT_BIAS);
+    return o.total;
+}
+
+const struct cu_graph *cu_graph_for(const struct cuda_backend *b, int rows)
+{
+    for (int i = 0; i < b->n_graphs; i++)
+        if (b->graphs[i].batch >= rows) return &b->graphs[i];
+    return NULL;
+}
+
+/* batch.h's invariants against this backend's limits (forward.c's check_batch, plus the
+ * lag tokens). Sets *decode (every sequence has exactly one new row), *max_len (the
+ * longest context) and *nbt (block-table entries in use). */
+static int check_batch(const struct cuda_backend *b, const struct batch *bt, bool *decode, int *max_len, size_t *nbt,
+                       char *err, size_t errlen)
+{
+    const struct model_config *c = &b->m->cfg;
+    const int bs = b->cfg.block_size, num_blocks = b->kv[0].num_blocks;
+    if (bt->num_tokens <= 0 || bt->num_tokens > b->Tmax)
+        return err_set(err, errlen, ERR_RANGE, "batch: num_tokens %d outside 1..%d (max_num_batched_tokens)",
+                       bt->num_tokens, b->Tmax);
+    if (bt->num_seqs <= 0 || bt->num_seqs > b->Smax)
+        return err_set(err, errlen, ERR_RANGE, "batch: num_seqs %d outside 1..%d", bt->num_seqs, b->Smax);
+    if (bt->num_logits < 0 || bt->num_logits > b->Lmax)
+        return err_set(err, errlen, ERR_RANGE, "batch: num_logits %d outside 0..%d (max_num_seqs)", bt->num_logits,
+                       b->Lmax);
+    if (bt->query_start[0] != 0 || bt->query_start[bt->num_seqs] != bt->num_tokens)
+        return err_set(err, errlen, ERR_INVALID, "batch: query_start must run from 0 to num_tokens");
+    *decode = bt->num_tokens == bt->num_seqs;
+    *max_len = 0;
+    *nbt = 0;
+    for (int s = 0; s < bt->num_seqs; s++) {
+        const int q0 = bt->query_start[s], q1 = bt->query_start[s + 1], len = bt->seq_lens[s];
+        if (q1 < q0 || q1 - q0 > len || len > b->cfg.max_model_len)
+            return err_set(err, errlen, ERR_INVALID, "batch: sequence %d has %d new tokens, seq_len %d (max_model_len %d)",
+                           s, q1 - q0, len, b->cfg.max_model_len);
+        if (q1 - q0 != 1) *decode = false;
+        if (len > *max_len) *max_len = len;
+        const int nblk = (len + bs - 1) / bs;
+        if (nblk > bt->max_blocks_per_seq)
+            return err_set(err, errlen, ERR_INVALID, "batch: sequence %d needs %d blocks, table holds %d", s, nblk,
+                           bt->max_blocks_per_seq);
+        const int32_t *row = bt->block_tables + (int64_t)s * bt->max_blocks_per_seq;
+        for (int i = 0; i < nblk; i++)
+            if (row[i] < 0 || row[i] >= num_blocks)
+                return err_set(err, errlen, ERR_INVALID, "batch: sequence %d block %d = %d out of range (%d blocks)", s,
+                               i, row[i], num_blocks);
+        *nbt += (size_t)nblk;
+        for (int t = q0; t < q1; t++) {
+            const int pos = len - (q1 - t);
+            if (bt->positions[t] != pos)
+                return err_set(err, errlen, ERR_INVALID, "batch: row %d has position %d, expected %d", t,
+                               bt->positions[t], pos);
+            const int32_t id = bt->token_ids[t];
+            if (id >= c->vocab_size)
+                return err_set(err, errlen, ERR_INVALID, "batch: token id %d out of range (vocab %d)", id,
+                               c->vocab_size);
+            if (id < 0 && -1 - (int64_t)id >= b->prev_logits)
+                return err_set(err, errlen, ERR_INVALID,
+                               "batch: row %d stands for row %lld of the previous step, which sampled %d rows", t,
+                               (long long)(-1 - (int64_t)id), b->prev_logits);
+            const int64_t slot = bt->slot_mapping[t];
+            if (slot >= 0 && slot != (int64_t)row[pos / bs] * bs + pos % bs)
+                return err_set(err, errlen, ERR_INVALID, "batch: row %d slot %lld does not match its block table", t,
+                               (long long)slot);
+        }
+    }
+    for (int i = 0; i < bt->num_logits; i++)
+        if (bt->logits_indices[i] < 0 || bt->logits_indices[i] >= bt->num_tokens)
+            return err_set(err, errlen, ERR_INVALID, "batch: logits index %d out of range", bt->logits_indices[i]);
+    return 0;
+}
+
+static bool penalties_on(const struct sampler_params *p)
+{
+    return p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+}
+
+/* Packs the batch (and, with samples, the sampling inputs) into h_staging per *lo. */
+static int pack(struct cuda_backend *b, const struct batch *bt, const struct backend_sample *samples, size_t nbt,
+                struct cu_layout *lo, char *err, size_t errlen)
+{
+    const int T = bt->num_tokens, S = bt->num_seqs, L = samples ? bt->num_logits : 0;
+    size_t npen = 0, nbias = 0;
+    for (int i = 0; i < L; i++) {
+        const struct sampler *s = samples[i].sampler;
+        if (!s) return err_set(err, errlen, ERR_INVALID, "batch: logits row %d has no sampler", i);
+        if (samples[i].n_logprobs < -1 || samples[i].n_logprobs > SAMPLER_MAX_TOP_LOGPROBS)
+            return err_set(err, errlen, ERR_INVALID, "batch: logits row %d asks for %d logprobs", i,
+                           samples[i].n_logprobs);
+        if (penalties_on(sampler_get_params(s))) npen += (size_t)sampler_history_len(s);
+        b->h_bias_start[i] = (int32_t)nbias;
+        nbias += (size_t)sampler_logit_bias(s, b->h_bias_ids + nbias, b->h_bias_vals + nbias);
+    }
+    b->h_bias_start[L] = (int32_t)nbias;
+    if (npen > b->pen_cap)
+        return err_set(err, errlen, ERR_RANGE, "batch: %zu penalty-history entries, the backend holds %zu", npen,
+                       b->pen_cap);
+    layout_for(lo, (size_t)T, (size_t)S, nbt, (size_t)bt->num_logits, npen, nbias);
+    unsigned char *h = b->h_staging;
+    memcpy(h + lo->tok, bt->token_ids, 4 * (size_t)T);
+    memcpy(h + lo->pos, bt->positions, 4 * (size_t)T);
+    memcpy(h + lo->slot, bt->slot_mapping, 8 * (size_t)T);
+    memcpy(h + lo->qs, bt->query_start, 4 * (size_t)(S + 1));
+    memcpy(h + lo->lens, bt->seq_lens, 4 * (size_t)S);
+    int32_t *bts = (int32_t *)(h + lo->bt_start), *btid = (int32_t *)(h + lo->bt_ids);
+    const int bs = b->cfg.block_size;
+    bts[0] = 0;
+    for (int s = 0; s < S; s++) {
+        const int nblk = (bt->seq_lens[s] + bs - 1) / bs;
+        memcpy(btid + bts[s], bt->block_tables + (int64_t)s * bt->max_blocks_per_seq, 4 * (size_t)nblk);
+        bts[s + 1] = bts[s] + nblk;
+    }
+    memcpy(h + lo->li, bt->logits_indices, 4 * (size_t)bt->num_logits);
+    if (!L) return 0;
+
+    struct sampling_params *sp = (struct sampling_params *)(h + lo->params);
+    int32_t *ps = (int32_t *)(h + lo->pen_start), *pid = (int32_t *)(h + lo->pen_ids);
+    uint32_t *pinfo = (uint32_t *)(h + lo->pen_info);
+    ps[0] = 0;
+    memcpy(h + lo->bias_start, b->h_bias_start, 4 * (size_t)(L + 1));
+    memcpy(h + lo->bias_ids, b->h_bias_ids, 4 * nbias);
+    memcpy(h + lo->bias_vals, b->h_bias_vals, 4 * nbias);
+    for (int i = 0; i < L; i++) {
+        const struct sampler *s = samples[i].sampler;
+        const struct sampler_params *p = sampler_get_params(s);
+        sp[i] = (struct sampling_params){ p->temperature,        p->top_p,       p->min_p,
+                                          p->repetition_penalty, p->presence_penalty, p->frequency_penalty,
+                                          p->top_k,              samples[i].n_logprobs, p->seed,
+                                          sampler_step(s) };
+        int n = 0;
+        if (penalties_on(p)) {
+            n = sampler_history_len(s);
+            sampler_history(s, pid + ps[i], pinfo + ps[i]);
+        }
+        ps[i + 1] = ps[i] + n;
+    }
+    return 0;
+}
+
+/* Queues steps 1-5 of the file comment (sampling and its copy only when `sample`). */
+static int enqueue(struct cuda_backend *b, const struct batch *bt, const struct cu_layout *lo, bool decode, int max_len,
+                   bool sample, bool timed, char *err, size_t errlen)
+{
+    const int T = bt->num_tokens, S = bt->num_seqs, L = bt->num_logits;
+    const int vocab = b->m->cfg.vocab_size;
+    const struct cu_graph *g = decode ? cu_graph_for(b, T) : NULL;
+    const int padT = g ? g->batch : T, padS = g ? g->batch : S, padL = g ? g->batch : L;
+    cudaStream_t st = b->stream;
+    struct cu_bufs *d = &b->d;
+    int e;
+    if (timed && (e = cudaEventRecord(b->ev_start[b->parity], st)))
+        return cu_error(b, true, e, err, errlen, "step %ld: cudaEventRecord", b->step_no);
+    if ((e = cudaMemcpyAsync(d->staging, b->h_staging, lo->total, cudaMemcpyHostToDevice, st)))
+        return cu_error(b, true, e, err, errlen, "step %ld: copying the step's inputs to the device", b->step_no);
+
+    const unsigned char *ds = d->staging;
+    struct step_unpack_args a;
+    memset(&a, 0, sizeof a);
+    a.token_ids = (const int32_t *)(ds + lo->tok);
+    a.positions = (const int32_t *)(ds + lo->pos);
+    a.slot_mapping = (const int64_t *)(ds + lo->slot);
+    a.query_start = (const int32_t *)(ds + lo->qs);
+    a.seq_lens = (const int32_t *)(ds + lo->lens);
+    a.bt_start = (const int32_t *)(ds + lo->bt_start);
+    a.bt_ids = (const int32_t *)(ds + lo->bt_ids);
+    a.logits_indices = (const int32_t *)(ds + lo->li);
+    a.prev_tokens = &d->samples[0].token;
+    a.prev_stride = sizeof(struct sampling_output) / sizeof(int32_t);
+    a.prev_count = b->prev_logits;
+    a.num_tokens = T;
+    a.num_seqs = S;
+    a.num_logits = L;
+    a.pad_tokens = padT;
+    a.pad_seqs = padS;
+    a.pad_logits = padL;
+    a.out_token_ids = d->token_ids;
+    a.out_positions = d->positions;
+    a.out_slot_mapping = d->slots;
+    a.out_query_start = d->query_start;
+    a.out_seq_lens = d->seq_lens;
+    a.out_block_tables = d->block_tables;
+    a.max_blocks_per_seq = b->max_blocks;
+    a.out_logits_indices = d->logits_idx;
+    if ((e = cuda_step_unpack(&a, st)))
+        return cu_error(b, true, e, err, errlen, "step %ld: kernel step_unpack", b->step_no);
+
+    if (g) {
+        if ((e = cudaGraphLaunch(g->exec, st)))
+            return cu_error(b, true, e, err, errlen, "step %ld: launching the CUDA graph of batch %d", b->step_no,
+                            g->batch);
+    } else {
+        const struct cu_shape sh = { T, S, L, decode, max_len, decode ? cu_decode_partition(T) : 0 };
+        const char *where = "";
+        int layer = -1;
+        if ((e = cu_forward(b, &sh, &where, &layer))) {
+            if (layer >= 0)
+                return cu_error(b, true, e, err, errlen, "step %ld: kernel %s, layer %d", b->step_no, where, layer);
+            return cu_error(b, true, e, err, errlen, "step %ld: kernel %s", b->step_no, where);
+        }
+    }
+    if (sample && L) {
+        const bool pen = lo->npen > 0, bias = lo->nbias > 0;
+        e = cuda_sampling(d->logits, vocab, L, vocab, (const struct sampling_params *)(ds + lo->params),
+                          pen ? (const int32_t *)(ds + lo->pen_start) : NULL, (const int32_t *)(ds + lo->pen_ids),
+                          (const uint32_t *)(ds + lo->pen_info), bias ? (const int32_t *)(ds + lo->bias_start) : NULL,
+                          (const int32_t *)(ds + lo->bias_ids), (const float *)(ds + lo->bias_vals), d->samples, st);
+        if (e) return cu_error(b, true, e, err, errlen, "step %ld: kernel sampling", b->step_no);
+        if ((e = cudaMemcpyAsync(b->h_samples, d->samples, sizeof(struct sampling_output) * (size_t)L,
+                                 cudaMemcpyDeviceToHost, st)))
+            return cu_error(b, true, e, err, errlen, "step %ld: copying the sampled tokens to the host", b->step_no);
+    }
+    if (timed && (e = cudaEventRecord(b->ev_end[b->parity], st)))
+        return cu_error(b, true, e, err, errlen, "step %ld: cudaEventRecord", b->step_no);
+    if ((e = cudaEventRecord(b->ev_done, st)))
+        return cu_error(b, true, e, err, errlen, "step %ld: cudaEventRecord", b->step_no);
+    return 0;
+}
+
+static int check_usable(const struct cuda_backend *b, char *err, size_t errlen)
+{
+    if (b->broken)
+        return err_set(err, errlen, ERR_IO, "cuda: backend unusable after an earlier device error: %s", b->broken_msg);
+    if (b->in_flight) return err_set(err, errlen, ERR_BUSY, "cuda: a step is already in flight");
+    return 0;
+}
+
+int cu_submit(void *impl, const struct batch *bt, const struct backend_sample *samples, char *err, size_t errlen)
+{
+    struct cuda_backend *b = (struct cuda_backend *)impl;
+    bool decode;
+    int max_len, rc;
+    size_t nbt;
+    struct cu_layout lo;
+    if ((rc = check_usable(b, err, errlen))) return rc;
+    if (bt->num_logits > 0 && !samples) return err_set(err, errlen, ERR_INVALID, "batch: logits rows without samplers");
+    if ((rc = check_batch(b, bt, &decode, &max_len, &nbt, err, errlen))) return rc;
+    if ((rc = pack(b, bt, samples, nbt, &lo, err, errlen))) return rc;
+    b->step_no++;
+    if ((rc = enqueue(b, bt, &lo, decode, max_len, true, true, err, errlen))) return rc;
+    b->in_flight = true;
+    b->cur_logits = bt->num_logits;
+    return 0;
+}
+
+static int status_of(int32_t s)
+{
+    switch (s) {
+    case SAMPLING_OK: return 0;
+    case SAMPLING_ERR_NO_TOKEN:
+    case SAMPLING_ERR_PARAMS: return ERR_RANGE;
+    default: return ERR_INVALID;
+    }
+}
+
+int cu_wait(void *impl, struct backend_token *out, char *err, size_t errlen)
+{
+    struct cuda_backend *b = (struct cuda_backend *)impl;
+    if (!b->in_flight) return err_set(err, errlen, ERR_INVALID, "cuda: no step in flight");
+    b->in_flight = false;
+    int e = cudaEventSynchronize(b->ev_done);
+    if (e != cudaSuccess)
+        return cu_error(b, true, e, err, errlen, "step %ld failed on the device (a kernel faulted or the GPU was lost; "
+                        "CUDA_LAUNCH_BLOCKING=1 names the kernel)", b->step_no);
+    float busy = 0.0f, idle = 0.0f;
+    const int p = b->parity;
+    if (cudaEventElapsedTime(&busy, b->ev_start[p], b->ev_end[p]) == cudaSuccess) {
+        b->busy_ms += busy;
+        if (b->timed_prev && cudaEventElapsedTime(&idle, b->ev_end[p ^ 1], b->ev_start[p]) == cudaSuccess)
+            b->idle_ms += idle;
+        b->timed_steps++;
+        b->timed_prev = true;
+    }
+    b->parity ^= 1;
+    for (int i = 0; i < b->cur_logits; i++) {
+        const struct sampling_output *o = &b->h_samples[i];
+        memcpy(&out[i], o, sizeof *o);
+        out[i].status = status_of(o->status);
+        if (out[i].status) out[i].token = -1;
+    }
+    b->prev_logits = b->cur_logits;
+    return 0;
+}
+
+int cu_logits(void *impl, const struct batch *bt, const float **logits, char *err, size_t errlen)
+{
+    struct cuda_backend *b = (struct cuda_backend *)impl;
+    bool decode;
+    int max_len, rc;
+    size_t nbt;
+    struct cu_layout lo;
+    *logits = NULL;
+    if ((rc = check_usable(b, err, errlen))) return rc;
+    if ((rc = check_batch(b, bt, &decode, &max_len, &nbt, err, errlen))) return rc;
+    if ((rc = pack(b, bt, NULL, nbt, &lo, err, errlen))) return rc;
+    const size_t vocab = (size_t)b->m->cfg.vocab_size;
+    if (!b->h_logits && !(b->h_logits = (float *)malloc(sizeof(float) * vocab * (size_t)b->Lmax)))
+        return err_set(err, errlen, ERR_NOMEM, "cuda: out of host memory for %d x %zu logits", b->Lmax, vocab);
+    b->step_no++;
+    b->timed_prev = false; /* the gap after a logits call is not a step-to-step gap */
+    if ((rc = enqueue(b, bt, &lo, decode, max_len, false, false, err, errlen))) return rc;
+    int e = cudaMemcpyAsync(b->h_logits, b->d.logits, sizeof(float) * vocab * (size_t)bt->num_logits,
+                            cudaMemcpyDeviceToHost, b->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(b->stream);
+    if (e != cudaSuccess) return cu_error(b, true, e, err, errlen, "step %ld (logits) failed on the device", b->step_no);
+    *logits = b->h_logits;
+    return 0;
+}

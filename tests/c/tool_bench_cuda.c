@@ -1,0 +1,324 @@
+/* tool_bench_cuda.c — the CUDA backend's step times on a real GPU, through its ops alone
+ * (no engine, no HTTP): what scripts/gpu-check.sh reports for issue 9's targets.
+ *
+ *   build/tests/tool_bench_cuda MODEL [--dummy] [--kv-cache-dtype bf16|fp8]
+ *        [--max-model-len N] [--max-num-seqs N] [--max-num-batched-tokens N]
+ *        [--gpu-memory-utilization F] [--context N] [--steps N] [--enforce-eager]
+ *
+ * Loads MODEL (--dummy: a config-only HF directory with random weights, the
+ * --load-format dummy of tessera serve), creates the backend from $TESSERA_CUDA_LIB
+ * (default build/libtessera-cuda.so), and measures:
+ *   - decode steps at batch 1, 8, 64 and 256 over --context tokens of context each,
+ *     pipelined as the engine runs them: the next step's batch is built (its tokens named
+ *     by BACKEND_TOKEN_PREV) while the GPU runs the current one; step time = wall time per
+ *     step; GPU idle = the backend's event-timed gap between the end of one step and the
+ *     start of the next, as a share of the step;
+ *   - one 1,024-token prefill step with sampling (TTFT without HTTP and tokenizer);
+ * and prints one table with the targets of docs/cuda-backend.md.
+ */
+#define _GNU_SOURCE
+#include "backend/backend_impl.h"
+#include "model/model.h"
+#include "sampler/sampler.h"
+#include "util/err.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+static backend_create_fn g_create;
+static void (*g_timing)(void *, int, double *, double *, long *);
+
+struct bench {
+    const struct backend_ops *ops;
+    void *impl;
+    struct backend_info info;
+    int vocab, bs, max_blocks;
+    struct sampler *greedy;
+};
+
+/* Batch arrays for up to n sequences of one row (decode) or one sequence of n rows. */
+struct arrays {
+    int32_t *tok, *pos, *qs, *lens, *bt, *li;
+    int64_t *slot;
+    struct backend_sample *smp;
+    struct backend_token *out;
+};
+
+static int arrays_alloc(struct arrays *a, int n, int max_blocks)
+{
+    a->tok = calloc((size_t)n, 4);
+    a->pos = calloc((size_t)n, 4);
+    a->qs = calloc((size_t)n + 1, 4);
+    a->lens = calloc((size_t)n, 4);
+    a->bt = calloc((size_t)n * (size_t)max_blocks, 4);
+    a->li = calloc((size_t)n, 4);
+    a->slot = calloc((size_t)n, 8);
+    a->smp = calloc((size_t)n, sizeof *a->smp);
+    a->out = calloc((size_t)n, sizeof *a->out);
+    return a->tok && a->pos && a->qs && a->lens && a->bt && a->li && a->slot && a->smp && a->out ? 0 : -1;
+}
+
+static void arrays_free(struct arrays *a)
+{
+    free(a->tok);
+    free(a->pos);
+    free(a->qs);
+    free(a->lens);
+    free(a->bt);
+    free(a->li);
+    free(a->slot);
+    free(a->smp);
+    free(a->out);
+}
+
+/* Prefills `ctx` tokens for each of n sequences (one chunk per sequence, up to max_tokens
+ * rows per step), then runs `steps` pipelined decode steps. Returns the mean decode step in
+ * ms and the GPU idle share, or -1. Sequence s owns blocks [s * max_blocks, ...). */
+static double run_decode(struct bench *b, int n, int ctx, int steps, int max_tokens, double *idle_share, char *err,
+                         size_t errlen)
+{
+    struct arrays a[2]; /* the step in flight borrows one set while the next is built in the other */
+    double result = -1;
+    memset(a, 0, sizeof a);
+    if (arrays_alloc(&a[0], max_tokens > n ? max_tokens : n, b->max_blocks) || arrays_alloc(&a[1], n, b->max_blocks))
+        goto done;
+    for (int s = 0; s < n; s++) {
+        /* prefill, in chunks that fit a step */
+        for (int p0 = 0; p0 < ctx; p0 += max_tokens) {
+            struct arrays *x = &a[0];
+            int T = ctx - p0 < max_tokens ? ctx - p0 : max_tokens;
+            for (int t = 0; t < T; t++) {
+                int p = p0 + t;
+                x->tok[t] = (int32_t)((p * 7919 + s * 104729) % b->vocab);
+                x->pos[t] = p;
+                x->slot[t] = (int64_t)(s * b->max_blocks + p / b->bs) * b->bs + p % b->bs;
+            }
+            for (int k = 0; k < b->max_blocks; k++) x->bt[k] = s * b->max_blocks + k;
+            x->qs[0] = 0;
+            x->qs[1] = T;
+            x->lens[0] = p0 + T;
+            x->li[0] = T - 1;
+            x->smp[0] = (struct backend_sample){ b->greedy, -1 };
+            struct batch pb = { T, 1, x->tok, x->pos, x->slot, x->qs, x->lens, x->bt, b->max_blocks, 1, x->li };
+            if (b->ops->submit(b->impl, &pb, x->smp, err, errlen) || b->ops->wait(b->impl, x->out, err, errlen))
+                goto done;
+        }
+    }
+    /* decode: every sequence one row, its token the previous step's sample */
+    for (int i = 0; i < 2; i++) {
+        for (int s = 0; s < n; s++) {
+            for (int k = 0; k < b->max_blocks; k++) a[i].bt[(size_t)s * b->max_blocks + k] = s * b->max_blocks + k;
+            a[i].qs[s] = s;
+            a[i].li[s] = s;
+            a[i].smp[s] = (struct backend_sample){ b->greedy, -1 };
+        }
+        a[i].qs[n] = n;
+    }
+    double t0 = 0;
+    for (int step = 0; step <= steps; step++) {
+        if (step == 1) { /* the first decode step (its tokens come from a prefill) is warm-up */
+            g_timing(b->impl, 1, NULL, NULL, NULL);
+            t0 = now_ms();
+        }
+        struct arrays *x = &a[step & 1];
+        const int p = ctx + step;
+        for (int s = 0; s < n; s++) {
+            x->tok[s] = step == 0 ? 1 : BACKEND_TOKEN_PREV(s);
+            x->pos[s] = p;
+            x->lens[s] = p + 1;
+            x->slot[s] = (int64_t)(s * b->max_blocks + p / b->bs) * b->bs + p % b->bs;
+        }
+        struct batch db = { n, n, x->tok, x->pos, x->slot, x->qs, x->lens, x->bt, b->max_blocks, n, x->li };
+        /* the batch was built while the previous step ran; now its tokens, then the next step */
+        if (step > 0 && b->ops->wait(b->impl, a[(step - 1) & 1].out, err, errlen)) goto done;
+        if (b->ops->submit(b->impl, &db, x->smp, err, errlen)) goto done;
+    }
+    if (b->ops->wait(b->impl, a[steps & 1].out, err, errlen)) goto done;
+    result = (now_ms() - t0) / steps;
+    double busy, idle;
+    long ts;
+    g_timing(b->impl, 1, &busy, &idle, &ts);
+    *idle_share = busy + idle > 0 ? idle / (busy + idle) : 0;
+done:
+    arrays_free(&a[0]);
+    arrays_free(&a[1]);
+    return result;
+}
+
+static double run_prefill(struct bench *b, int len, char *err, size_t errlen)
+{
+    struct arrays a;
+    double best = -1;
+    if (arrays_alloc(&a, len, b->max_blocks)) return -1;
+    for (int rep = 0; rep < 4; rep++) { /* best of 3 after a warm-up */
+        for (int t = 0; t < len; t++) {
+            a.tok[t] = (int32_t)((t * 7919 + rep) % b->vocab);
+            a.pos[t] = t;
+            a.slot[t] = (int64_t)(t / b->bs) * b->bs + t % b->bs;
+        }
+        for (int k = 0; k < b->max_blocks; k++) a.bt[k] = k;
+        a.qs[0] = 0;
+        a.qs[1] = len;
+        a.lens[0] = len;
+        a.li[0] = len - 1;
+        a.smp[0] = (struct backend_sample){ b->greedy, -1 };
+        struct batch pb = { len, 1, a.tok, a.pos, a.slot, a.qs, a.lens, a.bt, b->max_blocks, 1, a.li };
+        double t0 = now_ms();
+        if (b->ops->submit(b->impl, &pb, a.smp, err, errlen) || b->ops->wait(b->impl, a.out, err, errlen)) {
+            best = -1;
+            break;
+        }
+        double ms = now_ms() - t0;
+        if (rep > 0 && (best < 0 || ms < best)) best = ms;
+    }
+    arrays_free(&a);
+    return best;
+}
+
+int main(int argc, char **argv)
+{
+    const char *model_path = NULL, *kv = "auto";
+    bool dummy = false, eager = false;
+    int max_model_len = 4096, max_seqs = 256, max_tokens = 8192, ctx = 1024, steps = 64;
+    double util = 0.9;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--dummy")) dummy = true;
+        else if (!strcmp(a, "--enforce-eager")) eager = true;
+        else if (!strcmp(a, "--kv-cache-dtype") && v) kv = argv[++i];
+        else if (!strcmp(a, "--max-model-len") && v) max_model_len = atoi(argv[++i]);
+        else if (!strcmp(a, "--max-num-seqs") && v) max_seqs = atoi(argv[++i]);
+        else if (!strcmp(a, "--max-num-batched-tokens") && v) max_tokens = atoi(argv[++i]);
+        else if (!strcmp(a, "--gpu-memory-utilization") && v) util = atof(argv[++i]);
+        else if (!strcmp(a, "--context") && v) ctx = atoi(argv[++i]);
+        else if (!strcmp(a, "--steps") && v) steps = atoi(argv[++i]);
+        else if (a[0] != '-' && !model_path) model_path = a;
+        else {
+            fprintf(stderr, "usage: %s MODEL [--dummy] [--kv-cache-dtype bf16|fp8] [--max-model-len N] "
+                    "[--max-num-seqs N] [--max-num-batched-tokens N] [--gpu-memory-utilization F] [--context N] "
+                    "[--steps N] [--enforce-eager]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (!model_path) {
+        fprintf(stderr, "%s: MODEL missing\n", argv[0]);
+        return 2;
+    }
+    const char *lib = getenv("TESSERA_CUDA_LIB") ? getenv("TESSERA_CUDA_LIB") : "build/libtessera-cuda.so";
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    void *c = h ? dlsym(h, "tessera_cuda_backend_create") : NULL, *t = h ? dlsym(h, "tessera_cuda_backend_timing") : NULL,
+         *lv = h ? dlsym(h, "tessera_cuda_set_log_level") : NULL;
+    if (!c || !t || !lv) {
+        fprintf(stderr, "%s: cannot use %s: %s\n", argv[0], lib, h ? "missing entry points" : dlerror());
+        return 1;
+    }
+    memcpy(&g_create, &c, sizeof c);
+    memcpy(&g_timing, &t, sizeof t);
+    void (*set_level)(int);
+    memcpy(&set_level, &lv, sizeof lv);
+    set_level(2);
+
+    char err[ERR_BUF];
+    struct model *m = NULL;
+    double t0 = now_ms();
+    if (model_load(model_path, MODEL_LOAD_NO_TOKENIZER | (dummy ? MODEL_LOAD_DUMMY : 0), &m, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    double t_load = now_ms() - t0;
+    struct backend_config cfg = { 0 };
+    cfg.device = BACKEND_DEVICE_CUDA;
+    cfg.max_num_seqs = max_seqs;
+    cfg.max_num_batched_tokens = max_tokens;
+    cfg.max_model_len = max_model_len;
+    cfg.block_size = 16;
+    cfg.kv_dtype_auto = !strcmp(kv, "auto");
+    if (!cfg.kv_dtype_auto && kv_dtype_parse(kv, &cfg.kv_dtype)) {
+        fprintf(stderr, "--kv-cache-dtype %s?\n", kv);
+        return 2;
+    }
+    cfg.gpu_memory_utilization = util;
+    cfg.enforce_eager = eager;
+    struct bench b = { 0 };
+    b.vocab = m->cfg.vocab_size;
+    b.bs = 16;
+    b.max_blocks = (max_model_len + 15) / 16;
+    t0 = now_ms();
+    if (g_create(m, &cfg, &b.ops, &b.impl, &b.info, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    double t_create = now_ms() - t0;
+    struct sampler_params sp;
+    sampler_params_default(&sp);
+    sp.temperature = 0;
+    b.greedy = sampler_create(&sp, b.vocab);
+
+    char desc[256];
+    model_describe(m, desc, sizeof desc);
+    printf("model: %s\n", desc);
+    printf("backend: %s; weights %.2f GiB, activations %.2f GiB, KV %.2f GiB (%s, %d blocks, %d x %d-token "
+           "sequences); graphs %s; load %.1f s, create %.1f s\n",
+           b.info.device, b.info.weight_bytes / 1073741824.0, b.info.activation_bytes / 1073741824.0,
+           b.info.kv_bytes / 1073741824.0, kv_dtype_name(b.info.kv_dtype), b.info.num_blocks, b.info.max_concurrency,
+           max_model_len, b.info.graphs ? "on" : "off", t_load / 1e3, t_create / 1e3);
+
+    printf("\n%-34s %12s %14s %s\n", "row", "value", "target", "");
+    /* a batch runs when max_num_seqs and the KV cache hold it; the prefill when the context does */
+    const long blocks_per_seq = (ctx + steps + 16) / 16 + 1;
+#define FITS(n) (max_seqs >= (n) && (long)b.info.num_blocks >= (n) * blocks_per_seq && ctx + steps < max_model_len)
+    double idle1 = 0, idle8 = 0, idle64 = 0, idle256 = 0, d1 = -1, d8 = -1, d64 = -1, d256 = -1, pf = -1;
+    int fails = 0;
+    err[0] = 0;
+    if (FITS(1)) d1 = run_decode(&b, 1, ctx, steps, max_tokens, &idle1, err, sizeof err);
+    if (!err[0] && FITS(8)) d8 = run_decode(&b, 8, ctx, steps, max_tokens, &idle8, err, sizeof err);
+    if (!err[0] && FITS(64)) d64 = run_decode(&b, 64, ctx, steps, max_tokens, &idle64, err, sizeof err);
+    if (!err[0] && FITS(256)) d256 = run_decode(&b, 256, ctx, steps, max_tokens, &idle256, err, sizeof err);
+    if (!err[0] && max_model_len >= 1024 && max_tokens >= 1024) pf = run_prefill(&b, 1024, err, sizeof err);
+#undef FITS
+    if (err[0]) {
+        fprintf(stderr, "error: %s\n", err);
+        fails++;
+    }
+    double wbytes = (double)m->w.matrix_bytes;
+    /* a row that could not run here (too small a configuration) says so and does not count */
+#define ROW(name, val, unit, target, ok)                                                                  \
+    do {                                                                                                    \
+        if ((val) < 0) {                                                                                    \
+            printf("%-34s %13s %14s (not run: configuration too small)\n", name, "-", target);              \
+        } else {                                                                                            \
+            printf("%-34s %9.3f %-3s %14s %s\n", name, val, unit, target, (ok) ? "PASS" : "MISS");         \
+            fails += !(ok);                                                                                 \
+        }                                                                                                   \
+    } while (0)
+    ROW("decode step, batch 1", d1, "ms", "<= 4.4 ms", d1 <= 4.4);
+    ROW("decode step, batch 8 / batch 1", d1 > 0 && d8 >= 0 ? d8 / d1 : -1, "x", "<= 1.10", d8 / d1 <= 1.10);
+    ROW("GPU idle between steps, batch 1", d1 >= 0 ? 100 * idle1 : -1, "%", "< 5 %", idle1 < 0.05);
+    ROW("decode step, batch 8", d8, "ms", "", true);
+    if (d64 >= 0) {
+        ROW("decode step, batch 64", d64, "ms", "", true);
+        printf("%-34s %9.0f %-3s %14s\n", "  tokens/s at batch 64", 64e3 / d64, "", "");
+    }
+    if (d256 >= 0) {
+        ROW("decode step, batch 256", d256, "ms", "", true);
+        printf("%-34s %9.0f %-3s %14s\n", "  tokens/s at batch 256", 256e3 / d256, "", "");
+    }
+    ROW("prefill 1024 tokens + sample (TTFT)", pf, "ms", "<= 30 ms", pf <= 30);
+    printf("%-34s %9.2f %-3s %14s\n", "weights read per decode step", wbytes / 1e9, "GB", "");
+    printf("%-34s %9.0f %-3s %14s\n", "  => at batch 1", d1 > 0 ? wbytes / (d1 * 1e-3) / 1e9 : 0, "GB/s",
+           "(H200 ~4300 copy)");
+    sampler_free(b.greedy);
+    b.ops->destroy(b.impl);
+    model_free(m);
+    return fails ? 1 : 0;
+}
