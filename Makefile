@@ -21,7 +21,7 @@ ARCH     ?= -march=native
 SAN      ?=
 CFLAGS   += -std=c11 $(OPT) -g $(ARCH) -Wall -Wextra -Werror -pthread -Isrc -MMD -MP $(SAN)
 LDFLAGS  += -pthread $(SAN)
-LDLIBS   += -lmicrohttpd -lcjson -lyaml -lpcre2-8 -lutf8proc -lm -ldl
+LDLIBS   += -lmicrohttpd -lcjson -lyaml -lpcre2-8 -lutf8proc -lsystemd -lm -ldl
 
 PYTHON   ?= python3
 VENV     := .venv
