@@ -49,17 +49,20 @@ host, port, flag = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 lat = []
 while not os.path.exists(flag):
     t0 = time.monotonic()
-    s = socket.create_connection((host, port), timeout=10)
-    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     data = b""
-    while True:
-        d = s.recv(4096)
-        if not d:
-            break
-        data += d
-    s.close()
-    assert data.startswith(b"HTTP/1.1 200"), data[:100]
-    lat.append((time.monotonic() - t0) * 1e3)
+    try:
+        s = socket.create_connection((host, port), timeout=30)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        while True:
+            d = s.recv(4096)
+            if not d:
+                break
+            data += d
+        s.close()
+    except OSError:
+        pass
+    ms = (time.monotonic() - t0) * 1e3
+    lat.append(ms if data.startswith(b"HTTP/1.1 200") else max(ms, 1e6))  # failed: huge
     time.sleep(0.02)
 print(json.dumps(lat))
 """
@@ -162,13 +165,6 @@ def test_large_prompts_do_not_stall_streams_or_health(tessera_bin, default_model
         lat = json.loads(out)
         stream.join(120)
         assert stream.error is None and stream.status == 200, (stream.error, srv.stderr_tail())
-        # the big chats were refused by their length, the tokenize answered
-        for name in ("chat1", "chat2"):
-            r, _ = results[name]
-            e = check_error(r, 400, code="context_length_exceeded", param="messages")
-            assert "bytes" in e["message"], e
-        status, head, n, took = results["tok"]
-        assert status == 200 and head.startswith(b'{"count":') and n > 5_000_000, (status, head, n)
         assert len(lat) >= 10, lat
         assert max(lat) < 50, f"/health took up to {max(lat):.0f} ms: {sorted(lat)[-5:]}"
         # the stream kept flowing while the bodies were parsed and tokenized
@@ -176,6 +172,13 @@ def test_large_prompts_do_not_stall_streams_or_health(tessera_bin, default_model
         gaps = [b - a for a, b in zip(stream.times, stream.times[1:]) if a >= t_start and b <= t_end]
         assert during, "no stream events while the big requests were handled"
         assert max(gaps, default=0) < 0.5, f"stream paused for {max(gaps):.2f} s"
+        # the big chats were refused by their length (before tokenizing), the tokenize answered
+        for name in ("chat1", "chat2"):
+            r, _ = results[name]
+            e = check_error(r, 400, code="context_length_exceeded", param="messages")
+            assert "bytes" in e["message"], e
+        status, head, n, took = results["tok"]
+        assert status == 200 and head.startswith(b'{"count":') and n > 5_000_000, (status, head, n)
         sse = parse_sse(stream.data)
         assert sse.payloads[-1] == "[DONE]"
 
