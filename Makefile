@@ -231,7 +231,7 @@ ASAN_PYTEST := tests/python/test_model_files.py tests/python/test_templates.py \
                tests/python/test_tokenizer.py tests/python/test_tokenizer_vocabs.py \
                tests/python/test_gguf_files.py tests/python/test_quant.py \
                tests/python/test_server_bad_input.py tests/python/test_server.py \
-               tests/python/test_server_load.py
+               tests/python/test_server_load.py tests/python/test_server_hardening.py
 asan: $(VENV)/.ok $(MODEL) $(TESTDATA_OK)
 	$(MAKE) BUILD=build-asan CUDA=0 OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
 	@BUILD=build-asan PYTEST_FILES="$(ASAN_PYTEST)" ASAN_OPTIONS=detect_leaks=1 scripts/run-tests.sh

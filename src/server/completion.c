@@ -270,8 +270,9 @@ static void job_run(void *arg)
     struct server *s = j->s;
     enum oai_kind kind = j->kind;
     struct api_error e;
-    int rc = kind == OAI_CHAT ? oai_parse_chat(&s->ctx, j->body, j->body_len, &j->req, &e)
-                              : oai_parse_completion(&s->ctx, j->body, j->body_len, &j->req, &e);
+    const char *body = j->body ? j->body : ""; /* no body: "" is not JSON either */
+    int rc = kind == OAI_CHAT ? oai_parse_chat(&s->ctx, body, j->body_len, &j->req, &e)
+                              : oai_parse_completion(&s->ctx, body, j->body_len, &j->req, &e);
     free(j->body);
     j->body = NULL;
     pthread_mutex_lock(&j->mu);

@@ -164,8 +164,9 @@ static void tok_run(void *arg)
     struct tok_task *t = arg;
     char *out = NULL;
     struct api_error e;
-    int rc = t->decode ? oai_detokenize(&t->s->ctx, t->body, t->len, &out, &e)
-                       : oai_tokenize(&t->s->ctx, t->body, t->len, &out, &e);
+    const char *body = t->body ? t->body : "";
+    int rc = t->decode ? oai_detokenize(&t->s->ctx, body, t->len, &out, &e)
+                       : oai_tokenize(&t->s->ctx, body, t->len, &out, &e);
     if (rc) {
         char *body = api_error_json(&e);
         if (body) http_reply_send(t->reply, e.status, "application/json", body, strlen(body), NULL);
