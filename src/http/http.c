@@ -745,6 +745,7 @@ static enum MHD_Result conn_dispatch(struct http_conn *c)
     }
     return conn_reply_ready(c);
 }
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *mhd, const char *url,
                                  const char *method, const char *version,
                                  const char *upload_data, size_t *upload_data_size,

@@ -39,6 +39,7 @@
 
 #define METRICS_CAP (64 * 1024)  /* the engine's part of /metrics */
 #define KEY_METRICS_BYTES 512    /* per API key name */
+#define KEY_NAME_SLOT 24         /* "api-key-N" names of the --api-key keys */
 #define MAX_PARSE_QUEUE 1024 /* requests waiting for a worker before new ones get 429 */
 
 bool server_refuse_unless_ready(struct server *s, const struct http_request *req)
@@ -359,8 +360,8 @@ static int keys_build(const struct server_options *o, struct http_key **out, int
         bool in_file = false;
         for (int f = 0; f < kf->n && !in_file; f++) in_file = !strcmp(kf->e[f].key, o->api_key[i]);
         if (in_file) continue;
-        char *name = names + (size_t)i * 16;
-        snprintf(name, 16, "api-key-%d", i + 1);
+        char *name = names + (size_t)i * KEY_NAME_SLOT;
+        snprintf(name, KEY_NAME_SLOT, "api-key-%d", i + 1);
         k[n++] = (struct http_key){ .name = name, .key = o->api_key[i] };
     }
     for (int f = 0; f < kf->n; f++)
@@ -376,7 +377,7 @@ static int keys_apply(struct server *s, char *err, size_t errlen)
 {
     struct http_key *keys;
     struct keyfile kf;
-    char names[OPTS_MAX_LIST * 16];
+    char names[OPTS_MAX_LIST * KEY_NAME_SLOT];
     int n, rc = keys_build(s->o, &keys, &n, &kf, names, err, errlen);
     if (rc) return rc;
     rc = http_server_set_keys(s->http, keys, n, err, errlen);
@@ -513,7 +514,7 @@ int server_run(const struct server_options *o)
     {
         struct http_key *keys;
         struct keyfile kf;
-        char names[OPTS_MAX_LIST * 16];
+        char names[OPTS_MAX_LIST * KEY_NAME_SLOT];
         int n;
         if (keys_build(o, &keys, &n, &kf, names, err, sizeof err)) goto fail;
         hc.keys = keys;
