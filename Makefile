@@ -10,6 +10,8 @@
 #   make model      place the default model in models/
 #   make cuda       (with nvcc; `make` does it too) kernels, build/libtessera-cuda.so, ptxas report
 #   make cuda-tests the kernel tests built for a real GPU (scripts/gpu-check.sh runs them)
+#   make install    build/tessera (and libtessera-cuda.so when built), the example config and
+#                   the systemd unit under DESTDIR/PREFIX (see docs/deployment.md)
 #
 # Sources are found by wildcard: a new src/<module>/*.c joins libtessera.a, a new
 # tests/c/test_*.c becomes build/tests/test_*.
@@ -21,7 +23,7 @@ ARCH     ?= -march=native
 SAN      ?=
 CFLAGS   += -std=c11 $(OPT) -g $(ARCH) -Wall -Wextra -Werror -pthread -Isrc -MMD -MP $(SAN)
 LDFLAGS  += -pthread $(SAN)
-LDLIBS   += -lmicrohttpd -lcjson -lyaml -lpcre2-8 -lutf8proc -lm -ldl
+LDLIBS   += -lmicrohttpd -lcjson -lyaml -lpcre2-8 -lutf8proc -lsystemd -lm -ldl
 
 PYTHON   ?= python3
 VENV     := .venv
@@ -38,7 +40,8 @@ DEPS_OK  := $(BUILD)/.deps-ok
 .DEFAULT_GOAL := all
 .SECONDARY:
 
-.PHONY: all run test asan tsan bench model deps venv clean fuzz cuda cuda-tests testmodels-only
+.PHONY: all run test asan tsan bench model deps venv clean fuzz cuda cuda-tests testmodels-only \
+        install uninstall
 
 
 # ---- CUDA kernels: for the GPU (nvcc) and, in every build, for the CPU emulator ---------
@@ -262,7 +265,8 @@ ASAN_PYTEST := tests/python/test_model_files.py tests/python/test_templates.py \
                tests/python/test_tokenizer.py tests/python/test_tokenizer_vocabs.py \
                tests/python/test_gguf_files.py tests/python/test_quant.py \
                tests/python/test_server_bad_input.py tests/python/test_server.py \
-               tests/python/test_server_load.py tests/python/test_server_backend.py
+               tests/python/test_server_load.py tests/python/test_server_backend.py \
+               tests/python/test_server_hardening.py
 asan: $(VENV)/.ok $(MODEL) $(TESTDATA_OK)
 	$(MAKE) BUILD=build-asan CUDA=0 OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
 	@$(MAKE) --no-print-directory BUILD=build-asan testmodels-only
@@ -286,6 +290,32 @@ bench: all $(VENV)/.ok $(MODEL)
 
 clean:
 	rm -rf build build-asan build-tsan
+
+# `make install [PREFIX=/usr/local] [DESTDIR=]`: the binary into BINDIR, the CUDA backend
+# library next to it when it was built (tessera loads it from its own directory), the
+# example configuration into SYSCONFDIR/tessera (never over an existing one: an edited file
+# is kept and the new example lands beside it as tessera.yaml.new), and the systemd unit
+# into UNITDIR with the paths of this install. Builds nothing but build/tessera.
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(if $(filter /usr/local,$(PREFIX)),/etc,$(PREFIX)/etc))
+UNITDIR    ?= $(if $(filter /usr,$(PREFIX)),/lib/systemd/system,$(PREFIX)/lib/systemd/system)
+install: $(BUILD)/tessera
+	install -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSCONFDIR)/tessera $(DESTDIR)$(UNITDIR)
+	install -m 0755 $(BUILD)/tessera $(DESTDIR)$(BINDIR)/tessera
+	if [ -f $(BUILD)/libtessera-cuda.so ]; then \
+		install -m 0644 $(BUILD)/libtessera-cuda.so $(DESTDIR)$(BINDIR)/libtessera-cuda.so; fi
+	if [ -e $(DESTDIR)$(SYSCONFDIR)/tessera/tessera.yaml ]; then \
+		install -m 0640 config/tessera.yaml $(DESTDIR)$(SYSCONFDIR)/tessera/tessera.yaml.new; \
+		echo "install: kept $(DESTDIR)$(SYSCONFDIR)/tessera/tessera.yaml (new example: tessera.yaml.new)"; \
+	else install -m 0640 config/tessera.yaml $(DESTDIR)$(SYSCONFDIR)/tessera/tessera.yaml; fi
+	sed -e 's|/usr/local/bin/tessera|$(BINDIR)/tessera|g' -e 's|/etc/tessera|$(SYSCONFDIR)/tessera|g' \
+		docker/tessera.service > $(BUILD)/tessera.service
+	install -m 0644 $(BUILD)/tessera.service $(DESTDIR)$(UNITDIR)/tessera.service
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/tessera $(DESTDIR)$(BINDIR)/libtessera-cuda.so \
+		$(DESTDIR)$(UNITDIR)/tessera.service
 
 -include $(shell find $(BUILD)/obj $(BUILD)/emu $(BUILD)/emu-pic $(BUILD)/cuda -name '*.d' 2>/dev/null)
 

@@ -3,7 +3,7 @@
 # Called by the Makefile before the first compile; safe to run by hand.
 set -euo pipefail
 pkgs=(gcc make pkg-config unzip
-      libcjson-dev libyaml-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev)
+      libcjson-dev libyaml-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libsystemd-dev)
 # A python3 with venv support may come from elsewhere (pyenv); ask apt only if there is none.
 if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
     pkgs+=(python3 python3-venv)

@@ -389,6 +389,126 @@ static int parse_logit_bias(const struct oai_ctx *ctx, const cJSON *root, struct
     return 0;
 }
 
+/* ---------------------------------------------------------------- not implemented */
+
+/* Parameters of OpenAI's and vLLM's APIs that this server knows but does not implement.
+ * A request that sets one to a value it depends on is refused (400 naming it) rather than
+ * answered as if it had been honoured; the neutral values are accepted. */
+enum unsup_when { UNSUP_NOT_NULL, UNSUP_TRUE, UNSUP_NONEMPTY };
+static const struct {
+    const char *name;
+    enum unsup_when when;
+    bool chat_only;
+    const char *why;
+} UNSUPPORTED[] = {
+    { "guided_json", UNSUP_NOT_NULL, false, "guided decoding (structured output) is not implemented" },
+    { "guided_regex", UNSUP_NOT_NULL, false, "guided decoding (structured output) is not implemented" },
+    { "guided_choice", UNSUP_NOT_NULL, false, "guided decoding (structured output) is not implemented" },
+    { "guided_grammar", UNSUP_NOT_NULL, false, "guided decoding (structured output) is not implemented" },
+    { "structured_outputs", UNSUP_NOT_NULL, false, "structured output is not implemented" },
+    { "min_tokens", UNSUP_NONEMPTY, false, "a minimum output length is not implemented" },
+    { "stop_token_ids", UNSUP_NONEMPTY, false, "stop token ids are not implemented; use 'stop' strings" },
+    { "bad_words", UNSUP_NONEMPTY, false, "bad-word filtering is not implemented" },
+    { "allowed_token_ids", UNSUP_NONEMPTY, false, "restricting the vocabulary is not implemented" },
+    { "logits_processors", UNSUP_NONEMPTY, false, "logits processors are not implemented" },
+    { "prompt_logprobs", UNSUP_NOT_NULL, false, "prompt logprobs are not implemented" },
+    { "truncate_prompt_tokens", UNSUP_NOT_NULL, false, "prompt truncation is not implemented" },
+    { "use_beam_search", UNSUP_TRUE, false, "beam search is not implemented" },
+    { "include_stop_str_in_output", UNSUP_TRUE, false, "stop strings are never included in the output" },
+    { "echo", UNSUP_TRUE, true, "echoing the prompt is not supported" },
+    { "functions", UNSUP_NONEMPTY, true, "function calling is not implemented" },
+    { "audio", UNSUP_NOT_NULL, true, "audio output is not supported (text-only server)" },
+    { "web_search_options", UNSUP_NOT_NULL, true, "web search is not supported" },
+    { "reasoning_effort", UNSUP_NOT_NULL, true,
+      "it is not implemented; pass it in 'chat_template_kwargs' if the model's template reads it" },
+};
+
+static bool unsup_applies(const cJSON *it, enum unsup_when when)
+{
+    switch (when) {
+    case UNSUP_NOT_NULL: return true;
+    case UNSUP_TRUE: return !cJSON_IsFalse(it);
+    case UNSUP_NONEMPTY:
+        if (cJSON_IsNumber(it)) return it->valuedouble != 0;
+        if (cJSON_IsArray(it) || cJSON_IsObject(it)) return cJSON_GetArraySize(it) > 0;
+        if (cJSON_IsString(it)) return it->valuestring[0] != 0;
+        return !cJSON_IsFalse(it);
+    }
+    return true;
+}
+
+/* tool_choice (and the deprecated function_call) as vLLM answers them without a tool-call
+ * parser: "none" is fine (the tools still reach the template); "auto" — also the default
+ * when tools are given — would need the output parsed into tool_calls, so with tools it
+ * is refused; "required" and a named tool need structured output. Without tools, "auto"
+ * is harmless. */
+static int check_tool_choice(const cJSON *root, struct api_error *e)
+{
+    const cJSON *tools = opt(root, "tools"), *tc = opt(root, "tool_choice");
+    bool has_tools = tools && cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0;
+    if (!tc) {
+        if (has_tools)
+            return bad(e, "tool_choice",
+                       "'tools' without 'tool_choice' means tool_choice 'auto', which needs the "
+                       "output parsed into tool_calls; that is not implemented. Send "
+                       "\"tool_choice\": \"none\" to render the tools into the prompt and read "
+                       "the model's text yourself");
+        return 0;
+    }
+    if (cJSON_IsString(tc)) {
+        const char *v = tc->valuestring;
+        if (!strcmp(v, "none") || (!strcmp(v, "auto") && !has_tools)) return 0;
+        if (!strcmp(v, "auto"))
+            return bad(e, "tool_choice",
+                       "'tool_choice' 'auto' needs the output parsed into tool_calls, which is not "
+                       "implemented; use 'none' to render the tools into the prompt only");
+        if (!strcmp(v, "required"))
+            return bad(e, "tool_choice",
+                       "'tool_choice' 'required' needs structured output, which is not implemented");
+        return bad(e, "tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or an object");
+    }
+    if (cJSON_IsObject(tc))
+        return bad(e, "tool_choice",
+                   "forcing a named tool with 'tool_choice' needs structured output, which is not "
+                   "implemented");
+    return bad(e, "tool_choice", "'tool_choice' must be a string or an object");
+}
+
+static int check_unsupported(const cJSON *root, enum oai_kind kind, struct api_error *e)
+{
+    const cJSON *rf = opt(root, "response_format");
+    if (rf) {
+        const cJSON *t = cJSON_IsObject(rf) ? opt(rf, "type") : NULL;
+        if (!t || !cJSON_IsString(t))
+            return bad(e, "response_format", "'response_format' must be an object with a string 'type'");
+        if (strcmp(t->valuestring, "text") != 0)
+            return bad(e, "response_format",
+                       "'response_format' of type '%.64s' is not supported: structured output is "
+                       "not implemented (only {\"type\": \"text\"})", t->valuestring);
+    }
+    for (size_t i = 0; i < sizeof UNSUPPORTED / sizeof *UNSUPPORTED; i++) {
+        if (UNSUPPORTED[i].chat_only && kind != OAI_CHAT) continue;
+        const cJSON *it = opt(root, UNSUPPORTED[i].name);
+        if (it && unsup_applies(it, UNSUPPORTED[i].when))
+            return bad(e, UNSUPPORTED[i].name, "'%s' is not supported: %s", UNSUPPORTED[i].name,
+                       UNSUPPORTED[i].why);
+    }
+    if (kind != OAI_CHAT) return 0;
+    const cJSON *fc = opt(root, "function_call");
+    if (fc && !(cJSON_IsString(fc) && (!strcmp(fc->valuestring, "none") ||
+                                       !strcmp(fc->valuestring, "auto"))))
+        return bad(e, "function_call", "'function_call' is not supported: function calling is not implemented");
+    const cJSON *mod = opt(root, "modalities");
+    if (mod) {
+        const cJSON *m0 = cJSON_IsArray(mod) ? cJSON_GetArrayItem(mod, 0) : NULL;
+        bool text_only = cJSON_IsArray(mod) && cJSON_GetArraySize(mod) == 1 && cJSON_IsString(m0) &&
+                         !strcmp(m0->valuestring, "text");
+        if (!text_only)
+            return bad(e, "modalities", "'modalities' other than [\"text\"] are not supported");
+    }
+    return check_tool_choice(root, e);
+}
+
 /* Everything but the prompt / messages and the context check. */
 static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
                          int64_t *max_req, const char **max_key, struct api_error *e)
@@ -398,6 +518,7 @@ static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oa
     const char *s;
     int rc;
     TRY(oai_check_model(ctx, root, &r->model, e));
+    TRY(check_unsupported(root, r->kind, e));
     TRY(parse_sampling(ctx, root, r, e));
 
     TRY(opt_bool(root, "stream", &r->stream, e));
@@ -463,7 +584,7 @@ static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oa
 
     TRY(opt_bool(root, "ignore_eos", &r->rp.ignore_eos, e));
     TRY(opt_bool(root, "skip_special_tokens", &r->rp.skip_special_tokens, e));
-    TRY(opt_str(root, "user", &s, e)); /* accepted and ignored */
+    TRY(opt_str(root, "user", &s, e)); /* an end-user id for abuse tracking: nothing to do */
     TRY(opt_str(root, "cache_salt", &s, e));
     if (rc) {
         if (!s[0] || strlen(s) > BM_SALT_MAX) {
@@ -517,10 +638,65 @@ static int encode(const struct tokenizer *t, const char *text, size_t len, bool 
     }
 }
 
-int oai_encode_text(const struct oai_ctx *ctx, const char *text, size_t len, bool add_special,
-                    const char *param, int32_t **ids, int *n, struct api_error *e)
+size_t oai_max_prompt_bytes(const struct model *m, int max_model_len)
 {
+    int longest = 1, vocab = tok_vocab_size(m->tok);
+    for (int id = 0; id < vocab; id++) {
+        int len = tok_token_bytes(m->tok, id, false, NULL, 0);
+        if (len > longest) longest = len;
+    }
+    return (size_t)max_model_len * (size_t)longest * 4 + 4096;
+}
+
+/* 400 context_length_exceeded for a text that cannot fit, before it is tokenized (a
+ * 16 MiB prompt would take a worker a second to tokenize only to be refused). */
+static int check_prompt_bytes(const struct oai_ctx *ctx, size_t len, const char *param,
+                              struct api_error *e)
+{
+    if (!ctx->max_prompt_bytes || len <= ctx->max_prompt_bytes) return 0;
+    api_error_set(e, 400, API_ERR_INVALID_REQUEST, param, "context_length_exceeded",
+                  "This model's maximum context length is %d tokens. However, your %s is %zu "
+                  "bytes long, more than %d tokens can hold (at most %zu bytes). Please "
+                  "reduce the length of the %s.", ctx->max_model_len,
+                  !strcmp(param, "messages") ? "rendered prompt" : "prompt", len,
+                  ctx->max_model_len, ctx->max_prompt_bytes,
+                  !strcmp(param, "messages") ? "messages" : "prompt");
+    return ERR_RANGE;
+}
+
+int oai_encode_text(const struct oai_ctx *ctx, const char *text, size_t len, bool add_special,
+                    bool limit, const char *param, int32_t **ids, int *n, struct api_error *e)
+{
+    *ids = NULL;
+    int rc = limit ? check_prompt_bytes(ctx, len, param, e) : 0;
+    if (rc) return rc;
     return encode(ctx->m->tok, text, len, add_special, false, ids, n, param, e);
+}
+
+/* Variables the server puts into the template context, and the template's globals:
+ * chat_template_kwargs must not replace them (the messages were validated, the tools
+ * checked, the specials are the model's). */
+static const char *const RESERVED_TEMPLATE_VARS[] = {
+    "messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token",
+    "raise_exception", "strftime_now", "namespace", "range", "dict",
+};
+
+static int check_template_kwargs(const cJSON *kwargs, struct api_error *e)
+{
+    const cJSON *it;
+    cJSON_ArrayForEach(it, kwargs) {
+        for (size_t i = 0; i < sizeof RESERVED_TEMPLATE_VARS / sizeof *RESERVED_TEMPLATE_VARS; i++)
+            if (!strcmp(it->string, RESERVED_TEMPLATE_VARS[i])) {
+                char param[96];
+                snprintf(param, sizeof param, "chat_template_kwargs.%s", it->string);
+                return bad(e, param,
+                           "'chat_template_kwargs' cannot set '%s': the server sets it%s", it->string,
+                           !strcmp(it->string, "tools") || !strcmp(it->string, "messages") ||
+                                   !strcmp(it->string, "add_generation_prompt")
+                               ? " from the request's own parameter of that name" : "");
+            }
+    }
+    return 0;
 }
 
 /* The parameter path that starts chat.c's messages ("messages[1].role must be ..."). */
@@ -532,8 +708,8 @@ static void param_from_message(const char *err, char *param, size_t cap)
 }
 
 int oai_encode_chat(const struct oai_ctx *ctx, const cJSON *messages, const cJSON *tools,
-                    const cJSON *kwargs, bool add_generation_prompt, int32_t **ids, int *n,
-                    struct api_error *e)
+                    const cJSON *kwargs, bool add_generation_prompt, bool limit, int32_t **ids,
+                    int *n, struct api_error *e)
 {
     const struct model *m = ctx->m;
     char err[ERR_BUF], param[64];
@@ -544,6 +720,7 @@ int oai_encode_chat(const struct oai_ctx *ctx, const cJSON *messages, const cJSO
         param_from_message(err, param, sizeof param);
         return bad(e, param, "%s", err);
     }
+    if (kwargs && (rc = check_template_kwargs(kwargs, e))) return rc;
     if (!m->tmpl)
         return bad(e, NULL, "this model has no chat template; use /v1/completions with a plain prompt");
     struct chat_specials sp = { m->bos_token ? m->bos_token : "", m->eos_token ? m->eos_token : "" };
@@ -559,7 +736,8 @@ int oai_encode_chat(const struct oai_ctx *ctx, const cJSON *messages, const cJSO
     /* The template writes BOS itself when the model wants one (Hugging Face's
      * apply_chat_template and the CLI's --chat do not add specials); only a tokenizer that
      * always adds BOS gets it prepended, and then only if the template left it out. */
-    rc = encode(m->tok, text, len, false, true, ids, n, "messages", e);
+    rc = limit ? check_prompt_bytes(ctx, len, "messages", e) : 0;
+    if (!rc) rc = encode(m->tok, text, len, false, true, ids, n, "messages", e);
     free(text);
     if (rc) return rc;
     int bos = tok_bos_id(m->tok);
@@ -589,7 +767,7 @@ static int parse_messages(const struct oai_ctx *ctx, const cJSON *root, struct o
     bool agp = true;
     int rc = opt_bool(root, "add_generation_prompt", &agp, e);
     if (rc < 0) return rc;
-    return oai_encode_chat(ctx, opt(root, "messages"), tools, kwargs, agp, &r->prompt_ids,
+    return oai_encode_chat(ctx, opt(root, "messages"), tools, kwargs, agp, true, &r->prompt_ids,
                            &r->n_prompt, e);
 }
 
@@ -638,7 +816,7 @@ static int parse_prompt(const struct oai_ctx *ctx, const cJSON *root, struct oai
     if (!cJSON_IsString(p))
         return bad(e, "prompt", "'prompt' must be a string, an array of token ids, or an array with one of those");
     /* user text: specials are plain text; BOS as the tokenizer's post-processor says */
-    int rc = oai_encode_text(ctx, p->valuestring, strlen(p->valuestring), true, "prompt",
+    int rc = oai_encode_text(ctx, p->valuestring, strlen(p->valuestring), true, true, "prompt",
                              &r->prompt_ids, &r->n_prompt, e);
     if (rc) return rc;
     if (r->n_prompt == 0) return bad(e, "prompt", "'prompt' must not be empty");

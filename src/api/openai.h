@@ -37,8 +37,17 @@ struct oai_ctx {
                                          default when a request omits "model" */
     int n_served;
     int max_model_len;
+    size_t max_prompt_bytes;          /* a prompt text longer than this cannot fit in
+                                         max_model_len tokens: refused before tokenizing
+                                         (oai_max_prompt_bytes); 0: no such check */
     struct oai_defaults defaults;
 };
+
+/* The longest text that might still tokenize to fewer than max_model_len tokens with m's
+ * tokenizer: max_model_len × the longest token's bytes, times 4 for normalizers that
+ * shrink text (NFC composition, replacements) and the BOS / template specials. Walks the
+ * vocabulary once: call it at start-up. */
+size_t oai_max_prompt_bytes(const struct model *m, int max_model_len);
 
 enum oai_kind { OAI_CHAT = 0, OAI_COMPLETION };
 
@@ -71,6 +80,10 @@ struct oai_request {
  * user, tools (passed to the template), chat_template_kwargs, add_generation_prompt,
  * skip_special_tokens, cache_salt. Completions: prompt (string, [string], or [int] checked
  * against the vocabulary) instead of messages, and logprobs as an integer 0..5.
+ * Parameters this server knows but does not implement are 400 naming them when a request
+ * depends on them (response_format other than text, tool_choice that needs tool-call
+ * parsing, guided decoding, ...; the list is in docs/api.md); harmless ones (user,
+ * parallel_tool_calls, store, metadata, ...) are accepted.
  * Returns 0 and fills *out, or a negative code with *e filled (out is then empty). */
 int oai_parse_chat(const struct oai_ctx *ctx, const char *body, size_t len,
                    struct oai_request *out, struct api_error *e);

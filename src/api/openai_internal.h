@@ -33,15 +33,19 @@ struct cJSON *oai_json_string(const char *s, size_t len);
 
 /* Renders messages with m's chat template and tokenizes the result the way the chat API
  * does (specials parsed; BOS prepended only if the tokenizer adds one and the template
- * did not write it). tools / kwargs may be NULL. Returns 0 and *ids (malloc'd) / *n, or a
- * negative code with *e filled. */
+ * did not write it). tools / kwargs may be NULL; a kwarg named like a variable the server
+ * sets (messages, bos_token, ...) is 400. With limit, a rendered text longer than
+ * ctx->max_prompt_bytes is 400 context_length_exceeded before tokenizing. Returns 0 and
+ * *ids (malloc'd) / *n, or a negative code with *e filled. */
 int oai_encode_chat(const struct oai_ctx *ctx, const struct cJSON *messages,
                     const struct cJSON *tools, const struct cJSON *kwargs,
-                    bool add_generation_prompt, int32_t **ids, int *n, struct api_error *e);
-/* Tokenizes plain text (specials not parsed; BOS per the tokenizer when add_special).
- * Returns 0 and *ids / *n, or a negative code with *e filled (param names the field). */
+                    bool add_generation_prompt, bool limit, int32_t **ids, int *n,
+                    struct api_error *e);
+/* Tokenizes plain text (specials not parsed; BOS per the tokenizer when add_special),
+ * with limit as above. Returns 0 and *ids / *n, or a negative code with *e filled (param
+ * names the field). */
 int oai_encode_text(const struct oai_ctx *ctx, const char *text, size_t len, bool add_special,
-                    const char *param, int32_t **ids, int *n, struct api_error *e);
+                    bool limit, const char *param, int32_t **ids, int *n, struct api_error *e);
 
 /* Checks "model" (absent/null → served_names[0]); sets *name. 404 model_not_found. */
 int oai_check_model(const struct oai_ctx *ctx, const struct cJSON *root, const char **name,

@@ -66,7 +66,7 @@ int oai_tokenize(const struct oai_ctx *ctx, const char *body, size_t len, char *
         bool add_special = true;
         if ((rc = opt_bool(root, "add_special_tokens", &add_special, e))) goto done;
         rc = oai_encode_text(ctx, prompt->valuestring, strlen(prompt->valuestring), add_special,
-                             "prompt", &ids, &n, e);
+                             false, "prompt", &ids, &n, e);
     } else if (msgs && !cJSON_IsNull(msgs)) {
         bool agp = true;
         if ((rc = opt_bool(root, "add_generation_prompt", &agp, e))) goto done;
@@ -78,7 +78,7 @@ int oai_tokenize(const struct oai_ctx *ctx, const char *body, size_t len, char *
             goto done;
         }
         rc = oai_encode_chat(ctx, msgs, cJSON_IsArray(tools) ? tools : NULL,
-                             cJSON_IsObject(kwargs) ? kwargs : NULL, agp, &ids, &n, e);
+                             cJSON_IsObject(kwargs) ? kwargs : NULL, agp, false, &ids, &n, e);
     } else {
         rc = fail400(e, NULL, "the body must contain 'prompt' (a string) or 'messages' (an array)");
     }

@@ -13,6 +13,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "config/options.h"
 
+#include "config/keyfile.h"
 #include "util/err.h"
 
 #include <ctype.h>
@@ -79,7 +80,8 @@ static const struct opt_def opt_table[] = {
     LIST("api-key", api_key, "KEY", "http",
          "accept requests with \"Authorization: Bearer KEY\" (repeatable; none = no auth)"),
     STR("api-key-file", api_key_file, NULL, "FILE", "http",
-        "file of API keys, one per line ('#' comments), added to --api-key"),
+        "file of named API keys, one 'NAME KEY [rpm=N] [tpm=N]' per line ('#' comments), "
+        "added to --api-key; reloaded on SIGHUP"),
     BOOL("public-metrics", public_metrics, "true", "http",
          "serve /metrics without an API key"),
     INT64("max-body-bytes", max_body_bytes, "16777216", 1024, 1099511627776.0, "http",
@@ -88,13 +90,20 @@ static const struct opt_def opt_table[] = {
           "largest request header block in bytes (64 KiB)"),
     INT("max-connections", max_connections, "1024", 1, 1000000, "http",
         "most open client connections"),
-    INT("max-connections-per-ip", max_connections_per_ip, "0", 0, 1000000, "http",
-        "most open connections from one client address; 0 = unlimited"),
+    INT("max-connections-per-ip", max_connections_per_ip, "256", 0, 1000000, "http",
+        "most open connections from one client address (behind a reverse proxy: raise it "
+        "to max-connections); 0 = unlimited"),
     INT("http-timeout", http_timeout, "60", 1, 86400, "http",
         "seconds an idle connection is kept"),
     DBL("keepalive-interval", keepalive_interval, "5", 0, true, 3600, "http",
         "seconds between SSE keep-alive comments on a quiet stream"),
     INT("http-threads", http_threads, "1", 1, 1024, "http", "HTTP worker threads"),
+    INT("api-threads", api_threads, "2", 1, 256, "http",
+        "threads that parse request bodies, render chat templates and tokenize prompts "
+        "(off the HTTP threads)"),
+    INT64("max-stream-queue-bytes", max_stream_queue_bytes, "4194304", 4096, 1099511627776.0,
+          "http", "bytes a stream may have queued for a slow client; past it the request is "
+          "aborted (4 MiB)"),
     DBL("drain-timeout", drain_timeout, "30", 0, false, 86400, "http",
         "seconds live requests get to finish after SIGTERM/SIGINT; then they are aborted "
         "(streams get an error event and [DONE])"),
@@ -583,35 +592,15 @@ struct flag_val {
     const char *value;
 };
 
-/* Reads the api-key-file into o->api_key. */
-static int read_key_file(struct server_options *o, char *err, size_t errlen)
+/* Checks the api-key-file (the server reads it itself, and again on SIGHUP). */
+static int check_key_file(const struct server_options *o, char *err, size_t errlen)
 {
-    const char *path = o->api_key_file;
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return err_set(err, errlen, ERR_IO, "api-key-file: %s: cannot open: %s", path,
-                       strerror(errno));
-    char *line = NULL, why[ERR_BUF];
-    size_t cap = 0;
-    int lineno = 0, found = 0, rc = 0;
-    while (getline(&line, &cap, f) >= 0) {
-        lineno++;
-        char *s = line, *e = line + strlen(line);
-        while (*s && isspace((unsigned char)*s)) s++;
-        while (e > s && isspace((unsigned char)e[-1])) *--e = 0;
-        if (!*s || *s == '#') continue;
-        found++;
-        if ((rc = api_key_add(o, s, why, sizeof why))) {
-            rc = err_set(err, errlen, rc, "%s:%d: api-key: %s", path, lineno, why);
-            goto done;
-        }
-    }
-    if (ferror(f)) rc = err_set(err, errlen, ERR_IO, "api-key-file: %s: read error", path);
-    else if (!found) rc = err_set(err, errlen, ERR_INVALID, "api-key-file: %s: no keys in the file", path);
-done:
-    free(line);
-    fclose(f);
-    return rc;
+    struct keyfile kf;
+    char why[ERR_BUF];
+    int rc = keyfile_load(o->api_key_file, &kf, why, sizeof why);
+    if (rc) return err_set(err, errlen, rc, "api-key-file: %s", why);
+    keyfile_free(&kf);
+    return 0;
 }
 
 int opts_parse(int argc, char **argv, struct server_options *o, char *err, size_t errlen)
@@ -737,7 +726,7 @@ int opts_parse(int argc, char **argv, struct server_options *o, char *err, size_
         rc = err_set(err, errlen, rc, "TESSERA_API_KEY: api-key: %s", why);
         goto fail;
     }
-    if (o->api_key_file && (rc = read_key_file(o, err, errlen))) goto fail;
+    if (o->api_key_file && (rc = check_key_file(o, err, errlen))) goto fail;
     if (print_config) {
         opts_print_yaml(o, stdout);
         free(fv);

@@ -7,7 +7,9 @@
  * "--", with '-' or '_' accepted interchangeably ("max-num-seqs" == "max_num_seqs").
  * Flags take "--name value" or "--name=value"; booleans also take "--name" (true) and
  * "--no-name" (false). List options (served-model-name, api-key) accept a YAML sequence or
- * scalar, and repeated flags. The environment variable TESSERA_API_KEY adds a key.
+ * scalar, and repeated flags. The environment variable TESSERA_API_KEY adds a key; the
+ * api-key-file (named keys with limits, config/keyfile.h) is checked here and read by
+ * the server.
  *
  * Errors name where they come from: "config/x.yaml:12: max-num-seqs: must be between 1
  * and 4096", "--port: not an integer: 'abc'", "unknown option '--prot'". The caller exits
@@ -37,17 +39,20 @@ struct server_options {
     /* http */
     char *host;                        /* "127.0.0.1" */
     int port;                          /* 8000 */
-    char *api_key[OPTS_MAX_LIST];      /* --api-key (repeatable) + TESSERA_API_KEY + file */
+    char *api_key[OPTS_MAX_LIST];      /* --api-key (repeatable) + TESSERA_API_KEY */
     int n_api_key;
-    char *api_key_file;                /* one key per line ('#' comments); NULL */
+    char *api_key_file;                /* named keys with limits (config/keyfile.h); read
+                                          by the server, again on SIGHUP; NULL */
     bool public_metrics;               /* /metrics without a key (default true) */
     int64_t max_body_bytes;            /* 16 MiB */
     int64_t max_header_bytes;          /* 64 KiB */
     int max_connections;               /* 1024 */
-    int max_connections_per_ip;        /* 0 = unlimited */
+    int max_connections_per_ip;        /* 256; 0 = unlimited */
     int http_timeout;                  /* seconds, 60 */
     double keepalive_interval;         /* seconds between SSE keep-alive comments, 5 */
     int http_threads;                  /* 1 */
+    int api_threads;                   /* parse / template / tokenize workers, 2 */
+    int64_t max_stream_queue_bytes;    /* SSE bytes queued per slow client, 4 MiB */
     double drain_timeout;              /* seconds live requests get after SIGTERM, 30 */
     /* engine */
     int max_num_seqs;                  /* 64 */
@@ -80,8 +85,8 @@ struct server_options {
 
 /* Fills o from argv (argv[0] is the subcommand name and is skipped): defaults, then the
  * --config file if given, then the flags, then a positional MODEL (`tessera serve MODEL`,
- * as in `vllm serve MODEL`; an error together with --model), then TESSERA_API_KEY and the
- * keys of api-key-file (read here). Returns 0; 1 if --help was printed to stdout, or
+ * as in `vllm serve MODEL`; an error together with --model), then TESSERA_API_KEY; the
+ * api-key-file is read here only to check it (the server reads it again). Returns 0; 1 if --help was printed to stdout, or
  * --print-config printed the effective YAML to stdout (opts_print_yaml; no model needed):
  * the caller exits 0; or a negative code with "where: key: reason" in err (exit 2).
  * o need not be initialised; on any non-zero return o holds no allocations (opts_free on

@@ -63,7 +63,8 @@ struct request {
     bool touched, news;          /* news: new output or finish since the last notify */
     bool in_sched;               /* a sequence in the scheduler (until its final event) */
     bool sched_aborted;          /* sched_abort called */
-    bool dequeued;               /* left the queue counters (admitted or finished) */
+    bool dequeued;               /* left the queue counters (admitted or finished), or
+                                    never in them (a sibling choice) */
     bool had_token, done;        /* done: finish set (mirror of pend.finish) */
     int n_cached;                /* prompt tokens cached at the first admission */
     int64_t seq_id;
@@ -112,6 +113,7 @@ struct engine {
     char *stop_out;              /* [piece_cap + STOP_MAX_LEN] stop matcher output */
     uint64_t seen_preemptions, seen_queries, seen_hits;
     char fail_msg[ERR_BUF + 32];
+    double last_tick;            /* monotonic seconds of the last cfg.tick call */
 };
 
 static double now_s(void)
@@ -526,6 +528,13 @@ static void update_stats(struct engine *e)
     }
 }
 
+/* The liveness hook (engine_config.tick): called from this loop, never from a stuck step. */
+static void engine_tick(struct engine *e)
+{
+    e->last_tick = now_s();
+    e->cfg.tick(e->cfg.tick_ud);
+}
+
 static void *engine_thread(void *arg)
 {
     struct engine *e = arg;
@@ -553,7 +562,24 @@ static void *engine_thread(void *arg)
                 pthread_cond_broadcast(&e->check_cv);
                 continue;
             }
-            pthread_cond_wait(&e->cv, &e->mu);
+            if (!e->cfg.tick) {
+                pthread_cond_wait(&e->cv, &e->mu);
+                continue;
+            }
+            /* idle with a tick: wake up in time for it */
+            double wait = e->last_tick + e->cfg.tick_interval_s - now_s();
+            if (wait <= 0) {
+                pthread_mutex_unlock(&e->mu);
+                engine_tick(e);
+                pthread_mutex_lock(&e->mu);
+                continue;
+            }
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            double frac = (double)ts.tv_nsec * 1e-9 + wait;
+            ts.tv_sec += (time_t)frac;
+            ts.tv_nsec = (long)((frac - (double)(time_t)frac) * 1e9);
+            pthread_cond_timedwait(&e->cv, &e->mu, &ts);
         }
         struct request *list = e->inbox_head;
         e->inbox_head = e->inbox_tail = NULL;
@@ -591,6 +617,7 @@ static void *engine_thread(void *arg)
         }
         update_stats(e);
         notify_touched(e);
+        if (e->cfg.tick && now_s() - e->last_tick >= e->cfg.tick_interval_s) engine_tick(e);
     }
     pthread_mutex_lock(&e->mu);
     e->thread_done = true;
@@ -612,6 +639,8 @@ int engine_create(struct engine **out, const struct model *m, const struct engin
     e->m = m;
     e->cfg = *cfg;
     e->next_id = 1;
+    e->last_tick = now_s();
+    if (e->cfg.tick && !(e->cfg.tick_interval_s > 0)) e->cfg.tick_interval_s = 1.0;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     pthread_cond_init(&e->check_cv, NULL);
@@ -783,17 +812,22 @@ int engine_submit(struct engine *e, const int32_t *ids, int n, const struct req_
     if (e->draining || e->stopping || e->failed) {
         rc = err_set(err, errlen, ERR_UNAVAILABLE, e->failed ? "the engine failed; restart the server"
                                                              : "the server is shutting down");
-    } else if (e->cfg.max_queued_requests > 0 && e->n_queued >= e->cfg.max_queued_requests) {
+    } else if (!p->sibling && e->cfg.max_queued_requests > 0 &&
+               e->n_queued >= e->cfg.max_queued_requests) {
         rc = err_set(err, errlen, ERR_BUSY, "too many queued requests (%d); retry later",
                      e->n_queued);
-    } else if (e->cfg.max_queued_tokens > 0 && e->n_queued > 0 &&
+    } else if (!p->sibling && e->cfg.max_queued_tokens > 0 && e->n_queued > 0 &&
                e->queued_tokens + n > e->cfg.max_queued_tokens) {
         rc = err_set(err, errlen, ERR_BUSY, "too many queued prompt tokens (%lld); retry later",
                      (long long)e->queued_tokens);
     } else {
         r->id = e->next_id++;
-        e->n_queued++;
-        e->queued_tokens += n;
+        if (p->sibling) { /* the request was counted with its first choice */
+            r->dequeued = true;
+        } else {
+            e->n_queued++;
+            e->queued_tokens += n;
+        }
         e->n_active++;
         /* *out is written before the scheduler thread can see r, so notify may read it */
         *out = r;

@@ -40,10 +40,16 @@ struct model;
 struct engine;
 struct request;
 
+/* A liveness hook: called on the scheduler thread at least every tick_interval_s while
+ * the loop runs (idle or busy), between steps — never while a step is stuck. For a
+ * supervisor's watchdog (systemd WATCHDOG=1). Must be quick; must not call the engine. */
+typedef void (*engine_tick_fn)(void *ud);
+
 struct engine_config {
     struct sched_config sched; /* scheduler and backend (sched_config_default) */
     int max_queued_requests;   /* submitted but not yet running; beyond it submit → ERR_BUSY.
-                                  <= 0: unlimited */
+                                  <= 0: unlimited. A request's sibling choices (req_params.
+                                  sibling) are not counted */
     int64_t max_queued_tokens; /* prompt tokens of those requests; <= 0: unlimited */
     /* Called once, on the scheduler thread, when the engine fails (a backend error), with
      * the reason — engine_failed() is already true and every later submit gets
@@ -51,6 +57,9 @@ struct engine_config {
      * process should exit (house style); may be NULL. No engine call from inside. */
     void (*on_failure)(void *ud, const char *reason);
     void *failure_ud;
+    engine_tick_fn tick;       /* NULL: none */
+    void *tick_ud;
+    double tick_interval_s;    /* <= 0 with a tick: 1 s */
 };
 
 /* What a request asks for. Everything is copied by engine_submit. */
@@ -69,6 +78,9 @@ struct req_params {
     int n_bias;
     const char *cache_salt;    /* NULL or a string (<= BM_SALT_MAX bytes) separating this
                                   request's prefix-cache entries from other salts */
+    bool sibling;              /* another choice (n > 1) of the request the caller submitted
+                                  just before: not counted against max_queued_requests /
+                                  max_queued_tokens (the first choice was), never ERR_BUSY */
 };
 
 /* Sets the usual defaults: sampler_params_default, max_tokens 0, skip_special_tokens true,
@@ -140,7 +152,8 @@ void engine_free(struct engine *e);
  *   ERR_INVALID      empty prompt, id outside the vocabulary, bad sampling params, stops,
  *                    logit bias, logprobs or salt (the reason names the parameter)
  *   ERR_RANGE        prompt of n tokens leaves no room in max_model_len (context length)
- *   ERR_BUSY         the queue is full (max_queued_requests / max_queued_tokens)
+ *   ERR_BUSY         the queue is full (max_queued_requests / max_queued_tokens; not for
+ *                    a sibling)
  *   ERR_UNAVAILABLE  the engine is draining or shutting down
  *   ERR_NOMEM
  * Any thread. */

@@ -27,12 +27,14 @@
 #define _GNU_SOURCE
 #include "http/http.h"
 #include "api/error.h"
+#include "http/auth.h"
 #include "util/err.h"
 #include "util/log.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -60,10 +62,15 @@ struct http_reply {
     struct MHD_Connection *mhd;   /* valid until `completed` */
     int fd;                       /* the connection's socket, valid until `completed` */
     uint64_t id;
-    bool streaming;
     http_close_fn on_close;
     void *ud;
+    struct http_auth *auth;       /* a reference, or NULL: where usage is charged */
+    int key_slot;                 /* the request's API key slot, -1 if none */
+    size_t q_max;                 /* max_stream_queue_bytes (0: unlimited) */
     /* under mu */
+    bool streaming;               /* set at defer, or later by http_reply_start_stream */
+    bool stream_queued;           /* the MHD callback response was queued */
+    bool overflow;                /* the queue passed q_max: closed, on_close pending */
     bool suspended;               /* see the invariants above */
     bool completed;               /* MHD finished the request: mhd/fd are dead */
     bool closed;                  /* peer gone or server stopping: no more output */
@@ -88,9 +95,7 @@ struct http_server {
     char *host_copy;
     struct http_route *routes;    /* [n_routes] copied; path/method borrowed */
     int n_routes;
-    char **keys;                  /* [n_keys] copies */
-    size_t *key_lens;
-    int n_keys;
+    struct http_auth *auth;       /* API keys, limits, per-key counters */
     int port;
     atomic_uint_fast64_t next_id;
     pthread_mutex_t mu;           /* guards replies, stopping */
@@ -120,6 +125,7 @@ struct http_conn {
     bool too_large;               /* body passed max_body_bytes: discarding, then 413 */
     bool handled;                 /* the handler was called */
     bool responded;               /* a response was queued by http_respond */
+    int key_slot;                 /* the API key that authenticated it, -1 if none */
     int status;
     size_t bytes;
     struct http_reply *reply;     /* deferred answer (server's reference) */
@@ -141,6 +147,7 @@ static void reply_unref(struct http_reply *r)
 {
     if (atomic_fetch_sub(&r->refs, 1) != 1) return;
     if (r->response) MHD_destroy_response(r->response);
+    if (r->auth) auth_unref(r->auth);
     free(r->q);
     pthread_cond_destroy(&r->cond);
     pthread_mutex_destroy(&r->mu);
@@ -156,9 +163,22 @@ static void reply_wake_locked(struct http_reply *r)
     }
 }
 
-/* Appends to the byte queue. Caller holds r->mu. Returns false on allocation failure. */
+/* Appends to the byte queue. Caller holds r->mu. Returns false on allocation failure or
+ * when the queue would pass q_max; the latter drops the queue and marks the reply
+ * closed and overflowed (the watchdog then calls on_close). */
 static bool reply_queue_locked(struct http_reply *r, const char *data, size_t len)
 {
+    if (r->q_max && r->q_len + len > r->q_max) {
+        LOG_WARN("http", "req-%llu client reads too slowly: more than %zu bytes queued, closing",
+                 (unsigned long long)r->id, r->q_max);
+        free(r->q);
+        r->q = NULL;
+        r->q_head = r->q_len = r->q_cap = 0;
+        r->overflow = true;
+        r->closed = true;
+        reply_wake_locked(r);
+        return false;
+    }
     if (r->q_head > 0 && r->q_head + r->q_len + len > r->q_cap) {
         memmove(r->q, r->q + r->q_head, r->q_len);
         r->q_head = 0;
@@ -360,6 +380,12 @@ struct http_reply *http_reply_defer(struct http_conn *c, bool streaming, http_cl
     r->streaming = streaming;
     r->on_close = on_close;
     r->ud = ud;
+    r->key_slot = c->key_slot;
+    if (c->key_slot >= 0) {
+        r->auth = c->srv->auth;
+        auth_ref(r->auth);
+    }
+    r->q_max = c->srv->cfg.max_stream_queue_bytes;
     r->status = 200;
     r->ttft_s = -1;
     r->last_activity = now_s();
@@ -374,6 +400,29 @@ struct http_reply *http_reply_defer(struct http_conn *c, bool streaming, http_cl
     pthread_mutex_unlock(&s->mu);
     c->reply = r;
     return r;
+}
+
+char *http_take_body(struct http_conn *c, size_t *len)
+{
+    char *b = c->body;
+    *len = b ? c->body_len : 0;
+    if (b) b[c->body_len] = 0;
+    c->body = NULL;
+    c->body_len = c->body_cap = 0;
+    return b;
+}
+
+bool http_reply_start_stream(struct http_reply *r)
+{
+    pthread_mutex_lock(&r->mu);
+    bool ok = !r->streaming && !r->app_done && !r->response;
+    if (ok) {
+        r->streaming = true;
+        r->last_activity = now_s();
+        reply_wake_locked(r); /* conn_reply_ready queues the stream response */
+    }
+    pthread_mutex_unlock(&r->mu);
+    return ok;
 }
 
 bool http_reply_write(struct http_reply *r, const char *data, size_t len)
@@ -417,7 +466,10 @@ void http_reply_end(struct http_reply *r)
 void http_reply_send(struct http_reply *r, int status, const char *content_type,
                      const char *body, size_t len, const char *const *extra_headers)
 {
-    if (r->streaming) {
+    pthread_mutex_lock(&r->mu);
+    bool streaming = r->streaming;
+    pthread_mutex_unlock(&r->mu);
+    if (streaming) {
         /* misuse: deliver the body as stream bytes, then end */
         LOG_ERR("http", "req-%llu http_reply_send on a streaming reply", (unsigned long long)r->id);
         http_reply_write(r, body, len);
@@ -450,6 +502,8 @@ void http_reply_set_usage(struct http_reply *r, int prompt_tokens, int completio
     r->ttft_s = ttft_s;
     r->has_usage = true;
     pthread_mutex_unlock(&r->mu);
+    if (r->auth && r->key_slot >= 0)
+        auth_charge(r->auth, r->key_slot, prompt_tokens, completion_tokens, now_s());
 }
 
 uint64_t http_reply_request_id(const struct http_reply *r) { return r->id; }
@@ -472,30 +526,11 @@ static char *normalise_path(const char *url)
     return p;
 }
 
-/* Constant-time: does key[0, len) equal one of the configured keys? Every byte of every
- * key is compared, lengths included. */
-static bool key_matches(const struct http_server *s, const char *key, size_t len)
+/* The slot of the API key the request carries (`Authorization: Bearer KEY` or
+ * `X-Api-Key: KEY`), or -1 when it carries none that is configured. */
+static int request_key(const struct http_conn *c)
 {
-    unsigned any = 0;
-    for (int k = 0; k < s->n_keys; k++) {
-        const unsigned char *want = (const unsigned char *)s->keys[k];
-        size_t wlen = s->key_lens[k];
-        size_t n = wlen > len ? wlen : len;
-        unsigned diff = (unsigned)(wlen != len);
-        for (size_t i = 0; i < n; i++) {
-            unsigned a = i < len ? (unsigned char)key[i] : 0u;
-            unsigned b = i < wlen ? want[i] : 0u;
-            diff |= a ^ b;
-        }
-        any |= (unsigned)(diff == 0);
-    }
-    return any != 0;
-}
-
-static bool request_authorised(const struct http_conn *c)
-{
-    const struct http_server *s = c->srv;
-    if (s->n_keys == 0 || (c->route->flags & HTTP_ROUTE_PUBLIC)) return true;
+    struct http_auth *a = c->srv->auth;
     const char *auth = MHD_lookup_connection_value(c->mhd, MHD_HEADER_KIND,
                                                    MHD_HTTP_HEADER_AUTHORIZATION);
     if (auth) {
@@ -505,11 +540,12 @@ static bool request_authorised(const struct http_conn *c)
             while (*k == ' ' || *k == '\t') k++;
             size_t len = strlen(k);
             while (len > 0 && (k[len - 1] == ' ' || k[len - 1] == '\t')) len--;
-            if (key_matches(s, k, len)) return true;
+            int slot = auth_match(a, k, len);
+            if (slot >= 0) return slot;
         }
     }
     const char *xkey = MHD_lookup_connection_value(c->mhd, MHD_HEADER_KIND, "X-Api-Key");
-    return xkey && key_matches(s, xkey, strlen(xkey));
+    return xkey ? auth_match(a, xkey, strlen(xkey)) : -1;
 }
 
 /* application/json, with or without parameters, any case. */
@@ -555,10 +591,28 @@ static enum MHD_Result conn_begin(struct http_conn *c, const char *url, const ch
         return conn_error(c, 405, API_ERR_INVALID_REQUEST, "method_not_allowed", extra,
                           "Method %s not allowed for %s (allowed: %s)", method, c->path, allow);
     }
-    if (!request_authorised(c))
-        return conn_error(c, 401, API_ERR_AUTHENTICATION, "invalid_api_key", NULL,
-                          "Incorrect or missing API key. Send it as 'Authorization: Bearer "
-                          "KEY' or 'X-Api-Key: KEY'.");
+    if (!(c->route->flags & HTTP_ROUTE_PUBLIC) && auth_active(s->auth) > 0) {
+        c->key_slot = request_key(c);
+        if (c->key_slot < 0)
+            return conn_error(c, 401, API_ERR_AUTHENTICATION, "invalid_api_key", NULL,
+                              "Incorrect or missing API key. Send it as 'Authorization: "
+                              "Bearer KEY' or 'X-Api-Key: KEY'.");
+        double wait = 0;
+        const char *limit = "";
+        if (auth_admit(s->auth, c->key_slot, (c->route->flags & HTTP_ROUTE_METERED) != 0,
+                       now_s(), &wait, &limit)) {
+            char name[HTTP_KEY_NAME_MAX + 1], retry[48];
+            auth_name(s->auth, c->key_slot, name, sizeof name);
+            long secs = (long)ceil(wait);
+            if (secs < 1) secs = 1;
+            snprintf(retry, sizeof retry, "Retry-After: %ld", secs);
+            const char *extra[] = { retry, NULL };
+            return conn_error(c, 429, API_ERR_RATE_LIMIT, "rate_limit_exceeded", extra,
+                              "Rate limit reached for API key '%s' (%s); retry in %ld s",
+                              name, !strcmp(limit, "rpm") ? "requests per minute"
+                                                          : "tokens per minute", secs);
+        }
+    }
 
     const char *cl = MHD_lookup_connection_value(c->mhd, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -566,6 +620,9 @@ static enum MHD_Result conn_begin(struct http_conn *c, const char *url, const ch
                                                  MHD_HTTP_HEADER_TRANSFER_ENCODING);
     unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
     bool has_body = declared > 0 || te != NULL;
+    if (has_body && strcmp(method, "GET") == 0)
+        return conn_error(c, 400, API_ERR_INVALID_REQUEST, NULL, NULL,
+                          "A GET request must not have a body");
     if (strcmp(method, "POST") == 0) {
         const char *ct = MHD_lookup_connection_value(c->mhd, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_TYPE);
@@ -578,7 +635,7 @@ static enum MHD_Result conn_begin(struct http_conn *c, const char *url, const ch
         return conn_error(c, 413, API_ERR_INVALID_REQUEST, "request_too_large", NULL,
                           "Request body of %llu bytes is larger than the limit of %zu bytes",
                           declared, s->cfg.max_body_bytes);
-    if (declared > 0 && strcmp(method, "GET") != 0) {
+    if (declared > 0) {
         c->body = malloc((size_t)declared + 1);
         if (!c->body) return MHD_NO;
         c->body_cap = (size_t)declared + 1;
@@ -586,14 +643,13 @@ static enum MHD_Result conn_begin(struct http_conn *c, const char *url, const ch
     return MHD_YES;
 }
 
-/* Accumulates body bytes (GET bodies are ignored); past max_body_bytes keeps discarding
+/* Accumulates body bytes; past max_body_bytes keeps discarding
  * so the final call can answer 413 — up to a point: returns false (close the connection
  * without an answer) once a body without Content-Length runs far past the limit. */
 static bool conn_body(struct http_conn *c, const char *data, size_t len)
 {
     c->body_seen += len;
     if (c->too_large) return c->body_seen <= 2 * c->srv->cfg.max_body_bytes + (1u << 20);
-    if (strcmp(c->method, "GET") == 0) return true;
     if (c->body_len + len > c->srv->cfg.max_body_bytes) {
         c->too_large = true;
         free(c->body);
@@ -617,6 +673,52 @@ static bool conn_body(struct http_conn *c, const char *data, size_t len)
     return true;
 }
 
+/* Queues the SSE callback response of a streaming reply. */
+static enum MHD_Result conn_queue_stream(struct http_conn *c, struct http_reply *r)
+{
+    struct MHD_Response *resp = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, HTTP_STREAM_BLOCK, reply_reader, r, NULL);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    enum MHD_Result ok = MHD_queue_response(c->mhd, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    c->status = 200;
+    return ok;
+}
+
+/* A deferred reply, after the handler returned or after a resume: start the stream,
+ * queue the stored answer, close a closed reply, or (nothing to do yet) suspend until
+ * http_reply_send / http_reply_start_stream. MHD thread. */
+static enum MHD_Result conn_reply_ready(struct http_conn *c)
+{
+    struct http_reply *r = c->reply;
+    pthread_mutex_lock(&r->mu);
+    if (r->streaming && !r->stream_queued) {
+        r->stream_queued = true;
+        pthread_mutex_unlock(&r->mu);
+        return conn_queue_stream(c, r);
+    }
+    if (r->streaming) { /* already queued: MHD does not call back for it */
+        pthread_mutex_unlock(&r->mu);
+        return MHD_YES;
+    }
+    struct MHD_Response *resp = r->closed ? NULL : r->response;
+    int status = r->status;
+    size_t len = r->bytes_out;
+    if (resp) r->response = NULL;
+    bool idle = !resp && !r->closed;
+    if (idle) {
+        r->suspended = true;
+        MHD_suspend_connection(c->mhd);
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (idle) return MHD_YES;
+    if (!resp) return MHD_NO;
+    return conn_queue(c, status, resp, len);
+}
+
 /* The whole request is in: call the handler, then queue its answer, start the stream,
  * or suspend until http_reply_send. */
 static enum MHD_Result conn_dispatch(struct http_conn *c)
@@ -636,59 +738,12 @@ static enum MHD_Result conn_dispatch(struct http_conn *c)
     c->route->handler(c->route->ud, &req);
     if (c->responded) return MHD_YES;
 
-    struct http_reply *r = c->reply;
-    if (!r) {
+    if (!c->reply) {
         LOG_ERR("http", "req-%llu %s %s: handler neither answered nor deferred",
                 (unsigned long long)c->id, c->method, c->path);
         return conn_error(c, 500, API_ERR_SERVER, NULL, NULL, "The server did not answer");
     }
-    if (r->streaming) {
-        struct MHD_Response *resp = MHD_create_response_from_callback(
-            MHD_SIZE_UNKNOWN, HTTP_STREAM_BLOCK, reply_reader, r, NULL);
-        if (!resp) return MHD_NO;
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-        enum MHD_Result ok = MHD_queue_response(c->mhd, MHD_HTTP_OK, resp);
-        MHD_destroy_response(resp);
-        c->status = 200;
-        return ok;
-    }
-    /* non-streaming: answer now if the application already sent, else wait suspended */
-    pthread_mutex_lock(&r->mu);
-    struct MHD_Response *resp = r->response;
-    int status = r->status;
-    size_t len = r->bytes_out;
-    r->response = NULL;
-    bool closed = r->closed;
-    if (!resp && !closed) {
-        r->suspended = true;
-        MHD_suspend_connection(c->mhd);
-    }
-    pthread_mutex_unlock(&r->mu);
-    if (!resp) return closed ? MHD_NO : MHD_YES;
-    return conn_queue(c, status, resp, len);
-}
-
-/* A suspended non-streaming reply was resumed: queue the stored answer, or close the
- * connection if the reply was closed (peer gone, server stopping). */
-static enum MHD_Result conn_resumed(struct http_conn *c)
-{
-    struct http_reply *r = c->reply;
-    pthread_mutex_lock(&r->mu);
-    struct MHD_Response *resp = r->closed ? NULL : r->response;
-    int status = r->status;
-    size_t len = r->bytes_out;
-    if (resp) r->response = NULL;
-    bool idle = !resp && !r->closed; /* spurious wake-up: wait again */
-    if (idle) {
-        r->suspended = true;
-        MHD_suspend_connection(c->mhd);
-    }
-    pthread_mutex_unlock(&r->mu);
-    if (idle) return MHD_YES;
-    if (!resp) return MHD_NO;
-    return conn_queue(c, status, resp, len);
+    return conn_reply_ready(c);
 }
 
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *mhd, const char *url,
@@ -710,7 +765,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mhd, const ch
         *upload_data_size = 0;
         return keep ? MHD_YES : MHD_NO;
     }
-    if (c->handled) return c->reply && !c->reply->streaming ? conn_resumed(c) : MHD_NO;
+    if (c->handled) return c->reply ? conn_reply_ready(c) : MHD_NO;
     if (c->too_large)
         return conn_error(c, 413, API_ERR_INVALID_REQUEST, "request_too_large", NULL,
                           "Request body is larger than the limit of %zu bytes",
@@ -727,6 +782,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *mhd)
     if (!c) return NULL;
     c->srv = s;
     c->mhd = mhd;
+    c->key_slot = -1;
     c->id = atomic_fetch_add(&s->next_id, 1);
     c->t_start = now_s();
     c->uri = strdup(uri ? uri : "");
@@ -805,9 +861,14 @@ static void on_completed(void *cls, struct MHD_Connection *mhd, void **con_cls,
         reply_unref(r);
     }
     double ms = (now_s() - c->t_start) * 1e3;
+    char key[HTTP_KEY_NAME_MAX + 8] = "";
+    if (c->key_slot >= 0) {
+        memcpy(key, " key=", 5);
+        auth_name(s->auth, c->key_slot, key + 5, sizeof key - 5);
+    }
     if (c->started)
-        LOG_INFO("http", "req-%llu %s %s %s %d %zuB %.0fms%s%s%s", (unsigned long long)c->id,
-                 c->client, c->method, c->path ? c->path : "?", status, bytes, ms, usage,
+        LOG_INFO("http", "req-%llu %s %s %s %d %zuB %.0fms%s%s%s%s", (unsigned long long)c->id,
+                 c->client, c->method, c->path ? c->path : "?", status, bytes, ms, key, usage,
                  toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted=",
                  toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : termination_name(toe));
     else
@@ -882,10 +943,14 @@ static void *watchdog_main(void *arg)
         double now = now_s();
         for (struct http_reply *r = s->replies; r; r = r->next) {
             pthread_mutex_lock(&r->mu);
-            if (!r->closed && !r->completed && r->suspended && peer_closed(r->fd)) {
+            bool peer_gone = !r->closed && !r->completed && r->suspended && peer_closed(r->fd);
+            if (peer_gone) {
                 /* closed before resuming: the resumed reader/handler then ends it */
                 r->closed = true;
                 reply_wake_locked(r);
+            }
+            /* a reader too slow for its queue is gone too (reply_queue_locked closed it) */
+            if (peer_gone || (r->overflow && !r->close_notified)) {
                 if (n_gone == cap_gone) {
                     size_t cap = cap_gone ? cap_gone * 2 : 16;
                     struct http_reply **g = realloc(gone, cap * sizeof *g);
@@ -930,12 +995,13 @@ void http_config_default(struct http_config *c)
     *c = (struct http_config){
         .host = "127.0.0.1",
         .port = 8000,
-        .api_keys = NULL,
-        .n_api_keys = 0,
+        .keys = NULL,
+        .n_keys = 0,
         .max_body_bytes = 16u << 20,
         .max_header_bytes = 64u << 10,
         .max_connections = 1024,
-        .max_connections_per_ip = 0,
+        .max_connections_per_ip = 256,
+        .max_stream_queue_bytes = 4u << 20,
         .timeout_s = 60,
         .keepalive_s = 5.0,
         .n_threads = 1,
@@ -987,9 +1053,7 @@ static int listen_on(const char *host, int port, int backlog, int *out_fd, int *
 
 static void server_free(struct http_server *s)
 {
-    for (int i = 0; i < s->n_keys; i++) free(s->keys[i]);
-    free(s->keys);
-    free(s->key_lens);
+    auth_unref(s->auth);
     free(s->routes);
     free(s->host_copy);
     pthread_cond_destroy(&s->cond);
@@ -1002,7 +1066,7 @@ int http_server_start(struct http_server **out, const struct http_config *c,
 {
     *out = NULL;
     if (!c->host || c->port < 0 || c->port > 65535 || c->n_threads < 1 || n_routes < 0 ||
-        c->max_connections < 1 || c->n_api_keys < 0 || (c->n_api_keys > 0 && !c->api_keys))
+        c->max_connections < 1 || c->n_keys < 0 || (c->n_keys > 0 && !c->keys))
         return err_set(err, errlen, ERR_INVALID, "invalid HTTP configuration");
     for (int i = 0; i < n_routes; i++)
         if (!routes[i].method || !routes[i].path || !routes[i].handler)
@@ -1016,28 +1080,19 @@ int http_server_start(struct http_server **out, const struct http_config *c,
     s->cfg = *c;
     s->host_copy = strdup(c->host);
     s->routes = malloc(sizeof *s->routes * (size_t)(n_routes ? n_routes : 1));
-    s->keys = calloc((size_t)(c->n_api_keys ? c->n_api_keys : 1), sizeof *s->keys);
-    s->key_lens = calloc((size_t)(c->n_api_keys ? c->n_api_keys : 1), sizeof *s->key_lens);
+    s->auth = auth_create();
     int rc = ERR_NOMEM;
     int fd = -1;
-    if (!s->host_copy || !s->routes || !s->keys || !s->key_lens) {
+    if (!s->host_copy || !s->routes || !s->auth) {
         err_set(err, errlen, ERR_NOMEM, "out of memory");
         goto fail;
     }
     s->cfg.host = s->host_copy;
-    s->cfg.api_keys = NULL;
+    s->cfg.keys = NULL;
+    s->cfg.n_keys = 0;
     memcpy(s->routes, routes, sizeof *s->routes * (size_t)n_routes);
     s->n_routes = n_routes;
-    for (int i = 0; i < c->n_api_keys; i++) {
-        if (!c->api_keys[i] || !c->api_keys[i][0]) continue; /* empty keys never match */
-        s->keys[s->n_keys] = strdup(c->api_keys[i]);
-        if (!s->keys[s->n_keys]) {
-            err_set(err, errlen, ERR_NOMEM, "out of memory");
-            goto fail;
-        }
-        s->key_lens[s->n_keys] = strlen(c->api_keys[i]);
-        s->n_keys++;
-    }
+    if ((rc = auth_set_keys(s->auth, c->keys, c->n_keys, err, errlen))) goto fail;
 
     rc = listen_on(c->host, c->port, 511, &fd, &s->port, err, errlen);
     if (rc) goto fail;
@@ -1082,6 +1137,17 @@ fail:
 }
 
 int http_server_port(const struct http_server *s) { return s->port; }
+
+int http_server_set_keys(struct http_server *s, const struct http_key *keys, int n, char *err,
+                         size_t errlen)
+{
+    return auth_set_keys(s->auth, keys, n, err, errlen);
+}
+
+int http_server_key_stats(struct http_server *s, struct http_key_stats *out, int cap)
+{
+    return auth_stats(s->auth, out, cap);
+}
 
 bool http_server_wait_idle(struct http_server *s, double timeout_s)
 {

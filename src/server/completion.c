@@ -2,18 +2,23 @@
  * a job of n engine requests (one per choice), streamed back as SSE or answered as one
  * JSON body.
  *
- * Threads. The handler runs on an HTTP thread: it parses (api/), submits the n requests
- * and defers the reply, all under the job's mutex, so an engine notify for this job waits
- * until the job is fully set up. Notifies run on the scheduler thread: each takes its
- * choice's new output (request_take), formats the SSE chunks (streaming) or accumulates
- * the text (non-streaming), and the last choice to finish ends the reply. A client
- * disconnect arrives as on_close from an HTTP thread: it only calls request_abort, never
- * takes the job's mutex (the HTTP layer may hold the reply's lock while calling it, and a
- * notify holds the job's mutex while writing to the reply).
+ * Threads. The handler runs on an HTTP thread and does nothing that takes time: it defers
+ * the reply (not yet streaming), takes the body and queues the job on the server's worker
+ * pool (server_work). A worker parses the body (api/: JSON, chat template, tokenizer),
+ * answers an error status if it is bad, else submits the n requests and — for a stream —
+ * turns the reply into a stream, all under the job's mutex, so an engine notify for this
+ * job waits until the job is fully set up. Notifies run on the scheduler thread: each
+ * takes its choice's new output (request_take), formats the SSE chunks (streaming) or
+ * accumulates the text (non-streaming), and the last choice to finish ends the reply. A
+ * client disconnect (or a stream whose client reads too slowly for its queue) arrives as
+ * on_close from an HTTP thread: it only calls request_abort on the choices submitted so
+ * far, never takes the job's mutex (a notify holds the job's mutex while it ends the
+ * reply, which waits for a running on_close).
  *
- * Lifetime. The job is refcounted: one reference for the handler, one per submitted
- * choice, dropped at that choice's final notify. The engine requests are released only
- * when the job is freed, so on_close can abort them for as long as the reply is open.
+ * Lifetime. The job is refcounted: one reference for the worker's task, one per
+ * submitted choice, dropped at that choice's final notify. The engine requests are
+ * released only when the job is freed, so on_close can abort them for as long as the
+ * reply is open.
  */
 #include "server/server_internal.h"
 #include "util/err.h"
@@ -21,6 +26,7 @@
 #include "util/log.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -47,22 +53,28 @@ struct choice {
 
 struct job {
     struct server *s;
+    enum oai_kind kind;
+    char *body;                  /* [body_len] taken from the request, freed once parsed */
+    size_t body_len;
     struct oai_request req;
     struct oai_meta meta;
     char id[64];
     pthread_mutex_t mu;          /* guards everything below and the choices */
     int refs;
-    struct http_reply *reply;    /* NULL until deferred */
+    struct http_reply *reply;    /* deferred by the handler */
+    atomic_int n_submitted;      /* ch[0, n) have their engine request (for on_close) */
+    atomic_bool gone;            /* on_close ran: abort what gets submitted */
     bool failed;                 /* setup failed: notifies only drop their references */
     int n_done;
     struct api_error error;      /* the first engine error or abort, if any */
     bool has_error;
-    struct choice ch[];          /* [req.n] */
+    struct choice ch[OAI_MAX_N]; /* [req.n] */
 };
 
 static void job_free(struct job *j)
 {
-    for (int i = 0; i < j->req.n; i++) {
+    free(j->body);
+    for (int i = 0; i < OAI_MAX_N; i++) {
         struct choice *c = &j->ch[i];
         if (c->rq) request_release(c->rq);
         req_output_free(&c->out);
@@ -102,11 +114,21 @@ static void collect(struct job *j, struct choice *c)
     c->n_lp += o->n_lp;
 }
 
+/* Aborts every choice submitted so far (client gone, queue over its bound). Idempotent;
+ * takes no lock of the job. */
+static void abort_choices(struct job *j)
+{
+    int n = atomic_load(&j->n_submitted);
+    for (int i = 0; i < n; i++) request_abort(j->ch[i].rq);
+}
+
 /* Writes one formatted SSE event (NUL-terminated JSON text: the formatter escapes NUL)
- * and frees it; NULL (out of memory) is skipped. */
+ * and frees it; NULL (out of memory) is skipped. A failed write means the client is gone
+ * or reads too slowly for the stream queue's bound: the choices are aborted now rather
+ * than at the HTTP layer's on_close, so their KV blocks are freed at the next step. */
 static void write_sse(struct job *j, char *ev)
 {
-    if (ev) http_reply_write(j->reply, ev, strlen(ev));
+    if (ev && !http_reply_write(j->reply, ev, strlen(ev))) abort_choices(j);
     free(ev);
 }
 
@@ -230,75 +252,113 @@ static void on_notify(void *ud)
 static void on_close(void *ud)
 {
     struct job *j = ud;
-    for (int i = 0; i < j->req.n; i++)
-        if (j->ch[i].rq) request_abort(j->ch[i].rq);
+    atomic_store(&j->gone, true);
+    abort_choices(j);
 }
 
+static void reply_api_error(struct http_reply *r, const struct api_error *e)
+{
+    static const char *const retry[] = { "Retry-After: 1", NULL };
+    char *body = api_error_json(e);
+    const char *oom = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+    http_reply_send(r, body ? e->status : 500, "application/json", body ? body : oom,
+                    strlen(body ? body : oom), e->status == 429 ? retry : NULL);
+    free(body);
+}
+
+/* The worker's part: parse, submit, start the stream. Worker thread. */
+static void job_run(void *arg)
+{
+    struct job *j = arg;
+    struct server *s = j->s;
+    enum oai_kind kind = j->kind;
+    struct api_error e;
+    const char *body = j->body ? j->body : ""; /* no body: "" is not JSON either */
+    int rc = kind == OAI_CHAT ? oai_parse_chat(&s->ctx, body, j->body_len, &j->req, &e)
+                              : oai_parse_completion(&s->ctx, body, j->body_len, &j->req, &e);
+    free(j->body);
+    j->body = NULL;
+    pthread_mutex_lock(&j->mu);
+    if (rc) {
+        j->failed = true;
+        reply_api_error(j->reply, &e);
+        job_unref_unlock(j);
+        return;
+    }
+    const struct oai_request *r = &j->req;
+    oai_make_id(kind == OAI_CHAT ? "chatcmpl-" : "cmpl-", j->id, sizeof j->id);
+    j->meta = (struct oai_meta){ .kind = kind, .id = j->id, .created = (int64_t)time(NULL),
+                                 .model = r->model };
+    char err[ERR_BUF] = "";
+    for (int i = 0; i < r->n; i++) {
+        struct req_params p = r->rp;
+        p.sp.seed = r->rp.sp.seed + (uint64_t)i; /* n choices: distinct, reproducible streams */
+        p.sibling = i > 0; /* n choices are one request against the queue limits */
+        rc = engine_submit(s->e, r->prompt_ids, r->n_prompt, &p, on_notify, &j->ch[i], &j->ch[i].rq,
+                           err, sizeof err);
+        if (rc) break;
+        j->refs++;
+        atomic_store(&j->n_submitted, i + 1);
+    }
+    if (rc) {
+        /* nothing was sent yet: a real HTTP status (the submitted choices are aborted and
+           drop their references at their final notify) */
+        j->failed = true;
+        abort_choices(j);
+        api_error_from_code(&e, rc, kind == OAI_CHAT ? "messages" : "prompt",
+                            rc == ERR_RANGE ? "context_length_exceeded" : NULL, err);
+        reply_api_error(j->reply, &e);
+        job_unref_unlock(j);
+        return;
+    }
+    if (atomic_load(&j->gone)) abort_choices(j); /* on_close ran before they existed */
+    if (r->stream) {
+        http_reply_start_stream(j->reply);
+        if (kind == OAI_CHAT) {
+            /* the role chunk of every choice goes out at once: the client sees the stream open */
+            for (int i = 0; i < r->n; i++) {
+                struct oai_piece p = { .index = i };
+                size_t len;
+                write_sse(j, oai_chunk_sse(s->m, &j->meta, &p, true, &len));
+            }
+        }
+    }
+    job_unref_unlock(j);
+}
+
+/* The handler's part: defer, hand the body to a worker. HTTP thread; never blocks. */
 static void handle(struct server *s, const struct http_request *req, enum oai_kind kind)
 {
     if (server_refuse_unless_ready(s, req)) return;
-    struct oai_request r;
-    struct api_error e;
-    int rc = kind == OAI_CHAT ? oai_parse_chat(&s->ctx, req->body, req->body_len, &r, &e)
-                              : oai_parse_completion(&s->ctx, req->body, req->body_len, &r, &e);
-    if (rc) {
-        server_respond_api_error(req, &e);
-        return;
-    }
-    struct job *j = calloc(1, sizeof *j + sizeof(struct choice) * (size_t)r.n);
+    struct job *j = calloc(1, sizeof *j);
     if (!j) {
-        oai_request_free(&r);
-        api_error_from_code(&e, ERR_NOMEM, NULL, NULL, "out of memory");
-        server_respond_api_error(req, &e);
+        http_respond_error(req->conn, 500, "out of memory", API_ERR_SERVER, NULL, NULL, NULL);
         return;
     }
     j->s = s;
-    j->req = r;
-    oai_make_id(kind == OAI_CHAT ? "chatcmpl-" : "cmpl-", j->id, sizeof j->id);
-    j->meta = (struct oai_meta){ .kind = kind, .id = j->id, .created = (int64_t)time(NULL),
-                                 .model = r.model };
+    j->kind = kind;
     pthread_mutex_init(&j->mu, NULL);
-    j->refs = 1;
-    for (int i = 0; i < r.n; i++) {
+    j->refs = 1; /* the worker's task */
+    atomic_init(&j->n_submitted, 0);
+    atomic_init(&j->gone, false);
+    for (int i = 0; i < OAI_MAX_N; i++) {
         j->ch[i].job = j;
         j->ch[i].index = i;
         j->ch[i].ttft = -1;
     }
-
-    pthread_mutex_lock(&j->mu);
-    char err[ERR_BUF] = "";
-    for (int i = 0; i < r.n; i++) {
-        struct req_params p = r.rp;
-        p.sp.seed = r.rp.sp.seed + (uint64_t)i; /* n choices: distinct, reproducible streams */
-        rc = engine_submit(s->e, r.prompt_ids, r.n_prompt, &p, on_notify, &j->ch[i], &j->ch[i].rq,
-                           err, sizeof err);
-        if (rc) break;
-        j->refs++;
-    }
-    if (!rc) j->reply = http_reply_defer(req->conn, r.stream, on_close, j);
-    if (rc || !j->reply) {
-        /* nothing was sent yet: a real HTTP status (the submitted choices are aborted and
-           drop their references at their final notify) */
-        j->failed = true;
-        for (int i = 0; i < r.n; i++)
-            if (j->ch[i].rq) request_abort(j->ch[i].rq);
-        if (rc) {
-            api_error_from_code(&e, rc, kind == OAI_CHAT ? "messages" : "prompt",
-                                rc == ERR_RANGE ? "context_length_exceeded" : NULL, err);
-            server_respond_api_error(req, &e);
-        } /* else the HTTP layer answers 500 */
-        job_unref_unlock(j);
+    j->reply = http_reply_defer(req->conn, false, on_close, j);
+    if (!j->reply) { /* the HTTP layer answers 500 */
+        job_free(j);
         return;
     }
-    if (r.stream && kind == OAI_CHAT) {
-        /* the role chunk of every choice goes out at once: the client sees the stream open */
-        for (int i = 0; i < r.n; i++) {
-            struct oai_piece p = { .index = i };
-            size_t len;
-            write_sse(j, oai_chunk_sse(s->m, &j->meta, &p, true, &len));
-        }
+    j->body = http_take_body(req->conn, &j->body_len);
+    if (!server_work(s, job_run, j)) {
+        struct api_error e;
+        api_error_set(&e, 429, API_ERR_RATE_LIMIT, NULL, "rate_limit_exceeded",
+                      "too many requests are waiting to be parsed; retry later");
+        reply_api_error(j->reply, &e);
+        job_free(j);
     }
-    job_unref_unlock(j);
 }
 
 void server_handle_chat(void *ud, const struct http_request *req) { handle(ud, req, OAI_CHAT); }

@@ -1,24 +1,34 @@
 /* server.c — start-up, the small endpoints, signals and the drain (see server.h).
  *
- * main thread: blocks SIGINT/SIGTERM (every thread started later inherits the mask) →
- * starts HTTP (state LOADING: /health 503) → loads the model, applies the chat-template
- * override → starts the engine (backend created, one warm-up step) → READY → sigwait →
- * DRAINING (new requests 503) → waits for live requests up to the grace period → stops
- * HTTP (closing streams aborts their requests) → frees the engine and the model.
+ * main thread: blocks SIGINT/SIGTERM/SIGHUP (every thread started later inherits the
+ * mask) and starts the signal thread → starts the worker pool and HTTP (state LOADING:
+ * /health 503) → loads the model, applies the chat-template override → starts the engine
+ * (backend created, one warm-up step) → READY (sd_notify READY=1) → waits for the first
+ * SIGTERM/SIGINT → DRAINING (STOPPING=1; new requests 503) → waits for requests still
+ * being parsed, then for live requests, up to the grace period → stops HTTP (closing
+ * streams aborts their requests) → frees the engine and the model.
+ *
+ * signal thread (sigwait): SIGHUP reloads the api-key-file; the first SIGTERM/SIGINT
+ * during the model load exits at once (status 0: nothing was served), after it starts the
+ * drain; a second one exits at once with 128 + the signal number.
+ *
  * An engine failure (a backend fault) fails every live request at once, turns /health to
- * 503 and raises SIGTERM, so the main thread wakes, skips the drain and exits 1 for the
+ * 503 and wakes the main thread as a stop would, which skips the drain and exits 1 for the
  * supervisor to restart the process (house style).
  */
 #define _GNU_SOURCE
 #include "server/server.h"
 #include "backend/backend.h"
+#include "config/keyfile.h"
 #include "engine/stats.h"
 #include "model/model.h"
+#include "server/notify.h"
 #include "server/server_internal.h"
 #include "template/jinja.h"
 #include "util/err.h"
 #include "util/log.h"
 #include "util/mapfile.h"
+#include "util/workq.h"
 #include "version.h"
 
 #include <cjson/cJSON.h>
@@ -31,7 +41,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define METRICS_CAP (64 * 1024)
+#define METRICS_CAP (64 * 1024)  /* the engine's part of /metrics */
+#define KEY_METRICS_BYTES 512    /* per API key name */
+#define KEY_NAME_SLOT 24         /* "api-key-N" names of the --api-key keys */
+#define MAX_PARSE_QUEUE 1024 /* requests waiting for a worker before new ones get 429 */
 
 bool server_refuse_unless_ready(struct server *s, const struct http_request *req)
 {
@@ -87,36 +100,148 @@ static void handle_models(void *ud, const struct http_request *req)
                                            s->ctx.max_model_len));
 }
 
+/* Per-API-key counters, labelled with the key's name (never the key). Names are
+ * restricted to characters that need no escaping in a label value. */
+static size_t format_key_metrics(struct server *s, char *buf, size_t cap)
+{
+    static const struct { const char *name, *help; } fam[] = {
+        { "tessera:api_key_requests_total", "Authenticated requests per API key name." },
+        { "tessera:api_key_rate_limited_total", "Requests refused with 429 by a key's limit." },
+        { "tessera:api_key_prompt_tokens_total", "Prompt tokens of finished requests per key." },
+        { "tessera:api_key_generation_tokens_total", "Generated tokens per key." },
+    };
+    int n = http_server_key_stats(s->http, NULL, 0);
+    struct http_key_stats *ks = calloc((size_t)(n > 0 ? n : 1), sizeof *ks);
+    if (!ks) return 0;
+    int got = http_server_key_stats(s->http, ks, n);
+    if (got < n) n = got;
+    size_t len = 0;
+#define OUT(...)                                                                     \
+    do {                                                                             \
+        if (len < cap) len += (size_t)snprintf(buf + len, cap - len, __VA_ARGS__);   \
+    } while (0)
+    for (int f = 0; f < 4 && n > 0; f++) {
+        OUT("# HELP %s %s\n# TYPE %s counter\n", fam[f].name, fam[f].help, fam[f].name);
+        for (int i = 0; i < n; i++) {
+            const struct http_key_stats *k = &ks[i];
+            if (f == 1) {
+                OUT("%s{key_name=\"%s\",limit=\"rpm\"} %llu\n", fam[f].name, k->name,
+                    (unsigned long long)k->rate_limited_rpm);
+                OUT("%s{key_name=\"%s\",limit=\"tpm\"} %llu\n", fam[f].name, k->name,
+                    (unsigned long long)k->rate_limited_tpm);
+                continue;
+            }
+            unsigned long long v = f == 0 ? k->requests : f == 2 ? k->prompt_tokens
+                                                                 : k->completion_tokens;
+            OUT("%s{key_name=\"%s\"} %llu\n", fam[f].name, k->name, v);
+        }
+    }
+#undef OUT
+    free(ks);
+    return len < cap ? len : cap;
+}
+
 static void handle_metrics(void *ud, const struct http_request *req)
 {
     struct server *s = ud;
     if (server_refuse_unless_ready(s, req)) return;
     struct engine_stats st;
     engine_get_stats(s->e, &st);
-    char *buf = malloc(METRICS_CAP);
+    size_t cap = METRICS_CAP + (size_t)http_server_key_stats(s->http, NULL, 0) * KEY_METRICS_BYTES;
+    char *buf = malloc(cap);
     if (!buf) {
         http_respond_error(req->conn, 500, "out of memory", API_ERR_SERVER, NULL, NULL, NULL);
         return;
     }
     size_t n = stats_format_prometheus(&st, s->names[0], buf, METRICS_CAP);
     if (n >= METRICS_CAP) n = METRICS_CAP - 1;
+    n += format_key_metrics(s, buf + n, cap - n);
+    if (n >= cap) n = cap - 1;
     http_respond(req->conn, 200, "text/plain; version=0.0.4; charset=utf-8", buf, n, NULL);
     free(buf);
+}
+
+/* /tokenize and /detokenize run on a worker: a long prompt takes a while to tokenize. */
+struct tok_task {
+    struct server *s;
+    struct http_reply *reply;
+    char *body;
+    size_t len;
+    bool decode;
+};
+
+static void tok_run(void *arg)
+{
+    struct tok_task *t = arg;
+    char *out = NULL;
+    struct api_error e;
+    const char *body = t->body ? t->body : "";
+    int rc = t->decode ? oai_detokenize(&t->s->ctx, body, t->len, &out, &e)
+                       : oai_tokenize(&t->s->ctx, body, t->len, &out, &e);
+    if (rc) {
+        char *body = api_error_json(&e);
+        if (body) http_reply_send(t->reply, e.status, "application/json", body, strlen(body), NULL);
+        else http_reply_send(t->reply, 500, "text/plain", "out of memory", 13, NULL);
+        free(body);
+    } else {
+        http_reply_send(t->reply, 200, "application/json", out, strlen(out), NULL);
+    }
+    free(out);
+    free(t->body);
+    free(t);
 }
 
 static void handle_tokenize(void *ud, const struct http_request *req, bool decode)
 {
     struct server *s = ud;
     if (server_refuse_unless_ready(s, req)) return;
-    char *out = NULL;
-    struct api_error e;
-    int rc = decode ? oai_detokenize(&s->ctx, req->body, req->body_len, &out, &e)
-                    : oai_tokenize(&s->ctx, req->body, req->body_len, &out, &e);
-    if (rc) server_respond_api_error(req, &e);
-    else respond_json(req, 200, out);
+    struct tok_task *t = calloc(1, sizeof *t);
+    if (!t || !(t->reply = http_reply_defer(req->conn, false, NULL, NULL))) {
+        free(t); /* the HTTP layer answers 500 */
+        return;
+    }
+    t->s = s;
+    t->decode = decode;
+    t->body = http_take_body(req->conn, &t->len);
+    if (!server_work(s, tok_run, t)) {
+        static const char *const retry[] = { "Retry-After: 1", NULL };
+        char *body = api_error_json_fields("too many requests are waiting to be parsed; retry later",
+                                           API_ERR_RATE_LIMIT, NULL, "rate_limit_exceeded");
+        http_reply_send(t->reply, 429, "application/json", body ? body : "", body ? strlen(body) : 0,
+                        retry);
+        free(body);
+        free(t->body);
+        free(t);
+    }
 }
 static void handle_tok(void *ud, const struct http_request *req) { handle_tokenize(ud, req, false); }
 static void handle_detok(void *ud, const struct http_request *req) { handle_tokenize(ud, req, true); }
+
+struct work {
+    struct server *s;
+    void (*fn)(void *);
+    void *arg;
+};
+
+static void work_run(void *arg)
+{
+    struct work w = *(struct work *)arg;
+    free(arg);
+    w.fn(w.arg);
+    atomic_fetch_sub(&w.s->n_tasks, 1);
+}
+
+bool server_work(struct server *s, void (*fn)(void *), void *arg)
+{
+    struct work *w = malloc(sizeof *w);
+    if (!w) return false;
+    *w = (struct work){ s, fn, arg };
+    atomic_fetch_add(&s->n_tasks, 1);
+    if (workq_push(s->workers, work_run, w)) return true;
+    atomic_fetch_sub(&s->n_tasks, 1);
+    free(w);
+    return false;
+}
 
 /* The engine's configuration from the options and the model. The backend sizes its KV
  * cache (and says what is missing when one max-model-len sequence does not fit). */
@@ -157,12 +282,16 @@ static int engine_config_from(const struct server_options *o, const struct model
     return 0;
 }
 
-/* Engine failure (scheduler thread): wake the main thread, which exits non-zero. */
+/* Engine failure (scheduler thread): wake the main thread as a stop signal would; it sees
+ * engine_failed() and exits non-zero without a drain. */
 static void on_engine_failure(void *ud, const char *reason)
 {
-    (void)ud;
+    struct server *s = ud;
     LOG_ERR("server", "engine failed (%s): exiting", reason);
-    kill(getpid(), SIGTERM);
+    pthread_mutex_lock(&s->mu);
+    if (!s->stop_signal) s->stop_signal = SIGTERM;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* Sampling defaults: generation_config.json, then the server flags. */
@@ -221,22 +350,153 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* ---- API keys -------------------------------------------------------------------------- */
+
+/* The key set: api-key (flags / file / TESSERA_API_KEY) named api-key-1, api-key-2, ...
+ * in that order, then the api-key-file's named keys (a key given both ways keeps the
+ * file's name and limits). Returns 0 and a malloc'd array (free with keys_free), or an
+ * error naming the file and line. */
+static int keys_build(const struct server_options *o, struct http_key **out, int *n_out,
+                      struct keyfile *kf, char *names, char *err, size_t errlen)
+{
+    *out = NULL;
+    *n_out = 0;
+    memset(kf, 0, sizeof *kf);
+    if (o->api_key_file) {
+        int rc = keyfile_load(o->api_key_file, kf, err, errlen);
+        if (rc) return rc;
+    }
+    struct http_key *k = calloc((size_t)(o->n_api_key + kf->n + 1), sizeof *k);
+    if (!k) {
+        keyfile_free(kf);
+        return err_set(err, errlen, ERR_NOMEM, "out of memory");
+    }
+    int n = 0;
+    for (int i = 0; i < o->n_api_key; i++) {
+        bool in_file = false;
+        for (int f = 0; f < kf->n && !in_file; f++) in_file = !strcmp(kf->e[f].key, o->api_key[i]);
+        if (in_file) continue;
+        char *name = names + (size_t)i * KEY_NAME_SLOT;
+        snprintf(name, KEY_NAME_SLOT, "api-key-%d", i + 1);
+        k[n++] = (struct http_key){ .name = name, .key = o->api_key[i] };
+    }
+    for (int f = 0; f < kf->n; f++)
+        k[n++] = (struct http_key){ .name = kf->e[f].name, .key = kf->e[f].key,
+                                    .rpm = kf->e[f].rpm, .tpm = kf->e[f].tpm };
+    *out = k;
+    *n_out = n;
+    return 0;
+}
+
+/* (Re)loads the key set into the HTTP server. On error the keys in force stay. */
+static int keys_apply(struct server *s, char *err, size_t errlen)
+{
+    struct http_key *keys;
+    struct keyfile kf;
+    char names[OPTS_MAX_LIST * KEY_NAME_SLOT];
+    int n, rc = keys_build(s->o, &keys, &n, &kf, names, err, errlen);
+    if (rc) return rc;
+    rc = http_server_set_keys(s->http, keys, n, err, errlen);
+    free(keys);
+    keyfile_free(&kf);
+    if (!rc) LOG_INFO("server", "%d API key%s in force%s", n, n == 1 ? "" : "s",
+                      n ? "" : ": no authentication");
+    return rc;
+}
+
+/* ---- signals ------------------------------------------------------------------------- */
+
+static void *signal_main(void *arg)
+{
+    struct server *s = arg;
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+    for (;;) {
+        int sig = 0;
+        /* server_run cancels this thread at its end, only ever inside sigwait */
+        pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);
+        int rc = sigwait(&sigs, &sig);
+        pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+        if (rc != 0) continue;
+        if (sig == SIGHUP) {
+            char err[ERR_BUF];
+            pthread_mutex_lock(&s->mu);
+            if (!s->o->api_key_file)
+                LOG_INFO("server", "SIGHUP: no api-key-file to reload");
+            else if (atomic_load(&s->state) == SERVER_LOADING || s->stopping)
+                LOG_WARN("server", "SIGHUP while starting or stopping: keys not reloaded");
+            else if (keys_apply(s, err, sizeof err))
+                LOG_ERR("server", "SIGHUP: keeping the previous API keys: %s", err);
+            else
+                LOG_INFO("server", "SIGHUP: reloaded %s", s->o->api_key_file);
+            pthread_mutex_unlock(&s->mu);
+            continue;
+        }
+        pthread_mutex_lock(&s->mu);
+        bool tearing_down = s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        if (atomic_load(&s->state) == SERVER_LOADING && !tearing_down) {
+            /* nothing is served yet: stop the load by ending the process */
+            LOG_WARN("server", "signal %d during start-up: stopping", sig);
+            notify_stopping("stopped during start-up");
+            _exit(0);
+        }
+        pthread_mutex_lock(&s->mu);
+        bool first = s->stop_signal == 0;
+        if (first) s->stop_signal = sig;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        if (!first) {
+            LOG_WARN("server", "second signal %d: exiting now, without finishing the drain", sig);
+            _exit(128 + sig);
+        }
+    }
+    return NULL;
+}
+
+/* Waits up to timeout_s for done(s) (polled every 10 ms). */
+static bool wait_for(struct server *s, bool (*done)(struct server *), double timeout_s)
+{
+    double deadline = now_s() + timeout_s;
+    while (!done(s)) {
+        if (now_s() >= deadline) return false;
+        usleep(10 * 1000);
+    }
+    return true;
+}
+
+static bool parsing_done(struct server *s) { return atomic_load(&s->n_tasks) == 0; }
+static bool engine_idle(struct server *s) { return engine_num_active(s->e) == 0; }
+
 int server_run(const struct server_options *o)
 {
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     struct server s = { .o = o, .started = (int64_t)time(NULL) };
     atomic_init(&s.state, SERVER_LOADING);
+    atomic_init(&s.n_tasks, 0);
+    pthread_mutex_init(&s.mu, NULL);
+    pthread_cond_init(&s.cv, NULL);
     set_names(&s);
+    pthread_t sig_thread;
+    if (pthread_create(&sig_thread, NULL, signal_main, &s) != 0) {
+        LOG_ERR("server", "cannot start the signal thread");
+        return 1;
+    }
 
     const struct http_route routes[] = {
-        { "POST", "/v1/chat/completions", server_handle_chat, &s, 0 },
-        { "POST", "/v1/completions", server_handle_completion, &s, 0 },
+        { "POST", "/v1/chat/completions", server_handle_chat, &s, HTTP_ROUTE_METERED },
+        { "POST", "/v1/completions", server_handle_completion, &s, HTTP_ROUTE_METERED },
         { "GET", "/v1/models", handle_models, &s, 0 },
         { "GET", "/health", handle_health, &s, HTTP_ROUTE_PUBLIC },
         { "GET", "/metrics", handle_metrics, &s, o->public_metrics ? HTTP_ROUTE_PUBLIC : 0 },
@@ -248,12 +508,11 @@ int server_run(const struct server_options *o)
     http_config_default(&hc);
     hc.host = o->host;
     hc.port = o->port;
-    hc.api_keys = (const char *const *)o->api_key;
-    hc.n_api_keys = o->n_api_key;
     hc.max_body_bytes = (size_t)o->max_body_bytes;
     hc.max_header_bytes = (size_t)o->max_header_bytes;
     hc.max_connections = o->max_connections;
     hc.max_connections_per_ip = o->max_connections_per_ip;
+    hc.max_stream_queue_bytes = (size_t)o->max_stream_queue_bytes;
     hc.timeout_s = o->http_timeout;
     hc.keepalive_s = o->keepalive_interval;
     hc.n_threads = o->http_threads;
@@ -261,24 +520,50 @@ int server_run(const struct server_options *o)
     char err[ERR_BUF];
     struct http_server *http = NULL;
     int status = 1;
-    if (http_server_start(&http, &hc, routes, (int)(sizeof routes / sizeof routes[0]), err,
-                          sizeof err)) {
-        LOG_ERR("server", "%s", err);
-        return 1;
+    struct engine_config ec;
+    s.workers = workq_create(o->api_threads, MAX_PARSE_QUEUE);
+    if (!s.workers) {
+        snprintf(err, sizeof err, "cannot start %d API worker threads", o->api_threads);
+        goto fail;
     }
+    /* keys before the first request can arrive: start HTTP with them */
+    {
+        struct http_key *keys;
+        struct keyfile kf;
+        char names[OPTS_MAX_LIST * KEY_NAME_SLOT];
+        int n;
+        if (keys_build(o, &keys, &n, &kf, names, err, sizeof err)) goto fail;
+        hc.keys = keys;
+        hc.n_keys = n;
+        int rc = http_server_start(&http, &hc, routes, (int)(sizeof routes / sizeof routes[0]),
+                                   err, sizeof err);
+        free(keys);
+        keyfile_free(&kf);
+        if (rc) goto fail;
+        LOG_INFO("server", "%d API key%s in force%s", n, n == 1 ? "" : "s",
+                 n ? "" : ": no authentication");
+    }
+    s.http = http;
     LOG_INFO("server", "listening on http://%s:%d (loading %s)", o->host, http_server_port(http),
              o->model);
+    notify_status("loading %s", o->model);
 
-    struct engine_config ec;
     double t0 = now_s();
     if (model_load(o->model, !strcmp(o->load_format, "dummy") ? MODEL_LOAD_DUMMY : 0, &s.m, err, sizeof err))
         goto fail;
     if (o->chat_template && load_template_override(s.m, o->chat_template, err, sizeof err)) goto fail;
     if (engine_config_from(o, s.m, &ec, err, sizeof err)) goto fail;
     ec.on_failure = on_engine_failure;
+    ec.failure_ud = &s;
+    double wd = notify_watchdog_interval();
+    if (wd > 0) { /* systemd WatchdogSec: pinged from the scheduler loop */
+        ec.tick = notify_watchdog;
+        ec.tick_interval_s = wd;
+    }
     if (engine_create(&s.e, s.m, &ec, err, sizeof err)) goto fail;
     s.ctx = (struct oai_ctx){ .m = s.m, .served_names = s.names, .n_served = s.n_names,
                               .max_model_len = engine_sched_config(s.e)->max_model_len };
+    s.ctx.max_prompt_bytes = oai_max_prompt_bytes(s.m, s.ctx.max_model_len);
     defaults_from(o, s.m, &s.ctx.defaults);
     char desc[256];
     model_describe(s.m, desc, sizeof desc);
@@ -301,27 +586,34 @@ int server_run(const struct server_options *o)
              sc->overlap == SCHED_OVERLAP_ON ? "on" : "off");
     atomic_store(&s.state, SERVER_READY);
     LOG_INFO("server", "ready");
+    notify_ready("ready");
 
-    int sig = 0;
-    sigwait(&sigs, &sig);
+    pthread_mutex_lock(&s.mu);
+    while (!s.stop_signal) pthread_cond_wait(&s.cv, &s.mu);
+    int sig = s.stop_signal;
+    pthread_mutex_unlock(&s.mu);
     if (engine_failed(s.e)) { /* every request has its error already; nothing to drain */
         atomic_store(&s.state, SERVER_DRAINING);
+        notify_stopping("engine failed");
         http_server_wait_idle(http, 2.0);
         LOG_ERR("server", "exiting after an engine failure");
         goto done;
     }
-    LOG_INFO("server", "signal %d: draining %d live requests", sig, engine_num_active(s.e));
+    LOG_INFO("server", "signal %d: draining %d live requests", sig,
+             engine_num_active(s.e) + atomic_load(&s.n_tasks));
     atomic_store(&s.state, SERVER_DRAINING);
-    engine_drain(s.e);
+    notify_stopping("draining");
     double deadline = now_s() + o->drain_timeout;
-    while (engine_num_active(s.e) > 0 && now_s() < deadline) usleep(20 * 1000);
-    if (engine_num_active(s.e) > 0) {
+    /* requests that arrived before the signal but are still being parsed get to start */
+    wait_for(&s, parsing_done, o->drain_timeout);
+    engine_drain(s.e);
+    double left = deadline - now_s();
+    if (!wait_for(&s, engine_idle, left > 0 ? left : 0)) {
         /* abort while the connections are still open, so each stream gets its error
            event and [DONE] before HTTP stops */
         LOG_WARN("server", "drain timeout: aborting %d requests", engine_num_active(s.e));
         engine_abort_all(s.e);
-        deadline = now_s() + 5.0;
-        while (engine_num_active(s.e) > 0 && now_s() < deadline) usleep(10 * 1000);
+        wait_for(&s, engine_idle, 5.0);
     }
     http_server_wait_idle(http, 2.0);
     status = 0;
@@ -329,11 +621,20 @@ int server_run(const struct server_options *o)
 fail:
     LOG_ERR("server", "%s", err);
 done:
+    pthread_mutex_lock(&s.mu);
+    s.stopping = true; /* no more key reloads: HTTP goes away */
+    pthread_mutex_unlock(&s.mu);
     /* HTTP first: closing the connections aborts what is still running; the engine then
-       sends each request its final notify while the deferred replies are still valid */
+       sends each request its final notify while the deferred replies are still valid.
+       The workers run what is still queued (their replies are closed by then). */
     http_server_stop(http);
+    workq_free(s.workers);
     engine_free(s.e);
     model_free(s.m);
+    pthread_cancel(sig_thread);
+    pthread_join(sig_thread, NULL);
+    pthread_cond_destroy(&s.cv);
+    pthread_mutex_destroy(&s.mu);
     LOG_INFO("server", "stopped");
     return status;
 }

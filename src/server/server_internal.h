@@ -1,7 +1,7 @@
 /* server_internal.h — state shared by the files of src/server/ (not a public interface).
  *
  * struct server is built once by server_run on the main thread and is read-only for the
- * handlers afterwards, except `state`, which is atomic.
+ * handlers afterwards, except the atomics and what the signal thread guards with `mu`.
  */
 #ifndef TESSERA_SERVER_INTERNAL_H
 #define TESSERA_SERVER_INTERNAL_H
@@ -11,8 +11,11 @@
 #include "engine/engine.h"
 #include "http/http.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+
+struct workq;
 
 enum server_state { SERVER_LOADING = 0, SERVER_READY, SERVER_DRAINING };
 
@@ -26,11 +29,23 @@ struct server {
     int n_names;
     char default_name[256];          /* the model path's basename when no name is given */
     int64_t started;                 /* unix seconds, "created" of /v1/models */
+    struct http_server *http;        /* set before READY */
+    struct workq *workers;           /* parse / template / tokenize (--api-threads) */
+    atomic_int n_tasks;              /* queued or running on workers */
+    /* signals (the signal thread) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;               /* broadcast at the first SIGTERM / SIGINT */
+    int stop_signal;                 /* under mu: the first one, 0 before */
+    bool stopping;                   /* under mu: tearing down (no key reloads) */
 };
 
 /* POST /v1/chat/completions and /v1/completions (completion.c). ud is the struct server. */
 void server_handle_chat(void *ud, const struct http_request *req);
 void server_handle_completion(void *ud, const struct http_request *req);
+
+/* Runs fn(arg) on a worker thread (the HTTP threads must not parse, render or tokenize).
+ * Returns false when the worker queue is full (the caller answers 429). Any thread. */
+bool server_work(struct server *s, void (*fn)(void *), void *arg);
 
 /* Answers 503 unless the server is READY; returns true when it answered. */
 bool server_refuse_unless_ready(struct server *s, const struct http_request *req);

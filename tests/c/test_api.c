@@ -196,6 +196,49 @@ static const struct bad_case bad_cases[] = {
     { CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"one two three four five six seven eight nine ten "
             "eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty\"}]}",
       400, "messages", "context_length_exceeded", 1 },
+    /* parameters a request depends on that are not implemented: 400 naming them */
+    B400(CHAT, "{" MSG ",\"response_format\":{\"type\":\"json_object\"}}", "response_format"),
+    B400(CHAT, "{" MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\"}}}",
+         "response_format"),
+    B400(CHAT, "{" MSG ",\"response_format\":\"text\"}", "response_format"),
+    B400(CHAT, "{" MSG ",\"response_format\":{}}", "response_format"),
+    B400(COMPL, "{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_object\"}}", "response_format"),
+    B400(CHAT, "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", "tool_choice"),
+    B400(CHAT, "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+               "\"tool_choice\":\"auto\"}", "tool_choice"),
+    B400(CHAT, "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+               "\"tool_choice\":\"required\"}", "tool_choice"),
+    B400(CHAT, "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+               "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}", "tool_choice"),
+    B400(CHAT, "{" MSG ",\"tool_choice\":\"required\"}", "tool_choice"),
+    B400(CHAT, "{" MSG ",\"tool_choice\":\"sometimes\"}", "tool_choice"),
+    B400(CHAT, "{" MSG ",\"tool_choice\":5}", "tool_choice"),
+    B400(CHAT, "{" MSG ",\"functions\":[{\"name\":\"f\"}]}", "functions"),
+    B400(CHAT, "{" MSG ",\"function_call\":{\"name\":\"f\"}}", "function_call"),
+    B400(CHAT, "{" MSG ",\"modalities\":[\"text\",\"audio\"]}", "modalities"),
+    B400(CHAT, "{" MSG ",\"audio\":{\"voice\":\"alloy\"}}", "audio"),
+    B400(CHAT, "{" MSG ",\"reasoning_effort\":\"low\"}", "reasoning_effort"),
+    B400(CHAT, "{" MSG ",\"guided_json\":{\"type\":\"object\"}}", "guided_json"),
+    B400(COMPL, "{\"prompt\":\"x\",\"guided_regex\":\"a+\"}", "guided_regex"),
+    B400(COMPL, "{\"prompt\":\"x\",\"guided_choice\":[\"a\"]}", "guided_choice"),
+    B400(CHAT, "{" MSG ",\"structured_outputs\":{\"json\":{}}}", "structured_outputs"),
+    B400(CHAT, "{" MSG ",\"min_tokens\":5}", "min_tokens"),
+    B400(COMPL, "{\"prompt\":\"x\",\"stop_token_ids\":[2]}", "stop_token_ids"),
+    B400(CHAT, "{" MSG ",\"prompt_logprobs\":1}", "prompt_logprobs"),
+    B400(CHAT, "{" MSG ",\"use_beam_search\":true}", "use_beam_search"),
+    B400(CHAT, "{" MSG ",\"include_stop_str_in_output\":true}", "include_stop_str_in_output"),
+    B400(CHAT, "{" MSG ",\"echo\":true}", "echo"),
+    B400(CHAT, "{" MSG ",\"bad_words\":[\"x\"]}", "bad_words"),
+    B400(CHAT, "{" MSG ",\"truncate_prompt_tokens\":10}", "truncate_prompt_tokens"),
+    /* chat_template_kwargs cannot replace what the server sets */
+    B400(CHAT, "{" MSG ",\"chat_template_kwargs\":{\"messages\":[]}}", "chat_template_kwargs.messages"),
+    B400(CHAT, "{" MSG ",\"chat_template_kwargs\":{\"bos_token\":\"<x>\"}}", "chat_template_kwargs.bos_token"),
+    B400(CHAT, "{" MSG ",\"chat_template_kwargs\":{\"enable_thinking\":false,\"eos_token\":\"\"}}",
+         "chat_template_kwargs.eos_token"),
+    B400(CHAT, "{" MSG ",\"chat_template_kwargs\":{\"tools\":[{\"x\":1}]}}", "chat_template_kwargs.tools"),
+    B400(CHAT, "{" MSG ",\"chat_template_kwargs\":{\"add_generation_prompt\":false}}",
+         "chat_template_kwargs.add_generation_prompt"),
+    B400(CHAT, "{" MSG ",\"chat_template_kwargs\":{\"raise_exception\":1}}", "chat_template_kwargs.raise_exception"),
 };
 
 static void test_bad_inputs(void)
@@ -220,6 +263,81 @@ static void test_bad_inputs(void)
         CHECK(e.message[0] != 0, "case %zu: empty message", i);
         if (getenv("DUMP")) printf("%3zu %d %-30s %s\n", i, e.status, e.param, e.message);
     }
+}
+
+/* What is harmless to ignore is accepted: the neutral values of the parameters above,
+ * and fields such as user, store, metadata. */
+static void test_harmless_params(void)
+{
+    struct oai_ctx ctx = make_ctx(2048);
+    static const char *const chat_ok[] = {
+        "{" MSG ",\"user\":\"u-123\"}",
+        "{" MSG ",\"response_format\":{\"type\":\"text\"}}",
+        "{" MSG ",\"response_format\":null}",
+        "{" MSG ",\"tool_choice\":\"none\"}",
+        "{" MSG ",\"tool_choice\":\"auto\"}",
+        "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"none\"}",
+        "{" MSG ",\"tools\":[],\"parallel_tool_calls\":false}",
+        "{" MSG ",\"function_call\":\"none\",\"functions\":[]}",
+        "{" MSG ",\"modalities\":[\"text\"],\"store\":false,\"metadata\":{\"a\":\"b\"},\"service_tier\":\"auto\"}",
+        "{" MSG ",\"min_tokens\":0,\"stop_token_ids\":[],\"use_beam_search\":false,\"echo\":false,"
+        "\"include_stop_str_in_output\":false,\"guided_json\":null,\"prompt_logprobs\":null}",
+        "{" MSG ",\"chat_template_kwargs\":{\"enable_thinking\":false,\"custom_tools\":[]}}",
+    };
+    for (size_t i = 0; i < sizeof chat_ok / sizeof chat_ok[0]; i++) {
+        struct oai_request r;
+        struct api_error e;
+        int rc = oai_parse_chat(&ctx, chat_ok[i], strlen(chat_ok[i]), &r, &e);
+        CHECK(rc == 0, "refused: %s: %s", chat_ok[i], rc ? e.message : "");
+        if (!rc) oai_request_free(&r);
+    }
+    const char *compl_ok = "{\"prompt\":\"x\",\"response_format\":{\"type\":\"text\"},\"user\":\"u\","
+                           "\"tool_choice\":\"required\"}"; /* not a completions parameter */
+    struct oai_request r;
+    struct api_error e;
+    int rc = oai_parse_completion(&ctx, compl_ok, strlen(compl_ok), &r, &e);
+    CHECK(rc == 0, "completion refused: %s", rc ? e.message : "");
+    if (!rc) oai_request_free(&r);
+}
+
+/* A prompt longer than max_model_len tokens could ever cover is refused by its length in
+ * bytes, before tokenizing (which would take a worker a second for 16 MiB). */
+static void test_prompt_bytes(void)
+{
+    struct oai_ctx ctx = make_ctx(40);
+    ctx.max_prompt_bytes = oai_max_prompt_bytes(g_model, 40);
+    CHECK(ctx.max_prompt_bytes > 40 * 4 && ctx.max_prompt_bytes < 40 * 4 * 256 + 4096, "bound %zu",
+          ctx.max_prompt_bytes);
+    size_t n = ctx.max_prompt_bytes + 1;
+    char *text = malloc(n + 1);
+    memset(text, 'a', n);
+    text[n] = 0;
+    cJSON *body = cJSON_CreateObject();
+    cJSON_AddStringToObject(body, "prompt", text);
+    char *json = cJSON_PrintUnformatted(body);
+    struct oai_request r;
+    struct api_error e;
+    int rc = oai_parse_completion(&ctx, json, strlen(json), &r, &e);
+    CHECK(rc == ERR_RANGE && e.status == 400 && e.code && !strcmp(e.code, "context_length_exceeded") &&
+              !strcmp(e.param, "prompt") && strstr(e.message, "bytes"), "completion: %d %s", rc, e.message);
+    free(json);
+    cJSON_Delete(body);
+    body = cJSON_Parse("{\"messages\":[{\"role\":\"user\",\"content\":\"\"}]}");
+    cJSON_SetValuestring(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(body, "messages"), 0),
+                                             "content"), text);
+    json = cJSON_PrintUnformatted(body);
+    rc = oai_parse_chat(&ctx, json, strlen(json), &r, &e);
+    CHECK(rc == ERR_RANGE && !strcmp(e.param, "messages") && strstr(e.message, "bytes"), "chat: %d %s", rc,
+          e.message);
+    /* /tokenize has no such limit: it reports the count whatever it is */
+    char *out = NULL;
+    struct oai_ctx big = ctx;
+    rc = oai_tokenize(&big, json, strlen(json), &out, &e);
+    CHECK(rc == 0 && out && strstr(out, "\"count\""), "tokenize: %d", rc);
+    free(out);
+    free(json);
+    cJSON_Delete(body);
+    free(text);
 }
 
 /* A few messages named precisely; the JSON error body of a bad request. */
@@ -871,6 +989,8 @@ int main(void)
     }
     RUN(test_bad_inputs);
     RUN(test_bad_messages);
+    RUN(test_harmless_params);
+    RUN(test_prompt_bytes);
     RUN(test_defaults);
     RUN(test_all_params);
     RUN(test_chat_prompt_ids);

@@ -859,6 +859,92 @@ static void test_submit_errors(void)
     engine_free(e);
 }
 
+/* n choices are one request against max_queued_requests: the choices after the first
+ * (req_params.sibling) are neither counted nor refused for the queue limit. */
+static void test_siblings(void)
+{
+    char err[ERR_BUF];
+    struct engine_config cfg = engine_cfg(1, 256, 64, false, false);
+    cfg.max_queued_requests = 1;
+    struct engine *e = make_engine(&cfg);
+    if (!e) return;
+    int32_t ids[16];
+    for (int i = 0; i < 16; i++) ids[i] = g_corpus[i % g_corpus_n];
+    struct request *a = NULL, *q[4] = { NULL };
+    struct req_params p = greedy(0);
+    p.ignore_eos = true; /* A holds the only seat until aborted */
+    CHECK(engine_submit(e, ids, 10, &p, NULL, NULL, &a, err, sizeof err) == 0, "%s", err);
+    struct req_output o = { 0 };
+    CHECK(a && request_wait(a, 60) && request_take(a, &o) && o.n_generated > 0, "A never ran");
+    p = greedy(2);
+    CHECK(engine_submit(e, ids, 10, &p, NULL, NULL, &q[0], err, sizeof err) == 0, "%s", err);
+    p.sibling = true;
+    for (int i = 1; i < 4; i++)
+        CHECK(engine_submit(e, ids, 10, &p, NULL, NULL, &q[i], err, sizeof err) == 0,
+              "sibling %d: %s", i, err);
+    p.sibling = false;
+    CHECK(submit_err(e, ids, 10, &p, err, sizeof err) == ERR_BUSY, "a second request is over the limit");
+    request_abort(a);
+    for (int i = 0; i < 4; i++) {
+        o.finish = REQ_FINISH_NONE;
+        while (o.finish == REQ_FINISH_NONE && request_wait(q[i], 60)) request_take(q[i], &o);
+        CHECK(o.finish == REQ_FINISH_LENGTH || o.finish == REQ_FINISH_STOP, "q%d: finish %d", i, o.finish);
+    }
+    /* the queue is empty again: a new request is admitted */
+    struct request *b = NULL;
+    CHECK(engine_submit(e, ids, 10, &p, NULL, NULL, &b, err, sizeof err) == 0, "after: %s", err);
+    o.finish = REQ_FINISH_NONE;
+    while (b && o.finish == REQ_FINISH_NONE && request_wait(b, 60)) request_take(b, &o);
+    check_idle(e, "siblings");
+    for (int i = 0; i < 4; i++) request_release(q[i]);
+    request_release(a);
+    request_release(b);
+    req_output_free(&o);
+    engine_free(e);
+}
+
+static atomic_int g_ticks;
+static void count_tick(void *ud)
+{
+    (void)ud;
+    atomic_fetch_add(&g_ticks, 1);
+}
+
+/* The liveness hook runs from the scheduler loop while idle and while busy. */
+static void test_tick(void)
+{
+    char err[ERR_BUF];
+    struct engine_config cfg = engine_cfg(4, 256, 64, false, false);
+    cfg.tick = count_tick;
+    cfg.tick_interval_s = 0.05;
+    atomic_store(&g_ticks, 0);
+    struct engine *e = make_engine(&cfg);
+    if (!e) return;
+    struct timespec ts = { 0, 400 * 1000 * 1000 };
+    nanosleep(&ts, NULL);
+    int idle = atomic_load(&g_ticks);
+    CHECK(idle >= 4 && idle <= 12, "%d ticks in 0.4 s idle", idle);
+    int32_t ids[16];
+    for (int i = 0; i < 16; i++) ids[i] = g_corpus[i % g_corpus_n];
+    struct req_params p = greedy(SLOW ? 20 : 60);
+    p.ignore_eos = true;
+    struct request *r = NULL;
+    CHECK(engine_submit(e, ids, 10, &p, NULL, NULL, &r, err, sizeof err) == 0, "%s", err);
+    int before = atomic_load(&g_ticks);
+    double t0 = now_s();
+    struct req_output o = { 0 };
+    while (r && o.finish == REQ_FINISH_NONE && request_wait(r, 60)) request_take(r, &o);
+    double busy = now_s() - t0;
+    int during = atomic_load(&g_ticks) - before;
+    /* between steps: one tick per step when steps are longer than the interval */
+    int steps = o.n_generated, due = (int)(busy / 0.05);
+    int want = (steps < due ? steps : due) / 2;
+    CHECK(busy < 0.2 || during >= want, "%d ticks in %.2f s busy (%d steps)", during, busy, steps);
+    req_output_free(&o);
+    request_release(r);
+    engine_free(e);
+}
+
 /* engine_free with running and queued requests: each gets exactly one final notify with
  * ABORT, and the handles stay valid until released (ASan checks the rest). */
 static void test_free_live(void)
@@ -1105,6 +1191,8 @@ int main(void)
     TIMED(test_stop_strings);
     TIMED(test_logprobs);
     TIMED(test_submit_errors);
+    TIMED(test_siblings);
+    TIMED(test_tick);
     TIMED(test_free_live);
     TIMED(test_context_clamp);
     TIMED(test_row_failure);

@@ -226,6 +226,75 @@ static void h_held(void *ud, const struct http_request *req)
     atomic_fetch_add(&g_deferred, 1);
 }
 
+/* Flood: writes 1 KiB pieces until a write fails (the client reads nothing), then ends;
+ * records how much it wrote and whether on_close came. */
+static atomic_long g_flood_bytes;
+static atomic_int g_flood_done, g_flood_closed;
+static struct http_reply *g_flood_reply;
+
+static void flood_closed(void *ud)
+{
+    (void)ud;
+    atomic_fetch_add(&g_flood_closed, 1);
+}
+
+static void *flood_worker(void *arg)
+{
+    (void)arg;
+    char piece[1024];
+    memset(piece, 'x', sizeof piece);
+    memcpy(piece, "data: ", 6);
+    piece[sizeof piece - 2] = piece[sizeof piece - 1] = '\n';
+    long total = 0;
+    while (total < (64L << 20) && http_reply_write(g_flood_reply, piece, sizeof piece))
+        total += (long)sizeof piece;
+    atomic_store(&g_flood_bytes, total);
+    /* wait for on_close before ending, as an engine would (on_close must not run after end) */
+    double end = now_s() + 5;
+    while (!atomic_load(&g_flood_closed) && now_s() < end) sleep_ms(5);
+    http_reply_end(g_flood_reply);
+    atomic_store(&g_flood_done, 1);
+    atomic_fetch_sub(&g_workers, 1);
+    return NULL;
+}
+
+static void h_flood(void *ud, const struct http_request *req)
+{
+    (void)ud;
+    g_flood_reply = http_reply_defer(req->conn, true, flood_closed, NULL);
+    pthread_t t;
+    atomic_fetch_add(&g_workers, 1);
+    pthread_create(&t, NULL, flood_worker, NULL);
+    pthread_detach(t);
+}
+
+/* Late stream: deferred as non-streaming; a worker decides later that it is a stream
+ * (what a server does after parsing the body on another thread). */
+static void *late_stream_worker(void *arg)
+{
+    struct job *j = arg;
+    sleep_ms(j->delay_ms);
+    bool ok = http_reply_start_stream(j->r);
+    CHECK(ok, "start_stream refused");
+    CHECK(!http_reply_start_stream(j->r), "start_stream twice accepted");
+    for (int i = 0; i < j->pieces; i++) {
+        char piece[64];
+        int n = snprintf(piece, sizeof piece, "data: late %d\n\n", i);
+        http_reply_write(j->r, piece, (size_t)n);
+        sleep_ms(20);
+    }
+    http_reply_end(j->r);
+    free(j);
+    atomic_fetch_sub(&g_workers, 1);
+    return NULL;
+}
+
+static void h_late_stream(void *ud, const struct http_request *req)
+{
+    /* ud: start at once (while the handler still runs) or after 100 ms */
+    start_worker(req, false, 3, ud ? 0 : 100, false, late_stream_worker);
+}
+
 static int g_streaming_flag = 1;
 
 static const struct http_route g_routes[] = {
@@ -244,10 +313,20 @@ static const struct http_route g_routes[] = {
     { "POST", "/silent", h_silent, &g_streaming_flag, HTTP_ROUTE_PUBLIC },
     { "POST", "/silent-json", h_silent, NULL, HTTP_ROUTE_PUBLIC },
     { "POST", "/held", h_held, NULL, HTTP_ROUTE_PUBLIC },
+    { "POST", "/flood", h_flood, NULL, HTTP_ROUTE_PUBLIC },
+    { "POST", "/late-stream", h_late_stream, NULL, HTTP_ROUTE_PUBLIC },
+    { "POST", "/late-stream-now", h_late_stream, &g_streaming_flag, HTTP_ROUTE_PUBLIC },
+    { "POST", "/metered", h_deferred, NULL, HTTP_ROUTE_METERED },
 };
 #define N_ROUTES ((int)(sizeof g_routes / sizeof g_routes[0]))
 
-static const char *const g_keys[] = { "sk-one", "sk-second-key" };
+static const struct http_key g_keys[] = {
+    { .name = "one", .key = "sk-one" },
+    { .name = "second", .key = "sk-second-key" },
+    { .name = "limited", .key = "sk-limited", .rpm = 2 },
+    { .name = "tokens", .key = "sk-tokens", .tpm = 5 },
+};
+#define N_KEYS 4
 static struct http_server *g_srv;
 static int g_port;
 
@@ -495,12 +574,7 @@ static void test_basic(void)
     CHECK(resp_header(&r, "X-Query") && strcmp(resp_header(&r, "X-Query"), "a=1&b=two") == 0,
           "query %s", resp_header(&r, "X-Query"));
     resp_free(&r);
-    /* a GET body is read and ignored */
-    CHECK(roundtrip("GET /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello", &r) == 200,
-          "get with body %d", r.status);
-    CHECK(resp_header(&r, "X-Body-Len") && strcmp(resp_header(&r, "X-Body-Len"), "0") == 0,
-          "GET body ignored");
-    resp_free(&r);
+    /* a GET body is refused (test_get_body) */
 }
 
 static void test_errors(void)
@@ -943,6 +1017,154 @@ static void test_bind_error(void)
     CHECK(http_server_start(&s, &cfg, g_routes, N_ROUTES, err, sizeof err) != 0, "bad host");
 }
 
+/* A GET with a body is refused before the body is read (it used to be read and ignored,
+ * without a limit). */
+static void test_get_body(void)
+{
+    struct resp r;
+    CHECK(roundtrip("GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello", &r) == 400,
+          "GET with Content-Length: %d", r.status);
+    check_error_body(&r, "invalid_request_error", NULL, NULL);
+    resp_free(&r);
+    CHECK(roundtrip("GET /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    "5\r\nhello\r\n0\r\n\r\n", &r) == 400, "GET chunked: %d", r.status);
+    resp_free(&r);
+    CHECK(roundtrip("GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", &r) == 200,
+          "GET with an empty body: %d", r.status);
+    resp_free(&r);
+}
+
+/* A client that reads nothing: the stream's queue stops at max_stream_queue_bytes (256 KiB
+ * here), the write fails, on_close comes, and the queue is gone. */
+static void test_stream_queue_bound(void)
+{
+    atomic_store(&g_flood_bytes, 0);
+    atomic_store(&g_flood_done, 0);
+    atomic_store(&g_flood_closed, 0);
+    struct cli c;
+    CHECK(cli_open(&c, g_port), "connect");
+    int small = 4096;
+    setsockopt(c.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    cli_sends(&c, "POST /flood HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+    double end = now_s() + 10;
+    while (!atomic_load(&g_flood_done) && now_s() < end) sleep_ms(10);
+    long wrote = atomic_load(&g_flood_bytes);
+    CHECK(atomic_load(&g_flood_done), "the flood writer never stopped (queue unbounded?)");
+    /* the queue bound plus what the kernel's socket buffers absorbed */
+    CHECK(wrote > 0 && wrote < (32L << 20), "wrote %ld bytes before a write failed", wrote);
+    CHECK(atomic_load(&g_flood_closed) == 1, "on_close calls: %d", atomic_load(&g_flood_closed));
+    /* the server is fine afterwards */
+    struct resp r;
+    CHECK(roundtrip("GET /health HTTP/1.1\r\nHost: x\r\n\r\n", &r) == 200, "health %d", r.status);
+    resp_free(&r);
+    cli_close(&c);
+}
+
+/* A deferred reply turned into a stream later (and at once, racing the handler's return). */
+static void test_late_stream(void)
+{
+    const char *paths[] = { "/late-stream", "/late-stream-now" };
+    for (int k = 0; k < 2; k++) {
+        char req[128];
+        snprintf(req, sizeof req, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+                 paths[k]);
+        struct resp r;
+        CHECK(roundtrip(req, &r) == 200, "%s: %d", paths[k], r.status);
+        const char *ct = resp_header(&r, "Content-Type");
+        CHECK(ct && !strcmp(ct, "text/event-stream"), "%s content type %s", paths[k], ct ? ct : "-");
+        CHECK(r.body && !strcmp(r.body, "data: late 0\n\ndata: late 1\n\ndata: late 2\n\n"),
+              "%s body '%s'", paths[k], r.body ? r.body : "");
+        resp_free(&r);
+    }
+}
+
+static int metered(const char *key, struct resp *r)
+{
+    char req[256];
+    snprintf(req, sizeof req, "POST /metered HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+             "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", key);
+    return roundtrip(req, r);
+}
+
+/* rpm=2: two requests pass, the third is 429 with Retry-After; tpm=5: the first request
+ * reports 7 tokens (deferred_worker), so the next is 429 until the bucket refills. Other
+ * keys are unaffected, and unmetered routes are not limited. */
+static void test_rate_limits(void)
+{
+    struct resp r;
+    CHECK(metered("sk-limited", &r) == 200, "rpm 1: %d", r.status);
+    resp_free(&r);
+    CHECK(metered("sk-limited", &r) == 200, "rpm 2: %d", r.status);
+    resp_free(&r);
+    CHECK(metered("sk-limited", &r) == 429, "rpm 3: %d", r.status);
+    check_error_body(&r, "rate_limit_error", "rate_limit_exceeded", NULL);
+    const char *ra = resp_header(&r, "Retry-After");
+    CHECK(ra && atoi(ra) >= 1 && atoi(ra) <= 30, "Retry-After %s", ra ? ra : "-");
+    CHECK(r.body && strstr(r.body, "'limited'") && strstr(r.body, "requests per minute") &&
+              !strstr(r.body, "sk-limited"), "message names the key's name only: %s", r.body);
+    resp_free(&r);
+    CHECK(roundtrip("GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Api-Key: sk-limited\r\n\r\n", &r) == 200,
+          "unmetered route: %d", r.status);
+    resp_free(&r);
+    CHECK(metered("sk-one", &r) == 200, "other key: %d", r.status);
+    resp_free(&r);
+
+    CHECK(metered("sk-tokens", &r) == 200, "tpm 1: %d", r.status);
+    resp_free(&r);
+    sleep_ms(50); /* usage is charged when the reply is sent */
+    CHECK(metered("sk-tokens", &r) == 429, "tpm 2: %d", r.status);
+    ra = resp_header(&r, "Retry-After");
+    CHECK(ra && atoi(ra) >= 30 && atoi(ra) <= 37, "tpm Retry-After %s", ra ? ra : "-");
+    CHECK(r.body && strstr(r.body, "tokens per minute"), "%s", r.body);
+    resp_free(&r);
+
+    struct http_key_stats ks[8];
+    int n = http_server_key_stats(g_srv, ks, 8);
+    CHECK(n == N_KEYS, "%d key names", n);
+    for (int i = 0; i < n && i < 8; i++) {
+        if (!strcmp(ks[i].name, "limited"))
+            CHECK(ks[i].requests == 4 && ks[i].rate_limited_rpm == 1 && ks[i].prompt_tokens == 6,
+                  "limited: %llu requests, %llu limited, %llu prompt", (unsigned long long)ks[i].requests,
+                  (unsigned long long)ks[i].rate_limited_rpm, (unsigned long long)ks[i].prompt_tokens);
+        if (!strcmp(ks[i].name, "tokens"))
+            CHECK(ks[i].rate_limited_tpm == 1 && ks[i].completion_tokens == 4, "tokens stats");
+    }
+}
+
+/* Replacing the keys: the old one stops working, the new one works, a bad set changes
+ * nothing and its error never shows a key. */
+static void test_key_reload(void)
+{
+    char err[256];
+    const struct http_key next[] = { { .name = "one", .key = "sk-one-rotated" },
+                                     { .name = "fresh", .key = "sk-fresh" } };
+    CHECK(http_server_set_keys(g_srv, next, 2, err, sizeof err) == 0, "%s", err);
+    struct resp r;
+    CHECK(roundtrip("GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Api-Key: sk-one\r\n\r\n", &r) == 401,
+          "old key: %d", r.status);
+    resp_free(&r);
+    CHECK(roundtrip("GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Api-Key: sk-second-key\r\n\r\n", &r) == 401,
+          "removed key: %d", r.status);
+    resp_free(&r);
+    CHECK(roundtrip("GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Api-Key: sk-fresh\r\n\r\n", &r) == 200,
+          "new key: %d", r.status);
+    resp_free(&r);
+    const struct http_key dup[] = { { .name = "a", .key = "sk-secret-1" },
+                                    { .name = "b", .key = "sk-secret-1" } };
+    CHECK(http_server_set_keys(g_srv, dup, 2, err, sizeof err) != 0, "duplicate keys accepted");
+    CHECK(!strstr(err, "sk-secret"), "error shows a key: %s", err);
+    const struct http_key badname[] = { { .name = "has space", .key = "k" } };
+    CHECK(http_server_set_keys(g_srv, badname, 1, err, sizeof err) != 0, "bad name accepted");
+    CHECK(roundtrip("GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Api-Key: sk-one-rotated\r\n\r\n", &r) == 200,
+          "keys kept after a failed reload: %d", r.status);
+    resp_free(&r);
+    /* back to the original set for the tests that follow */
+    CHECK(http_server_set_keys(g_srv, g_keys, N_KEYS, err, sizeof err) == 0, "%s", err);
+    struct http_key_stats ks[8];
+    int n = http_server_key_stats(g_srv, ks, 8);
+    CHECK(n == N_KEYS + 1, "names ever seen: %d", n);
+}
+
 int main(void)
 {
     if (!getenv("TESSERA_HTTP_LOG")) log_set_level(LOG_LEVEL_ERR);
@@ -950,8 +1172,9 @@ int main(void)
     struct http_config cfg;
     http_config_default(&cfg);
     cfg.port = 0;
-    cfg.api_keys = g_keys;
-    cfg.n_api_keys = 2;
+    cfg.keys = g_keys;
+    cfg.n_keys = N_KEYS;
+    cfg.max_stream_queue_bytes = 256 << 10;
     cfg.max_body_bytes = 4096;
     cfg.max_header_bytes = 8192;
     cfg.keepalive_s = 0.3;
@@ -976,6 +1199,11 @@ int main(void)
     RUN(test_stream_burst);
     RUN(test_stop_with_live_replies);
     RUN(test_bind_error);
+    RUN(test_get_body);
+    RUN(test_stream_queue_bound);
+    RUN(test_late_stream);
+    RUN(test_rate_limits);
+    RUN(test_key_reload);
     http_server_stop(g_srv);
     /* detached workers finish their replies */
     double end = now_s() + 5;

@@ -4,6 +4,7 @@
  * list every option.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "config/keyfile.h"
 #include "config/options.h"
 #include "test.h"
 #include "util/err.h"
@@ -100,6 +101,7 @@ static void check_same(const struct server_options *a, const struct server_optio
     SAME_I(public_metrics); SAME_I(max_body_bytes); SAME_I(max_header_bytes);
     SAME_I(max_connections); SAME_I(max_connections_per_ip); SAME_I(http_timeout);
     SAME_D(keepalive_interval); SAME_I(http_threads); SAME_D(drain_timeout);
+    SAME_I(api_threads); SAME_I(max_stream_queue_bytes);
     SAME_I(max_num_seqs); SAME_I(max_num_batched_tokens); SAME_I(max_model_len);
     SAME_I(block_size); SAME_I(enable_prefix_caching); SAME_I(enable_chunked_prefill);
     SAME_S(device); SAME_S(kv_cache_dtype); SAME_I(kv_cache_memory); SAME_D(gpu_memory_utilization);
@@ -138,6 +140,8 @@ static void fill_nondefault(struct server_options *o)
     o->keepalive_interval = 0.1;
     o->http_threads = 4;
     o->drain_timeout = 2.5;
+    o->api_threads = 3;
+    o->max_stream_queue_bytes = 65536;
     o->max_num_seqs = 4096;
     o->max_num_batched_tokens = 1;
     o->max_model_len = 4096;
@@ -172,7 +176,10 @@ static void test_defaults(void)
     CHECK(str_eq(o.host, "127.0.0.1") && o.port == 8000, "host %s port %d", o.host, o.port);
     CHECK(o.n_api_key == 0 && o.api_key_file == NULL && o.public_metrics, "auth");
     CHECK(o.max_body_bytes == 16 << 20 && o.max_header_bytes == 64 << 10, "sizes");
-    CHECK(o.max_connections == 1024 && o.max_connections_per_ip == 0, "conns");
+    /* a per-client limit by default, so one client cannot hold every connection */
+    CHECK(o.max_connections == 1024 && o.max_connections_per_ip == 256, "conns %d",
+          o.max_connections_per_ip);
+    CHECK(o.api_threads == 2 && o.max_stream_queue_bytes == 4 << 20, "api threads, stream queue");
     CHECK(o.http_timeout == 60 && o.keepalive_interval == 5 && o.http_threads == 1 &&
           o.drain_timeout == 30, "http");
     CHECK(o.max_num_seqs == 64 && o.max_num_batched_tokens == 0 && o.max_model_len == 0, "eng");
@@ -210,6 +217,8 @@ static void test_yaml_every_type(void)
         "http_timeout: 5\n"
         "keepalive-interval: 0.1\n"
         "drain-timeout: 2.5\n"
+        "api-threads: 3\n"
+        "max-stream-queue-bytes: 65536\n"
         "http-threads: \"4\"\n"
         "max-num-seqs: 4096\n"
         "max_num_batched_tokens: 1\n"
@@ -506,7 +515,7 @@ static void test_help(void)
         CHECK(strstr(help, flag) || strstr(help, bflag), "--help lacks %s", line);
         keys++;
     }
-    CHECK(keys == 38, "%d keys", keys); /* one per option of the table */
+    CHECK(keys == 40, "%d keys", keys); /* one per option of the table */
     CHECK(strstr(help, "--max-num-seqs N") && strstr(help, "[1..4096, default 64]"), "%s", help);
     CHECK(strstr(help, "--[no-]enable-prefix-caching") && strstr(help, "\nengine:\n"), "bool/section");
     CHECK(strstr(help, "--config FILE") && strstr(help, "--print-config"), "general");
@@ -571,11 +580,13 @@ static void test_api_key_file(void)
     struct server_options o;
     char err[ERR_BUF], want[ERR_BUF];
     unsetenv("TESSERA_API_KEY");
-    const char *kf = tmp_file("# keys for the staging clients\n\n  alpha  \n\tbeta\r\n#gamma\nflag\n");
+    /* the file is checked here but read by the server: its keys are not in api_key (and so
+       not in --print-config's output) */
+    const char *kf = tmp_file("# keys for the staging clients\n\n  alpha sk-alpha rpm=60 \n"
+                              "\tbeta sk-beta\ttpm=1000 rpm=5\r\nsk-bare\n#gamma\n");
     int rc = parse(&o, err, sizeof err, "m", "--api-key", "flag", "--api-key-file", kf, NULL);
     CHECK(rc == 0, "%s", err);
-    CHECK(o.n_api_key == 3 && str_eq(o.api_key[0], "flag") && str_eq(o.api_key[1], "alpha") &&
-              str_eq(o.api_key[2], "beta"), "n=%d", o.n_api_key);
+    CHECK(o.n_api_key == 1 && str_eq(o.api_key[0], "flag"), "n=%d", o.n_api_key);
     CHECK(str_eq(o.api_key_file, kf), "path kept");
     opts_free(&o);
     /* the file may be named in YAML too */
@@ -583,7 +594,7 @@ static void test_api_key_file(void)
     snprintf(yaml, sizeof yaml, "model: m\napi_key_file: %s\n", kf);
     const char *cf = tmp_file(yaml);
     rc = parse(&o, err, sizeof err, "--config", cf, NULL);
-    CHECK(rc == 0 && o.n_api_key == 3, "yaml key file: %d %s", rc, err);
+    CHECK(rc == 0 && o.n_api_key == 0 && str_eq(o.api_key_file, kf), "yaml key file: %d %s", rc, err);
     opts_free(&o);
     rc = parse(&o, err, sizeof err, "m", "--api-key-file", "/nonexistent/keys", NULL);
     CHECK(rc < 0 && !strcmp(err, "api-key-file: /nonexistent/keys: cannot open: No such file or "
@@ -594,13 +605,49 @@ static void test_api_key_file(void)
     snprintf(want, sizeof want, "api-key-file: %s: no keys in the file", empty);
     CHECK(rc < 0 && !strcmp(err, want), "%s", err);
     opts_free(&o);
-    char many[512] = "";
-    for (int k = 0; k < 17; k++) snprintf(many + strlen(many), sizeof many - strlen(many), "key%d\n", k);
-    const char *big = tmp_file(many);
-    rc = parse(&o, err, sizeof err, "m", "--api-key-file", big, NULL);
-    snprintf(want, sizeof want, "%s:17: api-key: more than 16 values", big);
-    CHECK(rc < 0 && !strcmp(err, want), "%s", err);
-    opts_free(&o);
+    /* bad lines: the error names the file and line, never the key */
+    static const struct { const char *text, *why; } bad[] = {
+        { "a sk-secret-1\nb sk-secret-1\n", ":2: the same key as line 1" },
+        { "a sk-secret-1\na sk-secret-2\n", ":2: name 'a' already used on line 1" },
+        { "bad/name sk-secret-1\n", ":1: invalid key name" },
+        { "a sk-secret-1 rpm=0\n", ":1: rpm: must be an integer >= 1" },
+        { "a sk-secret-1 tpm=x\n", ":1: tpm: must be an integer >= 1" },
+        { "a sk-secret-1 sk-secret-2\n", ":1: unexpected field 11 characters long" },
+        { "a sk-secret-1 rpm=1 rpm=2\n", ":1: rpm given twice" },
+        { "a sk-secret-1 rpm=1 tpm=2 x=1\n", ":1: too many fields" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *p = tmp_file(bad[i].text);
+        rc = parse(&o, err, sizeof err, "m", "--api-key-file", p, NULL);
+        CHECK(rc < 0 && strstr(err, bad[i].why) && !strstr(err, "sk-secret"), "'%s': %s",
+              bad[i].text, err);
+        opts_free(&o);
+    }
+}
+
+/* The key file parser itself: names, keys, limits, line numbers. */
+static void test_keyfile(void)
+{
+    struct keyfile kf;
+    char err[ERR_BUF];
+    const char *p = tmp_file("# comment\n  team-a  sk-a  rpm=60 tpm=100000\nteam.b@x:y sk-b\n\n"
+                             "sk-bare-key\n");
+    int rc = keyfile_load(p, &kf, err, sizeof err);
+    CHECK(rc == 0 && kf.n == 3, "%d %s", rc, err);
+    if (rc == 0 && kf.n == 3) {
+        CHECK(str_eq(kf.e[0].name, "team-a") && str_eq(kf.e[0].key, "sk-a") && kf.e[0].rpm == 60 &&
+                  kf.e[0].tpm == 100000 && kf.e[0].line == 2, "entry 0");
+        CHECK(str_eq(kf.e[1].name, "team.b@x:y") && kf.e[1].rpm == 0 && kf.e[1].tpm == 0, "entry 1");
+        CHECK(str_eq(kf.e[2].name, "line-5") && str_eq(kf.e[2].key, "sk-bare-key"), "bare key");
+    }
+    keyfile_free(&kf);
+    CHECK(kf.n == 0 && kf.e == NULL, "freed");
+    char many[64 * 1100];
+    size_t len = 0;
+    for (int k = 0; k <= KEYFILE_MAX_KEYS; k++)
+        len += (size_t)snprintf(many + len, sizeof many - len, "n%d k%d\n", k, k);
+    rc = keyfile_load(tmp_file(many), &kf, err, sizeof err);
+    CHECK(rc < 0 && strstr(err, "more than 1024 keys"), "%s", err);
 }
 
 /* opts_print_yaml of o, loaded back on top of the defaults, gives o again. */
@@ -719,6 +766,7 @@ int main(void)
     RUN(test_positional_model);
     RUN(test_env_api_key);
     RUN(test_api_key_file);
+    RUN(test_keyfile);
     RUN(test_round_trip);
     RUN(test_print_config);
     RUN(test_example_config);
