@@ -21,10 +21,11 @@ skipped=0
 # "N passed, N failed[, N skipped]" -> the count before WORD ("" when absent)
 count() { printf '%s\n' "$1" | grep -oE "[0-9]+ $2" | grep -oE '[0-9]+' | head -n 1; }
 
-for t in "$BUILD"/tests/test_*; do
-    [ -x "$t" ] || continue
-    name=$(basename "$t")
-    out=$("$t" 2>&1)
+# One C test binary: run_c BINARY LABEL [ENV=VALUE...]
+run_c() {
+    local t=$1 name=$2
+    shift 2
+    out=$(env "$@" "$t" 2>&1)
     rc=$?
     last=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1)
     p=$(count "$last" passed) f=$(count "$last" failed) s=$(count "$last" skipped)
@@ -43,7 +44,27 @@ for t in "$BUILD"/tests/test_*; do
     else
         echo "[c] $name: $p passed"
     fi
+}
+
+for t in "$BUILD"/tests/test_*; do
+    [ -x "$t" ] || continue
+    run_c "$t" "$(basename "$t")"
 done
+
+# The scheduler's invariance tests again on the CUDA backend, compiled against the
+# CUDA-on-CPU emulator (make builds it in every build), with the tiny BF16 llama3 whose
+# GPU and CPU arithmetic agree to rounding (test_scheduler.c says what is exact there).
+# (A partial build without test_scheduler, such as make tsan's, has no such pass.)
+emu_lib=$PWD/$BUILD/libtessera-cuda-emu.so
+if [ ! -x "$BUILD/tests/test_scheduler" ]; then
+    :
+elif [ -e "$emu_lib" ]; then
+    run_c "$BUILD/tests/test_scheduler" "test_scheduler (cuda, emulated)" TESSERA_TEST_DEVICE=cuda \
+        TESSERA_CUDA_LIB="$emu_lib" TESSERA_EMU_MEM_MB=1024 TESSERA_TEST_MODEL="$BUILD/testmodels/llama3-tiny-hd64"
+else
+    echo "[c] test_scheduler (cuda, emulated): $emu_lib missing"
+    failed=$((failed + 1))
+fi
 
 PYTEST_FILES=${PYTEST_FILES:-tests/python}
 if [ -n "$PYTEST_FILES" ]; then

@@ -67,6 +67,8 @@ struct request {
                                     never in them (a sibling choice) */
     bool had_token, done;        /* done: finish set (mirror of pend.finish) */
     int n_cached;                /* prompt tokens cached at the first admission */
+    bool was_admitted;           /* the first admission happened (readmissions after a
+                                    preemption leave n_cached and the queue time alone) */
     int64_t seq_id;
     double t_last_token;
     struct tok_stream ts;
@@ -381,7 +383,8 @@ static int stop_pass(struct engine *e, struct request *r, const char *text, size
  * the cache, which says nothing about the prompt. */
 static void on_admitted(struct engine *e, struct request *r, int n_cached)
 {
-    if (r->dequeued) return;
+    if (r->was_admitted) return;
+    r->was_admitted = true;
     stats_observe(&e->stats, HIST_QUEUE, now_s() - r->t_submit);
     dequeue(e, r);
     r->n_cached = n_cached < r->n_prompt ? n_cached : r->n_prompt;

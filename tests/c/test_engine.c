@@ -18,7 +18,8 @@
  * the next step runs, aborts, logprobs, text). Failures: a row that cannot be sampled
  * fails only its request, a backend fault fails the engine (both injected with
  * TESSERA_TEST_FAULT), and the metrics match vLLM's definitions exactly.
- * TESSERA_TEST_DEVICE=cuda (+ TESSERA_CUDA_LIB) runs them on the emulated CUDA backend.
+ * TESSERA_TEST_DEVICE=cuda (+ TESSERA_CUDA_LIB) runs them on the emulated CUDA backend;
+ * TESSERA_TEST_MODEL picks another model (make test: the tiny BF16 llama3, head_dim 64).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "engine/engine.h"
@@ -1176,8 +1177,10 @@ int main(void)
         printf("0 passed, 1 failed\n");
         return 1;
     }
-    if (model_load(test_path(MODEL_REL), 0, &g_model, err, sizeof err)) {
-        fprintf(stderr, "cannot load %s: %s\n", MODEL_REL, err);
+    /* TESSERA_TEST_MODEL: another model (a path relative to the repository root) */
+    const char *rel = getenv("TESSERA_TEST_MODEL") ? getenv("TESSERA_TEST_MODEL") : MODEL_REL;
+    if (model_load(test_path(rel), 0, &g_model, err, sizeof err)) {
+        fprintf(stderr, "cannot load %s: %s\n", rel, err);
         printf("0 passed, 1 failed\n");
         return 1;
     }

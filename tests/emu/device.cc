@@ -8,6 +8,8 @@
  */
 #include "internal.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <unistd.h>
 
@@ -66,7 +68,8 @@ void set_sticky_error(cudaError_t e) { g_sticky.store(e); }
 bool fault_requested(const char *kernel_name)
 {
     static std::mutex mu;
-    static std::string last;
+    static std::string last, match;
+    static long countdown = 0; /* matching launches left before the one that faults */
     static bool fired = true;
     const char *v = getenv("TESSERA_EMU_FAULT");
     std::lock_guard<std::mutex> lk(mu);
@@ -74,11 +77,19 @@ bool fault_requested(const char *kernel_name)
         last.clear();
         return false;
     }
-    if (last != v) {
+    if (last != v) { /* a new value: "NAME" (the first matching launch) or "NAME@N" (the N-th) */
         last = v;
         fired = false;
+        const char *at = strrchr(v, '@');
+        match = at ? std::string(v, (size_t)(at - v)) : std::string(v);
+        countdown = at ? strtol(at + 1, nullptr, 10) - 1 : 0;
+        if (countdown < 0) countdown = 0;
     }
-    if (fired || !strstr(kernel_name, v)) return false;
+    if (fired || !strstr(kernel_name, match.c_str())) return false;
+    if (countdown > 0) {
+        countdown--;
+        return false;
+    }
     fired = true;
     return true;
 }

@@ -73,8 +73,8 @@ const config &cfg();
 cudaError_t set_error(cudaError_t e);
 int current_device();
 
-/* Injected device faults, for testing error paths (TESSERA_EMU_FAULT). A kernel launch
- * whose name contains the variable's value "faults": instead of running, it sets the
+/* Injected device faults, for testing error paths (TESSERA_EMU_FAULT=NAME or NAME@N). The
+ * first (or N-th) kernel launch whose name contains NAME "faults": instead of running, it sets the
  * sticky error a GPU reports after an illegal memory access (cudaErrorIllegalAddress);
  * from then on every launch and every call that waits for the device returns it, as on a
  * GPU whose context is lost. Each new value of the variable fires once. */

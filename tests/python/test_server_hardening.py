@@ -436,7 +436,7 @@ def test_sd_notify_ready_watchdog_stopping(tessera_bin, default_model, tmp_path)
 
     t = threading.Thread(target=listen, daemon=True)
     t.start()
-    env = {"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "400000"}
+    env = {"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "1000000"}
     try:
         with run_server(tessera_bin, default_model, env=env) as srv:
             ready = [tm for tm, msg in got if "READY=1" in msg.split("\n")]
@@ -444,15 +444,18 @@ def test_sd_notify_ready_watchdog_stopping(tessera_bin, default_model, tmp_path)
             before = [msg for tm, msg in got if tm < ready[0]]
             assert any(m.startswith("STATUS=loading") for m in before), got
             assert srv.request("GET", "/health").status == 200
-            # WatchdogSec 0.4 s: a ping every 0.2 s from the scheduler loop, idle or busy
+            # WatchdogSec 1 s: a ping every 0.5 s from the scheduler loop, idle or busy. The
+            # times are when this listener read the datagrams, so a busy test machine adds
+            # its own delay: a gap must stay under WatchdogSec (what systemd enforces), and
+            # the count shows the pings are not merely at the limit.
             t0 = time.monotonic()
             r = srv.post_json("/v1/chat/completions", {"messages": CHAT, "max_tokens": 16})
             assert r.status == 200
-            time.sleep(max(0.0, 2.0 - (time.monotonic() - t0)))
+            time.sleep(max(0.0, 4.0 - (time.monotonic() - t0)))
             pings = [tm for tm, msg in got if msg == "WATCHDOG=1" and tm >= t0]
-            assert len(pings) >= 6, f"{len(pings)} pings in 2 s"
+            assert len(pings) >= 6, f"{len(pings)} pings in 4 s"
             gaps = [b - a for a, b in zip(pings, pings[1:])]
-            assert max(gaps) < 0.4, f"watchdog gap {max(gaps):.2f} s"
+            assert max(gaps) < 1.0, f"watchdog gap {max(gaps):.2f} s"
             assert not any("STOPPING=1" in m for _, m in got)
         time.sleep(0.3)
         assert any("STOPPING=1" in m.split("\n") for _, m in got), got[-5:]
