@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "model/model.h"
 #include "test.h"
+#include "test_backend_env.h"
 #include "util/err.h"
 
 #include <stdlib.h>
@@ -315,18 +316,7 @@ static void test_faults(void)
 
 int main(void)
 {
-    char err[ERR_BUF];
-    const char *dev = getenv("TESSERA_TEST_DEVICE");
-    if (dev && backend_device_parse(dev, &g_device)) {
-        fprintf(stderr, "TESSERA_TEST_DEVICE=%s: not auto, cpu or cuda\n", dev);
-        printf("0 passed, 1 failed\n");
-        return 1;
-    }
-    if (model_load(test_path(MODEL_REL), MODEL_LOAD_NO_TOKENIZER, &g_model, err, sizeof err)) {
-        fprintf(stderr, "cannot load %s: %s\n", MODEL_REL, err);
-        printf("0 passed, 1 failed\n");
-        return 1;
-    }
+    if (!test_backend_env(&g_device, MODEL_REL, MODEL_LOAD_NO_TOKENIZER, &g_model)) return 1;
     RUN(test_device_names);
     RUN(test_selection);
     RUN(test_config);

@@ -22,6 +22,7 @@
 #include "engine/scheduler.h"
 #include "model/model.h"
 #include "test.h"
+#include "test_backend_env.h"
 #include "util/err.h"
 
 #include <math.h>
@@ -643,20 +644,7 @@ static void test_step_fault(void)
 
 int main(void)
 {
-    char err[ERR_BUF];
-    const char *dev = getenv("TESSERA_TEST_DEVICE");
-    if (dev && backend_device_parse(dev, &g_device)) {
-        fprintf(stderr, "TESSERA_TEST_DEVICE=%s: not auto, cpu or cuda\n", dev);
-        printf("0 passed, 1 failed\n");
-        return 1;
-    }
-    /* TESSERA_TEST_MODEL: another model (a path relative to the repository root) */
-    const char *rel = getenv("TESSERA_TEST_MODEL") ? getenv("TESSERA_TEST_MODEL") : MODEL_REL;
-    if (model_load(test_path(rel), 0, &g_model, err, sizeof err)) {
-        fprintf(stderr, "cannot load %s: %s\n", rel, err);
-        printf("0 passed, 1 failed\n");
-        return 1;
-    }
+    if (!test_backend_env(&g_device, MODEL_REL, 0, &g_model)) return 1;
     printf("device %s\n", backend_device_name(g_device));
     make_prompts();
     RUN(test_add_errors);

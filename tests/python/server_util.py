@@ -607,6 +607,29 @@ def _parse_sample(line):
     return name, labels, value
 
 
+def expect_engine_failure(srv, res, message, timeout=60):
+    """After an engine failure: the stream res ended with an error event naming message and
+    data: [DONE], /health is 503 (or the process is already gone), and the process exits
+    with status 1 (a supervisor restarts it) within timeout seconds, saying so in its log."""
+    assert res.status == 200
+    events = parse_sse(res.body).json_events()  # ends with [DONE]
+    assert "error" in events[-1], events[-3:]
+    assert events[-1]["error"]["type"] == "server_error" and message in events[-1]["error"]["message"], \
+        events[-1]
+    try:
+        status = raw_request(srv.host, srv.port, "GET", "/health", timeout=5).status
+    except (OSError, AssertionError):  # refused, or closed unanswered: the process is going
+        status = None
+    assert status in (503, None), status
+    try:
+        rc = srv.proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("tessera serve did not exit after the engine failed")
+    srv.returncode = rc
+    assert rc == 1, (rc, srv.stderr_tail())
+    assert "engine failed" in srv.stderr(), srv.stderr_tail()
+
+
 def wait_idle(srv, timeout=30.0, headers=None):
     """Polls /metrics until no request runs or waits and the KV cache is empty; returns
     the last Metrics. Fails after timeout with the last values."""

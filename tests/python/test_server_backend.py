@@ -11,10 +11,8 @@ step; the warm-up step before /health turns 200 is step 1 and row 1."""
 import os
 import subprocess
 
-import pytest
-
-from server_util import (check_error, free_port, parse_sse, raw_request, run_server,
-                         stream_request, wait_idle)
+from server_util import (check_error, expect_engine_failure, free_port, parse_sse, run_server, stream_request,
+                         wait_idle)
 
 MAX_MODEL_LEN = 256
 # SmolLM2-135M: 30 layers, 3 KV heads, head_dim 64; f16 KV, 16-token blocks
@@ -100,23 +98,7 @@ def test_engine_failure_ends_streams_and_exits(tessera_bin, default_model):
         res = stream_request(srv.host, srv.port, "/v1/chat/completions",
                              {"model": name, "messages": [{"role": "user", "content": "Count to ten."}],
                               "max_tokens": 32, "stream": True})
-        assert res.status == 200
-        events = parse_sse(res.body).json_events()  # ends with [DONE]
-        assert "error" in events[-1], events[-3:]
-        assert events[-1]["error"]["type"] == "server_error" and "injected" in events[-1]["error"]["message"]
-        # /health is 503 from the failure until the process is gone
-        try:
-            status = raw_request(srv.host, srv.port, "GET", "/health", timeout=5).status
-        except OSError:
-            status = None
-        assert status in (503, None), status
-        try:
-            rc = srv.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            pytest.fail("tessera serve did not exit after the engine failed")
-        srv.returncode = rc
-        assert rc == 1, (rc, srv.stderr_tail())
-        assert "engine failed" in srv.stderr(), srv.stderr_tail()
+        expect_engine_failure(srv, res, "injected")  # /health 503 from the failure until the exit
 
 
 def test_usage_and_metrics_add_up(tessera_bin, default_model):
