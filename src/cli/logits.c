@@ -38,6 +38,7 @@ int cli_logits(int argc, char **argv)
     const char *model_path = NULL, *tokens_arg = NULL, *out_path = NULL;
     int n_threads = 0, chunk = 0, copies = 1, block_size = KV_DEFAULT_BLOCK_SIZE;
     enum kv_dtype kv_dtype = KV_F32;
+    bool kv_given = false; /* default: f32 on the CPU (the reference), the backend's choice elsewhere */
     enum backend_device device = BACKEND_DEVICE_CPU;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -65,6 +66,7 @@ int cli_logits(int argc, char **argv)
         }
         else if (!strcmp(a, "--kv-dtype")) {
             bad = kv_dtype_parse(v, &kv_dtype) ? -1 : 0;
+            kv_given = !bad;
             if (bad) fprintf(stderr, "logits: bad value '%s' for %s\n", v, a);
         }
         else {
@@ -113,7 +115,7 @@ int cli_logits(int argc, char **argv)
     bc.max_num_batched_tokens = rows;
     bc.max_model_len = n < m->cfg.max_seq_len ? n : m->cfg.max_seq_len;
     bc.block_size = block_size;
-    bc.kv_dtype_auto = false;
+    bc.kv_dtype_auto = !kv_given && device != BACKEND_DEVICE_CPU;
     bc.kv_dtype = kv_dtype;
     bc.num_blocks = bps * copies;
     bc.n_threads = n_threads;

@@ -18,7 +18,10 @@ model through it: weights on the (emulated) device, the KV cache sized from
 
 The emulator runs SmolLM2 at roughly a second per step on two cores, hence few tokens."""
 import concurrent.futures
+import os
+import subprocess
 
+import numpy as np
 import pytest
 
 from conftest import BUILD
@@ -135,3 +138,23 @@ def test_cuda_device_fault_ends_streams_and_exits(tessera_bin, default_model, em
                               "max_tokens": 16, "stream": True}, timeout=600)
         expect_engine_failure(srv, res, "illegal memory access", timeout=120)
         assert "illegal memory access" in srv.stderr(), srv.stderr_tail()
+
+
+def test_logits_cli_on_cuda(tessera_bin, emu_lib, tmp_path):
+    """`tessera logits --device cuda` needs no --kv-dtype (the backend's choice; the CPU
+    reference default f32 is not a GPU cache type) and agrees with the CPU's F32 reference
+    on the tiny BF16 llama3 within test_cuda_backend's bound for it (NMSE 2e-4)."""
+    model = BUILD / "testmodels" / "llama3-tiny-hd64"
+    tokens = "1,17,300,4000,25,9,123,4567,8,42"
+    out = {}
+    for dev in ("cpu", "cuda"):
+        out[dev] = tmp_path / f"{dev}.bin"
+        p = subprocess.run([str(tessera_bin), "logits", "--model", str(model), "--tokens", tokens,
+                            "--out", str(out[dev]), "--device", dev],
+                           capture_output=True, text=True, timeout=300, env={**os.environ, **EMU_ENV})
+        assert p.returncode == 0, p.stderr[-2000:]
+    a = np.fromfile(out["cpu"], np.float32).reshape(10, -1)
+    b = np.fromfile(out["cuda"], np.float32).reshape(10, -1)
+    nmse = float(((a - b) ** 2).sum() / (a ** 2).sum())
+    assert nmse < 2e-4, nmse
+    assert (a.argmax(1) == b.argmax(1)).all()
