@@ -40,6 +40,8 @@
 #define GEN 8      /* max_tokens */
 #define PREFIX (SLOW ? 48 : 96)   /* shared prefix length of the second wave (blocks of 16) */
 #define MAX_LEN (SLOW ? 96 : 160)
+#define SMALL_POOL (SLOW ? 7 : 12) /* KV blocks that force preemptions in the chunked and
+                                      sampler tests (SLOW: half-length prompts need fewer) */
 
 static struct model *g_model;
 static enum backend_device g_device = BACKEND_DEVICE_CPU;
@@ -299,7 +301,7 @@ static void test_chunked(void)
     /* every prompt token in 16-row steps */
     CHECK(st.steps >= (uint64_t)g_wave_tokens / 16, "%llu steps", (unsigned long long)st.steps);
     /* everything at once: chunks, tiny pool, prefix caching */
-    cfg.backend.num_blocks = 12;
+    cfg.backend.num_blocks = SMALL_POOL;
     cfg.enable_prefix_caching = true;
     run_wave(&cfg, "chunked+preemption+prefix", &st);
     CHECK(st.preemptions > 0, "no preemption happened");
@@ -538,7 +540,7 @@ static void test_samplers_at_admission(void)
         cfg.max_num_seqs = 3;
         cfg.enable_chunked_prefill = true;
         cfg.max_num_batched_tokens = 32;
-        cfg.backend.num_blocks = 12; /* preemptions */
+        cfg.backend.num_blocks = SMALL_POOL; /* preemptions */
         struct sched *s = NULL;
         if (sched_create(&s, g_model, &cfg, err, sizeof err)) {
             CHECK(0, "sched_create: %s", err);
