@@ -406,22 +406,33 @@ static int keys_apply(struct server *s, char *err, size_t errlen)
 
 /* ---- signals ------------------------------------------------------------------------- */
 
+/* The signals the signal thread takes with sigwait (blocked in every thread): SIGINT and
+ * SIGTERM stop, SIGHUP reloads the key file, SIGUSR1 ends the thread at shutdown (a
+ * cancelled sigwait would do, but unwinding a cancelled thread confuses ASan). */
+static void server_signals(sigset_t *sigs)
+{
+    sigemptyset(sigs);
+    sigaddset(sigs, SIGINT);
+    sigaddset(sigs, SIGTERM);
+    sigaddset(sigs, SIGHUP);
+    sigaddset(sigs, SIGUSR1);
+}
+
 static void *signal_main(void *arg)
 {
     struct server *s = arg;
     sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGHUP);
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+    server_signals(&sigs);
     for (;;) {
         int sig = 0;
-        /* server_run cancels this thread at its end, only ever inside sigwait */
-        pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);
-        int rc = sigwait(&sigs, &sig);
-        pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
-        if (rc != 0) continue;
+        if (sigwait(&sigs, &sig) != 0) continue;
+        if (sig == SIGUSR1) { /* server_run ends this thread with it (pthread_kill) at its end */
+            pthread_mutex_lock(&s->mu);
+            bool end = s->stopping;
+            pthread_mutex_unlock(&s->mu);
+            if (end) return NULL;
+            continue; /* from outside: ignored */
+        }
         if (sig == SIGHUP) {
             char err[ERR_BUF];
             pthread_mutex_lock(&s->mu);
@@ -475,10 +486,7 @@ static bool engine_idle(struct server *s) { return engine_num_active(s->e) == 0;
 int server_run(const struct server_options *o)
 {
     sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGHUP);
+    server_signals(&sigs);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -631,7 +639,7 @@ done:
     workq_free(s.workers);
     engine_free(s.e);
     model_free(s.m);
-    pthread_cancel(sig_thread);
+    pthread_kill(sig_thread, SIGUSR1); /* s.stopping is set: the thread returns */
     pthread_join(sig_thread, NULL);
     pthread_cond_destroy(&s.cv);
     pthread_mutex_destroy(&s.mu);
