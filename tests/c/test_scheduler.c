@@ -578,23 +578,29 @@ static void test_samplers_at_admission(void)
 
 /* ---- failures -------------------------------------------------------------------------- */
 
+/* A scheduler whose CPU backend carries the fault TESSERA_TEST_FAULT=fault (docs/engine.md),
+ * or NULL with a failed check. */
+static struct sched *create_with_fault(const char *fault, enum sched_overlap overlap)
+{
+    char err[ERR_BUF];
+    struct sched_config cfg = base_cfg();
+    cfg.overlap = overlap;
+    struct sched *s = NULL;
+    setenv("TESSERA_TEST_FAULT", fault, 1);
+    int rc = sched_create(&s, g_model, &cfg, err, sizeof err);
+    unsetenv("TESSERA_TEST_FAULT");
+    CHECK(rc == 0, "sched_create: %s", err);
+    return rc ? NULL : s;
+}
+
 /* A row with NaN logits fails its sequence only (FINISH_ERROR); the rest are untouched. */
 static void test_row_error(void)
 {
     if (!g_have_ref) { CHECK(0, "no reference"); return; }
     if (g_device != BACKEND_DEVICE_CPU) { SKIP("TESSERA_TEST_FAULT is the CPU backend's hook"); return; }
-    char err[ERR_BUF];
     for (int ov = 0; ov < 2; ov++) {
-        struct sched_config cfg = base_cfg();
-        cfg.overlap = ov ? SCHED_OVERLAP_ON : SCHED_OVERLAP_OFF;
-        struct sched *s = NULL;
-        setenv("TESSERA_TEST_FAULT", "nan-row=5", 1);
-        int rc = sched_create(&s, g_model, &cfg, err, sizeof err);
-        unsetenv("TESSERA_TEST_FAULT");
-        if (rc) {
-            CHECK(0, "sched_create: %s", err);
-            return;
-        }
+        struct sched *s = create_with_fault("nan-row=5", ov ? SCHED_OVERLAP_ON : SCHED_OVERLAP_OFF);
+        if (!s) return;
         struct collect c = { 0 };
         for (int i = 0; i < NP; i++) add_prompt(s, &c, i);
         drain(s, &c);
@@ -621,16 +627,9 @@ static void test_step_fault(void)
     char err[ERR_BUF];
     if (g_device != BACKEND_DEVICE_CPU) { SKIP("TESSERA_TEST_FAULT is the CPU backend's hook"); return; }
     for (int ov = 0; ov < 2; ov++) {
-        struct sched_config cfg = base_cfg();
-        cfg.overlap = ov ? SCHED_OVERLAP_ON : SCHED_OVERLAP_OFF;
-        struct sched *s = NULL;
-        setenv("TESSERA_TEST_FAULT", "fail-step=3", 1);
-        int rc = sched_create(&s, g_model, &cfg, err, sizeof err);
-        unsetenv("TESSERA_TEST_FAULT");
-        if (rc) {
-            CHECK(0, "sched_create: %s", err);
-            return;
-        }
+        struct sched *s = create_with_fault("fail-step=3", ov ? SCHED_OVERLAP_ON : SCHED_OVERLAP_OFF);
+        if (!s) return;
+        int rc = 0;
         struct collect c = { 0 };
         for (int i = 0; i < 4; i++) add_prompt(s, &c, i);
         int steps = 0;
