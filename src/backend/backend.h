@@ -117,7 +117,10 @@ struct backend_sample {
                                 until backend_wait returns; the backend may use its scratch
                                 but does not record the token */
     int n_logprobs;          /* -1: none; 0..SAMPLER_MAX_TOP_LOGPROBS: the sampled token's raw
-                                logprob plus that many top alternatives (sampler_logprobs) */
+                                logprob plus that many top alternatives (sampler_logprobs) */    const uint32_t *mask;    /* NULL, or the tokens allowed next (constrained decoding, grammar/
+                                grammar.h): [grammar_mask_words(vocab)] words, bit id%32 of
+                                word id/32 set = allowed; borrowed until backend_wait returns.
+                                Applied as sampler_sample_masked does */
 };
 
 /* One sampled token. Layout and meaning as kernels/sampling.h's struct sampling_output. */

@@ -89,6 +89,12 @@ void sampler_accept(struct sampler *s, int32_t token);
  * exactly its input values again on return. Does not record the token (see
  * sampler_accept). No allocation. */
 int32_t sampler_sample(struct sampler *s, float *logits);
+/* sampler_sample with a token mask (constrained decoding): mask is NULL (= sampler_sample)
+ * or [(vocab_size + 31) / 32] words, bit id % 32 of word id / 32 set = id allowed. A
+ * clear bit bans the token exactly as a -inf logit bias would: applied right after the
+ * logit bias, before the penalties, so a banned token is never drawn and ERR_RANGE means
+ * nothing allowed is samplable. logits[] is restored; logprobs stay raw (unmasked). */
+int32_t sampler_sample_masked(struct sampler *s, float *logits, const uint32_t *mask);
 /* The distribution sampler_sample would draw from next, without drawing: writes the
  * support's ids and normalised probabilities (in no particular order) into the caller's
  * ids[vocab_size] / probs[vocab_size] and returns its size (1 when greedy), or ERR_RANGE
