@@ -14,6 +14,7 @@
 #include "api/openai_internal.h"
 #include "chat/chat.h"
 #include "engine/block_manager.h"
+#include "grammar/grammar.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/err.h"
@@ -401,11 +402,8 @@ static const struct {
     bool chat_only;
     const char *why;
 } UNSUPPORTED[] = {
-    { "guided_json", UNSUP_NOT_NULL, false, "guided decoding (structured output) is not implemented" },
-    { "guided_regex", UNSUP_NOT_NULL, false, "guided decoding (structured output) is not implemented" },
-    { "guided_choice", UNSUP_NOT_NULL, false, "guided decoding (structured output) is not implemented" },
-    { "guided_grammar", UNSUP_NOT_NULL, false, "guided decoding (structured output) is not implemented" },
-    { "structured_outputs", UNSUP_NOT_NULL, false, "structured output is not implemented" },
+    { "guided_grammar", UNSUP_NOT_NULL, false,
+      "grammars (EBNF) are not implemented; use guided_json, guided_regex or guided_choice" },
     { "min_tokens", UNSUP_NONEMPTY, false, "a minimum output length is not implemented" },
     { "stop_token_ids", UNSUP_NONEMPTY, false, "stop token ids are not implemented; use 'stop' strings" },
     { "bad_words", UNSUP_NONEMPTY, false, "bad-word filtering is not implemented" },
@@ -476,16 +474,6 @@ static int check_tool_choice(const cJSON *root, struct api_error *e)
 
 static int check_unsupported(const cJSON *root, enum oai_kind kind, struct api_error *e)
 {
-    const cJSON *rf = opt(root, "response_format");
-    if (rf) {
-        const cJSON *t = cJSON_IsObject(rf) ? opt(rf, "type") : NULL;
-        if (!t || !cJSON_IsString(t))
-            return bad(e, "response_format", "'response_format' must be an object with a string 'type'");
-        if (strcmp(t->valuestring, "text") != 0)
-            return bad(e, "response_format",
-                       "'response_format' of type '%.64s' is not supported: structured output is "
-                       "not implemented (only {\"type\": \"text\"})", t->valuestring);
-    }
     for (size_t i = 0; i < sizeof UNSUPPORTED / sizeof *UNSUPPORTED; i++) {
         if (UNSUPPORTED[i].chat_only && kind != OAI_CHAT) continue;
         const cJSON *it = opt(root, UNSUPPORTED[i].name);
@@ -862,6 +850,8 @@ static int parse_request(const struct oai_ctx *ctx, enum oai_kind kind, const ch
         rc = ERR_RANGE;
         goto fail;
     }
+    /* last: compiling a schema costs more than every check above */
+    TRY(oai_parse_structured(ctx, root, out, e));
     cJSON_Delete(root);
     return 0;
 fail:
@@ -890,5 +880,6 @@ void oai_request_free(struct oai_request *r)
     free(r->bias_ids);
     free(r->bias_vals);
     free(r->cache_salt);
+    grammar_unref(r->grammar);
     memset(r, 0, sizeof *r);
 }

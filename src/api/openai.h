@@ -20,6 +20,9 @@
 #include <stdint.h>
 
 struct model;
+struct grammar;
+struct grammar_spec;
+struct grammar_vocab;
 
 #define OAI_MAX_N 16 /* most choices per request (n) */
 
@@ -41,6 +44,9 @@ struct oai_ctx {
                                          max_model_len tokens: refused before tokenizing
                                          (oai_max_prompt_bytes); 0: no such check */
     struct oai_defaults defaults;
+    const struct grammar_vocab *gv;   /* the model's vocabulary for structured output
+                                         (grammar_vocab_create once at start-up); NULL:
+                                         structured output is refused (400) */
 };
 
 /* The longest text that might still tokenize to fewer than max_model_len tokens with m's
@@ -69,6 +75,8 @@ struct oai_request {
     int32_t *bias_ids;      /* [rp.n_bias] */
     float *bias_vals;
     char *cache_salt;       /* NULL or the malloc'd cache_salt; rp.cache_salt points here */
+    struct grammar *grammar;/* NULL, or the structured-output grammar (one reference, owned;
+                               rp.grammar points here; every choice shares it) */
 };
 
 /* Parse a POST /v1/chat/completions (resp. /v1/completions) body of len bytes: validate,
@@ -80,16 +88,32 @@ struct oai_request {
  * user, tools (passed to the template), chat_template_kwargs, add_generation_prompt,
  * skip_special_tokens, cache_salt. Completions: prompt (string, [string], or [int] checked
  * against the vocabulary) instead of messages, and logprobs as an integer 0..5.
+ * Structured output (both endpoints): response_format ({"type": "text" | "json_object" |
+ * "json_schema"}), vLLM's guided_json / guided_regex / guided_choice and structured_outputs
+ * ({"json" | "regex" | "choice" | "json_object"}), at most one per request; compiled
+ * here against ctx->gv into r->grammar (see oai_attach_grammar for the errors).
  * Parameters this server knows but does not implement are 400 naming them when a request
- * depends on them (response_format other than text, tool_choice that needs tool-call
- * parsing, guided decoding, ...; the list is in docs/api.md); harmless ones (user,
- * parallel_tool_calls, store, metadata, ...) are accepted.
+ * depends on them (guided_grammar, tool_choice that needs tool-call parsing, ...; the
+ * list is in docs/api.md); harmless ones (user, parallel_tool_calls, store, metadata,
+ * ...) are accepted.
  * Returns 0 and fills *out, or a negative code with *e filled (out is then empty). */
 int oai_parse_chat(const struct oai_ctx *ctx, const char *body, size_t len,
                    struct oai_request *out, struct api_error *e);
 int oai_parse_completion(const struct oai_ctx *ctx, const char *body, size_t len,
                          struct oai_request *out, struct api_error *e);
 void oai_request_free(struct oai_request *r);
+
+/* Compiles spec against ctx->gv and makes it r's structured-output grammar (r owns the
+ * reference; rp.grammar points at it), for callers that build a grammar themselves (tool
+ * calls: tool_choice "required" or a named function). param names the request parameter
+ * the grammar comes from, for errors. Errors (r unchanged, *e filled):
+ *   400 invalid_request_error, param: r already has a grammar (two constraints), no
+ *       vocabulary in ctx, or the compiler refused spec (ERR_INVALID / ERR_UNSUPPORTED /
+ *       ERR_RANGE: its message, e.g. "unsupported JSON Schema keyword 'not'")
+ *   500 server_error: out of memory
+ * Any thread (compiling may take milliseconds: a worker, not the event loop). */
+int oai_attach_grammar(const struct oai_ctx *ctx, struct oai_request *r,
+                       const struct grammar_spec *spec, const char *param, struct api_error *e);
 
 /* Token counts for "usage". */
 struct oai_usage {

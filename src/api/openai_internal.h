@@ -47,6 +47,14 @@ int oai_encode_chat(const struct oai_ctx *ctx, const struct cJSON *messages,
 int oai_encode_text(const struct oai_ctx *ctx, const char *text, size_t len, bool add_special,
                     bool limit, const char *param, int32_t **ids, int *n, struct api_error *e);
 
+/* Reads the structured-output parameters of root (response_format, guided_json,
+ * guided_regex, guided_choice, structured_outputs), refuses more than one, and compiles
+ * the one given into r->grammar (oai_attach_grammar). 0 when there is none or it
+ * compiled; else a negative code with *e filled (400 naming the parameter). In
+ * openai_structured.c. */
+int oai_parse_structured(const struct oai_ctx *ctx, const struct cJSON *root,
+                         struct oai_request *r, struct api_error *e);
+
 /* Checks "model" (absent/null → served_names[0]); sets *name. 404 model_not_found. */
 int oai_check_model(const struct oai_ctx *ctx, const struct cJSON *root, const char **name,
                     struct api_error *e);

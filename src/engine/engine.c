@@ -22,6 +22,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "engine/engine.h"
+#include "grammar/grammar.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/err.h"
@@ -152,6 +153,7 @@ static void request_destroy(struct request *r)
     free(r->prompt);
     free(r->bias_ids);
     free(r->bias);
+    grammar_unref(r->sp.grammar);
     free(r);
 }
 
@@ -792,6 +794,7 @@ int engine_submit(struct engine *e, const int32_t *ids, int n, const struct req_
         r->sp.salt = r->salt;
     }
     r->sp.user = r;
+    r->sp.grammar = grammar_ref(p->grammar); /* dropped by request_destroy */
     r->skip_special = p->skip_special_tokens;
     stop_init(&r->stop, p->stops, p->n_stops); /* validated above */
     tok_stream_init(&r->ts);

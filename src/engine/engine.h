@@ -39,6 +39,7 @@
 struct model;
 struct engine;
 struct request;
+struct grammar;
 
 /* A liveness hook: called on the scheduler thread at least every tick_interval_s while
  * the loop runs (idle or busy), between steps — never while a step is stuck. For a
@@ -78,6 +79,11 @@ struct req_params {
     int n_bias;
     const char *cache_salt;    /* NULL or a string (<= BM_SALT_MAX bytes) separating this
                                   request's prefix-cache entries from other salts */
+    struct grammar *grammar;   /* NULL, or structured output: the generated text must match
+                                  it (grammar/grammar.h; compiled against this model's
+                                  tokenizer). The request takes its own reference; the
+                                  caller keeps its own. The request ends with the grammar
+                                  (finish STOP at the end token it allows), ignore_eos or not */
     bool sibling;              /* another choice (n > 1) of the request the caller submitted
                                   just before: not counted against max_queued_requests /
                                   max_queued_tokens (the first choice was), never ERR_BUSY */

@@ -7,8 +7,9 @@
  *      token is still being sampled by the step in flight is BACKEND_TOKEN_PREV(row);
  *   3. wait for the step in flight (overlap) and record it: commit its KV, append each
  *      sampled token to its sequence and its sampler, decide EOS / length / row errors;
- *   4. submit the planned step (unless every sequence in it has finished meanwhile);
- *      without overlap, wait for it and record it right away;
+ *   4. fill the token masks of the planned step's constrained rows (their matchers now
+ *      hold every recorded token), then submit it (unless every sequence in it has
+ *      finished meanwhile); without overlap, wait for it and record it right away;
  *   5. report what was recorded through the callback; free finished sequences that no
  *      step in flight refers to.
  * Recording happens before the next submit, so every sampler holds its sequence's full
@@ -16,6 +17,7 @@
  * per-token work overlaps the backend's step.
  */
 #include "engine/scheduler.h"
+#include "grammar/grammar.h"
 #include "model/batch.h"
 #include "model/model.h"
 #include "util/err.h"
@@ -25,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 
 /* One sequence's share of a step. */
 struct sched_entry {
@@ -47,6 +50,8 @@ struct sched_plan {
     int32_t *block_tables;            /* [max_num_seqs][max_blocks_per_seq] */
     int32_t *logits_indices;          /* [max_num_seqs] */
     struct backend_sample *samples;   /* [max_num_seqs] */
+    uint32_t *masks;                  /* [max_num_seqs][mask_words] the token masks of
+                                         constrained logits rows (row = logits index) */
     struct batch b;
 };
 
@@ -56,6 +61,7 @@ struct sched {
     struct backend *be;
     struct block_manager *bm;
     int max_blocks_per_seq;           /* ceil(max_model_len / block_size) */
+    int mask_words;                   /* grammar_mask_words(vocab_size) */
     int64_t next_id;
     bool overlap;
 
@@ -68,17 +74,22 @@ struct sched {
     struct sched_plan plans[2];
     int flight;                       /* index of the plan in flight, or -1 */
     struct backend_token *out;        /* [max_num_seqs] tokens of the step waited for */
-    struct sched_output *events;      /* [2 * max_num_seqs] recorded, not yet reported */
+    struct sched_output *events;      /* [3 * max_num_seqs] recorded, not yet reported: an
+                                         admitted and a token event per row of the step
+                                         recorded, a mask failure per row of the next */
     int n_events;
     struct sched_logprob *lps;        /* [max_num_seqs] the events' logprobs */
 
     uint64_t steps, preemptions, prefill_tokens, batched_tokens, discarded;
-    int n_samplers;
+    uint64_t masked_rows, mask_ns;
+    int n_samplers, n_matchers;
     bool broken;                      /* a backend call failed: no more steps */
     char broken_msg[ERR_BUF];
 };
 
 static const char ROW_ERROR[] = "no token can be sampled: every logit is NaN or -inf (after the logit bias)";
+static const char GRAMMAR_REFUSED[] = "the sampled token is not allowed by the structured-output grammar";
+static const char MASK_NOMEM[] = "out of memory computing the structured-output token mask";
 
 void sched_config_default(struct sched_config *c)
 {
@@ -96,6 +107,11 @@ static void seq_destroy(struct sched *s, struct sched_seq *q)
         sampler_free(q->sampler);
         s->n_samplers--;
     }
+    if (q->gm) {
+        gm_free(q->gm);
+        s->n_matchers--;
+    }
+    grammar_unref(q->grammar);
     free(q->tokens);
     free(q->bias_ids);
     free(q->bias);
@@ -113,9 +129,10 @@ static void plan_free(struct sched_plan *p)
     free(p->block_tables);
     free(p->logits_indices);
     free(p->samples);
+    free(p->masks);
 }
 
-static bool plan_alloc(struct sched_plan *p, size_t T, size_t S, size_t max_blocks)
+static bool plan_alloc(struct sched_plan *p, size_t T, size_t S, size_t max_blocks, size_t mask_words)
 {
     p->entries = calloc(S, sizeof *p->entries);
     p->token_ids = calloc(T, sizeof *p->token_ids);
@@ -126,8 +143,9 @@ static bool plan_alloc(struct sched_plan *p, size_t T, size_t S, size_t max_bloc
     p->block_tables = calloc(S * max_blocks, sizeof *p->block_tables);
     p->logits_indices = calloc(S, sizeof *p->logits_indices);
     p->samples = calloc(S, sizeof *p->samples);
+    p->masks = calloc(S * mask_words, sizeof *p->masks);
     return p->entries && p->token_ids && p->positions && p->slot_mapping && p->query_start && p->seq_lens &&
-           p->block_tables && p->logits_indices && p->samples;
+           p->block_tables && p->logits_indices && p->samples && p->masks;
 }
 
 void sched_free(struct sched *s)
@@ -179,6 +197,7 @@ int sched_create(struct sched **out, const struct model *m, const struct sched_c
     s->next_id = 1;
     s->flight = -1;
     s->max_blocks_per_seq = (c.max_model_len + c.block_size - 1) / c.block_size;
+    s->mask_words = grammar_mask_words(m->cfg.vocab_size);
     int rc;
     if ((rc = backend_create(&s->be, m, &c.backend, err, errlen))) goto fail;
     const struct backend_info *info = backend_get_info(s->be);
@@ -205,10 +224,10 @@ int sched_create(struct sched **out, const struct model *m, const struct sched_c
     size_t T = (size_t)c.max_num_batched_tokens, S = (size_t)c.max_num_seqs;
     s->running = calloc(S, sizeof *s->running);
     s->out = calloc(S, sizeof *s->out);
-    s->events = calloc(2 * S, sizeof *s->events);
+    s->events = calloc(3 * S, sizeof *s->events);
     s->lps = calloc(S, sizeof *s->lps);
     bool ok = s->running && s->out && s->events && s->lps;
-    for (int i = 0; i < 2; i++) ok = plan_alloc(&s->plans[i], T, S, (size_t)s->max_blocks_per_seq) && ok;
+    for (int i = 0; i < 2; i++) ok = plan_alloc(&s->plans[i], T, S, (size_t)s->max_blocks_per_seq, (size_t)s->mask_words) && ok;
     if (!ok) {
         rc = err_set(err, errlen, ERR_NOMEM, "scheduler: out of memory for step arrays");
         goto fail;
@@ -298,6 +317,7 @@ int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq
     q->ignore_eos = p->ignore_eos;
     q->logprobs = p->logprobs;
     q->user = p->user;
+    q->grammar = grammar_ref(p->grammar);
     q->pending_row = -1;
     s->waiting[s->n_waiting++] = q;
     *seq_id = q->id;
@@ -424,9 +444,16 @@ static void preempt(struct sched *s, int i)
 /* Tokens of q known or being sampled: the step in flight may owe it one. */
 static int known_len(const struct sched_seq *q) { return q->n_tokens + (q->pending_row >= 0); }
 
-/* Creates q's sampler at its first admission: params, logit bias, prompt history. */
+/* Creates q's sampler at its first admission: params, logit bias, prompt history; and
+ * the grammar matcher of a constrained sequence (at the start of its grammar: nothing
+ * generated yet). */
 static int make_sampler(struct sched *s, struct sched_seq *q, char *err, size_t errlen)
 {
+    if (q->grammar && !q->gm) {
+        q->gm = gm_create(q->grammar);
+        if (!q->gm) return err_set(err, errlen, ERR_NOMEM, "out of memory creating a grammar matcher");
+        s->n_matchers++;
+    }
     if (q->sampler) return 0;
     q->sampler = sampler_create(&q->sp, s->m->cfg.vocab_size);
     if (!q->sampler) return err_set(err, errlen, ERR_NOMEM, "out of memory creating a sampler");
@@ -595,9 +622,16 @@ static int record(struct sched *s, struct sched_plan *p, char *err, size_t errle
             continue;
         }
         int32_t tok = t->token;
+        /* the grammar first: a refused token is not kept */
+        if (q->gm && gm_accept(q->gm, tok) != 0) {
+            finish_seq(q, FINISH_ERROR);
+            push_event(s, q, -1, FINISH_ERROR, NULL, false, GRAMMAR_REFUSED);
+            continue;
+        }
         sampler_accept(q->sampler, tok);
         q->tokens[q->n_tokens++] = tok;
-        if (!q->ignore_eos && model_is_eog(s->m, tok)) finish_seq(q, FINISH_STOP);
+        /* a constrained sequence ends where its grammar does, ignore_eos or not */
+        if ((!q->ignore_eos || q->gm) && model_is_eog(s->m, tok)) finish_seq(q, FINISH_STOP);
         else if (q->n_tokens - q->n_prompt >= q->max_tokens) finish_seq(q, FINISH_LENGTH);
         const struct sched_logprob *lp = NULL;
         if (q->logprobs >= 0) {
@@ -636,6 +670,42 @@ static bool plan_patch(struct sched *s, struct sched_plan *p)
         if (t < 0 && s->out[-1 - t].status != 0) p->token_ids[r] = 0;
     }
     return live;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Right before plan p is submitted (every earlier step recorded): fills the token mask of
+ * each constrained logits row from its matcher. A mask that cannot be computed (out of
+ * memory) fails that sequence alone; its row still runs, unmasked, and is discarded. */
+static void plan_masks(struct sched *s, struct sched_plan *p)
+{
+    uint64_t t0 = 0;
+    int n_masked = 0;
+    for (int e = 0; e < p->n_entries; e++) {
+        struct sched_entry *en = &p->entries[e];
+        struct sched_seq *q = en->seq;
+        if (en->logit < 0) continue;
+        struct backend_sample *smp = &p->samples[en->logit];
+        smp->mask = NULL;
+        if (!q->gm || !seq_live(q)) continue;
+        if (!n_masked++) t0 = now_ns();
+        uint32_t *mask = p->masks + (size_t)en->logit * (size_t)s->mask_words;
+        if (gm_fill_mask(q->gm, mask) != 0) {
+            finish_seq(q, FINISH_ERROR);
+            push_event(s, q, -1, FINISH_ERROR, NULL, false, MASK_NOMEM);
+            continue;
+        }
+        smp->mask = mask;
+    }
+    if (n_masked) {
+        s->mask_ns += now_ns() - t0;
+        s->masked_rows += (uint64_t)n_masked;
+    }
 }
 
 /* Takes the finished sequences off the lists (freed once no step refers to them). */
@@ -678,6 +748,7 @@ int sched_step(struct sched *s, sched_output_fn cb, void *ud, char *err, size_t 
     s->n_events = 0;
     if (s->flight >= 0 && (rc = wait_flight(s, err, errlen))) return fail(s, rc, err);
     if (n > 0) {
+        plan_masks(s, p);
         if (plan_patch(s, p)) {
             if ((rc = backend_submit(s->be, &p->b, p->samples, err, errlen))) return fail(s, rc, err);
             s->flight = (int)(p - s->plans);
@@ -732,7 +803,8 @@ void sched_get_stats(const struct sched *s, struct sched_stats *st)
                                 .prefill_tokens = s->prefill_tokens,
                                 .batched_tokens = s->batched_tokens, .discarded_tokens = s->discarded,
                                 .num_waiting = s->n_waiting, .num_running = s->n_running,
-                                .num_samplers = s->n_samplers };
+                                .num_samplers = s->n_samplers, .num_matchers = s->n_matchers,
+                                .masked_rows = s->masked_rows, .mask_ns = s->mask_ns };
     bm_get_stats(s->bm, &st->bm);
 }
 

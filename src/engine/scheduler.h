@@ -19,7 +19,19 @@
  *     blocks are taken from the prefix cache and not recomputed. A sequence's sampler
  *     (about 24 bytes per vocabulary entry) is created at its first admission, kept
  *     through preemption (its history and step must survive the recompute) and freed when
- *     it finishes: a queued sequence holds none.
+ *     it finishes: a queued sequence holds none. A constrained sequence's grammar matcher
+ *     (grammar/grammar.h) lives exactly as long as its sampler.
+ *
+ * Constrained decoding (sched_seq_params.grammar): every logits row of a constrained
+ * sequence carries a token mask (backend_sample.mask) filled from its matcher right
+ * before the step is submitted — after the previous step's tokens are recorded, so with
+ * overlap the mask already covers the token the row's input names BACKEND_TOKEN_PREV.
+ * Each kept token advances the matcher (gm_accept); a token the grammar refuses (a
+ * backend that ignored the mask) ends the sequence with FINISH_ERROR. The grammar also
+ * decides the end: once it is complete only end-of-generation tokens are allowed, and a
+ * constrained sequence ends at that token even with ignore_eos (the grammar has nothing
+ * more to emit). The mask rows ([2][max_num_seqs][grammar_mask_words(vocab_size)]) are
+ * allocated at sched_create.
  *
  * Overlapped scheduling (sched_config.overlap): sched_step plans step N+1 while step N
  * runs on the backend, waits for N, records N's tokens (each sequence's token list and
@@ -55,6 +67,8 @@
 
 struct model;
 struct sched;
+struct grammar;
+struct grammar_matcher;
 
 /* Overlapped scheduling (see above). AUTO: on when the backend runs asynchronously
  * (backend_get_info()->name is "cuda"); the CPU backend computes inside submit, so there
@@ -98,9 +112,14 @@ struct sched_seq_params {
     const void *salt;         /* [salt_len] prefix-cache salt (<= BM_SALT_MAX bytes), or NULL */
     size_t salt_len;
     void *user;               /* opaque, reported in every sched_output of the sequence */
+    struct grammar *grammar;  /* NULL: unconstrained; else the output must match it (the
+                                 scheduler takes its own reference, dropped when the
+                                 sequence is freed). Its vocabulary must be the model's
+                                 tokenizer with no more than vocab_size ids */
 };
 
-/* Defaults: sampler_params_default, max_tokens 0, logprobs -1; no bias, salt or user. */
+/* Defaults: sampler_params_default, max_tokens 0, logprobs -1; no bias, salt, user or
+ * grammar. */
 void sched_seq_params_default(struct sched_seq_params *p);
 
 /* Per-sequence state. Read-only for callers (sched_find); the scheduler owns it. */
@@ -128,6 +147,9 @@ struct sched_seq {
     float *bias;                 /* [n_bias] */
     int n_bias;
     struct sampler *sampler;     /* NULL until the first admission */
+    struct grammar *grammar;     /* reference held, or NULL (unconstrained) */
+    struct grammar_matcher *gm;  /* with grammar: created with the sampler, kept through
+                                    preemption (it covers the generated tokens) */
     struct bm_seq *bs;
     int pending_row;        /* logits row of the step in flight that samples this sequence's
                                next token (decode rows of the next step name it
@@ -183,6 +205,9 @@ struct sched_stats {
     uint64_t discarded_tokens;/* overlap: tokens sampled for sequences that had finished */
     int num_waiting, num_running;
     int num_samplers;         /* live samplers (one per admitted, unfinished sequence) */
+    int num_matchers;         /* live grammar matchers (admitted constrained sequences) */
+    uint64_t masked_rows;     /* logits rows sampled under a grammar mask */
+    uint64_t mask_ns;         /* time spent filling those masks (scheduler thread) */
     struct bm_stats bm;
 };
 

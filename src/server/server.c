@@ -21,6 +21,7 @@
 #include "backend/backend.h"
 #include "config/keyfile.h"
 #include "engine/stats.h"
+#include "grammar/grammar.h"
 #include "model/model.h"
 #include "server/notify.h"
 #include "server/server_internal.h"
@@ -529,6 +530,7 @@ int server_run(const struct server_options *o)
     struct http_server *http = NULL;
     int status = 1;
     struct engine_config ec;
+    struct grammar_vocab *gv = NULL;
     s.workers = workq_create(o->api_threads, MAX_PARSE_QUEUE);
     if (!s.workers) {
         snprintf(err, sizeof err, "cannot start %d API worker threads", o->api_threads);
@@ -573,6 +575,17 @@ int server_run(const struct server_options *o)
                               .max_model_len = engine_sched_config(s.e)->max_model_len };
     s.ctx.max_prompt_bytes = oai_max_prompt_bytes(s.m, s.ctx.max_model_len);
     defaults_from(o, s.m, &s.ctx.defaults);
+    /* structured output: the vocabulary as text, built once and shared by every request's
+       grammar (so it outlives them: freed after the engine and HTTP) */
+    if (grammar_vocab_create(&gv, s.m->tok, s.m->eog_ids, s.m->n_eog, err, sizeof err) == 0 &&
+        grammar_vocab_size(gv) > s.m->cfg.vocab_size) {
+        snprintf(err, sizeof err, "the tokenizer has %d tokens, more than the model's %d logits",
+                 grammar_vocab_size(gv), s.m->cfg.vocab_size);
+        grammar_vocab_free(gv);
+        gv = NULL;
+    }
+    if (!gv) LOG_WARN("server", "structured output is off: %s", err);
+    s.ctx.gv = gv;
     char desc[256];
     model_describe(s.m, desc, sizeof desc);
     LOG_INFO("server", "model %s loaded in %.1f s: %s", s.names[0], now_s() - t0, desc);
@@ -638,6 +651,7 @@ done:
     http_server_stop(http);
     workq_free(s.workers);
     engine_free(s.e);
+    if (gv) grammar_vocab_free(gv);
     model_free(s.m);
     pthread_kill(sig_thread, SIGUSR1); /* s.stopping is set: the thread returns */
     pthread_join(sig_thread, NULL);
