@@ -1,0 +1,500 @@
+/* matcher.c — one sequence's position in a grammar, advanced byte by byte, and the token
+ * mask computed from it.
+ *
+ * State: a set of parse configurations. Each configuration is a stack of frames kept as a
+ * linked list in an arena (struct snode: element position, DFA state, parent frame); the
+ * top frame sits on a CLASS or DFA element, the frames below are return positions pushed
+ * by rule references (a reference in tail position pushes nothing, so repetition written
+ * as right recursion runs in constant stack). After each accepted token the surviving
+ * configurations are copied into a fresh arena with hash-consing, so equal stacks share
+ * one node and the state has a canonical serialisation (the mask cache key).
+ *
+ * Mask: a depth-first walk of the vocabulary trie; at each trie node the configuration
+ * set is advanced by the node's byte (new frames go to the arena above the base and are
+ * dropped when the walk returns), subtrees whose prefix kills every configuration are
+ * skipped, and children whose byte no configuration can take are never entered. Masks of
+ * expensive walks are cached in the grammar, keyed by the exact state.
+ *
+ * A matcher is used by one thread at a time; the grammar's cache takes its mutex.
+ */
+#include "grammar/grammar_int.h"
+
+#include "util/err.h"
+#include "util/grow.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define GM_CLOSURE_DEPTH 512  /* rule expansions without consuming a byte (cuts ε-cycles) */
+#define GM_CACHE_MIN_NODES 512 /* walks cheaper than this are not cached */
+
+struct snode {
+    int32_t pos;    /* element index */
+    int32_t aux;    /* DFA state when elems[pos] is GEL_DFA (top frames only) */
+    int32_t parent; /* frame below, -1 = bottom */
+};
+
+struct grammar_matcher {
+    struct grammar *g;
+    /* arena: [0, n_base) the committed state's frames, above it scratch frames */
+    struct snode *nodes;
+    size_t nodes_cap;
+    int n_nodes, n_base;
+    /* configuration sets: [0, n_tops) committed; walk levels above */
+    int32_t *set;
+    size_t set_cap;
+    int n_tops;
+    bool can_end; /* the text so far is a complete match */
+    bool ended;   /* an end token was accepted */
+    bool w_end;   /* scratch: the advance being computed reached the end */
+    bool oom;
+    /* canonical key of the committed state */
+    uint32_t *key;
+    size_t key_cap;
+    int key_len;
+    uint64_t key_hash;
+    /* compaction scratch */
+    struct snode *nodes2;
+    size_t nodes2_cap;
+    int32_t *remap, *hash;
+    size_t remap_cap, hash_cap;
+    uint32_t *chain;
+    size_t chain_cap;
+    long walk_nodes;
+};
+
+static int node_new(struct grammar_matcher *m, int32_t pos, int32_t aux, int32_t parent)
+{
+    if ((size_t)m->n_nodes >= m->nodes_cap &&
+        !grow_array((void **)&m->nodes, &m->nodes_cap, (size_t)m->n_nodes + 1, sizeof *m->nodes)) {
+        m->oom = true;
+        return -1;
+    }
+    m->nodes[m->n_nodes] = (struct snode){ pos, aux, parent };
+    return m->n_nodes++;
+}
+
+/* Appends a configuration (top frame pos/aux over parent) to the set being built at
+ * [sb, *se), unless an identical one is there. */
+static void set_add(struct grammar_matcher *m, int sb, int *se, int32_t pos, int32_t aux, int32_t parent)
+{
+    for (int i = sb; i < *se; i++) {
+        const struct snode *n = &m->nodes[m->set[i]];
+        if (n->pos == pos && n->aux == aux && n->parent == parent)
+            return;
+    }
+    int id = node_new(m, pos, aux, parent);
+    if (id < 0)
+        return;
+    if ((size_t)*se >= m->set_cap && !grow_array((void **)&m->set, &m->set_cap, (size_t)*se + 1, sizeof *m->set)) {
+        m->oom = true;
+        return;
+    }
+    m->set[(*se)++] = id;
+}
+
+/* Adds every configuration reached from "continue at element pos over stack parent"
+ * without consuming a byte. */
+static void closure(struct grammar_matcher *m, int32_t pos, int32_t parent, int sb, int *se, int depth)
+{
+    const struct grammar *g = m->g;
+    if (depth > GM_CLOSURE_DEPTH || m->oom)
+        return;
+    for (;;) {
+        const struct gel *e = &g->elems[pos];
+        switch (e->kind) {
+        case GEL_END:
+            if (parent < 0) {
+                m->w_end = true;
+                return;
+            }
+            pos = m->nodes[parent].pos;
+            parent = m->nodes[parent].parent;
+            if (++depth > GM_CLOSURE_DEPTH)
+                return;
+            continue;
+        case GEL_CLASS:
+            set_add(m, sb, se, pos, 0, parent);
+            return;
+        case GEL_DFA: {
+            const struct gdfa *d = &g->dfas[e->arg];
+            if (d->live[d->start])
+                set_add(m, sb, se, pos, d->start, parent);
+            if (!d->accept[d->start])
+                return;
+            pos++;
+            continue;
+        }
+        default: { /* GEL_REF */
+            int32_t cont = parent;
+            if (g->elems[pos + 1].kind != GEL_END && (cont = node_new(m, pos + 1, 0, parent)) < 0)
+                return;
+            int r = (int)e->arg;
+            int a0 = g->rule_alt_first[r], na = g->rule_alt_count[r];
+            for (int a = 0; a < na; a++)
+                closure(m, g->alt_start[a0 + a], cont, sb, se, depth + 1);
+            return;
+        }
+        }
+    }
+}
+
+/* Advances the set [ib, ie) by byte c into [ob, *oe) (ob >= ie); sets m->w_end. */
+static void advance(struct grammar_matcher *m, int ib, int ie, unsigned c, int ob, int *oe)
+{
+    const struct grammar *g = m->g;
+    m->w_end = false;
+    *oe = ob;
+    for (int i = ib; i < ie; i++) {
+        struct snode n = m->nodes[m->set[i]];
+        const struct gel *e = &g->elems[n.pos];
+        if (e->kind == GEL_CLASS) {
+            if (gr_class_has(g->classes[e->arg], c))
+                closure(m, n.pos + 1, n.parent, ob, oe, 0);
+        } else {
+            const struct gdfa *d = &g->dfas[e->arg];
+            int32_t t = d->trans[(size_t)n.aux * 256 + c];
+            if (t < 0)
+                continue;
+            if (d->live[t])
+                set_add(m, ob, oe, n.pos, t, n.parent);
+            if (d->accept[t])
+                closure(m, n.pos + 1, n.parent, ob, oe, 0);
+        }
+    }
+}
+
+/* Makes sure the set buffer holds n more entries past at (so that advance rarely grows). */
+static bool set_reserve(struct grammar_matcher *m, size_t need)
+{
+    if (need <= m->set_cap)
+        return true;
+    if (!grow_array((void **)&m->set, &m->set_cap, need, sizeof *m->set)) {
+        m->oom = true;
+        return false;
+    }
+    return true;
+}
+
+/* ---- committing a state: hash-consed copy and canonical key ----------------------------- */
+
+static int cmp_chain(const uint32_t *a, const uint32_t *b)
+{
+    /* chains are length-prefixed */
+    uint32_t la = a[0], lb = b[0];
+    for (uint32_t i = 1; i <= la && i <= lb; i++)
+        if (a[i] != b[i])
+            return a[i] < b[i] ? -1 : 1;
+    return la < lb ? -1 : la > lb;
+}
+
+/* Copies frame old (and those below) into nodes2 with hash-consing; returns its new id. */
+static int32_t compact_node(struct grammar_matcher *m, int32_t old, int *n2)
+{
+    if (old < 0)
+        return -1;
+    if (m->remap[old] >= 0)
+        return m->remap[old];
+    int32_t parent = compact_node(m, m->nodes[old].parent, n2);
+    struct snode x = { m->nodes[old].pos, m->nodes[old].aux, parent };
+    uint64_t h = ((uint64_t)(uint32_t)x.pos * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)(uint32_t)x.aux * 0xC2B2AE3D27D4EB4Full) ^
+                 ((uint64_t)(uint32_t)x.parent * 0x165667B19E3779F9ull);
+    size_t mask = m->hash_cap - 1, k = (size_t)(h ^ (h >> 31)) & mask;
+    while (m->hash[k] >= 0) {
+        const struct snode *y = &m->nodes2[m->hash[k]];
+        if (y->pos == x.pos && y->aux == x.aux && y->parent == x.parent)
+            return m->remap[old] = m->hash[k];
+        k = (k + 1) & mask;
+    }
+    m->nodes2[*n2] = x;
+    m->hash[k] = *n2;
+    return m->remap[old] = (*n2)++;
+}
+
+/* Makes the configurations set[sb, se) the committed state (with can_end = end).
+ * Returns 0 or ERR_NOMEM (state unchanged). */
+static int commit(struct grammar_matcher *m, int sb, int se, bool end)
+{
+    size_t n_old = (size_t)m->n_nodes, hcap = 64;
+    while (hcap < n_old * 2 + 2)
+        hcap *= 2;
+    if (!grow_array((void **)&m->nodes2, &m->nodes2_cap, n_old + 1, sizeof *m->nodes2) ||
+        !grow_array((void **)&m->remap, &m->remap_cap, n_old + 1, sizeof *m->remap) ||
+        !grow_array((void **)&m->hash, &m->hash_cap, hcap, sizeof *m->hash))
+        return ERR_NOMEM;
+    hcap = m->hash_cap;
+    /* hash_cap must be a power of two for the probe mask */
+    while (hcap & (hcap - 1))
+        hcap &= hcap - 1;
+    m->hash_cap = hcap;
+    memset(m->remap, 0xFF, sizeof *m->remap * n_old);
+    memset(m->hash, 0xFF, sizeof *m->hash * hcap);
+    int n2 = 0, nt = 0;
+    int32_t *tops = m->set + se; /* room after the set */
+    if (!set_reserve(m, (size_t)se + (size_t)(se - sb) + 1))
+        return ERR_NOMEM;
+    tops = m->set + se;
+    for (int i = sb; i < se; i++) {
+        int32_t id = compact_node(m, m->set[i], &n2);
+        bool dup = false;
+        for (int j = 0; j < nt && !dup; j++)
+            dup = tops[j] == id;
+        if (!dup)
+            tops[nt++] = id;
+    }
+    /* key: per configuration its frames top to bottom (pos, aux), sorted; then can_end */
+    size_t need = 2;
+    for (int j = 0; j < nt; j++)
+        for (int32_t id = tops[j]; id >= 0; id = m->nodes2[id].parent)
+            need += 2;
+    need += (size_t)nt;
+    if (!grow_array((void **)&m->chain, &m->chain_cap, need, sizeof *m->chain) ||
+        !grow_array((void **)&m->key, &m->key_cap, need, sizeof *m->key))
+        return ERR_NOMEM;
+    /* chains into m->chain, then sort their offsets (insertion sort: sets are small) */
+    int32_t *offs = malloc(sizeof *offs * (size_t)(nt ? nt : 1));
+    if (!offs)
+        return ERR_NOMEM;
+    size_t w = 0;
+    for (int j = 0; j < nt; j++) {
+        offs[j] = (int32_t)w;
+        size_t at = w++;
+        uint32_t len = 0;
+        for (int32_t id = tops[j]; id >= 0; id = m->nodes2[id].parent) {
+            m->chain[w++] = (uint32_t)m->nodes2[id].pos;
+            m->chain[w++] = (uint32_t)m->nodes2[id].aux;
+            len += 2;
+        }
+        m->chain[at] = len;
+    }
+    for (int j = 1; j < nt; j++) {
+        int32_t o = offs[j], t = tops[j];
+        int k = j - 1;
+        while (k >= 0 && cmp_chain(m->chain + offs[k], m->chain + o) > 0) {
+            offs[k + 1] = offs[k];
+            tops[k + 1] = tops[k];
+            k--;
+        }
+        offs[k + 1] = o;
+        tops[k + 1] = t;
+    }
+    size_t kl = 0;
+    for (int j = 0; j < nt; j++) {
+        const uint32_t *c = m->chain + offs[j];
+        memcpy(m->key + kl, c, sizeof *c * (c[0] + 1));
+        kl += c[0] + 1;
+    }
+    free(offs);
+    m->key[kl++] = end ? 1u : 0u;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < kl; i++) {
+        h ^= m->key[i];
+        h *= 1099511628211ull;
+    }
+    m->key_len = (int)kl;
+    m->key_hash = h;
+    /* swap arenas and install the tops at set[0, nt) */
+    struct snode *tn = m->nodes;
+    size_t tc = m->nodes_cap;
+    m->nodes = m->nodes2;
+    m->nodes_cap = m->nodes2_cap;
+    m->nodes2 = tn;
+    m->nodes2_cap = tc;
+    m->n_nodes = m->n_base = n2;
+    memmove(m->set, tops, sizeof *tops * (size_t)nt);
+    m->n_tops = nt;
+    m->can_end = end;
+    return 0;
+}
+
+/* ---- public API ----------------------------------------------------------------------- */
+
+struct grammar_matcher *gm_create(struct grammar *g)
+{
+    struct grammar_matcher *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    m->g = grammar_ref(g);
+    int se = 0;
+    m->w_end = false;
+    int a0 = g->rule_alt_first[0], na = g->rule_alt_count[0];
+    for (int a = 0; a < na; a++)
+        closure(m, g->alt_start[a0 + a], -1, 0, &se, 0);
+    if (m->oom || commit(m, 0, se, m->w_end)) {
+        gm_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+void gm_free(struct grammar_matcher *m)
+{
+    if (!m)
+        return;
+    grammar_unref(m->g);
+    free(m->nodes);
+    free(m->nodes2);
+    free(m->set);
+    free(m->key);
+    free(m->remap);
+    free(m->hash);
+    free(m->chain);
+    free(m);
+}
+
+bool gm_can_end(const struct grammar_matcher *m) { return m->ended || m->can_end; }
+
+bool gm_is_done(const struct grammar_matcher *m) { return m->ended || m->n_tops == 0; }
+
+int gm_accept(struct grammar_matcher *m, int32_t token)
+{
+    const struct grammar_vocab *v = m->g->vocab;
+    if (token < 0 || token >= v->vocab_size)
+        return ERR_INVALID;
+    if (v->is_eog[token]) {
+        if (!gm_can_end(m))
+            return ERR_INVALID;
+        m->ended = true;
+        return 0;
+    }
+    if (m->ended || v->is_special[token] || v->off[token + 1] == v->off[token])
+        return ERR_INVALID;
+    const uint8_t *b = (const uint8_t *)v->bytes + v->off[token];
+    int len = (int)(v->off[token + 1] - v->off[token]);
+    int ib = 0, ie = m->n_tops;
+    bool end = false, dead = false;
+    m->oom = false;
+    for (int i = 0; i < len && !dead; i++) {
+        int oe;
+        if (ie == ib || !set_reserve(m, (size_t)ie + 64)) {
+            dead = true;
+            break;
+        }
+        advance(m, ib, ie, b[i], ie, &oe);
+        end = m->w_end;
+        ib = ie;
+        ie = oe;
+        dead = m->oom || (ie == ib && !end);
+    }
+    if (dead || m->oom) {
+        m->n_nodes = m->n_base;
+        return m->oom ? ERR_NOMEM : ERR_INVALID;
+    }
+    int rc = commit(m, ib, ie, end);
+    if (rc) {
+        m->n_nodes = m->n_base;
+        return rc;
+    }
+    return 0;
+}
+
+/* Depth-first walk below trie node `node` with configurations set[sb, se). */
+static void walk(struct grammar_matcher *m, int node, int sb, int se, uint32_t *mask)
+{
+    const struct grammar *g = m->g;
+    const struct grammar_vocab *v = g->vocab;
+    uint32_t next[8] = { 0 };
+    for (int i = sb; i < se; i++) {
+        const struct snode *n = &m->nodes[m->set[i]];
+        const struct gel *e = &g->elems[n->pos];
+        const uint32_t *bits = e->kind == GEL_CLASS ? g->classes[e->arg] : g->dfas[e->arg].next + (size_t)n->aux * 8;
+        for (int k = 0; k < 8; k++)
+            next[k] |= bits[k];
+    }
+    int end = node + (int)v->node_size[node];
+    for (int c = node + 1; c < end; c += (int)v->node_size[c]) {
+        unsigned byte = v->node_byte[c];
+        if (!gr_class_has(next, byte))
+            continue;
+        m->walk_nodes++;
+        int mark = m->n_nodes, oe;
+        if (!set_reserve(m, (size_t)se + 64))
+            return;
+        advance(m, sb, se, byte, se, &oe);
+        if (oe > se || m->w_end) {
+            for (uint32_t t = 0; t < v->tok_count[c]; t++) {
+                int32_t id = v->tok_ids[v->tok_first[c] + t];
+                mask[id >> 5] |= 1u << (id & 31);
+            }
+            if (oe > se && v->node_size[c] > 1)
+                walk(m, c, se, oe, mask);
+        }
+        m->n_nodes = mark;
+        if (m->oom)
+            return;
+    }
+}
+
+static void set_eog(const struct grammar_vocab *v, uint32_t *mask)
+{
+    for (int i = 0; i < v->n_eog; i++)
+        mask[v->eog[i] >> 5] |= 1u << (v->eog[i] & 31);
+}
+
+int gm_fill_mask_uncached(struct grammar_matcher *m, uint32_t *mask)
+{
+    const struct grammar_vocab *v = m->g->vocab;
+    memset(mask, 0, sizeof *mask * (size_t)grammar_mask_words(v->vocab_size));
+    m->walk_nodes = 0;
+    if (!m->ended && m->n_tops > 0) {
+        m->oom = false;
+        walk(m, 0, 0, m->n_tops, mask);
+        m->n_nodes = m->n_base;
+        if (m->oom)
+            return ERR_NOMEM;
+    }
+    if (gm_can_end(m))
+        set_eog(v, mask);
+    return 0;
+}
+
+long gm_last_walk_nodes(const struct grammar_matcher *m) { return m->walk_nodes; }
+
+int gm_fill_mask(struct grammar_matcher *m, uint32_t *mask)
+{
+    struct grammar *g = m->g;
+    size_t words = (size_t)grammar_mask_words(g->vocab->vocab_size);
+    if (m->ended || m->n_tops == 0)
+        return gm_fill_mask_uncached(m, mask);
+    pthread_mutex_lock(&g->cache_lock);
+    for (int i = 0; i < GR_CACHE_SLOTS; i++) {
+        struct gcache_entry *c = &g->cache[i];
+        if (c->used && c->hash == m->key_hash && c->key_len == m->key_len &&
+            !memcmp(c->key, m->key, sizeof *m->key * (size_t)m->key_len)) {
+            memcpy(mask, c->mask, sizeof *mask * words);
+            pthread_mutex_unlock(&g->cache_lock);
+            atomic_fetch_add(&g->cache_hits, 1);
+            return 0;
+        }
+    }
+    pthread_mutex_unlock(&g->cache_lock);
+    atomic_fetch_add(&g->cache_misses, 1);
+    int rc = gm_fill_mask_uncached(m, mask);
+    if (rc || m->walk_nodes < GM_CACHE_MIN_NODES)
+        return rc;
+    pthread_mutex_lock(&g->cache_lock);
+    struct gcache_entry *c = &g->cache[g->cache_next];
+    g->cache_next = (g->cache_next + 1) % GR_CACHE_SLOTS;
+    bool ok = true;
+    if (!c->mask)
+        ok = (c->mask = malloc(sizeof *c->mask * words)) != NULL;
+    if (ok && (size_t)m->key_len > (size_t)c->key_cap) {
+        uint32_t *k = realloc(c->key, sizeof *k * (size_t)m->key_len);
+        ok = k != NULL;
+        if (ok) {
+            c->key = k;
+            c->key_cap = m->key_len;
+        }
+    }
+    if (ok) {
+        memcpy(c->key, m->key, sizeof *m->key * (size_t)m->key_len);
+        c->key_len = m->key_len;
+        c->hash = m->key_hash;
+        memcpy(c->mask, mask, sizeof *mask * words);
+        c->used = true;
+    } else {
+        c->used = false;
+    }
+    pthread_mutex_unlock(&g->cache_lock);
+    return 0;
+}
