@@ -111,7 +111,7 @@ static void bench_one(struct kbench *b, const float *d_logits_peaked, const floa
     const float *lg = c.flat ? d_logits_flat : d_logits_peaked;
     double s = kbench_time(b, [&] {
         KB_CHECK(cuda_sampling(lg, vocab, rows, vocab, d_p, c.penalties ? d_ps : NULL, d_pid, d_pinfo,
-                             c.penalties ? d_bs : NULL, d_bid, d_bval, d_out, b->stream));
+                             c.penalties ? d_bs : NULL, d_bid, d_bval, NULL, NULL, d_out, b->stream));
     });
     std::vector<sampling_output> o(rows);
     KB_CHECK(cudaMemcpy(o.data(), d_out, rows * sizeof(sampling_output), cudaMemcpyDeviceToHost));
