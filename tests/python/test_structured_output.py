@@ -285,7 +285,7 @@ def test_openai_client(client, server):
     model = server.get_json("/v1/models")["data"][0]["id"]
     schema = SCHEMAS["nested"]
     r = client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": "Make up a user record."}], max_tokens=MAX_TOKENS,
+        model=model, messages=schema_request("user", schema, False)["messages"], max_tokens=MAX_TOKENS,
         temperature=0, response_format={"type": "json_schema", "json_schema": {"name": "user", "schema": schema}})
     assert r.choices[0].finish_reason == "stop"
     validate(schema, json.loads(r.choices[0].message.content))
