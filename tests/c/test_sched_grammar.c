@@ -13,6 +13,13 @@
  *     prefill (the matcher survives the recompute);
  *   - no matcher outlives its sequence; freeing the scheduler mid-run leaks nothing (ASan).
  * A mask costs time on the scheduler thread: the stats count masked rows and their time.
+ *
+ * TESSERA_TEST_DEVICE=cuda (TESSERA_CUDA_LIB=build/libtessera-cuda-emu.so) runs the same on
+ * the emulated CUDA backend, whose sampling kernel applies the masks; with
+ * TESSERA_TEST_MODEL=build/testmodels/llama3-tiny-hd64 (random weights) the unbounded
+ * json_object sequence may run to max_tokens, and under preemption / chunked prefill the
+ * CUDA arithmetic may part at most 2 sequences from the reference (as in
+ * test_scheduler.c); every output still matches its grammar.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "engine/scheduler.h"
@@ -62,6 +69,7 @@ static const struct {
 
 static struct model *g_model;
 static enum backend_device g_device = BACKEND_DEVICE_CPU;
+static bool g_random_model; /* TESSERA_TEST_MODEL given: not the trained default */
 static struct grammar_vocab *g_vocab;
 static struct grammar *g_grammar[5]; /* by kind */
 static int32_t g_prompt[NSEQ][96];
@@ -205,6 +213,7 @@ static void check_grammars(const struct run *r, const char *what)
         if (SEQS[i].kind == K_NONE) continue;
         text_of(r, i, t, sizeof t);
         printf("  %s seq %d: %s\n", what, i, t);
+        if (g_random_model && SEQS[i].kind == K_OBJECT && r->finish[i] == FINISH_LENGTH) continue;
         CHECK(r->finish[i] == FINISH_STOP, "%s seq %d: finish %d (%s): %s", what, i, r->finish[i],
               r->error[i] ? r->error[i] : "", t);
         if (r->finish[i] != FINISH_STOP) continue;
@@ -229,11 +238,18 @@ static void check_grammars(const struct run *r, const char *what)
     }
 }
 
-static void check_same(const struct run *a, const struct run *b, unsigned which, const char *what)
+/* Identical outputs; parted (may be NULL: none allowed) counts the sequences allowed to
+ * differ instead. */
+static void check_same_or_part(const struct run *a, const struct run *b, unsigned which, const char *what,
+                               int *parted)
 {
     CHECK(a->after_finish == 0 && b->after_finish == 0, "%s: events after a finish", what);
     for (int i = 0; i < NSEQ; i++) {
         if (!(which >> i & 1)) continue;
+        if (parted && (a->n[i] != b->n[i] || memcmp(a->out[i], b->out[i], sizeof a->out[i][0] * (size_t)a->n[i]))) {
+            (*parted)++;
+            continue;
+        }
         CHECK(a->finish[i] == b->finish[i], "%s seq %d: finish %d vs %d", what, i, a->finish[i], b->finish[i]);
         CHECK(a->n[i] == b->n[i], "%s seq %d: %d vs %d tokens", what, i, a->n[i], b->n[i]);
         for (int k = 0; k < a->n[i] && k < b->n[i]; k++)
@@ -242,6 +258,11 @@ static void check_same(const struct run *a, const struct run *b, unsigned which,
                 break;
             }
     }
+}
+
+static void check_same(const struct run *a, const struct run *b, unsigned which, const char *what)
+{
+    check_same_or_part(a, b, which, what, NULL);
 }
 
 static struct run g_ref; /* everything, overlap off, a pool that fits all */
@@ -292,7 +313,15 @@ static void test_preemption(void)
         static struct run r;
         run_batch(&cfg, (1u << NSEQ) - 1, 0, &r);
         CHECK(r.st.preemptions > 0, "no preemption");
-        check_same(&r, &g_ref, (1u << NSEQ) - 1, ov ? "preemption (overlap)" : "preemption");
+        const char *what = ov ? "preemption (overlap)" : "preemption";
+        if (g_device == BACKEND_DEVICE_CUDA) { /* prefill shapes change the rounding there */
+            int parted = 0;
+            check_same_or_part(&r, &g_ref, (1u << NSEQ) - 1, what, &parted);
+            CHECK(parted <= 2, "%s: %d sequences part from the reference", what, parted);
+            check_grammars(&r, what);
+        } else {
+            check_same(&r, &g_ref, (1u << NSEQ) - 1, what);
+        }
         printf("  %s: %llu preemptions\n", ov ? "overlap" : "no overlap", (unsigned long long)r.st.preemptions);
     }
 }
@@ -349,6 +378,7 @@ int main(void)
 {
     if (!test_backend_env(&g_device, MODEL_REL, 0, &g_model)) return 1;
     printf("device %s\n", backend_device_name(g_device));
+    g_random_model = getenv("TESSERA_TEST_MODEL") != NULL;
     if (setup()) {
         printf("0 passed, 1 failed\n");
         return 1;
