@@ -98,20 +98,17 @@ int grammar_vocab_create(struct grammar_vocab **out, const struct tokenizer *tok
             order[nt++] = (struct tok_key){ v->bytes + v->off[id], v->off[id + 1] - v->off[id], id };
     qsort(order, (size_t)nt, sizeof *order, cmp_token_bytes);
     size_t node_cap = total + 1;
-    v->node_byte = malloc(node_cap);
-    v->node_size = calloc(node_cap, sizeof *v->node_size);
-    v->tok_first = calloc(node_cap, sizeof *v->tok_first);
-    v->tok_count = calloc(node_cap, sizeof *v->tok_count);
+    v->nodes = calloc(node_cap, sizeof *v->nodes);
     v->tok_ids = malloc(sizeof *v->tok_ids * (size_t)(nt ? nt : 1));
     int *path = malloc(sizeof *path * ((size_t)v->max_token_len + 1));
-    if (!v->node_byte || !v->node_size || !v->tok_first || !v->tok_count || !v->tok_ids || !path) {
+    if (!v->nodes || !v->tok_ids || !path) {
         free(path);
         rc = ERR_NOMEM;
         goto fail;
     }
     int nn = 1, depth = 0;
     path[0] = 0;
-    v->node_byte[0] = 0;
+    v->nodes[0].byte = 0;
     const char *prev = NULL;
     uint32_t prev_len = 0;
     for (int k = 0; k < nt; k++) {
@@ -123,23 +120,28 @@ int grammar_vocab_create(struct grammar_vocab **out, const struct tokenizer *tok
         /* close nodes deeper than the common prefix */
         while (depth > (int)l) {
             int node = path[depth--];
-            v->node_size[node] = (uint32_t)(nn - node);
+            v->nodes[node].size = (uint32_t)(nn - node);
         }
         for (uint32_t d = l; d < len; d++) {
-            v->node_byte[nn] = (uint8_t)b[d];
+            v->nodes[nn].byte = (uint8_t)b[d];
             path[++depth] = nn++;
         }
         int at = path[len];
-        if (!v->tok_count[at])
-            v->tok_first[at] = (uint32_t)k;
-        v->tok_count[at]++;
+        if (!v->nodes[at].tok_count)
+            v->nodes[at].tok_first = (uint32_t)k;
+        if (v->nodes[at].tok_count == UINT16_MAX) {
+            free(path);
+            rc = err_set(err, errlen, ERR_RANGE, "grammar: too many tokens with the same text");
+            goto fail;
+        }
+        v->nodes[at].tok_count++;
         v->tok_ids[k] = id;
         prev = b;
         prev_len = len;
     }
     while (depth >= 0) {
         int node = path[depth--];
-        v->node_size[node] = (uint32_t)(nn - node);
+        v->nodes[node].size = (uint32_t)(nn - node);
     }
     free(path);
     v->n_nodes = nn;
@@ -161,10 +163,7 @@ void grammar_vocab_free(struct grammar_vocab *v)
     free(v->is_special);
     free(v->bytes);
     free(v->off);
-    free(v->node_byte);
-    free(v->node_size);
-    free(v->tok_first);
-    free(v->tok_count);
+    free(v->nodes);
     free(v->tok_ids);
     free(v);
 }
@@ -501,6 +500,10 @@ void grammar_unref(struct grammar *g)
     for (int i = 0; i < GR_CACHE_SLOTS; i++) {
         free(g->cache[i].key);
         free(g->cache[i].mask);
+    }
+    for (int i = 0; i < g->n_memo; i++) {
+        free(g->memo[i].inside);
+        free(g->memo[i].bnd);
     }
     pthread_mutex_destroy(&g->cache_lock);
     free(g);

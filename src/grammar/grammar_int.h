@@ -43,6 +43,14 @@ struct gdfa {
     uint8_t *accept; /* [n_states] 1 = a lexeme may end here */
     uint8_t *live;   /* [n_states] 1 = some byte continues from here */
     uint32_t *next;  /* [n_states * 8] 256-bit set of the bytes that continue */
+    uint32_t cont[8]; /* bytes that continue from some accepting state */
+};
+
+struct gtrie_node {
+    uint32_t size;      /* nodes in the subtree, this one included */
+    uint32_t tok_first; /* into tok_ids */
+    uint16_t tok_count;
+    uint8_t byte;       /* the byte leading here from the parent */
 };
 
 struct grammar_vocab {
@@ -54,14 +62,11 @@ struct grammar_vocab {
     char *bytes;          /* all tokens' text bytes */
     uint32_t *off;        /* [vocab_size + 1] token id's bytes are bytes[off[id], off[id+1]) */
     /* Byte trie in depth-first preorder: node 0 is the root (no byte); node i's subtree is
-     * [i, i + size[i]); its first child is i + 1 (when size[i] > 1); the next sibling of
-     * a child c is c + size[c]. tok_ids[tok_first[i], tok_first[i] + tok_count[i]) are
-     * the tokens whose bytes end at node i. */
+     * [i, i + size); its first child is i + 1 (when size > 1); the next sibling of a child
+     * c is c + nodes[c].size. tok_ids[tok_first, tok_first + tok_count) are the tokens
+     * whose bytes end at the node. */
     int n_nodes;
-    uint8_t *node_byte;
-    uint32_t *node_size;
-    uint32_t *tok_first;
-    uint32_t *tok_count;
+    struct gtrie_node *nodes;
     int32_t *tok_ids;
     int max_token_len;
 };
@@ -76,6 +81,18 @@ struct gcache_entry {
 };
 
 #define GR_CACHE_SLOTS 128
+#define GR_MEMO_SLOTS 32
+
+/* What one DFA state does to the whole vocabulary, independent of the stack below it:
+ * `inside` = tokens the DFA consumes entirely from `state`; `bnd` = the trie nodes where
+ * the DFA cannot take the node's byte right after an accepting state (below the first
+ * byte): the only places where the text after the lexeme can start inside a token. */
+struct gdfa_memo {
+    int dfa, state;
+    uint32_t *inside;   /* [mask words] */
+    uint32_t (*bnd)[2]; /* [n_bnd] (trie node, DFA state at its parent) */
+    int n_bnd;
+};
 
 struct grammar {
     atomic_int refs;
@@ -98,6 +115,8 @@ struct grammar {
     struct gcache_entry cache[GR_CACHE_SLOTS];
     int cache_next;
     atomic_long cache_hits, cache_misses;
+    struct gdfa_memo memo[GR_MEMO_SLOTS]; /* under cache_lock; filled once, never evicted */
+    int n_memo;
 };
 
 static inline bool gr_class_has(const uint32_t *cls, unsigned b) { return (cls[b >> 5] >> (b & 31)) & 1u; }

@@ -140,7 +140,7 @@ static void closure(struct grammar_matcher *m, int32_t pos, int32_t parent, int 
 }
 
 /* Advances the set [ib, ie) by byte c into [ob, *oe) (ob >= ie); sets m->w_end. */
-static void advance(struct grammar_matcher *m, int ib, int ie, unsigned c, int ob, int *oe)
+static void advance_ex(struct grammar_matcher *m, int ib, int ie, unsigned c, int ob, int *oe, bool skip_dfa)
 {
     const struct grammar *g = m->g;
     m->w_end = false;
@@ -151,7 +151,7 @@ static void advance(struct grammar_matcher *m, int ib, int ie, unsigned c, int o
         if (e->kind == GEL_CLASS) {
             if (gr_class_has(g->classes[e->arg], c))
                 closure(m, n.pos + 1, n.parent, ob, oe, 0);
-        } else {
+        } else if (!skip_dfa) {
             const struct gdfa *d = &g->dfas[e->arg];
             int32_t t = d->trans[(size_t)n.aux * 256 + c];
             if (t < 0)
@@ -162,6 +162,11 @@ static void advance(struct grammar_matcher *m, int ib, int ie, unsigned c, int o
                 closure(m, n.pos + 1, n.parent, ob, oe, 0);
         }
     }
+}
+
+static void advance(struct grammar_matcher *m, int ib, int ie, unsigned c, int ob, int *oe)
+{
+    advance_ex(m, ib, ie, c, ob, oe, false);
 }
 
 /* Makes sure the set buffer holds n more entries past at (so that advance rarely grows). */
@@ -388,35 +393,253 @@ int gm_accept(struct grammar_matcher *m, int32_t token)
     return 0;
 }
 
-/* Depth-first walk below trie node `node` with configurations set[sb, se). */
+/* The mask walk. A token is allowed when some configuration consumes all its bytes, so
+ * configurations can be walked separately and their results OR-ed: the CLASS ones (short
+ * literal paths, few bytes each) together by walk(), each DFA one by dfa_walk(), which
+ * follows only the DFA's table (one lookup per trie node: free text costs little) and
+ * hands the text after the lexeme ends ("exits") back to walk(). */
+
+struct dfa_walk_ctx {
+    const struct gdfa *d;
+    int eb, ee;   /* set[eb, ee): the configurations after the lexeme (its exit closure) */
+    bool e_end;   /* the exit reaches the end of the grammar */
+    uint32_t e_first[8]; /* bytes the exit configurations can take */
+};
+
+static void walk(struct grammar_matcher *m, int node, int sb, int se, uint32_t *mask);
+
+static inline void mark_tokens(const struct grammar_vocab *v, int c, uint32_t *mask)
+{
+    uint32_t n = v->nodes[c].tok_count;
+    const int32_t *ids = v->tok_ids + v->nodes[c].tok_first;
+    for (uint32_t t = 0; t < n; t++)
+        mask[ids[t] >> 5] |= 1u << (ids[t] & 31);
+}
+
+static void first_bytes(const struct grammar_matcher *m, int sb, int se, uint32_t out[8], bool skip_dfa)
+{
+    const struct grammar *g = m->g;
+    memset(out, 0, 8 * sizeof *out);
+    for (int i = sb; i < se; i++) {
+        const struct snode *n = &m->nodes[m->set[i]];
+        const struct gel *e = &g->elems[n->pos];
+        if (e->kind != GEL_CLASS && skip_dfa)
+            continue;
+        const uint32_t *bits = e->kind == GEL_CLASS ? g->classes[e->arg] : g->dfas[e->arg].next + (size_t)n->aux * 8;
+        for (int k = 0; k < 8; k++)
+            out[k] |= bits[k];
+    }
+}
+
+/* Below trie node `node` with the DFA in state s; exits: whether ending the lexeme at
+ * this node is walked here (not at the first node, whose set already holds the exit). */
+static void dfa_walk(struct grammar_matcher *m, const struct dfa_walk_ctx *x, int node, int s, bool exits,
+                     uint32_t *mask)
+{
+    const struct grammar_vocab *v = m->g->vocab;
+    const struct gdfa *d = x->d;
+    const int32_t *tr = d->trans + (size_t)s * 256;
+    bool can_exit = exits && d->accept[s] && x->ee > x->eb;
+    const struct gtrie_node *tn = v->nodes;
+    int end = node + (int)tn[node].size;
+    long visited = 0;
+    bool exit_alive = x->ee > x->eb || x->e_end;
+    for (int c = node + 1; c < end; c += (int)tn[c].size) {
+        unsigned b = tn[c].byte;
+        int32_t t = tr[b];
+        visited++;
+        if (t >= 0 && (d->live[t] || exit_alive)) {
+            if (tn[c].tok_count)
+                mark_tokens(v, c, mask);
+            if (tn[c].size > 1)
+                dfa_walk(m, x, c, t, true, mask);
+        }
+        if (can_exit && gr_class_has(x->e_first, b)) {
+            int mark = m->n_nodes, oe;
+            if (!set_reserve(m, (size_t)x->ee + 64))
+                return;
+            advance(m, x->eb, x->ee, b, x->ee, &oe);
+            if (oe > x->ee || m->w_end) {
+                mark_tokens(v, c, mask);
+                if (oe > x->ee && tn[c].size > 1)
+                    walk(m, c, x->ee, oe, mask);
+            }
+            m->n_nodes = mark;
+            if (m->oom)
+                break;
+        }
+    }
+    m->walk_nodes += visited;
+}
+
+/* ---- per-DFA-state memo ---------------------------------------------------------------- */
+
+struct memo_build {
+    const struct grammar_vocab *v;
+    const struct gdfa *d;
+    uint32_t *inside;
+    uint32_t (*bnd)[2];
+    size_t cap;
+    int n;
+    bool oom;
+};
+
+static void memo_walk(struct memo_build *b, int node, int s, int depth)
+{
+    const struct gtrie_node *tn = b->v->nodes;
+    const struct gdfa *d = b->d;
+    const int32_t *tr = d->trans + (size_t)s * 256;
+    bool acc = depth > 0 && d->accept[s];
+    int end = node + (int)tn[node].size;
+    for (int c = node + 1; c < end; c += (int)tn[c].size) {
+        int32_t t = tr[tn[c].byte];
+        if (t >= 0) {
+            if (tn[c].tok_count)
+                mark_tokens(b->v, c, b->inside);
+            if (tn[c].size > 1)
+                memo_walk(b, c, t, depth + 1);
+        } else if (acc) {
+            if (!grow_array((void **)&b->bnd, &b->cap, (size_t)b->n + 1, sizeof *b->bnd)) {
+                b->oom = true;
+                return;
+            }
+            b->bnd[b->n][0] = (uint32_t)c;
+            b->bnd[b->n][1] = (uint32_t)s;
+            b->n++;
+        }
+    }
+}
+
+/* The memo of (dfa, state): found in the grammar, or computed and kept there (a computed
+ * one is returned in *tmp when the grammar's slots are full; the caller frees it). */
+static const struct gdfa_memo *memo_get(struct grammar_matcher *m, int dfa, int state, struct gdfa_memo *tmp)
+{
+    struct grammar *g = m->g;
+    pthread_mutex_lock(&g->cache_lock);
+    for (int i = 0; i < g->n_memo; i++)
+        if (g->memo[i].dfa == dfa && g->memo[i].state == state) {
+            pthread_mutex_unlock(&g->cache_lock);
+            return &g->memo[i];
+        }
+    pthread_mutex_unlock(&g->cache_lock);
+    struct memo_build b = { .v = g->vocab, .d = &g->dfas[dfa] };
+    b.inside = calloc((size_t)grammar_mask_words(g->vocab->vocab_size), sizeof *b.inside);
+    if (!b.inside) {
+        m->oom = true;
+        return NULL;
+    }
+    memo_walk(&b, 0, state, 0);
+    m->walk_nodes += g->vocab->n_nodes;
+    if (b.oom) {
+        free(b.inside);
+        free(b.bnd);
+        m->oom = true;
+        return NULL;
+    }
+    struct gdfa_memo e = { dfa, state, b.inside, b.bnd, b.n };
+    pthread_mutex_lock(&g->cache_lock);
+    const struct gdfa_memo *out = NULL;
+    for (int i = 0; i < g->n_memo && !out; i++) /* another thread may have added it */
+        if (g->memo[i].dfa == dfa && g->memo[i].state == state)
+            out = &g->memo[i];
+    if (!out && g->n_memo < GR_MEMO_SLOTS) {
+        g->memo[g->n_memo] = e;
+        out = &g->memo[g->n_memo++];
+        e.inside = NULL;
+        e.bnd = NULL;
+    }
+    pthread_mutex_unlock(&g->cache_lock);
+    if (out) {
+        free(e.inside);
+        free(e.bnd);
+        return out;
+    }
+    *tmp = e;
+    return tmp;
+}
+
+/* One DFA configuration through its memo: the tokens inside the lexeme, then the exits at
+ * the boundary nodes whose byte the text after the lexeme can take. */
+static void dfa_memo_walk(struct grammar_matcher *m, const struct dfa_walk_ctx *x, int dfa, int state, uint32_t *mask)
+{
+    const struct grammar_vocab *v = m->g->vocab;
+    struct gdfa_memo tmp = { 0 };
+    const struct gdfa_memo *e = memo_get(m, dfa, state, &tmp);
+    if (!e)
+        return;
+    int words = grammar_mask_words(v->vocab_size);
+    for (int i = 0; i < words; i++)
+        mask[i] |= e->inside[i];
+    for (int i = 0; i < e->n_bnd && !m->oom; i++) {
+        int c = (int)e->bnd[i][0];
+        unsigned b = v->nodes[c].byte;
+        if (!gr_class_has(x->e_first, b))
+            continue;
+        int mark = m->n_nodes, oe;
+        if (!set_reserve(m, (size_t)x->ee + 64))
+            break;
+        advance(m, x->eb, x->ee, b, x->ee, &oe);
+        if (oe > x->ee || m->w_end) {
+            mark_tokens(v, c, mask);
+            if (oe > x->ee && v->nodes[c].size > 1)
+                walk(m, c, x->ee, oe, mask);
+        }
+        m->n_nodes = mark;
+    }
+    if (e == &tmp) {
+        free(tmp.inside);
+        free(tmp.bnd);
+    }
+}
+
+/* Below trie node `node` with configurations set[sb, se) (se is the first free entry). */
 static void walk(struct grammar_matcher *m, int node, int sb, int se, uint32_t *mask)
 {
     const struct grammar *g = m->g;
     const struct grammar_vocab *v = g->vocab;
-    uint32_t next[8] = { 0 };
-    for (int i = sb; i < se; i++) {
-        const struct snode *n = &m->nodes[m->set[i]];
-        const struct gel *e = &g->elems[n->pos];
-        const uint32_t *bits = e->kind == GEL_CLASS ? g->classes[e->arg] : g->dfas[e->arg].next + (size_t)n->aux * 8;
+    /* DFA configurations: each walked on its own */
+    bool any_class = false;
+    for (int i = sb; i < se && !m->oom; i++) {
+        struct snode n = m->nodes[m->set[i]];
+        const struct gel *e = &g->elems[n.pos];
+        if (e->kind == GEL_CLASS) {
+            any_class = true;
+            continue;
+        }
+        struct dfa_walk_ctx x = { .d = &g->dfas[e->arg], .eb = se, .ee = se };
+        int mark = m->n_nodes;
+        m->w_end = false;
+        closure(m, n.pos + 1, n.parent, x.eb, &x.ee, 0);
+        x.e_end = m->w_end;
+        first_bytes(m, x.eb, x.ee, x.e_first, false);
+        bool disjoint = true;
         for (int k = 0; k < 8; k++)
-            next[k] |= bits[k];
+            disjoint &= !(x.e_first[k] & x.d->cont[k]);
+        /* the memo holds for the whole vocabulary below the root: use it there when the
+         * text after the lexeme never starts with a byte the lexeme could also take */
+        if (node == 0 && disjoint && (x.ee > x.eb || x.e_end))
+            dfa_memo_walk(m, &x, (int)e->arg, n.aux, mask);
+        else
+            dfa_walk(m, &x, node, n.aux, false, mask);
+        m->n_nodes = mark;
     }
-    int end = node + (int)v->node_size[node];
-    for (int c = node + 1; c < end; c += (int)v->node_size[c]) {
-        unsigned byte = v->node_byte[c];
+    if (!any_class)
+        return;
+    uint32_t next[8];
+    first_bytes(m, sb, se, next, true);
+    int end = node + (int)v->nodes[node].size;
+    for (int c = node + 1; c < end; c += (int)v->nodes[c].size) {
+        unsigned byte = v->nodes[c].byte;
         if (!gr_class_has(next, byte))
             continue;
         m->walk_nodes++;
         int mark = m->n_nodes, oe;
         if (!set_reserve(m, (size_t)se + 64))
             return;
-        advance(m, sb, se, byte, se, &oe);
+        advance_ex(m, sb, se, byte, se, &oe, true);
         if (oe > se || m->w_end) {
-            for (uint32_t t = 0; t < v->tok_count[c]; t++) {
-                int32_t id = v->tok_ids[v->tok_first[c] + t];
-                mask[id >> 5] |= 1u << (id & 31);
-            }
-            if (oe > se && v->node_size[c] > 1)
+            mark_tokens(v, c, mask);
+            if (oe > se && v->nodes[c].size > 1)
                 walk(m, c, se, oe, mask);
         }
         m->n_nodes = mark;

@@ -904,6 +904,11 @@ static bool gdfa_prune(struct gdfa *d)
             }
         }
     }
+    memset(d->cont, 0, sizeof d->cont);
+    for (int s = 0; s < n; s++)
+        if (d->accept[s])
+            for (int k = 0; k < 8; k++)
+                d->cont[k] |= d->next[(size_t)s * 8 + k];
     bool ok = good[d->start];
     free(good);
     return ok;

@@ -22,6 +22,7 @@
 #define GR_INT_DIGITS 16    /* digits of an unbounded integer part */
 #define GR_MAX_ITEMS 1000   /* minItems / maxItems / minLength / maxLength */
 #define INT_CAP 9999999999999999LL /* 10^16 - 1 */
+#define GR_LEN_DFA_MAX 256  /* string length bounds up to this compile to one DFA */
 
 struct sc_ref {
     char *name;
@@ -598,8 +599,20 @@ static int string_value(struct sctx *c, const cJSON *s, struct gel *out)
         return any_string(c, out);
     if (mx >= 0 && mx < mn)
         return err_set(c->err, c->errlen, ERR_INVALID, "JSON Schema: maxLength below minLength");
-    /* '"' C^mn then up to (mx - mn) more (or any number), '"'; one rule per count so the
-     * automata stay small: len_k ::= C len_{k+1} | ε (k >= mn) */
+    if ((mx >= 0 ? mx : mn) <= GR_LEN_DFA_MAX) {
+        /* one DFA: fast masks (one table lookup per trie node) */
+        char re[64];
+        if (mx >= 0)
+            snprintf(re, sizeof re, "[\\s\\S]{%d,%d}", mn, mx);
+        else
+            snprintf(re, sizeof re, "[\\s\\S]{%d}[\\s\\S]*", mn);
+        int id;
+        if ((rc = dfa_of(c, re, RX_JSON, &id)))
+            return rc;
+        return string_with_body(c, id, out);
+    }
+    /* longer bounds: '"' C^mn then up to (mx - mn) more (or any number), '"'; one rule per
+     * count so the automata stay small: len_k ::= C len_{k+1} | ε (k >= mn) */
     if ((rc = lazy_dfa(c, &c->one_char, "[\\s\\S]", RX_JSON)))
         return rc;
     int last = mx >= 0 ? mx : mn;
