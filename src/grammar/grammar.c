@@ -459,12 +459,18 @@ int grammar_compile(struct grammar **out, const struct grammar_vocab *v, const s
     g->n_classes = b.n_classes;
     g->dfas = b.dfas;
     g->n_dfas = b.n_dfas;
+    for (int i = 0; i < g->n_dfas && !rc; i++)
+        rc = gdfa_classes(&g->dfas[i], v->max_token_len + 1);
     b.elems = NULL;
     b.classes = NULL;
     b.dfas = NULL;
     b.n_dfas = 0;
     pthread_mutex_init(&g->cache_lock, NULL);
     gb_free(&b);
+    if (rc) {
+        grammar_unref(g);
+        return rc;
+    }
     *out = g;
     return 0;
 fail:

@@ -44,6 +44,8 @@ struct gdfa {
     uint8_t *live;   /* [n_states] 1 = some byte continues from here */
     uint32_t *next;  /* [n_states * 8] 256-bit set of the bytes that continue */
     uint32_t cont[8]; /* bytes that continue from some accepting state */
+    int32_t *cls;    /* [n_states] behaviour class: states of one class do the same to every
+                        text up to the longest token (+1 byte), so they have one mask */
 };
 
 struct gtrie_node {
@@ -180,6 +182,10 @@ enum { RX_JSON = 1, /* the pattern describes a JSON string's value: literal '"',
  * Errors: ERR_INVALID (malformed; err says where), ERR_UNSUPPORTED (names the feature),
  * ERR_RANGE (too many states), ERR_NOMEM. */
 int rx_compile(const char *re, size_t len, unsigned flags, struct gdfa *out, char *err, size_t errlen);
+
+/* Fills d->cls: states equivalent on every text of up to `horizon` bytes share a class
+ * (Moore refinement stopped at the horizon). */
+int gdfa_classes(struct gdfa *d, int horizon);
 
 /* out = strings that a accepts and b does not (product construction). */
 int gdfa_difference(const struct gdfa *a, const struct gdfa *b, struct gdfa *out, char *err, size_t errlen);

@@ -60,6 +60,8 @@ struct grammar_matcher {
     size_t remap_cap, hash_cap;
     uint32_t *chain;
     size_t chain_cap;
+    int32_t *offs;
+    size_t offs_cap;
     long walk_nodes;
 };
 
@@ -257,17 +259,20 @@ static int commit(struct grammar_matcher *m, int sb, int se, bool end)
         !grow_array((void **)&m->key, &m->key_cap, need, sizeof *m->key))
         return ERR_NOMEM;
     /* chains into m->chain, then sort their offsets (insertion sort: sets are small) */
-    int32_t *offs = malloc(sizeof *offs * (size_t)(nt ? nt : 1));
-    if (!offs)
+    if (!grow_array((void **)&m->offs, &m->offs_cap, (size_t)nt + 1, sizeof *m->offs))
         return ERR_NOMEM;
+    int32_t *offs = m->offs;
     size_t w = 0;
     for (int j = 0; j < nt; j++) {
         offs[j] = (int32_t)w;
         size_t at = w++;
         uint32_t len = 0;
         for (int32_t id = tops[j]; id >= 0; id = m->nodes2[id].parent) {
-            m->chain[w++] = (uint32_t)m->nodes2[id].pos;
-            m->chain[w++] = (uint32_t)m->nodes2[id].aux;
+            const struct snode *x = &m->nodes2[id];
+            const struct gel *e = &m->g->elems[x->pos];
+            /* a DFA state stands for its behaviour class: same class, same mask */
+            m->chain[w++] = (uint32_t)x->pos;
+            m->chain[w++] = (uint32_t)(id == tops[j] && e->kind == GEL_DFA ? m->g->dfas[e->arg].cls[x->aux] : x->aux);
             len += 2;
         }
         m->chain[at] = len;
@@ -289,7 +294,6 @@ static int commit(struct grammar_matcher *m, int sb, int se, bool end)
         memcpy(m->key + kl, c, sizeof *c * (c[0] + 1));
         kl += c[0] + 1;
     }
-    free(offs);
     m->key[kl++] = end ? 1u : 0u;
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < kl; i++) {
@@ -344,6 +348,7 @@ void gm_free(struct grammar_matcher *m)
     free(m->remap);
     free(m->hash);
     free(m->chain);
+    free(m->offs);
     free(m);
 }
 
@@ -516,8 +521,10 @@ static const struct gdfa_memo *memo_get(struct grammar_matcher *m, int dfa, int 
 {
     struct grammar *g = m->g;
     pthread_mutex_lock(&g->cache_lock);
+    /* one memo per behaviour class: equivalent states consume the same tokens */
+    int cls = g->dfas[dfa].cls[state];
     for (int i = 0; i < g->n_memo; i++)
-        if (g->memo[i].dfa == dfa && g->memo[i].state == state) {
+        if (g->memo[i].dfa == dfa && g->dfas[dfa].cls[g->memo[i].state] == cls) {
             pthread_mutex_unlock(&g->cache_lock);
             return &g->memo[i];
         }
@@ -540,7 +547,7 @@ static const struct gdfa_memo *memo_get(struct grammar_matcher *m, int dfa, int 
     pthread_mutex_lock(&g->cache_lock);
     const struct gdfa_memo *out = NULL;
     for (int i = 0; i < g->n_memo && !out; i++) /* another thread may have added it */
-        if (g->memo[i].dfa == dfa && g->memo[i].state == state)
+        if (g->memo[i].dfa == dfa && g->dfas[dfa].cls[g->memo[i].state] == cls)
             out = &g->memo[i];
     if (!out && g->n_memo < GR_MEMO_SLOTS) {
         g->memo[g->n_memo] = e;

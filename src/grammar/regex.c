@@ -862,6 +862,7 @@ void gdfa_free(struct gdfa *d)
     free(d->accept);
     free(d->live);
     free(d->next);
+    free(d->cls);
     memset(d, 0, sizeof *d);
 }
 
@@ -1219,5 +1220,83 @@ fail:
     free(keys);
     free(hash);
     free(trans);
+    return rc;
+}
+
+/* ---- behaviour classes ------------------------------------------------------------------ */
+
+int gdfa_classes(struct gdfa *d, int horizon)
+{
+    int n = d->n_states, rc = 0;
+    /* bytes that every state treats alike form one column */
+    int rep[256], nrep = 0;
+    for (int b = 0; b < 256; b++) {
+        bool dup = false;
+        for (int r = 0; r < nrep && !dup; r++) {
+            dup = true;
+            for (int s = 0; s < n && dup; s++)
+                dup = d->trans[(size_t)s * 256 + b] == d->trans[(size_t)s * 256 + rep[r]];
+        }
+        if (!dup)
+            rep[nrep++] = b;
+    }
+    int32_t *cls = malloc(sizeof *cls * (size_t)n), *next = malloc(sizeof *next * (size_t)n);
+    int32_t *sig = malloc(sizeof *sig * (size_t)n * (size_t)(nrep + 1));
+    int hcap = 16;
+    while (hcap < 2 * n)
+        hcap *= 2;
+    int32_t *hash = malloc(sizeof *hash * (size_t)hcap);
+    if (!cls || !next || !sig || !hash) {
+        rc = ERR_NOMEM;
+        goto fail;
+    }
+    int k = 0;
+    for (int s = 0; s < n; s++)
+        cls[s] = d->accept[s];
+    for (int s = 0; s < n; s++)
+        k = cls[s] + 1 > k ? cls[s] + 1 : k;
+    for (int round = 0; round < horizon; round++) {
+        int w = nrep + 1, nk = 0;
+        memset(hash, 0xFF, sizeof *hash * (size_t)hcap);
+        for (int s = 0; s < n; s++) {
+            int32_t *v = sig + (size_t)s * (size_t)w;
+            v[0] = cls[s];
+            for (int r = 0; r < nrep; r++) {
+                int32_t t = d->trans[(size_t)s * 256 + rep[r]];
+                v[r + 1] = t < 0 ? -1 : cls[t];
+            }
+            uint64_t h = 1469598103934665603ull;
+            for (int i = 0; i < w; i++) {
+                h ^= (uint32_t)v[i];
+                h *= 1099511628211ull;
+            }
+            size_t slot = (size_t)(h ^ (h >> 31)) & (size_t)(hcap - 1);
+            for (;;) {
+                int32_t o = hash[slot];
+                if (o < 0) {
+                    hash[slot] = s;
+                    next[s] = nk++;
+                    break;
+                }
+                if (!memcmp(sig + (size_t)o * (size_t)w, v, sizeof *v * (size_t)w)) {
+                    next[s] = next[o];
+                    break;
+                }
+                slot = (slot + 1) & (size_t)(hcap - 1);
+            }
+        }
+        memcpy(cls, next, sizeof *cls * (size_t)n);
+        if (nk == k)
+            break; /* stable: refining further changes nothing */
+        k = nk;
+    }
+    free(d->cls);
+    d->cls = cls;
+    cls = NULL;
+fail:
+    free(cls);
+    free(next);
+    free(sig);
+    free(hash);
     return rc;
 }
