@@ -7,7 +7,7 @@
  * pruning of states that cannot reach an accepting state (so a grammar never lets the
  * model write a prefix it cannot finish).
  *
- * Supported syntax: literals, escapes (\n \r \t \f \v \0 \xHH \uHHHH \u{H..} and escaped
+ * Supported syntax: literals, escapes (\n \r \t \f \v \0 \xHH \x{H..} \uHHHH \u{H..} and escaped
  * punctuation), '.', classes [...] with ranges, negation and \d \w \s \D \W \S inside,
  * groups (...), (?:...), (?<name>...), (?P<name>...), '|', '?', '*', '+', {m}, {m,},
  * {m,n} (lazy '?' suffixes accepted: same language), '^' as the first and '$' as the last
@@ -237,8 +237,10 @@ static int rx_escape(struct rxparse *p, struct cpset *set, uint32_t *cp)
     case 'f': *cp = '\f'; return 0;
     case 'v': *cp = '\v'; return 0;
     case '0': *cp = 0; return 0;
-    case 'x': return rx_hex(p, 2, cp);
+    case 'x':
     case 'u':
+        if (c == 'x' && !(p->i < p->len && p->s[p->i] == '{'))
+            return rx_hex(p, 2, cp);
         if (p->i < p->len && p->s[p->i] == '{') {
             p->i++;
             uint32_t v = 0;
@@ -248,7 +250,7 @@ static int rx_escape(struct rxparse *p, struct cpset *set, uint32_t *cp)
                 nd++;
             }
             if (!nd || p->i >= p->len || p->s[p->i] != '}' || v > CP_MAX)
-                return err_set(p->err, p->errlen, ERR_INVALID, "regex: bad \\u{...} escape at offset %zu", p->i);
+                return err_set(p->err, p->errlen, ERR_INVALID, "regex: bad \\%c{...} escape at offset %zu", c, p->i);
             p->i++;
             *cp = v;
             return 0;

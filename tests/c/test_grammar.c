@@ -18,6 +18,9 @@
 #include <math.h>
 #include <stdint.h>
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 static struct tokenizer *tok;
 static struct grammar_vocab *vocab;
 static int32_t eog_ids[2];
@@ -351,6 +354,129 @@ static void test_regex_and_choice(void)
         gm_free(m);
         grammar_unref(g);
     }
+}
+
+/* ---- regex compiler against PCRE2 ----------------------------------------------------------- */
+
+static bool dfa_matches(const struct gdfa *d, const char *s, size_t n)
+{
+    int st = d->start;
+    for (size_t i = 0; i < n && st >= 0; i++)
+        st = d->trans[(size_t)st * 256 + (uint8_t)s[i]];
+    return st >= 0 && d->accept[st];
+}
+
+/* Well-formed UTF-8 (no overlongs, surrogates or values above U+10FFFF). */
+static bool utf8_valid(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned c = u[i];
+        int len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        if (!len || i + (size_t)len > n)
+            return false;
+        uint32_t cp = len == 1 ? c : c & (0x7Fu >> len);
+        for (int k = 1; k < len; k++) {
+            if ((u[i + k] & 0xC0) != 0x80)
+                return false;
+            cp = (cp << 6) | (u[i + k] & 0x3F);
+        }
+        if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return false;
+        i += (size_t)len;
+    }
+    return true;
+}
+
+static void test_regex_vs_pcre2(void)
+{
+    static const struct {
+        const char *re;
+        const char *seeds[4];
+    } cases[] = {
+        { "(\\+1 )?\\(\\d{3}\\) \\d{3}-\\d{4}", { "(555) 123-4567", "+1 (555) 123-4567" } },
+        { "[a-z]+(\\.[a-z]+)*@[a-z]+\\.(com|org)", { "a.b@c.com", "x@y.org" } },
+        { "(ab|a)(bc|c)*d?", { "abc", "abcbcd", "ad" } },
+        { "[^a-c\\s]{2,4}x*", { "dd", "\xc3\xa9\xe4\xb8\x80" "zx", "!!!!xx" } },
+        { ".\\..{1,3}", { "a.b", "\xe4\xb8\x80.\xf0\x9f\x98\x80" "bc" } },
+        { "(a*b*)*c", { "c", "aabbabc" } },
+        { "\\w+\\s\\W?\\D{0,2}", { "ab_1 ", "x\t!ab" } },
+        { "[\\x{4e00}-\\x{9fff}]+|[\\x{e0}-\\x{ff}]", { "\xe4\xb8\x80\xe4\xb8\x81", "\xc3\xa9" } },
+        { "(?:0|[1-9][0-9]{0,2})(\\.[0-9]+)?", { "0", "105.25", "99" } },
+        { "x{2,}y{0,1}z{3}", { "xxzzz", "xxxxyzzz" } },
+        { "[-+]?[.][0-9]|[\\]\\[]", { "+.5", "]", "[" } },
+    };
+    static const char *const extras[] = { "a", "b", "c", "x", "0", "1", "9", " ", "\n", ".", "-", "(", ")", "@",
+                                          "\xc3\xa9", "\xe4\xb8\x80", "\xf0\x9f\x98\x80", "\xff", "_", "!" };
+    unsigned seed = 7;
+    int compared = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const char *re = cases[ci].re;
+        char err[ERR_BUF];
+        struct gdfa d;
+        if (rx_compile(re, strlen(re), 0, &d, err, sizeof err)) {
+            CHECK(0, "%s: %s", re, err);
+            continue;
+        }
+        int ec;
+        PCRE2_SIZE eo;
+        pcre2_code *pc = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_MATCH_INVALID_UTF, &ec, &eo, NULL);
+        CHECK(pc, "pcre2 cannot compile %s", re);
+        if (!pc) {
+            gdfa_free(&d);
+            continue;
+        }
+        pcre2_match_data *md = pcre2_match_data_create_from_pattern(pc, NULL);
+        for (int trial = 0; trial < 600; trial++) {
+            char buf[128];
+            size_t n = 0;
+            int nseeds = 0;
+            while (nseeds < 4 && cases[ci].seeds[nseeds])
+                nseeds++;
+            if (trial % 3 != 2 && nseeds) {
+                /* a seed with a few random edits */
+                const char *sd = cases[ci].seeds[rand_r(&seed) % (unsigned)nseeds];
+                n = strlen(sd);
+                memcpy(buf, sd, n);
+                int edits = trial % 3 == 0 ? 0 : 1 + (int)(rand_r(&seed) % 2);
+                for (int e = 0; e < edits; e++) {
+                    const char *x = extras[rand_r(&seed) % (sizeof extras / sizeof extras[0])];
+                    size_t xl = strlen(x), at = n ? rand_r(&seed) % (unsigned)(n + 1) : 0;
+                    if (rand_r(&seed) % 2 && n > 0 && at < n) { /* delete one byte */
+                        memmove(buf + at, buf + at + 1, n - at - 1);
+                        n--;
+                    } else if (n + xl < sizeof buf) {
+                        memmove(buf + at + xl, buf + at, n - at);
+                        memcpy(buf + at, x, xl);
+                        n += xl;
+                    }
+                }
+            } else {
+                int len = (int)(rand_r(&seed) % 8);
+                for (int k = 0; k < len; k++) {
+                    const char *x = extras[rand_r(&seed) % (sizeof extras / sizeof extras[0])];
+                    size_t xl = strlen(x);
+                    if (n + xl < sizeof buf) {
+                        memcpy(buf + n, x, xl);
+                        n += xl;
+                    }
+                }
+            }
+            bool got = dfa_matches(&d, buf, n);
+            if (!utf8_valid(buf, n)) { /* PCRE2 skips such bytes; a grammar never matches them */
+                CHECK(!got, "%s matched invalid UTF-8 '%.*s'", re, (int)n, buf);
+                continue;
+            }
+            int prc = pcre2_match(pc, (PCRE2_SPTR)buf, n, 0, PCRE2_ANCHORED | PCRE2_ENDANCHORED, md, NULL);
+            bool want = prc >= 0;
+            CHECK(want == got, "%s on '%.*s': pcre2 %d, ours %d", re, (int)n, buf, want, got);
+            compared++;
+        }
+        pcre2_match_data_free(md);
+        pcre2_code_free(pc);
+        gdfa_free(&d);
+    }
+    printf("  %d strings compared with PCRE2\n", compared);
 }
 
 static void test_wrapper(void)
@@ -798,6 +924,7 @@ int main(void)
     RUN(test_accept_basic);
     RUN(test_accept_constraints);
     RUN(test_regex_and_choice);
+    RUN(test_regex_vs_pcre2);
     RUN(test_wrapper);
     RUN(test_json_object);
     RUN(test_eog_and_special);
