@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 /* Compile-time limits (docs/grammar.md). */
-#define GR_MAX_DFA_STATES 4096   /* one lexeme's DFA */
+#define GR_MAX_DFA_STATES 16384  /* one lexeme's DFA */
 #define GR_MAX_NFA_STATES 65536  /* one regex's NFA before determinisation */
 #define GR_MAX_ELEMS (1 << 20)   /* elements of one grammar */
 #define GR_MAX_TOTAL_DFA_STATES 65536
@@ -35,11 +35,14 @@ struct gel {
     uint32_t arg;  /* CLASS: class index; REF: rule; DFA: dfa index */
 };
 
-/* A deterministic automaton over bytes. trans[s * 256 + b] is the next state or -1. */
+/* A deterministic automaton over bytes. Bytes the automaton treats alike share a class
+ * bc[b] < n_bc; trans[s * n_bc + bc[b]] is the next state or -1 (gdfa_step). */
 struct gdfa {
     int n_states;
     int start;
-    int32_t *trans;  /* [n_states * 256] */
+    int n_bc;
+    uint8_t bc[256];
+    int32_t *trans;  /* [n_states * n_bc] */
     uint8_t *accept; /* [n_states] 1 = a lexeme may end here */
     uint8_t *live;   /* [n_states] 1 = some byte continues from here */
     uint32_t *next;  /* [n_states * 8] 256-bit set of the bytes that continue */
@@ -122,6 +125,11 @@ struct grammar {
 };
 
 static inline bool gr_class_has(const uint32_t *cls, unsigned b) { return (cls[b >> 5] >> (b & 31)) & 1u; }
+
+static inline int32_t gdfa_step(const struct gdfa *d, int s, unsigned b)
+{
+    return d->trans[(size_t)s * (size_t)d->n_bc + d->bc[b & 255]];
+}
 
 /* ---- Grammar builder (grammar.c) --------------------------------------------------- */
 

@@ -155,7 +155,7 @@ static void advance_ex(struct grammar_matcher *m, int ib, int ie, unsigned c, in
                 closure(m, n.pos + 1, n.parent, ob, oe, 0);
         } else if (!skip_dfa) {
             const struct gdfa *d = &g->dfas[e->arg];
-            int32_t t = d->trans[(size_t)n.aux * 256 + c];
+            int32_t t = gdfa_step(d, n.aux, c);
             if (t < 0)
                 continue;
             if (d->live[t])
@@ -443,7 +443,8 @@ static void dfa_walk(struct grammar_matcher *m, const struct dfa_walk_ctx *x, in
 {
     const struct grammar_vocab *v = m->g->vocab;
     const struct gdfa *d = x->d;
-    const int32_t *tr = d->trans + (size_t)s * 256;
+    const int32_t *tr = d->trans + (size_t)s * (size_t)d->n_bc;
+    const uint8_t *bc = d->bc;
     bool can_exit = exits && d->accept[s] && x->ee > x->eb;
     const struct gtrie_node *tn = v->nodes;
     int end = node + (int)tn[node].size;
@@ -451,7 +452,7 @@ static void dfa_walk(struct grammar_matcher *m, const struct dfa_walk_ctx *x, in
     bool exit_alive = x->ee > x->eb || x->e_end;
     for (int c = node + 1; c < end; c += (int)tn[c].size) {
         unsigned b = tn[c].byte;
-        int32_t t = tr[b];
+        int32_t t = tr[bc[b]];
         visited++;
         if (t >= 0 && (d->live[t] || exit_alive)) {
             if (tn[c].tok_count)
@@ -493,11 +494,11 @@ static void memo_walk(struct memo_build *b, int node, int s, int depth)
 {
     const struct gtrie_node *tn = b->v->nodes;
     const struct gdfa *d = b->d;
-    const int32_t *tr = d->trans + (size_t)s * 256;
+    const int32_t *tr = d->trans + (size_t)s * (size_t)d->n_bc;
     bool acc = depth > 0 && d->accept[s];
     int end = node + (int)tn[node].size;
     for (int c = node + 1; c < end; c += (int)tn[c].size) {
-        int32_t t = tr[tn[c].byte];
+        int32_t t = tr[d->bc[tn[c].byte]];
         if (t >= 0) {
             if (tn[c].tok_count)
                 mark_tokens(b->v, c, b->inside);

@@ -22,7 +22,7 @@
 #define GR_INT_DIGITS 16    /* digits of an unbounded integer part */
 #define GR_MAX_ITEMS 1000   /* minItems / maxItems / minLength / maxLength */
 #define INT_CAP 9999999999999999LL /* 10^16 - 1 */
-#define GR_LEN_DFA_MAX 256  /* string length bounds up to this compile to one DFA */
+#define GR_LEN_DFA_MAX 128  /* string length bounds up to this compile to one DFA */
 
 struct sc_ref {
     char *name;

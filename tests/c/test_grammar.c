@@ -362,7 +362,7 @@ static bool dfa_matches(const struct gdfa *d, const char *s, size_t n)
 {
     int st = d->start;
     for (size_t i = 0; i < n && st >= 0; i++)
-        st = d->trans[(size_t)st * 256 + (uint8_t)s[i]];
+        st = gdfa_step(d, st, (uint8_t)s[i]);
     return st >= 0 && d->accept[st];
 }
 
