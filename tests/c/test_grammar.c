@@ -16,6 +16,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -302,6 +303,93 @@ static void test_accept_constraints(void)
                      "\"required\": [\"kind\", \"w\", \"h\"]}]}",
                      good, bad);
     }
+}
+
+static void test_accept_more(void)
+{
+    {
+        /* a bound above the one-DFA limit: one rule per count */
+        const char *good[] = { "\"abc\"", NULL };
+        const char *bad[] = { "\"ab\"", NULL };
+        expect_texts("{\"type\": \"string\", \"minLength\": 3, \"maxLength\": 300}", good, bad);
+        char text[512] = "\"", text2[512] = "\"";
+        for (int i = 0; i < 300; i++)
+            strcat(text, i % 7 ? "x" : " ");
+        strcat(text, "\"");
+        for (int i = 0; i < 301; i++)
+            strcat(text2, "y");
+        strcat(text2, "\"");
+        struct grammar *g = schema("{\"type\": \"string\", \"maxLength\": 300}");
+        if (g) {
+            CHECK(accepts(g, text) && !accepts(g, text2), "300 characters in, 301 out");
+            grammar_unref(g);
+        }
+    }
+    {
+        const char *good[] = { "{\"a\": 1, \"x\": [true], \"y\": {}}", "{\"a\": 2}", NULL };
+        const char *bad[] = { "{\"x\": 1}", "{\"a\": 1, \"a\": 1}", NULL };
+        expect_texts("{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}, \"required\": "
+                     "[\"a\"], \"additionalProperties\": true}",
+                     good, bad);
+    }
+    {
+        /* names that need escaping, also as excluded extra keys */
+        const char *good[] = { "{\"q\\\"x\": 1, \"\\u00e9\": 2}", "{\"q\\\"x\": 1, \"z\": 3}", NULL };
+        const char *bad[] = { "{\"q\\\"x\": 1, \"q\\\"x\": 3}", "{\"qx\": 1}", NULL };
+        expect_texts("{\"properties\": {\"q\\\"x\": {\"type\": \"integer\"}}, \"required\": [\"q\\\"x\"], "
+                     "\"additionalProperties\": {\"type\": \"integer\"}}",
+                     good, bad);
+    }
+    {
+        const char *good[] = { "{\"n\": {\"n\": null}}", "null", NULL };
+        const char *bad[] = { "{\"n\": 1}", "{}", NULL };
+        expect_texts("{\"definitions\": {\"l\": {\"anyOf\": [{\"type\": \"null\"}, {\"type\": \"object\", "
+                     "\"properties\": {\"n\": {\"$ref\": \"#/definitions/l\"}}, \"required\": [\"n\"]}]}}, "
+                     "\"$ref\": \"#/definitions/l\"}",
+                     good, bad);
+    }
+    {
+        /* inferred types, {} and allOf with one member */
+        const char *good[] = { "{\"s\": \"ab\", \"i\": [1], \"any\": [{\"k\": null}]}", NULL };
+        const char *bad[] = { "{\"s\": \"a\", \"i\": [1], \"any\": 1}", "{\"s\": \"ab\", \"i\": [], \"any\": 1}", NULL };
+        expect_texts("{\"properties\": {\"s\": {\"minLength\": 2}, \"i\": {\"items\": {\"minimum\": 0}, "
+                     "\"minItems\": 1}, \"any\": {}}, \"required\": [\"s\", \"i\", \"any\"], \"title\": \"t\", "
+                     "\"description\": \"d\", \"$schema\": \"x\"}",
+                     good, bad);
+        const char *good2[] = { "\"abc\"", NULL };
+        const char *bad2[] = { "\"ab\"", NULL };
+        expect_texts("{\"allOf\": [{\"type\": \"string\", \"minLength\": 3}]}", good2, bad2);
+    }
+    {
+        /* enum values are written as cJSON prints them: non-ASCII characters raw */
+        const char *good[] = { "\"caf\xc3\xa9 \\\"q\\\"\"", "[1,\"\xc3\xa9\"]", NULL };
+        const char *bad[] = { "\"cafe\"", "[1,\"\\u00e9\"]", "[1, \"\xc3\xa9\"]", NULL };
+        expect_texts("{\"enum\": [\"caf\xc3\xa9 \\\"q\\\"\", [1, \"\\u00e9\"]]}", good, bad);
+    }
+}
+
+static void test_refused_token_keeps_state(void)
+{
+    struct grammar *g = schema("{\"type\": \"object\", \"properties\": {\"k\": {\"type\": \"integer\"}}, "
+                               "\"required\": [\"k\"]}");
+    if (!g)
+        return;
+    struct grammar_matcher *m = gm_create(g);
+    int n;
+    CHECK(feed(m, "{\"k\": 1", &n) == n, "prefix");
+    uint32_t *a = calloc((size_t)nwords, 4), *b = calloc((size_t)nwords, 4);
+    gm_fill_mask(m, a);
+    int32_t bad[8];
+    int nb = tok_encode(tok, "\"x", 2, false, false, bad, 8);
+    CHECK(nb >= 1 && gm_accept(m, bad[0]) == ERR_INVALID, "quote refused inside a number's object");
+    CHECK(gm_accept(m, -1) == ERR_INVALID && gm_accept(m, grammar_vocab_size(vocab)) == ERR_INVALID, "ids out of range");
+    gm_fill_mask(m, b);
+    CHECK(!memcmp(a, b, (size_t)nwords * 4), "mask unchanged after refusals");
+    CHECK(feed(m, "2}", &n) == n && gm_can_end(m) && gm_is_done(m), "continues and completes");
+    gm_free(m);
+    free(a);
+    free(b);
+    grammar_unref(g);
 }
 
 static void test_regex_and_choice(void)
@@ -856,7 +944,115 @@ static void test_mask_consistency(void)
         }
         grammar_unref(g);
     }
+    /* regexes, choices, the wrapper, any object, a long bounded string */
+    static const char *const regexes[] = { "(\\+1 )?\\(\\d{3}\\) \\d{3}-\\d{4}", "[^\\n]{1,40}\\.", "(ab|a)+c?\\s*[\\x{4e00}-\\x{9fff}]{0,3}" };
+    const char *choices[] = { "positive", "negative", "neutral", "pos" };
+    const char *tool = "{\"type\": \"object\", \"properties\": {\"name\": {\"const\": \"f\"}, \"arguments\": {\"type\": "
+                       "\"object\", \"properties\": {\"x\": {\"type\": \"integer\"}}, \"required\": [\"x\"]}}, "
+                       "\"required\": [\"name\", \"arguments\"]}";
+    const char *long_str = "{\"type\": \"object\", \"properties\": {\"s\": {\"type\": \"string\", \"maxLength\": 200}}, "
+                           "\"required\": [\"s\"]}";
+    struct grammar_spec specs[] = {
+        { .kind = GRAMMAR_REGEX, .text = regexes[0], .text_len = strlen(regexes[0]) },
+        { .kind = GRAMMAR_REGEX, .text = regexes[1], .text_len = strlen(regexes[1]) },
+        { .kind = GRAMMAR_REGEX, .text = regexes[2], .text_len = strlen(regexes[2]) },
+        { .kind = GRAMMAR_CHOICE, .choices = choices, .n_choices = 4 },
+        { .kind = GRAMMAR_JSON_SCHEMA, .text = tool, .text_len = strlen(tool), .prefix = "<tool_call>\n",
+          .suffix = "\n</tool_call>", .separator = "\n", .min_items = 1, .max_items = 3 },
+        { .kind = GRAMMAR_JSON_OBJECT },
+        { .kind = GRAMMAR_JSON_SCHEMA, .text = long_str, .text_len = strlen(long_str) },
+    };
+    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
+        char err[ERR_BUF];
+        struct grammar *g = NULL;
+        if (grammar_compile(&g, vocab, &specs[k], err, sizeof err)) {
+            CHECK(0, "spec %zu: %s", k, err);
+            continue;
+        }
+        char *text = NULL;
+        int n = random_walk(g, 500u + (unsigned)k, ids, 512, &text);
+        CHECK(n >= 0, "spec %zu: walk did not finish: %s", k, text ? text : "");
+        if (specs[k].kind == GRAMMAR_REGEX && n >= 0) {
+            /* the walk's text matches the regex by PCRE2 too */
+            int ec;
+            PCRE2_SIZE eo;
+            pcre2_code *pc = pcre2_compile((PCRE2_SPTR)specs[k].text, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &ec, &eo, NULL);
+            pcre2_match_data *md = pc ? pcre2_match_data_create_from_pattern(pc, NULL) : NULL;
+            CHECK(pc && md && pcre2_match(pc, (PCRE2_SPTR)text, strlen(text), 0, PCRE2_ANCHORED | PCRE2_ENDANCHORED, md, NULL) >= 0,
+                  "spec %zu: PCRE2 refuses the walk's text '%s'", k, text);
+            pcre2_match_data_free(md);
+            pcre2_code_free(pc);
+        }
+        free(text);
+        if (n >= 0) {
+            int picks[3] = { 0, n / 2, n };
+            for (int q = 0; q < 3; q++) {
+                int bad = check_mask_state(g, ids, picks[q], 0, &seed);
+                CHECK(bad == 0, "spec %zu state %d: %d mismatches", k, picks[q], bad);
+                full++;
+            }
+            for (int step = 1; step < n; step += 4) {
+                int bad = check_mask_state(g, ids, step, 200, &seed);
+                CHECK(bad == 0, "spec %zu state %d (sampled): %d mismatches", k, step, bad);
+                states++;
+            }
+        }
+        grammar_unref(g);
+    }
     printf("  mask consistency: %d states over the whole vocabulary, %d sampled\n", full, states);
+}
+
+struct thread_arg {
+    struct grammar *g;
+    unsigned seed;
+    int bad, steps;
+};
+
+/* Random walk that checks every cached mask against an uncached one. */
+static void *walk_thread(void *p)
+{
+    struct thread_arg *a = p;
+    int V = grammar_vocab_size(vocab);
+    uint32_t *mask = calloc((size_t)nwords, 4), *ref = calloc((size_t)nwords, 4);
+    for (int rep = 0; rep < 4; rep++) {
+        struct grammar_matcher *m = gm_create(a->g);
+        for (int n = 0; n < 150 && !gm_is_done(m); n++) {
+            gm_fill_mask(m, mask);
+            gm_fill_mask_uncached(m, ref);
+            if (memcmp(mask, ref, (size_t)nwords * 4))
+                a->bad++;
+            int pick = -1, seen = 0;
+            for (int id = 0; id < V; id++)
+                if (mask_has(mask, id) && id != eog_ids[0] && (n_eog < 2 || id != eog_ids[1]) &&
+                    rand_r(&a->seed) % (unsigned)++seen == 0)
+                    pick = id;
+            if (pick < 0 || gm_accept(m, pick))
+                break;
+            a->steps++;
+        }
+        gm_free(m);
+    }
+    free(mask);
+    free(ref);
+    return NULL;
+}
+
+static void test_threads_share_grammar(void)
+{
+    struct grammar *g = schema(walk_schemas[0]);
+    if (!g)
+        return;
+    pthread_t th[3];
+    struct thread_arg args[3];
+    for (int i = 0; i < 3; i++) {
+        args[i] = (struct thread_arg){ g, 1000u + (unsigned)i, 0, 0 };
+        pthread_create(&th[i], NULL, walk_thread, &args[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(args[i].bad == 0 && args[i].steps > 0, "thread %d: %d of %d cached masks differ", i, args[i].bad, args[i].steps);
+    }
+    grammar_unref(g);
 }
 
 static void test_json_object(void)
@@ -923,12 +1119,15 @@ int main(void)
     RUN(test_compile_errors);
     RUN(test_accept_basic);
     RUN(test_accept_constraints);
+    RUN(test_accept_more);
+    RUN(test_refused_token_keeps_state);
     RUN(test_regex_and_choice);
     RUN(test_regex_vs_pcre2);
     RUN(test_wrapper);
     RUN(test_json_object);
     RUN(test_eog_and_special);
     RUN(test_random_walks);
+    RUN(test_threads_share_grammar);
     RUN(test_mask_consistency);
     grammar_vocab_free(vocab);
     tok_free(tok);
