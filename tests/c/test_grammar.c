@@ -439,6 +439,7 @@ static void test_regex_and_choice(void)
         int32_t x;
         tok_encode(tok, "a", 1, false, false, &x, 1);
         CHECK(gm_accept(m, x) == ERR_INVALID, "nothing after the end");
+        free(mask);
         gm_free(m);
         grammar_unref(g);
     }
@@ -618,8 +619,12 @@ static int check_mask_state(struct grammar *g, const int32_t *ids, int n, int sa
     int V = grammar_vocab_size(vocab), bad = 0;
     uint32_t *mask = calloc((size_t)nwords, 4), *mask2 = calloc((size_t)nwords, 4);
     struct grammar_matcher *m = replay(g, ids, n);
-    if (!m || !mask || !mask2)
+    if (!m || !mask || !mask2) {
+        gm_free(m);
+        free(mask);
+        free(mask2);
         return 1;
+    }
     gm_fill_mask(m, mask);
     gm_fill_mask_uncached(m, mask2);
     if (memcmp(mask, mask2, (size_t)nwords * 4))
@@ -629,16 +634,21 @@ static int check_mask_state(struct grammar *g, const int32_t *ids, int n, int sa
         bool want = mask_has(mask, id);
         int rc = gm_accept(m, id);
         if ((rc == 0) != want) {
-            if (bad < 3)
-                fprintf(stderr, "  mask mismatch at step %d token %d (%s): mask %d accept %d\n", n, id,
-                        tok_decode(tok, &id, 1, false), want, rc);
+            if (bad < 3) {
+                char *piece = tok_decode(tok, &id, 1, false);
+                fprintf(stderr, "  mask mismatch at step %d token %d (%s): mask %d accept %d\n", n, id, piece, want, rc);
+                free(piece);
+            }
             bad++;
         }
         if (rc == 0) {
             gm_free(m);
             m = replay(g, ids, n);
-            if (!m)
+            if (!m) {
+                free(mask);
+                free(mask2);
                 return bad + 1;
+            }
         }
     }
     gm_free(m);
