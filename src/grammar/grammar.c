@@ -467,6 +467,16 @@ int grammar_compile(struct grammar **out, const struct grammar_vocab *v, const s
     b.n_dfas = 0;
     pthread_mutex_init(&g->cache_lock, NULL);
     gb_free(&b);
+    if (!rc) {
+        /* a grammar whose start reaches neither text nor the end (e.g. a $ref that only
+         * refers to itself) matches nothing */
+        struct grammar_matcher *m = gm_create(g);
+        if (!m)
+            rc = ERR_NOMEM;
+        else if (gm_is_done(m) && !gm_can_end(m))
+            rc = err_set(err, errlen, ERR_INVALID, "grammar matches no text (a reference cycle without content?)");
+        gm_free(m);
+    }
     if (rc) {
         grammar_unref(g);
         return rc;
