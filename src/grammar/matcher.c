@@ -22,11 +22,13 @@
 #include "util/err.h"
 #include "util/grow.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define GM_CLOSURE_DEPTH 512  /* rule expansions without consuming a byte (cuts ε-cycles) */
 #define GM_CACHE_MIN_NODES 512 /* walks cheaper than this are not cached */
+#define GM_MEMO_MIN_NODES 4096 /* DFA-state memos cheaper than this are not kept */
 
 struct snode {
     int32_t pos;    /* element index */
@@ -487,6 +489,7 @@ struct memo_build {
     uint32_t (*bnd)[2];
     size_t cap;
     int n;
+    long visited;
     bool oom;
 };
 
@@ -499,6 +502,7 @@ static void memo_walk(struct memo_build *b, int node, int s, int depth)
     int end = node + (int)tn[node].size;
     for (int c = node + 1; c < end; c += (int)tn[c].size) {
         int32_t t = tr[d->bc[tn[c].byte]];
+        b->visited++;
         if (t >= 0) {
             if (tn[c].tok_count)
                 mark_tokens(b->v, c, b->inside);
@@ -537,7 +541,7 @@ static const struct gdfa_memo *memo_get(struct grammar_matcher *m, int dfa, int 
         return NULL;
     }
     memo_walk(&b, 0, state, 0);
-    m->walk_nodes += g->vocab->n_nodes;
+    m->walk_nodes += b.visited;
     if (b.oom) {
         free(b.inside);
         free(b.bnd);
@@ -545,6 +549,10 @@ static const struct gdfa_memo *memo_get(struct grammar_matcher *m, int dfa, int 
         return NULL;
     }
     struct gdfa_memo e = { dfa, state, b.inside, b.bnd, b.n };
+    if (b.visited < GM_MEMO_MIN_NODES) { /* cheap to redo: keep the slots for free text */
+        *tmp = e;
+        return tmp;
+    }
     pthread_mutex_lock(&g->cache_lock);
     const struct gdfa_memo *out = NULL;
     for (int i = 0; i < g->n_memo && !out; i++) /* another thread may have added it */
