@@ -22,7 +22,6 @@
 #include "util/err.h"
 #include "util/grow.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
