@@ -72,7 +72,7 @@ int grammar_vocab_create(struct grammar_vocab **out, const struct tokenizer *tok
         if (v->is_special[id] || v->is_eog[id])
             continue; /* never text */
         int len = tok_token_bytes(tok, id, false, tmp, (int)sizeof tmp);
-        if (len < 0 || len > (int)sizeof tmp) {
+        if (len < 0 || len > UINT16_MAX) {
             rc = err_set(err, errlen, ERR_RANGE, "grammar: token %d has %d bytes", id, len);
             goto fail;
         }
@@ -80,7 +80,10 @@ int grammar_vocab_create(struct grammar_vocab **out, const struct tokenizer *tok
             rc = ERR_NOMEM;
             goto fail;
         }
-        memcpy(v->bytes + total, tmp, (size_t)len);
+        if (len <= (int)sizeof tmp)
+            memcpy(v->bytes + total, tmp, (size_t)len);
+        else
+            tok_token_bytes(tok, id, false, v->bytes + total, len);
         total += (size_t)len;
         if (len > v->max_token_len)
             v->max_token_len = len;

@@ -63,6 +63,8 @@ struct grammar_matcher {
     size_t chain_cap;
     int32_t *offs;
     size_t offs_cap;
+    int32_t *path;
+    size_t path_cap;
     long walk_nodes;
 };
 
@@ -196,27 +198,37 @@ static int cmp_chain(const uint32_t *a, const uint32_t *b)
     return la < lb ? -1 : la > lb;
 }
 
-/* Copies frame old (and those below) into nodes2 with hash-consing; returns its new id. */
+/* Copies frame old (and those below) into nodes2 with hash-consing; returns its new id.
+ * Iterative: recursive schemas can nest frames deeply. */
 static int32_t compact_node(struct grammar_matcher *m, int32_t old, int *n2)
 {
-    if (old < 0)
-        return -1;
-    if (m->remap[old] >= 0)
-        return m->remap[old];
-    int32_t parent = compact_node(m, m->nodes[old].parent, n2);
-    struct snode x = { m->nodes[old].pos, m->nodes[old].aux, parent };
-    uint64_t h = ((uint64_t)(uint32_t)x.pos * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)(uint32_t)x.aux * 0xC2B2AE3D27D4EB4Full) ^
-                 ((uint64_t)(uint32_t)x.parent * 0x165667B19E3779F9ull);
-    size_t mask = m->hash_cap - 1, k = (size_t)(h ^ (h >> 31)) & mask;
-    while (m->hash[k] >= 0) {
-        const struct snode *y = &m->nodes2[m->hash[k]];
-        if (y->pos == x.pos && y->aux == x.aux && y->parent == x.parent)
-            return m->remap[old] = m->hash[k];
-        k = (k + 1) & mask;
+    int np = 0;
+    for (int32_t id = old; id >= 0 && m->remap[id] < 0; id = m->nodes[id].parent) {
+        if ((size_t)np >= m->path_cap && !grow_array((void **)&m->path, &m->path_cap, (size_t)np + 1, sizeof *m->path))
+            return -2;
+        m->path[np++] = id;
     }
-    m->nodes2[*n2] = x;
-    m->hash[k] = *n2;
-    return m->remap[old] = (*n2)++;
+    int32_t result = old < 0 ? -1 : m->remap[old];
+    while (np > 0) {
+        int32_t id = m->path[--np], p = m->nodes[id].parent;
+        struct snode x = { m->nodes[id].pos, m->nodes[id].aux, p < 0 ? -1 : m->remap[p] };
+        uint64_t h = ((uint64_t)(uint32_t)x.pos * 0x9E3779B97F4A7C15ull) ^
+                     ((uint64_t)(uint32_t)x.aux * 0xC2B2AE3D27D4EB4Full) ^
+                     ((uint64_t)(uint32_t)x.parent * 0x165667B19E3779F9ull);
+        size_t mask = m->hash_cap - 1, k = (size_t)(h ^ (h >> 31)) & mask;
+        while (m->hash[k] >= 0) {
+            const struct snode *y = &m->nodes2[m->hash[k]];
+            if (y->pos == x.pos && y->aux == x.aux && y->parent == x.parent)
+                break;
+            k = (k + 1) & mask;
+        }
+        if (m->hash[k] < 0) {
+            m->nodes2[*n2] = x;
+            m->hash[k] = (*n2)++;
+        }
+        result = m->remap[id] = m->hash[k];
+    }
+    return result;
 }
 
 /* Makes the configurations set[sb, se) the committed state (with can_end = end).
@@ -244,6 +256,8 @@ static int commit(struct grammar_matcher *m, int sb, int se, bool end)
     tops = m->set + se;
     for (int i = sb; i < se; i++) {
         int32_t id = compact_node(m, m->set[i], &n2);
+        if (id == -2)
+            return ERR_NOMEM;
         bool dup = false;
         for (int j = 0; j < nt && !dup; j++)
             dup = tops[j] == id;
@@ -350,6 +364,7 @@ void gm_free(struct grammar_matcher *m)
     free(m->hash);
     free(m->chain);
     free(m->offs);
+    free(m->path);
     free(m);
 }
 

@@ -356,6 +356,25 @@ static void test_accept_more(void)
                      good, bad);
     }
     {
+        /* recursion 300 levels deep (the matcher's stacks grow with it) */
+        struct grammar *g = schema("{\"$defs\": {\"l\": {\"anyOf\": [{\"type\": \"null\"}, {\"type\": \"array\", "
+                                   "\"items\": {\"$ref\": \"#/$defs/l\"}, \"minItems\": 1, \"maxItems\": 1}]}}, "
+                                   "\"$ref\": \"#/$defs/l\"}");
+        if (g) {
+            char deep[1024] = "", bad[1024] = "";
+            for (int i = 0; i < 300; i++)
+                strcat(deep, "[");
+            strcat(deep, "null");
+            for (int i = 0; i < 300; i++)
+                strcat(deep, "]");
+            memcpy(bad, deep, strlen(deep) - 1);
+            strcat(bad, ",null]");
+            CHECK(accepts(g, deep), "300 nested arrays");
+            CHECK(!accepts(g, bad), "a second item refused at depth 300");
+            grammar_unref(g);
+        }
+    }
+    {
         /* inferred types, {} and allOf with one member */
         const char *good[] = { "{\"s\": \"ab\", \"i\": [1], \"any\": [{\"k\": null}]}", NULL };
         const char *bad[] = { "{\"s\": \"a\", \"i\": [1], \"any\": 1}", "{\"s\": \"ab\", \"i\": [], \"any\": 1}", NULL };
