@@ -412,10 +412,33 @@ static int regex_rule(struct sctx *c, const char *re, unsigned flags, struct gel
     return 0;
 }
 
+/* Numeric formats: int32 / int64 on integers (int32 narrows the bounds), float / double
+ * on numbers (no constraint); anything else is refused. */
+static int numeric_format(struct sctx *c, const cJSON *s, bool integer, struct bounds *bd)
+{
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
+    if (!fmt)
+        return 0;
+    const char *f = cJSON_IsString(fmt) ? fmt->valuestring : "";
+    if (integer && !strcmp(f, "int32")) {
+        if (!bd->has_lo || bd->lo < -2147483648.0)
+            bd->lo = -2147483648.0, bd->has_lo = true, bd->lo_excl = false;
+        if (!bd->has_hi || bd->hi > 2147483647.0)
+            bd->hi = 2147483647.0, bd->has_hi = true, bd->hi_excl = false;
+        return 0;
+    }
+    if ((integer && !strcmp(f, "int64")) || !strcmp(f, "float") || !strcmp(f, "double"))
+        return 0;
+    return err_set(c->err, c->errlen, ERR_UNSUPPORTED, "unsupported JSON Schema format '%s' on a %s", f,
+                   integer ? "integer" : "number");
+}
+
 static int integer_value(struct sctx *c, const cJSON *s, struct gel *out)
 {
     struct bounds bd;
     int rc = read_bounds(c, s, &bd);
+    if (!rc)
+        rc = numeric_format(c, s, true, &bd);
     if (rc)
         return rc;
     if (!bd.has_lo && !bd.has_hi) {
@@ -504,6 +527,8 @@ static int number_value(struct sctx *c, const cJSON *s, struct gel *out)
 {
     struct bounds bd;
     int rc = read_bounds(c, s, &bd);
+    if (!rc)
+        rc = numeric_format(c, s, false, &bd);
     if (rc)
         return rc;
     if (!bd.has_lo && !bd.has_hi) {

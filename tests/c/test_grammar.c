@@ -129,6 +129,7 @@ static void test_compile_errors(void)
         { GRAMMAR_JSON_SCHEMA, "{\"type\": \"integer\", \"minimum\": 1e30}", ERR_UNSUPPORTED, "minimum" },
         { GRAMMAR_JSON_SCHEMA, "{\"anyOf\": [{\"type\": \"string\"}, {\"nope\": 1}]}", ERR_UNSUPPORTED, "'nope'" },
         { GRAMMAR_JSON_SCHEMA, "false", ERR_INVALID, "false" },
+        { GRAMMAR_JSON_SCHEMA, "{\"type\": \"integer\", \"format\": \"uint8\"}", ERR_UNSUPPORTED, "uint8" },
         { GRAMMAR_REGEX, "(?i)abc", ERR_UNSUPPORTED, "flags" },
         { GRAMMAR_REGEX, "a{1001}", ERR_RANGE, "1000" },
         { GRAMMAR_JSON_SCHEMA, "{\"type\": \"string\", \"pattern\": \"(a\"}", ERR_INVALID, "')'" },
@@ -373,6 +374,14 @@ static void test_accept_more(void)
             CHECK(!accepts(g, bad), "a second item refused at depth 300");
             grammar_unref(g);
         }
+    }
+    {
+        const char *good[] = { "2147483647", "-2147483648", "0", NULL };
+        const char *bad[] = { "2147483648", "-2147483649", NULL };
+        expect_texts("{\"type\": \"integer\", \"format\": \"int32\"}", good, bad);
+        const char *good2[] = { "1.5e3", NULL };
+        const char *bad2[] = { "\"1.5\"", NULL };
+        expect_texts("{\"type\": \"number\", \"format\": \"double\"}", good2, bad2);
     }
     {
         /* inferred types, {} and allOf with one member */
