@@ -9,11 +9,14 @@
  * configurations are copied into a fresh arena with hash-consing, so equal stacks share
  * one node and the state has a canonical serialisation (the mask cache key).
  *
- * Mask: a depth-first walk of the vocabulary trie; at each trie node the configuration
- * set is advanced by the node's byte (new frames go to the arena above the base and are
- * dropped when the walk returns), subtrees whose prefix kills every configuration are
- * skipped, and children whose byte no configuration can take are never entered. Masks of
- * expensive walks are cached in the grammar, keyed by the exact state.
+ * Mask: the union over configurations of "tokens this configuration consumes entirely".
+ * Configurations on literal bytes walk the vocabulary trie together depth-first (new
+ * frames go to the arena above the base and are dropped when the walk returns; children
+ * whose byte no configuration takes are skipped). A configuration inside a lexeme uses
+ * its DFA state's memo (the tokens the DFA consumes from that state, and the trie nodes
+ * where the lexeme can end inside a token), so only those nodes are walked with the
+ * stack. Masks of expensive states are cached in the grammar, keyed by the exact state
+ * with DFA states replaced by their behaviour class.
  *
  * A matcher is used by one thread at a time; the grammar's cache takes its mutex.
  */

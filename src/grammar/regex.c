@@ -680,8 +680,6 @@ static int nfa_set(struct nfa *a, int s, int e, const struct cpset *set)
     return rc;
 }
 
-static int nfa_emit(struct nfa *a, const struct rxparse *p, int node, int s, int *end);
-
 /* One copy of node starting at s; the end state in *end. */
 static int nfa_emit(struct nfa *a, const struct rxparse *p, int node, int s, int *end)
 {
@@ -833,8 +831,7 @@ static int cmp_i32(const void *a, const void *b)
 }
 
 /* Epsilon closure of v[0, *n) in place (buffer capacity n_states), sorted unique. */
-static void nfa_closure(const struct nfa *a, const int32_t *eps_first, const int32_t *eps_to, int32_t *v, int *n,
-                        uint8_t *mark)
+static void nfa_closure(const int32_t *eps_first, const int32_t *eps_to, int32_t *v, int *n, uint8_t *mark)
 {
     int top = *n;
     for (int i = 0; i < top; i++)
@@ -851,7 +848,6 @@ static void nfa_closure(const struct nfa *a, const int32_t *eps_first, const int
     }
     for (int i = 0; i < top; i++)
         mark[v[i]] = 0;
-    (void)a;
     qsort(v, (size_t)top, sizeof *v, cmp_i32);
     *n = top;
 }
@@ -1020,7 +1016,7 @@ static int nfa_to_dfa(struct nfa *a, int start, int final, struct gdfa *out)
     }
     int n = 1;
     buf[0] = start;
-    nfa_closure(a, eps_first, eps_to, buf, &n, mark);
+    nfa_closure(eps_first, eps_to, buf, &n, mark);
     bool is_new;
     if ((rc = dset_intern(&t, buf, n, &is_new)) < 0)
         goto fail;
@@ -1058,7 +1054,7 @@ static int nfa_to_dfa(struct nfa *a, int start, int final, struct gdfa *out)
             }
             n = bucket_n[c];
             memcpy(buf, bucket + (size_t)c * (size_t)ns, sizeof *buf * (size_t)n);
-            nfa_closure(a, eps_first, eps_to, buf, &n, mark);
+            nfa_closure(eps_first, eps_to, buf, &n, mark);
             int id = dset_intern(&t, buf, n, &is_new);
             if (id < 0) {
                 rc = id;
