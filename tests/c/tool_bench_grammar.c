@@ -1,6 +1,6 @@
 /* tool_bench_grammar.c — cost of token masks against a decode step.
  *
- *   build/tests/tool_bench_grammar [MODEL.gguf] [--threads N] [--no-step]
+ *   build/tests/tool_bench_grammar [MODEL.gguf] [--threads N] [--no-step] [--generate]
  *
  * For a few realistic grammars, replays a fixed conforming JSON text (tokenized by the
  * model's tokenizer) and at every step times gm_fill_mask three ways: as a first request
@@ -9,7 +9,8 @@
  * mask cache at all (gm_fill_mask_uncached on another fresh grammar; the per-DFA-state
  * memos still fill as they are met). Then times a batch-8 decode step of the model on the CPU backend
  * (forward + logits of 8 sequences at context 64) and prints 8 masks per step as a
- * fraction of it.
+ * fraction of it. --generate also decodes greedily under the first schema with the model
+ * (masked argmax over the logits) and prints the text.
  */
 #include "backend/backend.h"
 #include "grammar/grammar.h"
@@ -244,16 +245,102 @@ static double time_decode_step(const struct model *model, int threads)
     return st.p50;
 }
 
+/* Greedy generation of one sequence under g with the model on the CPU backend: prints
+ * the text and the per-step mask and forward times. Returns 0 when the output completed
+ * the grammar. */
+static int generate(const struct model *model, const struct grammar_vocab *v, struct grammar *g, const char *prompt,
+                    int threads)
+{
+    char err[ERR_BUF];
+    enum { MAXGEN = 200, CAP = 512 };
+    int32_t ids[CAP];
+    int np = tok_encode(model->tok, prompt, strlen(prompt), false, true, ids, CAP);
+    if (np <= 0 || np + MAXGEN > CAP)
+        return 1;
+    struct backend_config cfg;
+    backend_config_default(&cfg);
+    cfg.device = BACKEND_DEVICE_CPU;
+    cfg.n_threads = threads;
+    cfg.max_num_seqs = 1;
+    cfg.max_num_batched_tokens = CAP;
+    cfg.max_model_len = CAP;
+    struct backend *b = NULL;
+    if (backend_create(&b, model, &cfg, err, sizeof err)) {
+        fprintf(stderr, "backend: %s\n", err);
+        return 1;
+    }
+    int bs = backend_get_info(b)->block_size, nblk = CAP / bs + 1, V = grammar_vocab_size(v);
+    int32_t *table = malloc(sizeof *table * (size_t)nblk), pos[CAP], qs[2], len[1], li[1];
+    int64_t slots[CAP];
+    for (int k = 0; k < nblk; k++)
+        table[k] = k;
+    for (int p = 0; p < CAP; p++) {
+        pos[p] = p;
+        slots[p] = (int64_t)table[p / bs] * bs + p % bs;
+    }
+    uint32_t *mask = malloc(sizeof *mask * (size_t)grammar_mask_words(V));
+    struct grammar_matcher *m = gm_create(g);
+    double mask_us = 0, fwd_us = 0;
+    int n = np, gen = 0, rc = 1;
+    for (; gen < MAXGEN; gen++) {
+        /* first step: the whole prompt; then the last token */
+        int first = gen == 0 ? 0 : n - 1, count = n - first;
+        qs[0] = 0;
+        qs[1] = count;
+        len[0] = n;
+        li[0] = count - 1;
+        struct batch bt = { .num_tokens = count, .num_seqs = 1, .token_ids = ids + first, .positions = pos + first,
+                            .slot_mapping = slots + first, .query_start = qs, .seq_lens = len,
+                            .block_tables = table, .max_blocks_per_seq = nblk, .num_logits = 1,
+                            .logits_indices = li };
+        const float *logits;
+        double t0 = now_us();
+        if (backend_logits(b, &bt, &logits, err, sizeof err)) {
+            fprintf(stderr, "step: %s\n", err);
+            break;
+        }
+        double t1 = now_us();
+        gm_fill_mask(m, mask);
+        double t2 = now_us();
+        if (gen > 0)
+            fwd_us += t1 - t0;
+        mask_us += t2 - t1;
+        int best = -1;
+        for (int id = 0; id < V; id++)
+            if (((mask[id >> 5] >> (id & 31)) & 1u) && (best < 0 || logits[id] > logits[best]))
+                best = id;
+        if (best < 0 || gm_accept(m, best))
+            break;
+        if (model_is_eog(model, best)) {
+            rc = 0;
+            break;
+        }
+        ids[n++] = best;
+    }
+    char *text = tok_decode(model->tok, ids + np, n - np, false);
+    printf("\ngreedy generation under the person schema (%d tokens, %s):\n%s\n", n - np,
+           rc ? "did not finish" : "complete", text);
+    printf("mean per step: mask %.1f µs, forward (batch 1) %.2f ms\n", mask_us / (gen + 1), fwd_us / (gen > 0 ? gen : 1) / 1e3);
+    free(text);
+    gm_free(m);
+    free(mask);
+    free(table);
+    backend_free(b);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
     int threads = 2;
-    bool step = true;
+    bool step = true, gen = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--no-step"))
             step = false;
+        else if (!strcmp(argv[i], "--generate"))
+            gen = true;
         else
             path = argv[i];
     }
@@ -298,6 +385,16 @@ int main(int argc, char **argv)
             for (int i = 0; i < nc; i++)
                 printf("| %s | %.1f%% | %.1f%% | %.1f%% |\n", cases[i].name, 100 * 8 * unc[i] / st, 100 * 8 * cold[i] / st,
                        100 * 8 * warm[i] / st);
+        }
+    }
+    if (gen) {
+        struct grammar *g = NULL;
+        if (grammar_compile(&g, v, &cases[0].spec, err, sizeof err) == 0) {
+            fails += generate(model, v, g,
+                              "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nDescribe "
+                              "a fictional software engineer as a JSON object.<|im_end|>\n<|im_start|>assistant\n",
+                              threads);
+            grammar_unref(g);
         }
     }
     grammar_vocab_free(v);
