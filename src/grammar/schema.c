@@ -23,6 +23,7 @@
 #define GR_MAX_ITEMS 1000   /* minItems / maxItems / minLength / maxLength */
 #define INT_CAP 9999999999999999LL /* 10^16 - 1 */
 #define GR_LEN_DFA_MAX 128  /* string length bounds up to this compile to one DFA */
+#define GR_MAX_PROPERTIES 256 /* properties of one object */
 
 struct sc_ref {
     char *name;
@@ -704,6 +705,10 @@ static int object_value(struct sctx *c, const cJSON *s, int depth, struct gel *o
             n_req_extra++;
     }
     int n = n_props + n_req_extra;
+    /* optional properties chain empty alternatives (A_i -> A_i+1): keep the chain within
+     * the matcher's closure depth */
+    if (n > GR_MAX_PROPERTIES)
+        return err_set(c->err, c->errlen, ERR_RANGE, "JSON Schema: more than %d properties in one object", GR_MAX_PROPERTIES);
     const char **names = calloc((size_t)n + 1, sizeof *names);
     const cJSON **schemas = calloc((size_t)n + 1, sizeof *schemas);
     bool *required = calloc((size_t)n + 1, sizeof *required);

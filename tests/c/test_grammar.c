@@ -154,7 +154,25 @@ static void test_compile_errors(void)
         CHECK(strstr(err, cases[i].needle), "%s: message '%s' lacks '%s'", cases[i].text, err, cases[i].needle);
         grammar_unref(g);
     }
+    /* 257 properties */
+    char big[8192] = "{\"properties\": {";
+    for (int i = 0; i < 257; i++)
+        snprintf(big + strlen(big), sizeof big - strlen(big), "%s\"p%d\": {}", i ? ", " : "", i);
+    strcat(big, "}}");
     char err[ERR_BUF] = "";
+    struct grammar *gb = NULL;
+    struct grammar_spec bigspec = { .kind = GRAMMAR_JSON_SCHEMA, .text = big, .text_len = strlen(big) };
+    CHECK(grammar_compile(&gb, vocab, &bigspec, err, sizeof err) == ERR_RANGE && strstr(err, "256"), "257 properties: %s", err);
+    /* 256 optional properties: the last one alone is reachable */
+    char *last = strstr(big, ", \"p256\": {}");
+    if (last)
+        strcpy(last, "}}");
+    CHECK(grammar_compile(&gb, vocab, &bigspec, err, sizeof err) == 0, "256 properties: %s", err);
+    if (gb) {
+        CHECK(accepts(gb, "{\"p255\": 1}") && accepts(gb, "{\"p0\": 1, \"p255\": [2]}") && !accepts(gb, "{\"p256\": 1}"),
+              "optional property 256 of 256");
+        grammar_unref(gb);
+    }
     struct grammar_spec spec = { .kind = GRAMMAR_CHOICE, .n_choices = 0 };
     struct grammar *g = NULL;
     CHECK(grammar_compile(&g, vocab, &spec, err, sizeof err) == ERR_INVALID && strstr(err, "choices"), "empty choices: %s", err);
