@@ -72,7 +72,7 @@ int grammar_vocab_create(struct grammar_vocab **out, const struct tokenizer *tok
         if (v->is_special[id] || v->is_eog[id])
             continue; /* never text */
         int len = tok_token_bytes(tok, id, false, tmp, (int)sizeof tmp);
-        if (len < 0 || len > (int)sizeof tmp) {
+        if (len < 0 || len > UINT16_MAX) {
             rc = err_set(err, errlen, ERR_RANGE, "grammar: token %d has %d bytes", id, len);
             goto fail;
         }
@@ -80,7 +80,10 @@ int grammar_vocab_create(struct grammar_vocab **out, const struct tokenizer *tok
             rc = ERR_NOMEM;
             goto fail;
         }
-        memcpy(v->bytes + total, tmp, (size_t)len);
+        if (len <= (int)sizeof tmp)
+            memcpy(v->bytes + total, tmp, (size_t)len);
+        else
+            tok_token_bytes(tok, id, false, v->bytes + total, len);
         total += (size_t)len;
         if (len > v->max_token_len)
             v->max_token_len = len;
@@ -98,20 +101,17 @@ int grammar_vocab_create(struct grammar_vocab **out, const struct tokenizer *tok
             order[nt++] = (struct tok_key){ v->bytes + v->off[id], v->off[id + 1] - v->off[id], id };
     qsort(order, (size_t)nt, sizeof *order, cmp_token_bytes);
     size_t node_cap = total + 1;
-    v->node_byte = malloc(node_cap);
-    v->node_size = calloc(node_cap, sizeof *v->node_size);
-    v->tok_first = calloc(node_cap, sizeof *v->tok_first);
-    v->tok_count = calloc(node_cap, sizeof *v->tok_count);
+    v->nodes = calloc(node_cap, sizeof *v->nodes);
     v->tok_ids = malloc(sizeof *v->tok_ids * (size_t)(nt ? nt : 1));
     int *path = malloc(sizeof *path * ((size_t)v->max_token_len + 1));
-    if (!v->node_byte || !v->node_size || !v->tok_first || !v->tok_count || !v->tok_ids || !path) {
+    if (!v->nodes || !v->tok_ids || !path) {
         free(path);
         rc = ERR_NOMEM;
         goto fail;
     }
     int nn = 1, depth = 0;
     path[0] = 0;
-    v->node_byte[0] = 0;
+    v->nodes[0].byte = 0;
     const char *prev = NULL;
     uint32_t prev_len = 0;
     for (int k = 0; k < nt; k++) {
@@ -123,23 +123,28 @@ int grammar_vocab_create(struct grammar_vocab **out, const struct tokenizer *tok
         /* close nodes deeper than the common prefix */
         while (depth > (int)l) {
             int node = path[depth--];
-            v->node_size[node] = (uint32_t)(nn - node);
+            v->nodes[node].size = (uint32_t)(nn - node);
         }
         for (uint32_t d = l; d < len; d++) {
-            v->node_byte[nn] = (uint8_t)b[d];
+            v->nodes[nn].byte = (uint8_t)b[d];
             path[++depth] = nn++;
         }
         int at = path[len];
-        if (!v->tok_count[at])
-            v->tok_first[at] = (uint32_t)k;
-        v->tok_count[at]++;
+        if (!v->nodes[at].tok_count)
+            v->nodes[at].tok_first = (uint32_t)k;
+        if (v->nodes[at].tok_count == UINT16_MAX) {
+            free(path);
+            rc = err_set(err, errlen, ERR_RANGE, "grammar: too many tokens with the same text");
+            goto fail;
+        }
+        v->nodes[at].tok_count++;
         v->tok_ids[k] = id;
         prev = b;
         prev_len = len;
     }
     while (depth >= 0) {
         int node = path[depth--];
-        v->node_size[node] = (uint32_t)(nn - node);
+        v->nodes[node].size = (uint32_t)(nn - node);
     }
     free(path);
     v->n_nodes = nn;
@@ -161,10 +166,7 @@ void grammar_vocab_free(struct grammar_vocab *v)
     free(v->is_special);
     free(v->bytes);
     free(v->off);
-    free(v->node_byte);
-    free(v->node_size);
-    free(v->tok_first);
-    free(v->tok_count);
+    free(v->nodes);
     free(v->tok_ids);
     free(v);
 }
@@ -460,12 +462,28 @@ int grammar_compile(struct grammar **out, const struct grammar_vocab *v, const s
     g->n_classes = b.n_classes;
     g->dfas = b.dfas;
     g->n_dfas = b.n_dfas;
+    for (int i = 0; i < g->n_dfas && !rc; i++)
+        rc = gdfa_classes(&g->dfas[i], v->max_token_len + 1);
     b.elems = NULL;
     b.classes = NULL;
     b.dfas = NULL;
     b.n_dfas = 0;
     pthread_mutex_init(&g->cache_lock, NULL);
     gb_free(&b);
+    if (!rc) {
+        /* a grammar whose start reaches neither text nor the end (e.g. a $ref that only
+         * refers to itself) matches nothing */
+        struct grammar_matcher *m = gm_create(g);
+        if (!m)
+            rc = ERR_NOMEM;
+        else if (gm_is_done(m) && !gm_can_end(m))
+            rc = err_set(err, errlen, ERR_INVALID, "grammar matches no text (a reference cycle without content?)");
+        gm_free(m);
+    }
+    if (rc) {
+        grammar_unref(g);
+        return rc;
+    }
     *out = g;
     return 0;
 fail:
@@ -501,6 +519,10 @@ void grammar_unref(struct grammar *g)
     for (int i = 0; i < GR_CACHE_SLOTS; i++) {
         free(g->cache[i].key);
         free(g->cache[i].mask);
+    }
+    for (int i = 0; i < g->n_memo; i++) {
+        free(g->memo[i].inside);
+        free(g->memo[i].bnd);
     }
     pthread_mutex_destroy(&g->cache_lock);
     free(g);

@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 /* Compile-time limits (docs/grammar.md). */
-#define GR_MAX_DFA_STATES 4096   /* one lexeme's DFA */
+#define GR_MAX_DFA_STATES 16384  /* one lexeme's DFA */
 #define GR_MAX_NFA_STATES 65536  /* one regex's NFA before determinisation */
 #define GR_MAX_ELEMS (1 << 20)   /* elements of one grammar */
 #define GR_MAX_TOTAL_DFA_STATES 65536
@@ -35,14 +35,27 @@ struct gel {
     uint32_t arg;  /* CLASS: class index; REF: rule; DFA: dfa index */
 };
 
-/* A deterministic automaton over bytes. trans[s * 256 + b] is the next state or -1. */
+/* A deterministic automaton over bytes. Bytes the automaton treats alike share a class
+ * bc[b] < n_bc; trans[s * n_bc + bc[b]] is the next state or -1 (gdfa_step). */
 struct gdfa {
     int n_states;
     int start;
-    int32_t *trans;  /* [n_states * 256] */
+    int n_bc;
+    uint8_t bc[256];
+    int32_t *trans;  /* [n_states * n_bc] */
     uint8_t *accept; /* [n_states] 1 = a lexeme may end here */
     uint8_t *live;   /* [n_states] 1 = some byte continues from here */
     uint32_t *next;  /* [n_states * 8] 256-bit set of the bytes that continue */
+    uint32_t cont[8]; /* bytes that continue from some accepting state */
+    int32_t *cls;    /* [n_states] behaviour class: states of one class do the same to every
+                        text up to the longest token (+1 byte), so they have one mask */
+};
+
+struct gtrie_node {
+    uint32_t size;      /* nodes in the subtree, this one included */
+    uint32_t tok_first; /* into tok_ids */
+    uint16_t tok_count;
+    uint8_t byte;       /* the byte leading here from the parent */
 };
 
 struct grammar_vocab {
@@ -54,14 +67,11 @@ struct grammar_vocab {
     char *bytes;          /* all tokens' text bytes */
     uint32_t *off;        /* [vocab_size + 1] token id's bytes are bytes[off[id], off[id+1]) */
     /* Byte trie in depth-first preorder: node 0 is the root (no byte); node i's subtree is
-     * [i, i + size[i]); its first child is i + 1 (when size[i] > 1); the next sibling of
-     * a child c is c + size[c]. tok_ids[tok_first[i], tok_first[i] + tok_count[i]) are
-     * the tokens whose bytes end at node i. */
+     * [i, i + size); its first child is i + 1 (when size > 1); the next sibling of a child
+     * c is c + nodes[c].size. tok_ids[tok_first, tok_first + tok_count) are the tokens
+     * whose bytes end at the node. */
     int n_nodes;
-    uint8_t *node_byte;
-    uint32_t *node_size;
-    uint32_t *tok_first;
-    uint32_t *tok_count;
+    struct gtrie_node *nodes;
     int32_t *tok_ids;
     int max_token_len;
 };
@@ -76,6 +86,18 @@ struct gcache_entry {
 };
 
 #define GR_CACHE_SLOTS 128
+#define GR_MEMO_SLOTS 32
+
+/* What one DFA state does to the whole vocabulary, independent of the stack below it:
+ * `inside` = tokens the DFA consumes entirely from `state`; `bnd` = the trie nodes where
+ * the DFA cannot take the node's byte right after an accepting state (below the first
+ * byte): the only places where the text after the lexeme can start inside a token. */
+struct gdfa_memo {
+    int dfa, state;
+    uint32_t *inside;   /* [mask words] */
+    uint32_t (*bnd)[2]; /* [n_bnd] (trie node, DFA state at its parent) */
+    int n_bnd;
+};
 
 struct grammar {
     atomic_int refs;
@@ -98,9 +120,16 @@ struct grammar {
     struct gcache_entry cache[GR_CACHE_SLOTS];
     int cache_next;
     atomic_long cache_hits, cache_misses;
+    struct gdfa_memo memo[GR_MEMO_SLOTS]; /* under cache_lock; filled once, never evicted */
+    int n_memo;
 };
 
 static inline bool gr_class_has(const uint32_t *cls, unsigned b) { return (cls[b >> 5] >> (b & 31)) & 1u; }
+
+static inline int32_t gdfa_step(const struct gdfa *d, int s, unsigned b)
+{
+    return d->trans[(size_t)s * (size_t)d->n_bc + d->bc[b & 255]];
+}
 
 /* ---- Grammar builder (grammar.c) --------------------------------------------------- */
 
@@ -161,6 +190,10 @@ enum { RX_JSON = 1, /* the pattern describes a JSON string's value: literal '"',
  * Errors: ERR_INVALID (malformed; err says where), ERR_UNSUPPORTED (names the feature),
  * ERR_RANGE (too many states), ERR_NOMEM. */
 int rx_compile(const char *re, size_t len, unsigned flags, struct gdfa *out, char *err, size_t errlen);
+
+/* Fills d->cls: states equivalent on every text of up to `horizon` bytes share a class
+ * (Moore refinement stopped at the horizon). */
+int gdfa_classes(struct gdfa *d, int horizon);
 
 /* out = strings that a accepts and b does not (product construction). */
 int gdfa_difference(const struct gdfa *a, const struct gdfa *b, struct gdfa *out, char *err, size_t errlen);

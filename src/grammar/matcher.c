@@ -9,11 +9,14 @@
  * configurations are copied into a fresh arena with hash-consing, so equal stacks share
  * one node and the state has a canonical serialisation (the mask cache key).
  *
- * Mask: a depth-first walk of the vocabulary trie; at each trie node the configuration
- * set is advanced by the node's byte (new frames go to the arena above the base and are
- * dropped when the walk returns), subtrees whose prefix kills every configuration are
- * skipped, and children whose byte no configuration can take are never entered. Masks of
- * expensive walks are cached in the grammar, keyed by the exact state.
+ * Mask: the union over configurations of "tokens this configuration consumes entirely".
+ * Configurations on literal bytes walk the vocabulary trie together depth-first (new
+ * frames go to the arena above the base and are dropped when the walk returns; children
+ * whose byte no configuration takes are skipped). A configuration inside a lexeme uses
+ * its DFA state's memo (the tokens the DFA consumes from that state, and the trie nodes
+ * where the lexeme can end inside a token), so only those nodes are walked with the
+ * stack. Masks of expensive states are cached in the grammar, keyed by the exact state
+ * with DFA states replaced by their behaviour class.
  *
  * A matcher is used by one thread at a time; the grammar's cache takes its mutex.
  */
@@ -27,6 +30,7 @@
 
 #define GM_CLOSURE_DEPTH 512  /* rule expansions without consuming a byte (cuts ε-cycles) */
 #define GM_CACHE_MIN_NODES 512 /* walks cheaper than this are not cached */
+#define GM_MEMO_MIN_NODES 4096 /* DFA-state memos cheaper than this are not kept */
 
 struct snode {
     int32_t pos;    /* element index */
@@ -60,6 +64,10 @@ struct grammar_matcher {
     size_t remap_cap, hash_cap;
     uint32_t *chain;
     size_t chain_cap;
+    int32_t *offs;
+    size_t offs_cap;
+    int32_t *path;
+    size_t path_cap;
     long walk_nodes;
 };
 
@@ -140,7 +148,7 @@ static void closure(struct grammar_matcher *m, int32_t pos, int32_t parent, int 
 }
 
 /* Advances the set [ib, ie) by byte c into [ob, *oe) (ob >= ie); sets m->w_end. */
-static void advance(struct grammar_matcher *m, int ib, int ie, unsigned c, int ob, int *oe)
+static void advance_ex(struct grammar_matcher *m, int ib, int ie, unsigned c, int ob, int *oe, bool skip_dfa)
 {
     const struct grammar *g = m->g;
     m->w_end = false;
@@ -151,9 +159,9 @@ static void advance(struct grammar_matcher *m, int ib, int ie, unsigned c, int o
         if (e->kind == GEL_CLASS) {
             if (gr_class_has(g->classes[e->arg], c))
                 closure(m, n.pos + 1, n.parent, ob, oe, 0);
-        } else {
+        } else if (!skip_dfa) {
             const struct gdfa *d = &g->dfas[e->arg];
-            int32_t t = d->trans[(size_t)n.aux * 256 + c];
+            int32_t t = gdfa_step(d, n.aux, c);
             if (t < 0)
                 continue;
             if (d->live[t])
@@ -162,6 +170,11 @@ static void advance(struct grammar_matcher *m, int ib, int ie, unsigned c, int o
                 closure(m, n.pos + 1, n.parent, ob, oe, 0);
         }
     }
+}
+
+static void advance(struct grammar_matcher *m, int ib, int ie, unsigned c, int ob, int *oe)
+{
+    advance_ex(m, ib, ie, c, ob, oe, false);
 }
 
 /* Makes sure the set buffer holds n more entries past at (so that advance rarely grows). */
@@ -188,27 +201,37 @@ static int cmp_chain(const uint32_t *a, const uint32_t *b)
     return la < lb ? -1 : la > lb;
 }
 
-/* Copies frame old (and those below) into nodes2 with hash-consing; returns its new id. */
+/* Copies frame old (and those below) into nodes2 with hash-consing; returns its new id.
+ * Iterative: recursive schemas can nest frames deeply. */
 static int32_t compact_node(struct grammar_matcher *m, int32_t old, int *n2)
 {
-    if (old < 0)
-        return -1;
-    if (m->remap[old] >= 0)
-        return m->remap[old];
-    int32_t parent = compact_node(m, m->nodes[old].parent, n2);
-    struct snode x = { m->nodes[old].pos, m->nodes[old].aux, parent };
-    uint64_t h = ((uint64_t)(uint32_t)x.pos * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)(uint32_t)x.aux * 0xC2B2AE3D27D4EB4Full) ^
-                 ((uint64_t)(uint32_t)x.parent * 0x165667B19E3779F9ull);
-    size_t mask = m->hash_cap - 1, k = (size_t)(h ^ (h >> 31)) & mask;
-    while (m->hash[k] >= 0) {
-        const struct snode *y = &m->nodes2[m->hash[k]];
-        if (y->pos == x.pos && y->aux == x.aux && y->parent == x.parent)
-            return m->remap[old] = m->hash[k];
-        k = (k + 1) & mask;
+    int np = 0;
+    for (int32_t id = old; id >= 0 && m->remap[id] < 0; id = m->nodes[id].parent) {
+        if ((size_t)np >= m->path_cap && !grow_array((void **)&m->path, &m->path_cap, (size_t)np + 1, sizeof *m->path))
+            return -2;
+        m->path[np++] = id;
     }
-    m->nodes2[*n2] = x;
-    m->hash[k] = *n2;
-    return m->remap[old] = (*n2)++;
+    int32_t result = old < 0 ? -1 : m->remap[old];
+    while (np > 0) {
+        int32_t id = m->path[--np], p = m->nodes[id].parent;
+        struct snode x = { m->nodes[id].pos, m->nodes[id].aux, p < 0 ? -1 : m->remap[p] };
+        uint64_t h = ((uint64_t)(uint32_t)x.pos * 0x9E3779B97F4A7C15ull) ^
+                     ((uint64_t)(uint32_t)x.aux * 0xC2B2AE3D27D4EB4Full) ^
+                     ((uint64_t)(uint32_t)x.parent * 0x165667B19E3779F9ull);
+        size_t mask = m->hash_cap - 1, k = (size_t)(h ^ (h >> 31)) & mask;
+        while (m->hash[k] >= 0) {
+            const struct snode *y = &m->nodes2[m->hash[k]];
+            if (y->pos == x.pos && y->aux == x.aux && y->parent == x.parent)
+                break;
+            k = (k + 1) & mask;
+        }
+        if (m->hash[k] < 0) {
+            m->nodes2[*n2] = x;
+            m->hash[k] = (*n2)++;
+        }
+        result = m->remap[id] = m->hash[k];
+    }
+    return result;
 }
 
 /* Makes the configurations set[sb, se) the committed state (with can_end = end).
@@ -236,6 +259,8 @@ static int commit(struct grammar_matcher *m, int sb, int se, bool end)
     tops = m->set + se;
     for (int i = sb; i < se; i++) {
         int32_t id = compact_node(m, m->set[i], &n2);
+        if (id == -2)
+            return ERR_NOMEM;
         bool dup = false;
         for (int j = 0; j < nt && !dup; j++)
             dup = tops[j] == id;
@@ -252,17 +277,20 @@ static int commit(struct grammar_matcher *m, int sb, int se, bool end)
         !grow_array((void **)&m->key, &m->key_cap, need, sizeof *m->key))
         return ERR_NOMEM;
     /* chains into m->chain, then sort their offsets (insertion sort: sets are small) */
-    int32_t *offs = malloc(sizeof *offs * (size_t)(nt ? nt : 1));
-    if (!offs)
+    if (!grow_array((void **)&m->offs, &m->offs_cap, (size_t)nt + 1, sizeof *m->offs))
         return ERR_NOMEM;
+    int32_t *offs = m->offs;
     size_t w = 0;
     for (int j = 0; j < nt; j++) {
         offs[j] = (int32_t)w;
         size_t at = w++;
         uint32_t len = 0;
         for (int32_t id = tops[j]; id >= 0; id = m->nodes2[id].parent) {
-            m->chain[w++] = (uint32_t)m->nodes2[id].pos;
-            m->chain[w++] = (uint32_t)m->nodes2[id].aux;
+            const struct snode *x = &m->nodes2[id];
+            const struct gel *e = &m->g->elems[x->pos];
+            /* a DFA state stands for its behaviour class: same class, same mask */
+            m->chain[w++] = (uint32_t)x->pos;
+            m->chain[w++] = (uint32_t)(id == tops[j] && e->kind == GEL_DFA ? m->g->dfas[e->arg].cls[x->aux] : x->aux);
             len += 2;
         }
         m->chain[at] = len;
@@ -284,7 +312,6 @@ static int commit(struct grammar_matcher *m, int sb, int se, bool end)
         memcpy(m->key + kl, c, sizeof *c * (c[0] + 1));
         kl += c[0] + 1;
     }
-    free(offs);
     m->key[kl++] = end ? 1u : 0u;
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < kl; i++) {
@@ -339,6 +366,8 @@ void gm_free(struct grammar_matcher *m)
     free(m->remap);
     free(m->hash);
     free(m->chain);
+    free(m->offs);
+    free(m->path);
     free(m);
 }
 
@@ -388,35 +417,262 @@ int gm_accept(struct grammar_matcher *m, int32_t token)
     return 0;
 }
 
-/* Depth-first walk below trie node `node` with configurations set[sb, se). */
+/* The mask walk. A token is allowed when some configuration consumes all its bytes, so
+ * configurations can be walked separately and their results OR-ed: the CLASS ones (short
+ * literal paths, few bytes each) together by walk(), each DFA one by dfa_walk(), which
+ * follows only the DFA's table (one lookup per trie node: free text costs little) and
+ * hands the text after the lexeme ends ("exits") back to walk(). */
+
+struct dfa_walk_ctx {
+    const struct gdfa *d;
+    int eb, ee;   /* set[eb, ee): the configurations after the lexeme (its exit closure) */
+    bool e_end;   /* the exit reaches the end of the grammar */
+    uint32_t e_first[8]; /* bytes the exit configurations can take */
+};
+
+static void walk(struct grammar_matcher *m, int node, int sb, int se, uint32_t *mask);
+
+static inline void mark_tokens(const struct grammar_vocab *v, int c, uint32_t *mask)
+{
+    uint32_t n = v->nodes[c].tok_count;
+    const int32_t *ids = v->tok_ids + v->nodes[c].tok_first;
+    for (uint32_t t = 0; t < n; t++)
+        mask[ids[t] >> 5] |= 1u << (ids[t] & 31);
+}
+
+static void first_bytes(const struct grammar_matcher *m, int sb, int se, uint32_t out[8], bool skip_dfa)
+{
+    const struct grammar *g = m->g;
+    memset(out, 0, 8 * sizeof *out);
+    for (int i = sb; i < se; i++) {
+        const struct snode *n = &m->nodes[m->set[i]];
+        const struct gel *e = &g->elems[n->pos];
+        if (e->kind != GEL_CLASS && skip_dfa)
+            continue;
+        const uint32_t *bits = e->kind == GEL_CLASS ? g->classes[e->arg] : g->dfas[e->arg].next + (size_t)n->aux * 8;
+        for (int k = 0; k < 8; k++)
+            out[k] |= bits[k];
+    }
+}
+
+/* Below trie node `node` with the DFA in state s; exits: whether ending the lexeme at
+ * this node is walked here (not at the first node, whose set already holds the exit). */
+static void dfa_walk(struct grammar_matcher *m, const struct dfa_walk_ctx *x, int node, int s, bool exits,
+                     uint32_t *mask)
+{
+    const struct grammar_vocab *v = m->g->vocab;
+    const struct gdfa *d = x->d;
+    const int32_t *tr = d->trans + (size_t)s * (size_t)d->n_bc;
+    const uint8_t *bc = d->bc;
+    bool can_exit = exits && d->accept[s] && x->ee > x->eb;
+    const struct gtrie_node *tn = v->nodes;
+    int end = node + (int)tn[node].size;
+    long visited = 0;
+    bool exit_alive = x->ee > x->eb || x->e_end;
+    for (int c = node + 1; c < end; c += (int)tn[c].size) {
+        unsigned b = tn[c].byte;
+        int32_t t = tr[bc[b]];
+        visited++;
+        if (t >= 0 && (d->live[t] || exit_alive)) {
+            if (tn[c].tok_count)
+                mark_tokens(v, c, mask);
+            if (tn[c].size > 1)
+                dfa_walk(m, x, c, t, true, mask);
+        }
+        if (can_exit && gr_class_has(x->e_first, b)) {
+            int mark = m->n_nodes, oe;
+            if (!set_reserve(m, (size_t)x->ee + 64))
+                return;
+            advance(m, x->eb, x->ee, b, x->ee, &oe);
+            if (oe > x->ee || m->w_end) {
+                mark_tokens(v, c, mask);
+                if (oe > x->ee && tn[c].size > 1)
+                    walk(m, c, x->ee, oe, mask);
+            }
+            m->n_nodes = mark;
+            if (m->oom)
+                break;
+        }
+    }
+    m->walk_nodes += visited;
+}
+
+/* ---- per-DFA-state memo ---------------------------------------------------------------- */
+
+struct memo_build {
+    const struct grammar_vocab *v;
+    const struct gdfa *d;
+    uint32_t *inside;
+    uint32_t (*bnd)[2];
+    size_t cap;
+    int n;
+    long visited;
+    bool oom;
+};
+
+static void memo_walk(struct memo_build *b, int node, int s, int depth)
+{
+    const struct gtrie_node *tn = b->v->nodes;
+    const struct gdfa *d = b->d;
+    const int32_t *tr = d->trans + (size_t)s * (size_t)d->n_bc;
+    bool acc = depth > 0 && d->accept[s];
+    int end = node + (int)tn[node].size;
+    for (int c = node + 1; c < end; c += (int)tn[c].size) {
+        int32_t t = tr[d->bc[tn[c].byte]];
+        b->visited++;
+        if (t >= 0) {
+            if (tn[c].tok_count)
+                mark_tokens(b->v, c, b->inside);
+            if (tn[c].size > 1)
+                memo_walk(b, c, t, depth + 1);
+        } else if (acc) {
+            if (!grow_array((void **)&b->bnd, &b->cap, (size_t)b->n + 1, sizeof *b->bnd)) {
+                b->oom = true;
+                return;
+            }
+            b->bnd[b->n][0] = (uint32_t)c;
+            b->bnd[b->n][1] = (uint32_t)s;
+            b->n++;
+        }
+    }
+}
+
+/* The memo of (dfa, state): found in the grammar, or computed and kept there (a computed
+ * one is returned in *tmp when the grammar's slots are full; the caller frees it). */
+static const struct gdfa_memo *memo_get(struct grammar_matcher *m, int dfa, int state, struct gdfa_memo *tmp)
+{
+    struct grammar *g = m->g;
+    pthread_mutex_lock(&g->cache_lock);
+    /* one memo per behaviour class: equivalent states consume the same tokens */
+    int cls = g->dfas[dfa].cls[state];
+    for (int i = 0; i < g->n_memo; i++)
+        if (g->memo[i].dfa == dfa && g->dfas[dfa].cls[g->memo[i].state] == cls) {
+            pthread_mutex_unlock(&g->cache_lock);
+            return &g->memo[i];
+        }
+    pthread_mutex_unlock(&g->cache_lock);
+    struct memo_build b = { .v = g->vocab, .d = &g->dfas[dfa] };
+    b.inside = calloc((size_t)grammar_mask_words(g->vocab->vocab_size), sizeof *b.inside);
+    if (!b.inside) {
+        m->oom = true;
+        return NULL;
+    }
+    memo_walk(&b, 0, state, 0);
+    m->walk_nodes += b.visited;
+    if (b.oom) {
+        free(b.inside);
+        free(b.bnd);
+        m->oom = true;
+        return NULL;
+    }
+    struct gdfa_memo e = { dfa, state, b.inside, b.bnd, b.n };
+    if (b.visited < GM_MEMO_MIN_NODES) { /* cheap to redo: keep the slots for free text */
+        *tmp = e;
+        return tmp;
+    }
+    pthread_mutex_lock(&g->cache_lock);
+    const struct gdfa_memo *out = NULL;
+    for (int i = 0; i < g->n_memo && !out; i++) /* another thread may have added it */
+        if (g->memo[i].dfa == dfa && g->dfas[dfa].cls[g->memo[i].state] == cls)
+            out = &g->memo[i];
+    if (!out && g->n_memo < GR_MEMO_SLOTS) {
+        g->memo[g->n_memo] = e;
+        out = &g->memo[g->n_memo++];
+        e.inside = NULL;
+        e.bnd = NULL;
+    }
+    pthread_mutex_unlock(&g->cache_lock);
+    if (out) {
+        free(e.inside);
+        free(e.bnd);
+        return out;
+    }
+    *tmp = e;
+    return tmp;
+}
+
+/* One DFA configuration through its memo: the tokens inside the lexeme, then the exits at
+ * the boundary nodes whose byte the text after the lexeme can take. */
+static void dfa_memo_walk(struct grammar_matcher *m, const struct dfa_walk_ctx *x, int dfa, int state, uint32_t *mask)
+{
+    const struct grammar_vocab *v = m->g->vocab;
+    struct gdfa_memo tmp = { 0 };
+    const struct gdfa_memo *e = memo_get(m, dfa, state, &tmp);
+    if (!e)
+        return;
+    int words = grammar_mask_words(v->vocab_size);
+    for (int i = 0; i < words; i++)
+        mask[i] |= e->inside[i];
+    for (int i = 0; i < e->n_bnd && !m->oom; i++) {
+        int c = (int)e->bnd[i][0];
+        unsigned b = v->nodes[c].byte;
+        if (!gr_class_has(x->e_first, b))
+            continue;
+        int mark = m->n_nodes, oe;
+        if (!set_reserve(m, (size_t)x->ee + 64))
+            break;
+        advance(m, x->eb, x->ee, b, x->ee, &oe);
+        if (oe > x->ee || m->w_end) {
+            mark_tokens(v, c, mask);
+            if (oe > x->ee && v->nodes[c].size > 1)
+                walk(m, c, x->ee, oe, mask);
+        }
+        m->n_nodes = mark;
+    }
+    if (e == &tmp) {
+        free(tmp.inside);
+        free(tmp.bnd);
+    }
+}
+
+/* Below trie node `node` with configurations set[sb, se) (se is the first free entry). */
 static void walk(struct grammar_matcher *m, int node, int sb, int se, uint32_t *mask)
 {
     const struct grammar *g = m->g;
     const struct grammar_vocab *v = g->vocab;
-    uint32_t next[8] = { 0 };
-    for (int i = sb; i < se; i++) {
-        const struct snode *n = &m->nodes[m->set[i]];
-        const struct gel *e = &g->elems[n->pos];
-        const uint32_t *bits = e->kind == GEL_CLASS ? g->classes[e->arg] : g->dfas[e->arg].next + (size_t)n->aux * 8;
+    /* DFA configurations: each walked on its own */
+    bool any_class = false;
+    for (int i = sb; i < se && !m->oom; i++) {
+        struct snode n = m->nodes[m->set[i]];
+        const struct gel *e = &g->elems[n.pos];
+        if (e->kind == GEL_CLASS) {
+            any_class = true;
+            continue;
+        }
+        struct dfa_walk_ctx x = { .d = &g->dfas[e->arg], .eb = se, .ee = se };
+        int mark = m->n_nodes;
+        m->w_end = false;
+        closure(m, n.pos + 1, n.parent, x.eb, &x.ee, 0);
+        x.e_end = m->w_end;
+        first_bytes(m, x.eb, x.ee, x.e_first, false);
+        bool disjoint = true;
         for (int k = 0; k < 8; k++)
-            next[k] |= bits[k];
+            disjoint &= !(x.e_first[k] & x.d->cont[k]);
+        /* the memo holds for the whole vocabulary below the root: use it there when the
+         * text after the lexeme never starts with a byte the lexeme could also take */
+        if (node == 0 && disjoint && (x.ee > x.eb || x.e_end))
+            dfa_memo_walk(m, &x, (int)e->arg, n.aux, mask);
+        else
+            dfa_walk(m, &x, node, n.aux, false, mask);
+        m->n_nodes = mark;
     }
-    int end = node + (int)v->node_size[node];
-    for (int c = node + 1; c < end; c += (int)v->node_size[c]) {
-        unsigned byte = v->node_byte[c];
+    if (!any_class)
+        return;
+    uint32_t next[8];
+    first_bytes(m, sb, se, next, true);
+    int end = node + (int)v->nodes[node].size;
+    for (int c = node + 1; c < end; c += (int)v->nodes[c].size) {
+        unsigned byte = v->nodes[c].byte;
         if (!gr_class_has(next, byte))
             continue;
         m->walk_nodes++;
         int mark = m->n_nodes, oe;
         if (!set_reserve(m, (size_t)se + 64))
             return;
-        advance(m, sb, se, byte, se, &oe);
+        advance_ex(m, sb, se, byte, se, &oe, true);
         if (oe > se || m->w_end) {
-            for (uint32_t t = 0; t < v->tok_count[c]; t++) {
-                int32_t id = v->tok_ids[v->tok_first[c] + t];
-                mask[id >> 5] |= 1u << (id & 31);
-            }
-            if (oe > se && v->node_size[c] > 1)
+            mark_tokens(v, c, mask);
+            if (oe > se && v->nodes[c].size > 1)
                 walk(m, c, se, oe, mask);
         }
         m->n_nodes = mark;

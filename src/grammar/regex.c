@@ -7,7 +7,7 @@
  * pruning of states that cannot reach an accepting state (so a grammar never lets the
  * model write a prefix it cannot finish).
  *
- * Supported syntax: literals, escapes (\n \r \t \f \v \0 \xHH \uHHHH \u{H..} and escaped
+ * Supported syntax: literals, escapes (\n \r \t \f \v \0 \xHH \x{H..} \uHHHH \u{H..} and escaped
  * punctuation), '.', classes [...] with ranges, negation and \d \w \s \D \W \S inside,
  * groups (...), (?:...), (?<name>...), (?P<name>...), '|', '?', '*', '+', {m}, {m,},
  * {m,n} (lazy '?' suffixes accepted: same language), '^' as the first and '$' as the last
@@ -237,8 +237,10 @@ static int rx_escape(struct rxparse *p, struct cpset *set, uint32_t *cp)
     case 'f': *cp = '\f'; return 0;
     case 'v': *cp = '\v'; return 0;
     case '0': *cp = 0; return 0;
-    case 'x': return rx_hex(p, 2, cp);
+    case 'x':
     case 'u':
+        if (c == 'x' && !(p->i < p->len && p->s[p->i] == '{'))
+            return rx_hex(p, 2, cp);
         if (p->i < p->len && p->s[p->i] == '{') {
             p->i++;
             uint32_t v = 0;
@@ -248,7 +250,7 @@ static int rx_escape(struct rxparse *p, struct cpset *set, uint32_t *cp)
                 nd++;
             }
             if (!nd || p->i >= p->len || p->s[p->i] != '}' || v > CP_MAX)
-                return err_set(p->err, p->errlen, ERR_INVALID, "regex: bad \\u{...} escape at offset %zu", p->i);
+                return err_set(p->err, p->errlen, ERR_INVALID, "regex: bad \\%c{...} escape at offset %zu", c, p->i);
             p->i++;
             *cp = v;
             return 0;
@@ -678,8 +680,6 @@ static int nfa_set(struct nfa *a, int s, int e, const struct cpset *set)
     return rc;
 }
 
-static int nfa_emit(struct nfa *a, const struct rxparse *p, int node, int s, int *end);
-
 /* One copy of node starting at s; the end state in *end. */
 static int nfa_emit(struct nfa *a, const struct rxparse *p, int node, int s, int *end)
 {
@@ -831,8 +831,7 @@ static int cmp_i32(const void *a, const void *b)
 }
 
 /* Epsilon closure of v[0, *n) in place (buffer capacity n_states), sorted unique. */
-static void nfa_closure(const struct nfa *a, const int32_t *eps_first, const int32_t *eps_to, int32_t *v, int *n,
-                        uint8_t *mark)
+static void nfa_closure(const int32_t *eps_first, const int32_t *eps_to, int32_t *v, int *n, uint8_t *mark)
 {
     int top = *n;
     for (int i = 0; i < top; i++)
@@ -849,7 +848,6 @@ static void nfa_closure(const struct nfa *a, const int32_t *eps_first, const int
     }
     for (int i = 0; i < top; i++)
         mark[v[i]] = 0;
-    (void)a;
     qsort(v, (size_t)top, sizeof *v, cmp_i32);
     *n = top;
 }
@@ -862,6 +860,7 @@ void gdfa_free(struct gdfa *d)
     free(d->accept);
     free(d->live);
     free(d->next);
+    free(d->cls);
     memset(d, 0, sizeof *d);
 }
 
@@ -869,56 +868,81 @@ void gdfa_free(struct gdfa *d)
  * live. Returns false when the start state itself cannot accept anything. */
 static bool gdfa_prune(struct gdfa *d)
 {
-    int n = d->n_states;
+    int n = d->n_states, nbc = d->n_bc;
+    size_t ne = (size_t)n * (size_t)nbc;
+    /* reverse edges (CSR), then a search back from the accepting states */
     uint8_t *good = calloc((size_t)n, 1);
-    if (!good)
+    int32_t *rfirst = calloc((size_t)n + 1, sizeof *rfirst), *rfrom = malloc(sizeof *rfrom * (ne ? ne : 1));
+    int32_t *queue = malloc(sizeof *queue * (size_t)n);
+    if (!good || !rfirst || !rfrom || !queue) {
+        free(good);
+        free(rfirst);
+        free(rfrom);
+        free(queue);
         return false;
-    for (int s = 0; s < n; s++)
-        good[s] = d->accept[s];
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (int s = 0; s < n; s++) {
-            if (good[s])
-                continue;
-            for (int b = 0; b < 256; b++) {
-                int t = d->trans[(size_t)s * 256 + b];
-                if (t >= 0 && good[t]) {
-                    good[s] = 1;
-                    changed = true;
-                    break;
-                }
-            }
-        }
     }
+    for (size_t i = 0; i < ne; i++)
+        if (d->trans[i] >= 0)
+            rfirst[d->trans[i] + 1]++;
+    for (int s = 0; s < n; s++)
+        rfirst[s + 1] += rfirst[s];
+    for (size_t i = 0; i < ne; i++)
+        if (d->trans[i] >= 0)
+            rfrom[rfirst[d->trans[i]]++] = (int32_t)(i / (size_t)nbc);
+    for (int s = n; s > 0; s--)
+        rfirst[s] = rfirst[s - 1];
+    rfirst[0] = 0;
+    int qn = 0;
+    for (int s = 0; s < n; s++)
+        if (d->accept[s]) {
+            good[s] = 1;
+            queue[qn++] = s;
+        }
+    for (int qi = 0; qi < qn; qi++)
+        for (int k = rfirst[queue[qi]]; k < rfirst[queue[qi] + 1]; k++)
+            if (!good[rfrom[k]]) {
+                good[rfrom[k]] = 1;
+                queue[qn++] = rfrom[k];
+            }
+    free(rfirst);
+    free(rfrom);
+    free(queue);
     for (int s = 0; s < n; s++) {
         d->live[s] = 0;
         uint32_t *next = d->next + (size_t)s * 8;
         memset(next, 0, 8 * sizeof *next);
-        for (int b = 0; b < 256; b++) {
-            int32_t *t = &d->trans[(size_t)s * 256 + b];
+        for (int c = 0; c < d->n_bc; c++) {
+            int32_t *t = &d->trans[(size_t)s * (size_t)d->n_bc + c];
             if (*t >= 0 && !good[*t])
                 *t = -1;
-            if (*t >= 0) {
+            if (*t >= 0)
                 d->live[s] = 1;
-                next[b >> 5] |= 1u << (b & 31);
-            }
         }
+        for (int b = 0; b < 256; b++)
+            if (gdfa_step(d, s, (unsigned)b) >= 0)
+                next[b >> 5] |= 1u << (b & 31);
     }
+    memset(d->cont, 0, sizeof d->cont);
+    for (int s = 0; s < n; s++)
+        if (d->accept[s])
+            for (int k = 0; k < 8; k++)
+                d->cont[k] |= d->next[(size_t)s * 8 + k];
     bool ok = good[d->start];
     free(good);
     return ok;
 }
 
+/* Allocates n states over the byte classes d->n_bc (set by the caller). */
 static int dfa_alloc(struct gdfa *d, int n)
 {
     d->n_states = n;
-    d->trans = malloc(sizeof *d->trans * (size_t)n * 256);
+    d->trans = malloc(sizeof *d->trans * (size_t)n * (size_t)d->n_bc);
     d->accept = calloc((size_t)n, 1);
     d->live = calloc((size_t)n, 1);
     d->next = calloc((size_t)n * 8, sizeof *d->next);
     if (!d->trans || !d->accept || !d->live || !d->next)
         return ERR_NOMEM;
-    memset(d->trans, 0xFF, sizeof *d->trans * (size_t)n * 256);
+    memset(d->trans, 0xFF, sizeof *d->trans * (size_t)n * (size_t)d->n_bc);
     return 0;
 }
 
@@ -931,7 +955,7 @@ static int nfa_to_dfa(struct nfa *a, int start, int final, struct gdfa *out)
     int32_t *byte_e = malloc(sizeof *byte_e * ((size_t)a->n_edges + 1));
     int32_t *buf = malloc(sizeof *buf * (size_t)ns);
     int32_t *bucket_n = calloc(256, sizeof *bucket_n);
-    int32_t *bucket = NULL; /* [256][ns] would be large: use per-byte target lists */
+    int32_t *bucket = NULL; /* [n_bc][ns]: the targets of each byte class */
     uint8_t *mark = calloc((size_t)ns, 1);
     struct dset_table t = { 0 };
     int32_t *trans = NULL;
@@ -966,7 +990,22 @@ static int nfa_to_dfa(struct nfa *a, int start, int final, struct gdfa *out)
         free(bf);
     }
     /* per-byte target lists, each up to ns entries: allocate lazily as one block */
-    size_t bucket_bytes = sizeof *bucket * (size_t)ns * 256;
+    /* byte classes: the bytes between two consecutive edge range boundaries */
+    uint8_t cut[257] = { 0 };
+    for (int i = 0; i < a->n_edges; i++)
+        if (a->e[i].lo >= 0) {
+            cut[a->e[i].lo] = 1;
+            cut[a->e[i].hi + 1] = 1;
+        }
+    int n_bc = 0;
+    for (int b = 0; b < 256; b++) {
+        if (b > 0 && cut[b])
+            n_bc++;
+        out->bc[b] = (uint8_t)n_bc;
+    }
+    n_bc++;
+    out->n_bc = n_bc;
+    size_t bucket_bytes = sizeof *bucket * (size_t)ns * (size_t)n_bc;
     if (bucket_bytes > (size_t)64 << 20) {
         rc = err_set(a->err, a->errlen, ERR_RANGE, "regex too large (%d automaton states)", ns);
         goto fail;
@@ -977,7 +1016,7 @@ static int nfa_to_dfa(struct nfa *a, int start, int final, struct gdfa *out)
     }
     int n = 1;
     buf[0] = start;
-    nfa_closure(a, eps_first, eps_to, buf, &n, mark);
+    nfa_closure(eps_first, eps_to, buf, &n, mark);
     bool is_new;
     if ((rc = dset_intern(&t, buf, n, &is_new)) < 0)
         goto fail;
@@ -987,44 +1026,46 @@ static int nfa_to_dfa(struct nfa *a, int start, int final, struct gdfa *out)
             rc = err_set(a->err, a->errlen, ERR_RANGE, "regex too large (over %d DFA states)", GR_MAX_DFA_STATES);
             goto fail;
         }
-        if (!grow_array((void **)&trans, &trans_cap, (size_t)(d + 1) * 256, sizeof *trans)) {
+        if (!grow_array((void **)&trans, &trans_cap, (size_t)(d + 1) * (size_t)n_bc, sizeof *trans)) {
             rc = ERR_NOMEM;
             goto fail;
         }
-        memset(bucket_n, 0, 256 * sizeof *bucket_n);
+        memset(bucket_n, 0, (size_t)n_bc * sizeof *bucket_n);
         for (int k = 0; k < t.count[d]; k++) {
             int s = t.items[t.first[d] + k];
             for (int j = byte_first[s]; j < byte_first[s + 1]; j++) {
                 const struct nedge *e = &a->e[byte_e[j]];
-                for (int b = e->lo; b <= e->hi; b++) {
-                    int32_t *bl = bucket + (size_t)b * (size_t)ns;
+                for (int c = out->bc[e->lo]; c <= out->bc[e->hi]; c++) {
+                    int32_t *bl = bucket + (size_t)c * (size_t)ns;
+                    if (bucket_n[c] && bl[bucket_n[c] - 1] == e->to)
+                        continue;
                     bool dup = false;
-                    for (int q = 0; q < bucket_n[b] && !dup; q++)
+                    for (int q = 0; q < bucket_n[c] && !dup; q++)
                         dup = bl[q] == e->to;
                     if (!dup)
-                        bl[bucket_n[b]++] = e->to;
+                        bl[bucket_n[c]++] = e->to;
                 }
             }
         }
-        for (int b = 0; b < 256; b++) {
-            if (!bucket_n[b]) {
-                trans[(size_t)d * 256 + b] = -1;
+        for (int c = 0; c < n_bc; c++) {
+            if (!bucket_n[c]) {
+                trans[(size_t)d * (size_t)n_bc + c] = -1;
                 continue;
             }
-            n = bucket_n[b];
-            memcpy(buf, bucket + (size_t)b * (size_t)ns, sizeof *buf * (size_t)n);
-            nfa_closure(a, eps_first, eps_to, buf, &n, mark);
+            n = bucket_n[c];
+            memcpy(buf, bucket + (size_t)c * (size_t)ns, sizeof *buf * (size_t)n);
+            nfa_closure(eps_first, eps_to, buf, &n, mark);
             int id = dset_intern(&t, buf, n, &is_new);
             if (id < 0) {
                 rc = id;
                 goto fail;
             }
-            trans[(size_t)d * 256 + b] = id;
+            trans[(size_t)d * (size_t)n_bc + c] = id;
         }
     }
     if ((rc = dfa_alloc(out, t.n)))
         goto fail;
-    memcpy(out->trans, trans, sizeof *trans * (size_t)t.n * 256);
+    memcpy(out->trans, trans, sizeof *trans * (size_t)t.n * (size_t)n_bc);
     out->start = 0;
     for (int d = 0; d < t.n; d++) {
         const int32_t *v = t.items + t.first[d];
@@ -1177,30 +1218,45 @@ int gdfa_difference(const struct gdfa *a, const struct gdfa *b, struct gdfa *out
         }                                                                                        \
         OUTID = hash[h];                                                                         \
     } while (0)
+    /* byte classes of the product: pairs of the operands' classes */
+    int pair_id[256], rep[256], n_bc = 0;
+    for (int x = 0; x < 256; x++) {
+        int pair = a->bc[x] * 256 + b->bc[x], found = -1;
+        for (int c = 0; c < n_bc && found < 0; c++)
+            if (pair_id[c] == pair)
+                found = c;
+        if (found < 0) {
+            pair_id[n_bc] = pair;
+            rep[n_bc] = x;
+            found = n_bc++;
+        }
+        out->bc[x] = (uint8_t)found;
+    }
+    out->n_bc = n_bc;
     int id;
     DIFF_INTERN(start_key, id);
     for (int d = 0; d < n; d++) {
-        if (!grow_array((void **)&trans, &trans_cap, (size_t)(d + 1) * 256, sizeof *trans)) {
+        if (!grow_array((void **)&trans, &trans_cap, (size_t)(d + 1) * (size_t)n_bc, sizeof *trans)) {
             rc = ERR_NOMEM;
             goto fail;
         }
         int x = (int)(keys[d] / nb1), y = (int)(keys[d] % nb1) - 1;
-        for (int c = 0; c < 256; c++) {
-            int nx = a->trans[(size_t)x * 256 + c];
+        for (int c = 0; c < n_bc; c++) {
+            int nx = gdfa_step(a, x, (unsigned)rep[c]);
             if (nx < 0) {
-                trans[(size_t)d * 256 + c] = -1;
+                trans[(size_t)d * (size_t)n_bc + c] = -1;
                 continue;
             }
-            int ny = y >= 0 ? b->trans[(size_t)y * 256 + c] : -1;
+            int ny = y >= 0 ? gdfa_step(b, y, (unsigned)rep[c]) : -1;
             int64_t key = (int64_t)nx * nb1 + ny + 1;
             DIFF_INTERN(key, id);
-            trans[(size_t)d * 256 + c] = id;
+            trans[(size_t)d * (size_t)n_bc + c] = id;
         }
     }
 #undef DIFF_INTERN
     if ((rc = dfa_alloc(out, n)))
         goto fail;
-    memcpy(out->trans, trans, sizeof *trans * (size_t)n * 256);
+    memcpy(out->trans, trans, sizeof *trans * (size_t)n * (size_t)n_bc);
     for (int d = 0; d < n; d++) {
         int x = (int)(keys[d] / nb1), y = (int)(keys[d] % nb1) - 1;
         out->accept[d] = a->accept[x] && !(y >= 0 && b->accept[y]);
@@ -1214,5 +1270,72 @@ fail:
     free(keys);
     free(hash);
     free(trans);
+    return rc;
+}
+
+/* ---- behaviour classes ------------------------------------------------------------------ */
+
+int gdfa_classes(struct gdfa *d, int horizon)
+{
+    int n = d->n_states, rc = 0;
+    int nrep = d->n_bc; /* one column per byte class */
+    int32_t *cls = malloc(sizeof *cls * (size_t)n), *next = malloc(sizeof *next * (size_t)n);
+    int32_t *sig = malloc(sizeof *sig * (size_t)n * (size_t)(nrep + 1));
+    int hcap = 16;
+    while (hcap < 2 * n)
+        hcap *= 2;
+    int32_t *hash = malloc(sizeof *hash * (size_t)hcap);
+    if (!cls || !next || !sig || !hash) {
+        rc = ERR_NOMEM;
+        goto fail;
+    }
+    int k = 0;
+    for (int s = 0; s < n; s++)
+        cls[s] = d->accept[s];
+    for (int s = 0; s < n; s++)
+        k = cls[s] + 1 > k ? cls[s] + 1 : k;
+    for (int round = 0; round < horizon; round++) {
+        int w = nrep + 1, nk = 0;
+        memset(hash, 0xFF, sizeof *hash * (size_t)hcap);
+        for (int s = 0; s < n; s++) {
+            int32_t *v = sig + (size_t)s * (size_t)w;
+            v[0] = cls[s];
+            for (int r = 0; r < nrep; r++) {
+                int32_t t = d->trans[(size_t)s * (size_t)nrep + r];
+                v[r + 1] = t < 0 ? -1 : cls[t];
+            }
+            uint64_t h = 1469598103934665603ull;
+            for (int i = 0; i < w; i++) {
+                h ^= (uint32_t)v[i];
+                h *= 1099511628211ull;
+            }
+            size_t slot = (size_t)(h ^ (h >> 31)) & (size_t)(hcap - 1);
+            for (;;) {
+                int32_t o = hash[slot];
+                if (o < 0) {
+                    hash[slot] = s;
+                    next[s] = nk++;
+                    break;
+                }
+                if (!memcmp(sig + (size_t)o * (size_t)w, v, sizeof *v * (size_t)w)) {
+                    next[s] = next[o];
+                    break;
+                }
+                slot = (slot + 1) & (size_t)(hcap - 1);
+            }
+        }
+        memcpy(cls, next, sizeof *cls * (size_t)n);
+        if (nk == k)
+            break; /* stable: refining further changes nothing */
+        k = nk;
+    }
+    free(d->cls);
+    d->cls = cls;
+    cls = NULL;
+fail:
+    free(cls);
+    free(next);
+    free(sig);
+    free(hash);
     return rc;
 }

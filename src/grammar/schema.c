@@ -22,6 +22,8 @@
 #define GR_INT_DIGITS 16    /* digits of an unbounded integer part */
 #define GR_MAX_ITEMS 1000   /* minItems / maxItems / minLength / maxLength */
 #define INT_CAP 9999999999999999LL /* 10^16 - 1 */
+#define GR_LEN_DFA_MAX 128  /* string length bounds up to this compile to one DFA */
+#define GR_MAX_PROPERTIES 256 /* properties of one object */
 
 struct sc_ref {
     char *name;
@@ -411,10 +413,33 @@ static int regex_rule(struct sctx *c, const char *re, unsigned flags, struct gel
     return 0;
 }
 
+/* Numeric formats: int32 / int64 on integers (int32 narrows the bounds), float / double
+ * on numbers (no constraint); anything else is refused. */
+static int numeric_format(struct sctx *c, const cJSON *s, bool integer, struct bounds *bd)
+{
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
+    if (!fmt)
+        return 0;
+    const char *f = cJSON_IsString(fmt) ? fmt->valuestring : "";
+    if (integer && !strcmp(f, "int32")) {
+        if (!bd->has_lo || bd->lo < -2147483648.0)
+            bd->lo = -2147483648.0, bd->has_lo = true, bd->lo_excl = false;
+        if (!bd->has_hi || bd->hi > 2147483647.0)
+            bd->hi = 2147483647.0, bd->has_hi = true, bd->hi_excl = false;
+        return 0;
+    }
+    if ((integer && !strcmp(f, "int64")) || !strcmp(f, "float") || !strcmp(f, "double"))
+        return 0;
+    return err_set(c->err, c->errlen, ERR_UNSUPPORTED, "unsupported JSON Schema format '%s' on a %s", f,
+                   integer ? "integer" : "number");
+}
+
 static int integer_value(struct sctx *c, const cJSON *s, struct gel *out)
 {
     struct bounds bd;
     int rc = read_bounds(c, s, &bd);
+    if (!rc)
+        rc = numeric_format(c, s, true, &bd);
     if (rc)
         return rc;
     if (!bd.has_lo && !bd.has_hi) {
@@ -503,6 +528,8 @@ static int number_value(struct sctx *c, const cJSON *s, struct gel *out)
 {
     struct bounds bd;
     int rc = read_bounds(c, s, &bd);
+    if (!rc)
+        rc = numeric_format(c, s, false, &bd);
     if (rc)
         return rc;
     if (!bd.has_lo && !bd.has_hi) {
@@ -598,8 +625,20 @@ static int string_value(struct sctx *c, const cJSON *s, struct gel *out)
         return any_string(c, out);
     if (mx >= 0 && mx < mn)
         return err_set(c->err, c->errlen, ERR_INVALID, "JSON Schema: maxLength below minLength");
-    /* '"' C^mn then up to (mx - mn) more (or any number), '"'; one rule per count so the
-     * automata stay small: len_k ::= C len_{k+1} | ε (k >= mn) */
+    if ((mx >= 0 ? mx : mn) <= GR_LEN_DFA_MAX) {
+        /* one DFA: fast masks (one table lookup per trie node) */
+        char re[64];
+        if (mx >= 0)
+            snprintf(re, sizeof re, "[\\s\\S]{%d,%d}", mn, mx);
+        else
+            snprintf(re, sizeof re, "[\\s\\S]{%d}[\\s\\S]*", mn);
+        int id;
+        if ((rc = dfa_of(c, re, RX_JSON, &id)))
+            return rc;
+        return string_with_body(c, id, out);
+    }
+    /* longer bounds: '"' C^mn then up to (mx - mn) more (or any number), '"'; one rule per
+     * count so the automata stay small: len_k ::= C len_{k+1} | ε (k >= mn) */
     if ((rc = lazy_dfa(c, &c->one_char, "[\\s\\S]", RX_JSON)))
         return rc;
     int last = mx >= 0 ? mx : mn;
@@ -666,6 +705,10 @@ static int object_value(struct sctx *c, const cJSON *s, int depth, struct gel *o
             n_req_extra++;
     }
     int n = n_props + n_req_extra;
+    /* optional properties chain empty alternatives (A_i -> A_i+1): keep the chain within
+     * the matcher's closure depth */
+    if (n > GR_MAX_PROPERTIES)
+        return err_set(c->err, c->errlen, ERR_RANGE, "JSON Schema: more than %d properties in one object", GR_MAX_PROPERTIES);
     const char **names = calloc((size_t)n + 1, sizeof *names);
     const cJSON **schemas = calloc((size_t)n + 1, sizeof *schemas);
     bool *required = calloc((size_t)n + 1, sizeof *required);

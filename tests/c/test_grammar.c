@@ -3,7 +3,9 @@
  * refused texts, masks equal to "gm_accept would take this token" at sampled states for
  * every token of the vocabulary, seeded random walks to completion over many schemas
  * (the output parsed with cJSON and checked against the schema by a small validator
- * below), the tool-call wrapper, choices, regexes and end-token handling.
+ * below), the tool-call wrapper, choices, regexes (the compiler against PCRE2 on seeded
+ * and mutated strings), end-token handling, and matchers of one grammar on three threads
+ * (cached masks equal to uncached ones).
  */
 #include "grammar/grammar.h"
 #include "grammar/grammar_int.h"
@@ -16,7 +18,11 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 
 static struct tokenizer *tok;
 static struct grammar_vocab *vocab;
@@ -120,6 +126,14 @@ static void test_compile_errors(void)
         { GRAMMAR_JSON_SCHEMA, "{\"type\": \"strin\"}", ERR_INVALID, "strin" },
         { GRAMMAR_JSON_SCHEMA, "{\"$ref\": \"#/$defs/missing\"}", ERR_INVALID, "missing" },
         { GRAMMAR_JSON_SCHEMA, "{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 4}", ERR_INVALID, "bounds" },
+        { GRAMMAR_JSON_SCHEMA, "{\"$ref\": \"#/$defs/a\", \"$defs\": {\"a\": {\"$ref\": \"#/$defs/a\"}}}", ERR_INVALID, "no text" },
+        { GRAMMAR_JSON_SCHEMA, "{\"type\": \"string\", \"maxLength\": 100000}", ERR_RANGE, "maxLength" },
+        { GRAMMAR_JSON_SCHEMA, "{\"type\": \"integer\", \"minimum\": 1e30}", ERR_UNSUPPORTED, "minimum" },
+        { GRAMMAR_JSON_SCHEMA, "{\"anyOf\": [{\"type\": \"string\"}, {\"nope\": 1}]}", ERR_UNSUPPORTED, "'nope'" },
+        { GRAMMAR_JSON_SCHEMA, "false", ERR_INVALID, "false" },
+        { GRAMMAR_JSON_SCHEMA, "{\"type\": \"integer\", \"format\": \"uint8\"}", ERR_UNSUPPORTED, "uint8" },
+        { GRAMMAR_REGEX, "(?i)abc", ERR_UNSUPPORTED, "flags" },
+        { GRAMMAR_REGEX, "a{1001}", ERR_RANGE, "1000" },
         { GRAMMAR_JSON_SCHEMA, "{\"type\": \"string\", \"pattern\": \"(a\"}", ERR_INVALID, "')'" },
         { GRAMMAR_REGEX, "(a|b", ERR_INVALID, "')'" },
         { GRAMMAR_REGEX, "[a-", ERR_INVALID, "class" },
@@ -140,7 +154,25 @@ static void test_compile_errors(void)
         CHECK(strstr(err, cases[i].needle), "%s: message '%s' lacks '%s'", cases[i].text, err, cases[i].needle);
         grammar_unref(g);
     }
+    /* 257 properties */
+    char big[8192] = "{\"properties\": {";
+    for (int i = 0; i < 257; i++)
+        snprintf(big + strlen(big), sizeof big - strlen(big), "%s\"p%d\": {}", i ? ", " : "", i);
+    strcat(big, "}}");
     char err[ERR_BUF] = "";
+    struct grammar *gb = NULL;
+    struct grammar_spec bigspec = { .kind = GRAMMAR_JSON_SCHEMA, .text = big, .text_len = strlen(big) };
+    CHECK(grammar_compile(&gb, vocab, &bigspec, err, sizeof err) == ERR_RANGE && strstr(err, "256"), "257 properties: %s", err);
+    /* 256 optional properties: the last one alone is reachable */
+    char *last = strstr(big, ", \"p256\": {}");
+    if (last)
+        strcpy(last, "}}");
+    CHECK(grammar_compile(&gb, vocab, &bigspec, err, sizeof err) == 0, "256 properties: %s", err);
+    if (gb) {
+        CHECK(accepts(gb, "{\"p255\": 1}") && accepts(gb, "{\"p0\": 1, \"p255\": [2]}") && !accepts(gb, "{\"p256\": 1}"),
+              "optional property 256 of 256");
+        grammar_unref(gb);
+    }
     struct grammar_spec spec = { .kind = GRAMMAR_CHOICE, .n_choices = 0 };
     struct grammar *g = NULL;
     CHECK(grammar_compile(&g, vocab, &spec, err, sizeof err) == ERR_INVALID && strstr(err, "choices"), "empty choices: %s", err);
@@ -301,6 +333,120 @@ static void test_accept_constraints(void)
     }
 }
 
+static void test_accept_more(void)
+{
+    {
+        /* a bound above the one-DFA limit: one rule per count */
+        const char *good[] = { "\"abc\"", NULL };
+        const char *bad[] = { "\"ab\"", NULL };
+        expect_texts("{\"type\": \"string\", \"minLength\": 3, \"maxLength\": 300}", good, bad);
+        char text[512] = "\"", text2[512] = "\"";
+        for (int i = 0; i < 300; i++)
+            strcat(text, i % 7 ? "x" : " ");
+        strcat(text, "\"");
+        for (int i = 0; i < 301; i++)
+            strcat(text2, "y");
+        strcat(text2, "\"");
+        struct grammar *g = schema("{\"type\": \"string\", \"maxLength\": 300}");
+        if (g) {
+            CHECK(accepts(g, text) && !accepts(g, text2), "300 characters in, 301 out");
+            grammar_unref(g);
+        }
+    }
+    {
+        const char *good[] = { "{\"a\": 1, \"x\": [true], \"y\": {}}", "{\"a\": 2}", NULL };
+        const char *bad[] = { "{\"x\": 1}", "{\"a\": 1, \"a\": 1}", NULL };
+        expect_texts("{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}, \"required\": "
+                     "[\"a\"], \"additionalProperties\": true}",
+                     good, bad);
+    }
+    {
+        /* names that need escaping, also as excluded extra keys */
+        const char *good[] = { "{\"q\\\"x\": 1, \"\\u00e9\": 2}", "{\"q\\\"x\": 1, \"z\": 3}", NULL };
+        const char *bad[] = { "{\"q\\\"x\": 1, \"q\\\"x\": 3}", "{\"qx\": 1}", NULL };
+        expect_texts("{\"properties\": {\"q\\\"x\": {\"type\": \"integer\"}}, \"required\": [\"q\\\"x\"], "
+                     "\"additionalProperties\": {\"type\": \"integer\"}}",
+                     good, bad);
+    }
+    {
+        const char *good[] = { "{\"n\": {\"n\": null}}", "null", NULL };
+        const char *bad[] = { "{\"n\": 1}", "{}", NULL };
+        expect_texts("{\"definitions\": {\"l\": {\"anyOf\": [{\"type\": \"null\"}, {\"type\": \"object\", "
+                     "\"properties\": {\"n\": {\"$ref\": \"#/definitions/l\"}}, \"required\": [\"n\"]}]}}, "
+                     "\"$ref\": \"#/definitions/l\"}",
+                     good, bad);
+    }
+    {
+        /* recursion 300 levels deep (the matcher's stacks grow with it) */
+        struct grammar *g = schema("{\"$defs\": {\"l\": {\"anyOf\": [{\"type\": \"null\"}, {\"type\": \"array\", "
+                                   "\"items\": {\"$ref\": \"#/$defs/l\"}, \"minItems\": 1, \"maxItems\": 1}]}}, "
+                                   "\"$ref\": \"#/$defs/l\"}");
+        if (g) {
+            char deep[1024] = "", bad[1024] = "";
+            for (int i = 0; i < 300; i++)
+                strcat(deep, "[");
+            strcat(deep, "null");
+            for (int i = 0; i < 300; i++)
+                strcat(deep, "]");
+            memcpy(bad, deep, strlen(deep) - 1);
+            strcat(bad, ",null]");
+            CHECK(accepts(g, deep), "300 nested arrays");
+            CHECK(!accepts(g, bad), "a second item refused at depth 300");
+            grammar_unref(g);
+        }
+    }
+    {
+        const char *good[] = { "2147483647", "-2147483648", "0", NULL };
+        const char *bad[] = { "2147483648", "-2147483649", NULL };
+        expect_texts("{\"type\": \"integer\", \"format\": \"int32\"}", good, bad);
+        const char *good2[] = { "1.5e3", NULL };
+        const char *bad2[] = { "\"1.5\"", NULL };
+        expect_texts("{\"type\": \"number\", \"format\": \"double\"}", good2, bad2);
+    }
+    {
+        /* inferred types, {} and allOf with one member */
+        const char *good[] = { "{\"s\": \"ab\", \"i\": [1], \"any\": [{\"k\": null}]}", NULL };
+        const char *bad[] = { "{\"s\": \"a\", \"i\": [1], \"any\": 1}", "{\"s\": \"ab\", \"i\": [], \"any\": 1}", NULL };
+        expect_texts("{\"properties\": {\"s\": {\"minLength\": 2}, \"i\": {\"items\": {\"minimum\": 0}, "
+                     "\"minItems\": 1}, \"any\": {}}, \"required\": [\"s\", \"i\", \"any\"], \"title\": \"t\", "
+                     "\"description\": \"d\", \"$schema\": \"x\"}",
+                     good, bad);
+        const char *good2[] = { "\"abc\"", NULL };
+        const char *bad2[] = { "\"ab\"", NULL };
+        expect_texts("{\"allOf\": [{\"type\": \"string\", \"minLength\": 3}]}", good2, bad2);
+    }
+    {
+        /* enum values are written as cJSON prints them: non-ASCII characters raw */
+        const char *good[] = { "\"caf\xc3\xa9 \\\"q\\\"\"", "[1,\"\xc3\xa9\"]", NULL };
+        const char *bad[] = { "\"cafe\"", "[1,\"\\u00e9\"]", "[1, \"\xc3\xa9\"]", NULL };
+        expect_texts("{\"enum\": [\"caf\xc3\xa9 \\\"q\\\"\", [1, \"\\u00e9\"]]}", good, bad);
+    }
+}
+
+static void test_refused_token_keeps_state(void)
+{
+    struct grammar *g = schema("{\"type\": \"object\", \"properties\": {\"k\": {\"type\": \"integer\"}}, "
+                               "\"required\": [\"k\"]}");
+    if (!g)
+        return;
+    struct grammar_matcher *m = gm_create(g);
+    int n;
+    CHECK(feed(m, "{\"k\": 1", &n) == n, "prefix");
+    uint32_t *a = calloc((size_t)nwords, 4), *b = calloc((size_t)nwords, 4);
+    gm_fill_mask(m, a);
+    int32_t bad[8];
+    int nb = tok_encode(tok, "\"x", 2, false, false, bad, 8);
+    CHECK(nb >= 1 && gm_accept(m, bad[0]) == ERR_INVALID, "quote refused inside a number's object");
+    CHECK(gm_accept(m, -1) == ERR_INVALID && gm_accept(m, grammar_vocab_size(vocab)) == ERR_INVALID, "ids out of range");
+    gm_fill_mask(m, b);
+    CHECK(!memcmp(a, b, (size_t)nwords * 4), "mask unchanged after refusals");
+    CHECK(feed(m, "2}", &n) == n && gm_can_end(m) && gm_is_done(m), "continues and completes");
+    gm_free(m);
+    free(a);
+    free(b);
+    grammar_unref(g);
+}
+
 static void test_regex_and_choice(void)
 {
     char err[ERR_BUF];
@@ -348,9 +494,133 @@ static void test_regex_and_choice(void)
         int32_t x;
         tok_encode(tok, "a", 1, false, false, &x, 1);
         CHECK(gm_accept(m, x) == ERR_INVALID, "nothing after the end");
+        free(mask);
         gm_free(m);
         grammar_unref(g);
     }
+}
+
+/* ---- regex compiler against PCRE2 ----------------------------------------------------------- */
+
+static bool dfa_matches(const struct gdfa *d, const char *s, size_t n)
+{
+    int st = d->start;
+    for (size_t i = 0; i < n && st >= 0; i++)
+        st = gdfa_step(d, st, (uint8_t)s[i]);
+    return st >= 0 && d->accept[st];
+}
+
+/* Well-formed UTF-8 (no overlongs, surrogates or values above U+10FFFF). */
+static bool utf8_valid(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned c = u[i];
+        int len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        if (!len || i + (size_t)len > n)
+            return false;
+        uint32_t cp = len == 1 ? c : c & (0x7Fu >> len);
+        for (int k = 1; k < len; k++) {
+            if ((u[i + k] & 0xC0) != 0x80)
+                return false;
+            cp = (cp << 6) | (u[i + k] & 0x3F);
+        }
+        if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return false;
+        i += (size_t)len;
+    }
+    return true;
+}
+
+static void test_regex_vs_pcre2(void)
+{
+    static const struct {
+        const char *re;
+        const char *seeds[4];
+    } cases[] = {
+        { "(\\+1 )?\\(\\d{3}\\) \\d{3}-\\d{4}", { "(555) 123-4567", "+1 (555) 123-4567" } },
+        { "[a-z]+(\\.[a-z]+)*@[a-z]+\\.(com|org)", { "a.b@c.com", "x@y.org" } },
+        { "(ab|a)(bc|c)*d?", { "abc", "abcbcd", "ad" } },
+        { "[^a-c\\s]{2,4}x*", { "dd", "\xc3\xa9\xe4\xb8\x80" "zx", "!!!!xx" } },
+        { ".\\..{1,3}", { "a.b", "\xe4\xb8\x80.\xf0\x9f\x98\x80" "bc" } },
+        { "(a*b*)*c", { "c", "aabbabc" } },
+        { "\\w+\\s\\W?\\D{0,2}", { "ab_1 ", "x\t!ab" } },
+        { "[\\x{4e00}-\\x{9fff}]+|[\\x{e0}-\\x{ff}]", { "\xe4\xb8\x80\xe4\xb8\x81", "\xc3\xa9" } },
+        { "(?:0|[1-9][0-9]{0,2})(\\.[0-9]+)?", { "0", "105.25", "99" } },
+        { "x{2,}y{0,1}z{3}", { "xxzzz", "xxxxyzzz" } },
+        { "[-+]?[.][0-9]|[\\]\\[]", { "+.5", "]", "[" } },
+    };
+    static const char *const extras[] = { "a", "b", "c", "x", "0", "1", "9", " ", "\n", ".", "-", "(", ")", "@",
+                                          "\xc3\xa9", "\xe4\xb8\x80", "\xf0\x9f\x98\x80", "\xff", "_", "!" };
+    unsigned seed = 7;
+    int compared = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const char *re = cases[ci].re;
+        char err[ERR_BUF];
+        struct gdfa d;
+        if (rx_compile(re, strlen(re), 0, &d, err, sizeof err)) {
+            CHECK(0, "%s: %s", re, err);
+            continue;
+        }
+        int ec;
+        PCRE2_SIZE eo;
+        pcre2_code *pc = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_MATCH_INVALID_UTF, &ec, &eo, NULL);
+        CHECK(pc, "pcre2 cannot compile %s", re);
+        if (!pc) {
+            gdfa_free(&d);
+            continue;
+        }
+        pcre2_match_data *md = pcre2_match_data_create_from_pattern(pc, NULL);
+        for (int trial = 0; trial < 600; trial++) {
+            char buf[128];
+            size_t n = 0;
+            int nseeds = 0;
+            while (nseeds < 4 && cases[ci].seeds[nseeds])
+                nseeds++;
+            if (trial % 3 != 2 && nseeds) {
+                /* a seed with a few random edits */
+                const char *sd = cases[ci].seeds[rand_r(&seed) % (unsigned)nseeds];
+                n = strlen(sd);
+                memcpy(buf, sd, n);
+                int edits = trial % 3 == 0 ? 0 : 1 + (int)(rand_r(&seed) % 2);
+                for (int e = 0; e < edits; e++) {
+                    const char *x = extras[rand_r(&seed) % (sizeof extras / sizeof extras[0])];
+                    size_t xl = strlen(x), at = n ? rand_r(&seed) % (unsigned)(n + 1) : 0;
+                    if (rand_r(&seed) % 2 && n > 0 && at < n) { /* delete one byte */
+                        memmove(buf + at, buf + at + 1, n - at - 1);
+                        n--;
+                    } else if (n + xl < sizeof buf) {
+                        memmove(buf + at + xl, buf + at, n - at);
+                        memcpy(buf + at, x, xl);
+                        n += xl;
+                    }
+                }
+            } else {
+                int len = (int)(rand_r(&seed) % 8);
+                for (int k = 0; k < len; k++) {
+                    const char *x = extras[rand_r(&seed) % (sizeof extras / sizeof extras[0])];
+                    size_t xl = strlen(x);
+                    if (n + xl < sizeof buf) {
+                        memcpy(buf + n, x, xl);
+                        n += xl;
+                    }
+                }
+            }
+            bool got = dfa_matches(&d, buf, n);
+            if (!utf8_valid(buf, n)) { /* PCRE2 skips such bytes; a grammar never matches them */
+                CHECK(!got, "%s matched invalid UTF-8 '%.*s'", re, (int)n, buf);
+                continue;
+            }
+            int prc = pcre2_match(pc, (PCRE2_SPTR)buf, n, 0, PCRE2_ANCHORED | PCRE2_ENDANCHORED, md, NULL);
+            bool want = prc >= 0;
+            CHECK(want == got, "%s on '%.*s': pcre2 %d, ours %d", re, (int)n, buf, want, got);
+            compared++;
+        }
+        pcre2_match_data_free(md);
+        pcre2_code_free(pc);
+        gdfa_free(&d);
+    }
+    printf("  %d strings compared with PCRE2\n", compared);
 }
 
 static void test_wrapper(void)
@@ -404,8 +674,12 @@ static int check_mask_state(struct grammar *g, const int32_t *ids, int n, int sa
     int V = grammar_vocab_size(vocab), bad = 0;
     uint32_t *mask = calloc((size_t)nwords, 4), *mask2 = calloc((size_t)nwords, 4);
     struct grammar_matcher *m = replay(g, ids, n);
-    if (!m || !mask || !mask2)
+    if (!m || !mask || !mask2) {
+        gm_free(m);
+        free(mask);
+        free(mask2);
         return 1;
+    }
     gm_fill_mask(m, mask);
     gm_fill_mask_uncached(m, mask2);
     if (memcmp(mask, mask2, (size_t)nwords * 4))
@@ -415,16 +689,21 @@ static int check_mask_state(struct grammar *g, const int32_t *ids, int n, int sa
         bool want = mask_has(mask, id);
         int rc = gm_accept(m, id);
         if ((rc == 0) != want) {
-            if (bad < 3)
-                fprintf(stderr, "  mask mismatch at step %d token %d (%s): mask %d accept %d\n", n, id,
-                        tok_decode(tok, &id, 1, false), want, rc);
+            if (bad < 3) {
+                char *piece = tok_decode(tok, &id, 1, false);
+                fprintf(stderr, "  mask mismatch at step %d token %d (%s): mask %d accept %d\n", n, id, piece, want, rc);
+                free(piece);
+            }
             bad++;
         }
         if (rc == 0) {
             gm_free(m);
             m = replay(g, ids, n);
-            if (!m)
+            if (!m) {
+                free(mask);
+                free(mask2);
                 return bad + 1;
+            }
         }
     }
     gm_free(m);
@@ -730,7 +1009,115 @@ static void test_mask_consistency(void)
         }
         grammar_unref(g);
     }
+    /* regexes, choices, the wrapper, any object, a long bounded string */
+    static const char *const regexes[] = { "(\\+1 )?\\(\\d{3}\\) \\d{3}-\\d{4}", "[^\\n]{1,40}\\.", "(ab|a)+c?\\s*[\\x{4e00}-\\x{9fff}]{0,3}" };
+    const char *choices[] = { "positive", "negative", "neutral", "pos" };
+    const char *tool = "{\"type\": \"object\", \"properties\": {\"name\": {\"const\": \"f\"}, \"arguments\": {\"type\": "
+                       "\"object\", \"properties\": {\"x\": {\"type\": \"integer\"}}, \"required\": [\"x\"]}}, "
+                       "\"required\": [\"name\", \"arguments\"]}";
+    const char *long_str = "{\"type\": \"object\", \"properties\": {\"s\": {\"type\": \"string\", \"maxLength\": 200}}, "
+                           "\"required\": [\"s\"]}";
+    struct grammar_spec specs[] = {
+        { .kind = GRAMMAR_REGEX, .text = regexes[0], .text_len = strlen(regexes[0]) },
+        { .kind = GRAMMAR_REGEX, .text = regexes[1], .text_len = strlen(regexes[1]) },
+        { .kind = GRAMMAR_REGEX, .text = regexes[2], .text_len = strlen(regexes[2]) },
+        { .kind = GRAMMAR_CHOICE, .choices = choices, .n_choices = 4 },
+        { .kind = GRAMMAR_JSON_SCHEMA, .text = tool, .text_len = strlen(tool), .prefix = "<tool_call>\n",
+          .suffix = "\n</tool_call>", .separator = "\n", .min_items = 1, .max_items = 3 },
+        { .kind = GRAMMAR_JSON_OBJECT },
+        { .kind = GRAMMAR_JSON_SCHEMA, .text = long_str, .text_len = strlen(long_str) },
+    };
+    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
+        char err[ERR_BUF];
+        struct grammar *g = NULL;
+        if (grammar_compile(&g, vocab, &specs[k], err, sizeof err)) {
+            CHECK(0, "spec %zu: %s", k, err);
+            continue;
+        }
+        char *text = NULL;
+        int n = random_walk(g, 500u + (unsigned)k, ids, 512, &text);
+        CHECK(n >= 0, "spec %zu: walk did not finish: %s", k, text ? text : "");
+        if (specs[k].kind == GRAMMAR_REGEX && n >= 0) {
+            /* the walk's text matches the regex by PCRE2 too */
+            int ec;
+            PCRE2_SIZE eo;
+            pcre2_code *pc = pcre2_compile((PCRE2_SPTR)specs[k].text, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &ec, &eo, NULL);
+            pcre2_match_data *md = pc ? pcre2_match_data_create_from_pattern(pc, NULL) : NULL;
+            CHECK(pc && md && pcre2_match(pc, (PCRE2_SPTR)text, strlen(text), 0, PCRE2_ANCHORED | PCRE2_ENDANCHORED, md, NULL) >= 0,
+                  "spec %zu: PCRE2 refuses the walk's text '%s'", k, text);
+            pcre2_match_data_free(md);
+            pcre2_code_free(pc);
+        }
+        free(text);
+        if (n >= 0) {
+            int picks[3] = { 0, n / 2, n };
+            for (int q = 0; q < 3; q++) {
+                int bad = check_mask_state(g, ids, picks[q], 0, &seed);
+                CHECK(bad == 0, "spec %zu state %d: %d mismatches", k, picks[q], bad);
+                full++;
+            }
+            for (int step = 1; step < n; step += 4) {
+                int bad = check_mask_state(g, ids, step, 200, &seed);
+                CHECK(bad == 0, "spec %zu state %d (sampled): %d mismatches", k, step, bad);
+                states++;
+            }
+        }
+        grammar_unref(g);
+    }
     printf("  mask consistency: %d states over the whole vocabulary, %d sampled\n", full, states);
+}
+
+struct thread_arg {
+    struct grammar *g;
+    unsigned seed;
+    int bad, steps;
+};
+
+/* Random walk that checks every cached mask against an uncached one. */
+static void *walk_thread(void *p)
+{
+    struct thread_arg *a = p;
+    int V = grammar_vocab_size(vocab);
+    uint32_t *mask = calloc((size_t)nwords, 4), *ref = calloc((size_t)nwords, 4);
+    for (int rep = 0; rep < 4; rep++) {
+        struct grammar_matcher *m = gm_create(a->g);
+        for (int n = 0; n < 150 && !gm_is_done(m); n++) {
+            gm_fill_mask(m, mask);
+            gm_fill_mask_uncached(m, ref);
+            if (memcmp(mask, ref, (size_t)nwords * 4))
+                a->bad++;
+            int pick = -1, seen = 0;
+            for (int id = 0; id < V; id++)
+                if (mask_has(mask, id) && id != eog_ids[0] && (n_eog < 2 || id != eog_ids[1]) &&
+                    rand_r(&a->seed) % (unsigned)++seen == 0)
+                    pick = id;
+            if (pick < 0 || gm_accept(m, pick))
+                break;
+            a->steps++;
+        }
+        gm_free(m);
+    }
+    free(mask);
+    free(ref);
+    return NULL;
+}
+
+static void test_threads_share_grammar(void)
+{
+    struct grammar *g = schema(walk_schemas[0]);
+    if (!g)
+        return;
+    pthread_t th[3];
+    struct thread_arg args[3];
+    for (int i = 0; i < 3; i++) {
+        args[i] = (struct thread_arg){ g, 1000u + (unsigned)i, 0, 0 };
+        pthread_create(&th[i], NULL, walk_thread, &args[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(args[i].bad == 0 && args[i].steps > 0, "thread %d: %d of %d cached masks differ", i, args[i].bad, args[i].steps);
+    }
+    grammar_unref(g);
 }
 
 static void test_json_object(void)
@@ -797,11 +1184,15 @@ int main(void)
     RUN(test_compile_errors);
     RUN(test_accept_basic);
     RUN(test_accept_constraints);
+    RUN(test_accept_more);
+    RUN(test_refused_token_keeps_state);
     RUN(test_regex_and_choice);
+    RUN(test_regex_vs_pcre2);
     RUN(test_wrapper);
     RUN(test_json_object);
     RUN(test_eog_and_special);
     RUN(test_random_walks);
+    RUN(test_threads_share_grammar);
     RUN(test_mask_consistency);
     grammar_vocab_free(vocab);
     tok_free(tok);
