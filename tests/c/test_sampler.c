@@ -1042,6 +1042,26 @@ static void test_cost(void)
         snprintf(line + o, sizeof line - (size_t)o, " [race T=1 %.3f ms]", ms);
         printf("%s\n", line);
         CHECK(sink >= 0, "race drew nothing");
+        /* the same under a token mask allowing every 10th id (a grammar's typical state) */
+        uint32_t *mask = calloc((size_t)(V + 31) / 32, sizeof *mask);
+        for (int i = 0; i < V; i += 10)
+            mask[i / 32] |= 1u << (i % 32);
+        o = snprintf(line, sizeof line, "     vocab %6d, mask 10%%:", V);
+        for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+            struct sampler_params p = params(cfg[c].t, cfg[c].k, cfg[c].top_p, 0.0f, 5);
+            struct sampler *s = sampler_create(&p, V);
+            clock_t t1 = clock();
+            for (int d = 0; d < 40; d++) {
+                int32_t t = sampler_sample_masked(s, l, mask);
+                CHECK(t >= 0 && t % 10 == 0, "masked draw %d", t);
+                sampler_accept(s, t);
+            }
+            double mms = 1000.0 * (double)(clock() - t1) / CLOCKS_PER_SEC / 40;
+            o += snprintf(line + o, sizeof line - (size_t)o, " %s %.3f ms,", cfg[c].what, mms);
+            sampler_free(s);
+        }
+        printf("%s\n", line);
+        free(mask);
         free(l);
     }
 }
