@@ -2,8 +2,9 @@
  * (docs/sampling.md), the same token the CPU sampler picks; plus raw logprobs. Contract in
  * kernels/sampling.h; CPU twin sampler_sample + sampler_logprobs (src/sampler/sampler.c).
  *
- * The rule, per row (l = raw logit + bias, then penalties; every number that decides the
- * token comes from src/sampler/exact.h, bit-identical on both backends):
+ * The rule, per row (l = raw logit + bias, -inf where the row's token mask bans the token,
+ * then penalties; every number that decides the token comes from src/sampler/exact.h,
+ * bit-identical on both backends):
  *   greedy (T = 0): lowest id with the largest l. A +inf l: the lowest such id.
  *   m = max l;  W_i = rint(e((l_i - m) * RN(1/T)) * 2^31)  (integers, 0 below -22 nats);
  *   top-k:  keep l >= the k-th largest l (ties kept);
@@ -18,7 +19,10 @@
  * flight per thread on the first pass (from HBM) and 4 on the others (from L2), then the
  * tokens the bias or penalties modify (a bitmap of them in shared memory keeps their raw
  * value out of the raw sweep; they are visited from the CSR lists with their processed
- * value). Passes:
+ * value). A row's token mask is read beside its logits (one 32-bit word per 32 ids, the
+ * same word for 8 threads: a warp loads 16 contiguous bytes per tile, 1/32 of the logits'
+ * traffic); a banned token counts as not samplable, exactly as a -inf processed logit,
+ * while its raw logit still feeds the logprobs. Passes:
  *   A  max / argmax / samplable count of l, max of the raw logits, and a strided sample
  *      of l and of the raw logits (at most `cap` values each, in shared memory).
  *      A 256-bin histogram of the sample, in steps below the max, gives a threshold that
@@ -98,6 +102,7 @@ struct smp_row {
     const int32_t *sb_in_pen; /* [n_bias] shared: the id is also in the penalty list */
     int n_bias;
     float rep, pres, freq;
+    const uint32_t *mask;     /* [ceil(V/32)] global: this row's allowed tokens; NULL: all */
 };
 
 /* ---- small helpers ------------------------------------------------------------------------ */
@@ -226,9 +231,15 @@ __device__ __forceinline__ int smp_bias_find(const smp_row &c, int id)
     return lo < c.n_bias && c.sb_id[lo] == id ? lo : -1;
 }
 
-/* Modified-token entry j < n_pen + n_bias: its id and processed logit (bias, then the
- * penalties), as the CPU sampler computes them. False for a bias entry whose id is also a
- * penalty entry (that one handles it). */
+/* Whether the row's token mask bans id (< V). */
+__device__ __forceinline__ bool smp_banned(const smp_row &c, int id)
+{
+    return c.mask && !((__ldg(c.mask + (id >> 5)) >> (id & 31)) & 1u);
+}
+
+/* Modified-token entry j < n_pen + n_bias: its id and processed logit (bias, mask, then
+ * the penalties), as the CPU sampler computes them. False for a bias entry whose id is
+ * also a penalty entry (that one handles it). */
 __device__ __forceinline__ bool smp_mod_entry(const smp_row &c, int j, int *id_out, float *l_out)
 {
     if (j < c.n_pen) {
@@ -238,6 +249,7 @@ __device__ __forceinline__ bool smp_mod_entry(const smp_row &c, int j, int *id_o
             int jb = smp_bias_find(c, id);
             if (jb >= 0) l = l + c.sb_val[jb];
         }
+        if (smp_banned(c, id)) l = -INFINITY; /* the penalties keep -inf */
         uint32_t info = c.pen_info[j];
         if (info != 0) l = smp_penalize(l, c.rep, c.pres, c.freq, info);
         *id_out = id;
@@ -248,7 +260,7 @@ __device__ __forceinline__ bool smp_mod_entry(const smp_row &c, int j, int *id_o
     if (c.sb_in_pen[jb]) return false;
     int id = c.sb_id[jb];
     *id_out = id;
-    *l_out = c.row[id] + c.sb_val[jb];
+    *l_out = smp_banned(c, id) ? -INFINITY : c.row[id] + c.sb_val[jb];
     return true;
 }
 
@@ -256,8 +268,9 @@ __device__ __forceinline__ bool smp_mod_entry(const smp_row &c, int j, int *id_o
 
 /* Visits every token of the row: f(id, x, raw_ok, proc_ok) is called by every thread the
  * same number of times (so f may use warp votes):
- *   raw sweep:  x = the raw logit; raw_ok = id < V; proc_ok = raw_ok && not modified
- *               (then x is also the processed logit);
+ *   raw sweep:  x = the raw logit; raw_ok = id < V; proc_ok = raw_ok && not modified &&
+ *               not banned by the mask (then x is also the processed logit; a banned
+ *               token's processed logit is -inf: not samplable);
  *   mod sweep:  x = the processed logit of a modified token; raw_ok = false; proc_ok =
  *               whether the entry is one (see smp_mod_entry).
  * tile_end(tile) runs after each tile of the raw sweep (every thread). A barrier separates
@@ -269,9 +282,11 @@ __device__ __forceinline__ void smp_sweep(const smp_row &c, F f, T tile_end)
     const int tid = threadIdx.x;
     for (int t0 = 0; t0 < c.ntiles; t0 += UNROLL) {
         float v[UNROLL][4];
+        uint32_t mw[UNROLL]; /* the mask word holding this thread's 4 ids */
 #pragma unroll
         for (int u = 0; u < UNROLL; u++) {
             const int b = (t0 + u) * SMP_TILE + 4 * tid;
+            mw[u] = c.mask && b < c.V ? __ldg(c.mask + (b >> 5)) : ~0u;
             if (c.vec && b + 4 <= c.V) {
                 float4 q = __ldg(reinterpret_cast<const float4 *>(c.row + b));
                 v[u][0] = q.x;
@@ -288,8 +303,8 @@ __device__ __forceinline__ void smp_sweep(const smp_row &c, F f, T tile_end)
             const int tile = t0 + u;
             if (tile >= c.ntiles) break; /* uniform */
             const int b = tile * SMP_TILE + 4 * tid;
-            unsigned mod = 0;
-            if (c.has_mod && b < c.V) mod = (c.bitmap[b >> 5] >> (b & 31)) & 0xFu;
+            unsigned mod = ~(mw[u] >> (b & 31)) & 0xFu; /* banned, or modified: */
+            if (c.has_mod && b < c.V) mod |= (c.bitmap[b >> 5] >> (b & 31)) & 0xFu;
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const bool in = b + e < c.V;
@@ -379,8 +394,9 @@ __device__ int smp_segment_draw(const smp_row &c, const smp_support sup, const u
         const int s = st->seg;
         const uint64_t rin = st->r_in;
         const int base = s * SMP_SEG + 4 * lane;
-        unsigned mod = 0;
-        if (c.has_mod && base < c.V) mod = (c.bitmap[base >> 5] >> (base & 31)) & 0xFu;
+        unsigned mod = 0; /* banned or modified */
+        if (c.mask && base < c.V) mod = ~(__ldg(c.mask + (base >> 5)) >> (base & 31)) & 0xFu;
+        if (c.has_mod && base < c.V) mod |= (c.bitmap[base >> 5] >> (base & 31)) & 0xFu;
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int id = base + e;
@@ -567,6 +583,8 @@ sampling_kernel(const float *__restrict__ logits,                 // [num_rows][
                 const int32_t *__restrict__ bias_start,            // [num_rows + 1] or NULL
                 const int32_t *__restrict__ bias_ids,              // [nnz]
                 const float *__restrict__ bias_vals,               // [nnz]
+                const int32_t *__restrict__ mask_row,              // [num_rows] or NULL
+                const uint32_t *__restrict__ masks,                // [num_masks][ceil(vocab/32)]
                 struct sampling_output *__restrict__ out,          // [num_rows]
                 int cap)
 {
@@ -637,6 +655,8 @@ sampling_kernel(const float *__restrict__ logits,                 // [num_rows][
     c.rep = P.repetition_penalty;
     c.pres = P.presence_penalty;
     c.freq = P.frequency_penalty;
+    const int32_t mrow = mask_row ? mask_row[r] : -1;
+    c.mask = mrow >= 0 ? masks + (int64_t)mrow * nwords : NULL;
 
     if (c.has_mod) {
         int bad = 0;
@@ -725,8 +745,10 @@ sampling_kernel(const float *__restrict__ logits,                 // [num_rows][
                     best_id = id;
                 }
                 n_ok += x > -INFINITY;
-                if (want_sp && !(id & smask)) sample_p[id >> sshift] = x > -INFINITY ? x : -INFINITY;
             }
+            /* a banned token samples as -inf; a modified one is written again by the mod sweep */
+            if (want_sp && (raw_ok || proc_ok) && !(id & smask))
+                sample_p[id >> sshift] = proc_ok && x > -INFINITY ? x : -INFINITY;
         },
         smp_no_tile_end());
 #pragma unroll
@@ -1055,14 +1077,14 @@ static size_t smp_smem_bytes(int vocab, int cap)
 extern "C" int cuda_sampling(const float *logits, int64_t row_stride, int num_rows, int vocab,
                              const struct sampling_params *params, const int32_t *pen_start,
                              const int32_t *pen_ids, const uint32_t *pen_info, const int32_t *bias_start,
-                             const int32_t *bias_ids, const float *bias_vals, struct sampling_output *out,
-                             cudaStream_t stream)
+                             const int32_t *bias_ids, const float *bias_vals, const int32_t *mask_row,
+                             const uint32_t *masks, struct sampling_output *out, cudaStream_t stream)
 {
     if (num_rows < 0 || vocab < 1 || vocab > SAMPLING_MAX_VOCAB || row_stride < vocab)
         return (int)cudaErrorInvalidValue;
     if (num_rows == 0) return 0;
     if (!logits || !params || !out || (pen_start && (!pen_ids || !pen_info)) ||
-        (bias_start && (!bias_ids || !bias_vals)))
+        (bias_start && (!bias_ids || !bias_vals)) || (mask_row && !masks))
         return (int)cudaErrorInvalidValue;
     int dev = 0, optin = 0;
     cudaError_t e = cudaGetDevice(&dev);
@@ -1077,6 +1099,6 @@ extern "C" int cuda_sampling(const float *logits, int64_t row_stride, int num_ro
     e = cudaFuncSetAttribute(sampling_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return (int)e;
     TS_LAUNCH(sampling_kernel, num_rows, SMP_THREADS, smem, stream, logits, row_stride, vocab, params, pen_start,
-              pen_ids, pen_info, bias_start, bias_ids, bias_vals, out, cap);
+              pen_ids, pen_info, bias_start, bias_ids, bias_vals, mask_row, masks, out, cap);
     return TS_LAUNCH_RESULT();
 }

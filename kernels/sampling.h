@@ -1,12 +1,12 @@
 /* sampling.h — sampling on the device (kernels/sampling.cu): one token per row of logits,
  * by tessera's sampling rule (docs/sampling.md), plus raw logprobs.
  *
- * For the same raw logits, parameters, penalty history, logit bias, seed and step, the
- * kernel picks exactly the token the CPU sampler picks (src/sampler/sampler.h): both
+ * For the same raw logits, parameters, penalty history, logit bias, token mask, seed and
+ * step, the kernel picks exactly the token the CPU sampler picks (src/sampler/sampler.h): both
  * compute the rule with the bit-exact arithmetic of src/sampler/exact.h and the counter-
  * based Philox4x32-10 generator (src/sampler/philox.h), so a token does not depend on the
- * backend, the batch or the thread count. CPU twin: sampler_sample + sampler_logprobs on a
- * struct sampler holding the same history, bias and step (tests/kernels/
+ * backend, the batch or the thread count. CPU twin: sampler_sample_masked + sampler_logprobs
+ * on a struct sampler holding the same history, bias and step (tests/kernels/
  * test_kernel_sampling.cu wraps them with this launcher's arguments as cpu_sampling).
  *
  * All pointers are device pointers; the launcher enqueues one kernel on `stream`,
@@ -48,7 +48,8 @@ struct sampling_params {
 
 enum sampling_status {
     SAMPLING_OK = 0,
-    SAMPLING_ERR_NO_TOKEN = 1, /* every logit -inf or NaN after the bias (sampler: ERR_RANGE) */
+    SAMPLING_ERR_NO_TOKEN = 1, /* every logit -inf or NaN after the bias and the mask
+                                  (sampler: ERR_RANGE) */
     SAMPLING_ERR_PARAMS = 2,   /* a parameter outside its range */
     SAMPLING_ERR_INPUT = 3,    /* CSR data: an id out of range or repeated, a NaN or +inf
                                   bias, more than SAMPLING_MAX_BIAS bias entries */
@@ -82,14 +83,20 @@ struct sampling_output {
  *   bias_ids:   [bias_start[num_rows]] token ids, unique within a row (repeated request
  *               ids summed first: sampler_logit_bias)
  *   bias_vals:  [bias_start[num_rows]] added to the raw logit; -inf bans a token
+ *   mask_row:   [num_rows] index into masks of row r's token mask, or -1 (no mask); or
+ *               NULL (no row has a mask). Indices must be < the number of masks given
+ *   masks:      [num_masks][(vocab + 31) / 32] token masks (constrained decoding): bit
+ *               id % 32 of word id / 32 set = id allowed. A clear bit bans the token as
+ *               a -inf bias would, applied after the bias and before the penalties
+ *               (sampler_sample_masked); logprobs stay raw. Bits past vocab are ignored
  *   out:        [num_rows]
  * vocab in [1, SAMPLING_MAX_VOCAB]. No workspace: one CTA of 512 threads per row, with
  * up to ~120 KiB of dynamic shared memory (the launcher raises the kernel's limit). */
 int cuda_sampling(const float *logits, int64_t row_stride, int num_rows, int vocab,
                   const struct sampling_params *params, const int32_t *pen_start,
                   const int32_t *pen_ids, const uint32_t *pen_info, const int32_t *bias_start,
-                  const int32_t *bias_ids, const float *bias_vals, struct sampling_output *out,
-                  cudaStream_t stream);
+                  const int32_t *bias_ids, const float *bias_vals, const int32_t *mask_row,
+                  const uint32_t *masks, struct sampling_output *out, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,8 @@
  * Owns, per sequence: the step counter, the token history (counts[vocab] plus the list
  * of ids ever touched, so reset and the penalty pass are O(tokens seen), not O(vocab)),
  * the logit-bias table (repeated ids merged), and the scratch used while sampling
- * (cand[vocab] candidates, w[vocab] weights in id order, saved logits for the restore).
+ * (cand[vocab] candidates, w[vocab] weights in id order, saved logits for the restore:
+ * the touched and biased entries, or the whole raw row when a token mask bans tokens).
  * All of it is allocated by sampler_create; nothing else here allocates.
  *
  * The rule is defined on sets, not on an order of visits, so the selections below are
@@ -18,7 +19,11 @@
  *   - counts[id] = (SMP_PROMPT_FLAG if id was in the prompt) | output count (31 bits,
  *     saturating).
  *   - bias_ids[0, n_bias) are distinct.
- *   - sampler_sample returns with logits[] bit-identical to its input.
+ *   - sampler_sample(_masked) returns with logits[] bit-identical to its input.
+ *
+ * A token mask (constrained decoding) is applied right after the bias by setting every
+ * banned logit to -inf: the outcome of a -inf bias (a NaN or +inf logit plus a -inf bias
+ * is NaN, which is never samplable either), and what the CUDA kernel computes.
  */
 #include "sampler/sampler.h"
 
@@ -52,6 +57,7 @@ struct sampler {
     uint32_t *counts;     /* (vocab_size) SMP_PROMPT_FLAG | output count */
     int32_t *touched;     /* (vocab_size) ids with counts != 0, first-seen order */
     float *touched_saved; /* (vocab_size) logits[touched[j]] before the penalties */
+    float *raw_saved;     /* (vocab_size) the raw row, saved when a mask bans tokens */
     int n_touched;
     int n_bias;
     int32_t bias_ids[SAMPLER_MAX_LOGIT_BIAS];   /* distinct */
@@ -112,9 +118,10 @@ struct sampler *sampler_create(const struct sampler_params *p, int vocab_size)
     s->counts = calloc(n, sizeof *s->counts);
     s->touched = malloc(n * sizeof *s->touched);
     s->touched_saved = malloc(n * sizeof *s->touched_saved);
+    s->raw_saved = malloc(n * sizeof *s->raw_saved);
     s->cand = malloc(n * sizeof *s->cand);
     s->w = malloc(n * sizeof *s->w);
-    if (!s->counts || !s->touched || !s->touched_saved || !s->cand || !s->w)
+    if (!s->counts || !s->touched || !s->touched_saved || !s->raw_saved || !s->cand || !s->w)
         goto fail;
     s->p = *p;
     return s;
@@ -130,6 +137,7 @@ void sampler_free(struct sampler *s)
     free(s->counts);
     free(s->touched);
     free(s->touched_saved);
+    free(s->raw_saved);
     free(s->cand);
     free(s->w);
     free(s);
@@ -226,7 +234,7 @@ int sampler_logit_bias(const struct sampler *s, int32_t *ids, float *vals)
     return s->n_bias;
 }
 
-/* ---- bias and penalties, applied in place and undone by restore_logits ---- */
+/* ---- bias, mask and penalties, applied in place and undone by restore_logits ---- */
 
 static void apply_bias(struct sampler *s, float *logits)
 {
@@ -256,11 +264,64 @@ static void apply_penalties(struct sampler *s, float *logits)
     }
 }
 
-static void restore_logits(struct sampler *s, float *logits, bool penalised)
+/* Whether mask bans any id < vocab (the bits past the vocabulary mean nothing). */
+static bool mask_bans(const uint32_t *mask, int vocab)
 {
+    const int full = vocab / 32, rem = vocab % 32;
+    for (int w = 0; w < full; w++)
+        if (mask[w] != ~0u)
+            return true;
+    return rem != 0 && (mask[full] | (~0u << rem)) != ~0u;
+}
+
+/* Sets every logit the mask bans to -inf (branch-free over whole words, which gcc
+ * vectorizes; words allowing everything are skipped). */
+static void apply_mask(float *logits, int vocab, const uint32_t *mask)
+{
+    int w = 0;
+    for (; (w + 1) * 32 <= vocab; w++) {
+        const uint32_t m = mask[w];
+        if (m == ~0u)
+            continue;
+        float *l = logits + (size_t)w * 32;
+        for (int j = 0; j < 32; j++)
+            l[j] = (m >> j) & 1u ? l[j] : -INFINITY;
+    }
+    for (int i = w * 32; i < vocab; i++)
+        if (!((mask[w] >> (i & 31)) & 1u))
+            logits[i] = -INFINITY;
+}
+
+/* What process_logits applied, for restore_logits. */
+struct applied {
+    bool masked;    /* the raw row is in raw_saved */
+    bool penalised; /* touched_saved holds the values before the penalties */
+};
+
+/* bias → mask → penalties, in place (the first steps of the rule). */
+static struct applied process_logits(struct sampler *s, float *logits, const uint32_t *mask)
+{
+    struct applied a = {mask && mask_bans(mask, s->vocab_size), false};
+    if (a.masked)
+        memcpy(s->raw_saved, logits, (size_t)s->vocab_size * sizeof *logits);
+    apply_bias(s, logits);
+    if (a.masked)
+        apply_mask(logits, s->vocab_size, mask);
+    a.penalised = s->n_touched > 0 && penalties_on(&s->p);
+    if (a.penalised)
+        apply_penalties(s, logits);
+    return a;
+}
+
+static void restore_logits(struct sampler *s, float *logits, struct applied a)
+{
+    if (a.masked) {
+        memcpy(logits, s->raw_saved, (size_t)s->vocab_size * sizeof *logits);
+        return;
+    }
     /* touched_saved holds post-bias values, bias_saved pre-bias ones: undo in reverse order
      * of application */
-    if (penalised)
+    if (a.penalised)
         for (int j = 0; j < s->n_touched; j++)
             logits[s->touched[j]] = s->touched_saved[j];
     for (int j = 0; j < s->n_bias; j++)
@@ -598,14 +659,11 @@ static int32_t draw(struct sampler *s, struct dist *d)
     return ERR_RANGE; /* unreachable: r < total */
 }
 
-int32_t sampler_sample(struct sampler *s, float *logits)
+int32_t sampler_sample_masked(struct sampler *s, float *logits, const uint32_t *mask)
 {
     if (!s || !logits)
         return ERR_INVALID;
-    apply_bias(s, logits);
-    bool penalised = s->n_touched > 0 && penalties_on(&s->p);
-    if (penalised)
-        apply_penalties(s, logits);
+    struct applied a = process_logits(s, logits, mask);
     int32_t tok;
     if (s->p.temperature == 0.0f) {
         tok = argmax(logits, s->vocab_size);
@@ -617,25 +675,28 @@ int32_t sampler_sample(struct sampler *s, float *logits)
         if (tok == 0)
             tok = draw(s, &d);
     }
-    restore_logits(s, logits, penalised);
+    restore_logits(s, logits, a);
     return tok;
 }
 
-int sampler_probs(struct sampler *s, float *logits, int32_t *ids, float *probs)
+int32_t sampler_sample(struct sampler *s, float *logits)
+{
+    return sampler_sample_masked(s, logits, NULL);
+}
+
+int sampler_probs_masked(struct sampler *s, float *logits, const uint32_t *mask, int32_t *ids,
+                         float *probs)
 {
     if (!s || !logits || !ids || !probs)
         return ERR_INVALID;
-    apply_bias(s, logits);
-    bool penalised = s->n_touched > 0 && penalties_on(&s->p);
-    if (penalised)
-        apply_penalties(s, logits);
+    struct applied a = process_logits(s, logits, mask);
     struct dist d = {0};
     int32_t rc;
     if (s->p.temperature == 0.0f)
         rc = argmax(logits, s->vocab_size);
     else
         rc = build_dist(s, logits, &d);
-    restore_logits(s, logits, penalised);
+    restore_logits(s, logits, a);
     if (s->p.temperature == 0.0f || rc != 0) { /* greedy, +inf or nothing */
         if (rc < 0)
             return ERR_RANGE;
@@ -658,6 +719,11 @@ int sampler_probs(struct sampler *s, float *logits, int32_t *ids, float *probs)
             }
     }
     return n;
+}
+
+int sampler_probs(struct sampler *s, float *logits, int32_t *ids, float *probs)
+{
+    return sampler_probs_masked(s, logits, NULL, ids, probs);
 }
 
 void sampler_process_logits(struct sampler *s, float *logits)

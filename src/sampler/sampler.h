@@ -9,7 +9,7 @@
  * step = the number of tokens accepted so far — through the counter-based Philox4x32-10
  * generator (sampler/philox.h), so a token never depends on batch composition, thread
  * count, preemption or backend. A struct sampler owns its step counter and preallocated
- * scratch sized for the vocabulary (about 24 bytes per vocabulary entry), so sampling
+ * scratch sized for the vocabulary (about 28 bytes per vocabulary entry), so sampling
  * does not allocate. One sampler per sequence; not shared between threads (any thread
  * may use it, one at a time).
  *
@@ -103,6 +103,10 @@ int32_t sampler_sample_masked(struct sampler *s, float *logits, const uint32_t *
  * tests, and for speculative decoding (which needs the target distribution). No
  * allocation. */
 int sampler_probs(struct sampler *s, float *logits, int32_t *ids, float *probs);
+/* sampler_probs under a token mask (NULL: none; layout and meaning as in
+ * sampler_sample_masked): the distribution sampler_sample_masked draws from. */
+int sampler_probs_masked(struct sampler *s, float *logits, const uint32_t *mask, int32_t *ids,
+                         float *probs);
 
 /* Applies the logit bias and the penalties to logits[vocab_size] in place — the first
  * steps of sampler_sample — and leaves them applied. For tests and for a future

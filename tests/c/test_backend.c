@@ -2,8 +2,9 @@
  * and checks, the choice of implementation (--device auto falls back to the CPU with the
  * reason when no CUDA backend can be used; --device cuda then fails naming it), the step
  * protocol (one step in flight, BACKEND_TOKEN_PREV of the previous step only), that a
- * PREV row computes exactly what the same row with the token spelled out does, per-row
- * sampling failures, and a failed step leaving the backend unusable.
+ * PREV row computes exactly what the same row with the token spelled out does, token masks
+ * (constrained decoding) on some rows of a step, per-row sampling failures, and a failed
+ * step leaving the backend unusable.
  *
  * TESSERA_TEST_DEVICE selects the device of the protocol tests (default cpu); the
  * selection tests always exercise auto and cuda with TESSERA_CUDA_LIB pointed away.
@@ -92,7 +93,9 @@ static void test_device_names(void)
 /* Without a usable CUDA backend: auto falls back to the CPU and says why; cuda fails. */
 static void test_selection(void)
 {
-    char err[ERR_BUF];
+    char err[ERR_BUF], saved[1024] = "";
+    const char *lib = getenv("TESSERA_CUDA_LIB"); /* restored at the end (TESSERA_TEST_DEVICE=cuda) */
+    if (lib) snprintf(saved, sizeof saved, "%s", lib);
     const char *libs[] = { "none", "/nonexistent/libtessera-cuda.so" };
     const char *why[] = { "disabled", "/nonexistent/libtessera-cuda.so" };
     for (int i = 0; i < 2; i++) {
@@ -119,7 +122,8 @@ static void test_selection(void)
             backend_free(b);
         }
     }
-    unsetenv("TESSERA_CUDA_LIB");
+    if (saved[0]) setenv("TESSERA_CUDA_LIB", saved, 1);
+    else unsetenv("TESSERA_CUDA_LIB");
 }
 
 /* Configuration errors name the knob; the CPU sizing from the budget. */
@@ -257,6 +261,126 @@ static void test_prev_token(void)
     }
 }
 
+/* Token masks on some rows of a step: a masked row samples exactly what
+ * sampler_sample_masked picks on the step's raw logits (backend_logits of the same batch),
+ * never a banned token; unmasked rows are unaffected; a row whose mask allows nothing
+ * fails alone with ERR_RANGE; logprobs stay raw; the next step without masks samples as
+ * if there had never been any. */
+static void test_masks(void)
+{
+    enum { NS = 4, PL = 5 };
+    char err[ERR_BUF];
+    struct backend *b = NULL;
+    struct backend_config c = small_cfg();
+    if (backend_create(&b, g_model, &c, err, sizeof err)) {
+        CHECK(0, "create: %s", err);
+        return;
+    }
+    const int vocab = g_model->cfg.vocab_size, words = (vocab + 31) / 32;
+    int32_t ids[NS * PL] = { 1, 504, 3458, 314, 253, 1, 1345, 281, 260, 504, 1, 253, 3458, 314, 1345,
+                             1, 260, 281, 504, 3458 };
+    int32_t pos[NS * PL], qs[NS + 1], lens[NS], bt[NS][MAX_LEN / BS], li[NS];
+    int64_t slots[NS * PL];
+    memset(bt, 0, sizeof bt);
+    for (int s = 0; s < NS; s++) {
+        qs[s] = s * PL;
+        lens[s] = PL;
+        bt[s][0] = s;
+        li[s] = s * PL + PL - 1;
+        for (int i = 0; i < PL; i++) {
+            pos[s * PL + i] = i;
+            slots[s * PL + i] = (int64_t)s * BS + i;
+        }
+    }
+    qs[NS] = NS * PL;
+    struct batch bb = { .num_tokens = NS * PL, .num_seqs = NS, .token_ids = ids, .positions = pos,
+                        .slot_mapping = slots, .query_start = qs, .seq_lens = lens, .block_tables = &bt[0][0],
+                        .max_blocks_per_seq = MAX_LEN / BS, .num_logits = NS, .logits_indices = li };
+    float *raw = malloc(sizeof(float) * (size_t)vocab * NS), *row = malloc(sizeof(float) * (size_t)vocab);
+    uint32_t *mask[NS];
+    for (int s = 0; s < NS; s++) mask[s] = calloc((size_t)words, sizeof(uint32_t));
+    struct sampler_params sp[NS];
+    struct sampler *smp[NS], *ref[NS];
+    const float *lg = NULL;
+    if (!raw || !row) goto done;
+    CHECK(backend_logits(b, &bb, &lg, err, sizeof err) == 0, "logits: %s", err);
+    if (!lg) goto done;
+    memcpy(raw, lg, sizeof(float) * (size_t)vocab * NS);
+    int argmax[NS];
+    for (int s = 0; s < NS; s++) {
+        argmax[s] = 0;
+        for (int i = 1; i < vocab; i++)
+            if (raw[(size_t)s * vocab + i] > raw[(size_t)s * vocab + argmax[s]]) argmax[s] = i;
+    }
+    /* row 0 greedy, every third id allowed but not its argmax; row 1 greedy, no mask; row 2
+     * sampled (top-k, penalties, a bias raising a banned id) over ids 1000-1999 except its
+     * argmax; row 3 nothing allowed */
+    for (int i = 0; i < vocab; i++)
+        if (i % 3 == 0 && i != argmax[0]) mask[0][i / 32] |= 1u << (i % 32);
+    for (int i = 1000; i < 2000; i++)
+        if (i != argmax[2]) mask[2][i / 32] |= 1u << (i % 32);
+    for (int s = 0; s < NS; s++) {
+        sampler_params_default(&sp[s]);
+        sp[s].temperature = s == 2 ? 0.9f : 0.0f;
+        sp[s].top_k = s == 2 ? 40 : 0;
+        sp[s].presence_penalty = s == 2 ? -1.0f : 0.0f;
+        sp[s].seed = 77;
+        smp[s] = sampler_create(&sp[s], vocab);
+        ref[s] = sampler_create(&sp[s], vocab);
+        int32_t hist[3] = { 1200, 5, 1500 }, bid = 7;
+        float bv = 30.0f;
+        if (s == 2) {
+            for (int j = 0; j < 3; j++) {
+                sampler_accept(smp[s], hist[j]);
+                sampler_accept(ref[s], hist[j]);
+            }
+            sampler_set_logit_bias(smp[s], &bid, &bv, 1);
+            sampler_set_logit_bias(ref[s], &bid, &bv, 1);
+        }
+    }
+    struct backend_sample bs[NS];
+    for (int s = 0; s < NS; s++)
+        bs[s] = (struct backend_sample){ .sampler = smp[s], .n_logprobs = s == 2 ? 5 : -1,
+                                         .mask = s == 1 ? NULL : mask[s] };
+    struct backend_token out[NS];
+    CHECK(backend_step(b, &bb, bs, out, err, sizeof err) == 0, "masked step: %s", err);
+    for (int s = 0; s < 3; s++) {
+        memcpy(row, raw + (size_t)s * vocab, sizeof(float) * (size_t)vocab);
+        int32_t want = sampler_sample_masked(ref[s], row, bs[s].mask);
+        CHECK(out[s].status == 0 && out[s].token == want, "row %d: status %d token %d, the sampler on the raw logits %d",
+              s, out[s].status, out[s].token, want);
+        if (bs[s].mask && out[s].token >= 0)
+            CHECK((bs[s].mask[out[s].token / 32] >> (out[s].token % 32)) & 1u, "row %d: banned token %d", s,
+                  out[s].token);
+    }
+    CHECK(out[0].token != argmax[0] && out[1].token == argmax[1], "masked greedy %d (argmax %d), unmasked %d (%d)",
+          out[0].token, argmax[0], out[1].token, argmax[1]);
+    CHECK(out[2].token >= 1000 && out[2].token < 2000, "row 2 sampled %d outside the mask", out[2].token);
+    /* raw logprobs: the banned argmax still tops the list */
+    float lp = 0.0f;
+    sampler_logprobs(raw + 2 * (size_t)vocab, vocab, out[2].token >= 0 ? out[2].token : 0, 0, NULL, NULL, &lp);
+    CHECK(out[2].n_top == 5 && out[2].top_ids[0] == argmax[2] && fabsf(out[2].logprob - lp) <= 1e-4f,
+          "row 2 logprobs: n_top %d top %d (argmax %d), logprob %g (raw %g)", out[2].n_top, out[2].top_ids[0],
+          argmax[2], (double)out[2].logprob, (double)lp);
+    CHECK(out[3].status == ERR_RANGE && out[3].token == -1, "row 3 (nothing allowed): status %d token %d",
+          out[3].status, out[3].token);
+    /* the same step without masks: every greedy row takes its argmax again */
+    for (int s = 0; s < NS; s++) bs[s].mask = NULL;
+    CHECK(backend_step(b, &bb, bs, out, err, sizeof err) == 0, "unmasked step: %s", err);
+    CHECK(out[0].token == argmax[0] && out[1].token == argmax[1] && out[3].token == argmax[3],
+          "after the masks: %d %d %d, argmax %d %d %d", out[0].token, out[1].token, out[3].token, argmax[0],
+          argmax[1], argmax[3]);
+    for (int s = 0; s < NS; s++) {
+        sampler_free(smp[s]);
+        sampler_free(ref[s]);
+    }
+done:
+    for (int s = 0; s < NS; s++) free(mask[s]);
+    free(raw);
+    free(row);
+    backend_free(b);
+}
+
 /* TESSERA_TEST_FAULT: a NaN row fails alone; a failed step breaks the backend. */
 static void test_faults(void)
 {
@@ -283,7 +407,7 @@ static void test_faults(void)
                         .query_start = qs, .seq_lens = lens, .block_tables = &bt[0][0],
                         .max_blocks_per_seq = MAX_LEN / BS, .num_logits = 2, .logits_indices = li };
     struct sampler *smp[2] = { greedy_sampler(), greedy_sampler() };
-    struct backend_sample s[2] = { { smp[0], 3 }, { smp[1], 3 } };
+    struct backend_sample s[2] = { { .sampler = smp[0], .n_logprobs = 3 }, { .sampler = smp[1], .n_logprobs = 3 } };
     struct backend_token out[2];
     CHECK(backend_step(b, &bb, s, out, err, sizeof err) == 0, "%s", err);
     CHECK(out[0].status == 0 && out[0].token >= 0 && out[0].n_top == 3, "row 0: status %d", out[0].status);
@@ -322,6 +446,7 @@ int main(void)
     RUN(test_config);
     RUN(test_protocol);
     RUN(test_prev_token);
+    RUN(test_masks);
     RUN(test_faults);
     model_free(g_model);
     return test_summary();

@@ -1042,6 +1042,26 @@ static void test_cost(void)
         snprintf(line + o, sizeof line - (size_t)o, " [race T=1 %.3f ms]", ms);
         printf("%s\n", line);
         CHECK(sink >= 0, "race drew nothing");
+        /* the same under a token mask allowing every 10th id (a grammar's typical state) */
+        uint32_t *mask = calloc((size_t)(V + 31) / 32, sizeof *mask);
+        for (int i = 0; i < V; i += 10)
+            mask[i / 32] |= 1u << (i % 32);
+        o = snprintf(line, sizeof line, "     vocab %6d, mask 10%%:", V);
+        for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+            struct sampler_params p = params(cfg[c].t, cfg[c].k, cfg[c].top_p, 0.0f, 5);
+            struct sampler *s = sampler_create(&p, V);
+            clock_t t1 = clock();
+            for (int d = 0; d < 40; d++) {
+                int32_t t = sampler_sample_masked(s, l, mask);
+                CHECK(t >= 0 && t % 10 == 0, "masked draw %d", t);
+                sampler_accept(s, t);
+            }
+            double mms = 1000.0 * (double)(clock() - t1) / CLOCKS_PER_SEC / 40;
+            o += snprintf(line + o, sizeof line - (size_t)o, " %s %.3f ms,", cfg[c].what, mms);
+            sampler_free(s);
+        }
+        printf("%s\n", line);
+        free(mask);
         free(l);
     }
 }
@@ -1192,6 +1212,298 @@ static void test_nonfinite_logits(void)
     sampler_free(s);
 }
 
+/* ---- token masks (constrained decoding) ---- */
+
+/* mask[(V + 31) / 32] allowing exactly the ids with allow[id] != 0; the bits past the
+ * vocabulary are set to `pad` (they must not matter). */
+static void make_mask(uint32_t *mask, const unsigned char *allow, int V, bool pad)
+{
+    int words = (V + 31) / 32;
+    for (int w = 0; w < words; w++)
+        mask[w] = 0;
+    for (int i = 0; i < words * 32; i++) {
+        bool on = i < V ? allow[i] != 0 : pad;
+        if (on)
+            mask[i / 32] |= 1u << (i % 32);
+    }
+}
+
+static bool mask_allows(const uint32_t *mask, int32_t id)
+{
+    return (mask[id / 32] >> (id % 32)) & 1u;
+}
+
+/* Greedy and sampled draws never pick a banned token, with bias and penalties that favour
+ * the banned ones; the allowed ones keep their relative probabilities (chi-square against
+ * the reference distribution over the allowed tokens); the logits come back bit-identical. */
+static void test_mask_bans(void)
+{
+    enum { V = 40 };
+    float l[V];
+    random_logits(l, V, 1.0f, 4711);
+    l[3] = NAN;
+    l[9] = INFINITY; /* banned below: a banned +inf must not win */
+    l[11] = -INFINITY;
+    unsigned char allow[V];
+    for (int i = 0; i < V; i++)
+        allow[i] = i % 3 != 0 && i != 9;
+    uint32_t mask[(V + 31) / 32];
+    make_mask(mask, allow, V, false);
+    float orig[V];
+    memcpy(orig, l, sizeof l);
+
+    /* greedy: the banned +inf and the banned largest logits lose */
+    struct sampler_params p = params(0.0f, 0, 1.0f, 0.0f, 1);
+    struct sampler *s = sampler_create(&p, V);
+    float best = -INFINITY;
+    int32_t want = -1;
+    for (int i = 0; i < V; i++)
+        if (allow[i] && l[i] > best) {
+            best = l[i];
+            want = i;
+        }
+    CHECK(sampler_sample_masked(s, l, mask) == want, "greedy under the mask: want %d", want);
+    CHECK(sampler_sample(s, l) == 9, "unmasked greedy picks the +inf");
+    CHECK(memcmp(l, orig, sizeof l) == 0, "greedy: logits not restored");
+
+    /* bias +50 on banned ids and a presence penalty of -2 on a banned one (the mask comes
+     * before the penalties, so raising it does not unban it) */
+    p = params(1.0f, 0, 1.0f, 0.0f, 77);
+    p.presence_penalty = -2.0f;
+    p.repetition_penalty = 0.5f;
+    sampler_reset(s, &p);
+    int32_t bid[3] = {0, 6, 12};
+    float bv[3] = {50.0f, 50.0f, 3.0f};
+    CHECK(sampler_set_logit_bias(s, bid, bv, 3) == 0, "bias");
+    int32_t hist[4] = {12, 12, 5, 30};
+    for (int i = 0; i < 4; i++)
+        sampler_accept(s, hist[i]);
+    /* the reference distribution: processed logits (bias, penalties), banned ones -inf */
+    float proc[V];
+    memcpy(proc, l, sizeof l);
+    sampler_process_logits(s, proc);
+    for (int i = 0; i < V; i++)
+        if (!allow[i])
+            proc[i] = -INFINITY;
+    double prob[V];
+    int support = ref_dist(proc, V, &p, prob);
+    CHECK(support > 10, "support %d", support);
+    enum { DRAWS = 20000 };
+    long counts[V] = {0};
+    long banned = 0;
+    for (int d = 0; d < DRAWS; d++) {
+        int32_t t = sampler_sample_masked(s, l, mask);
+        if (t < 0 || t >= V || !allow[t]) {
+            banned++;
+        } else {
+            counts[t]++;
+        }
+        /* keep the history fixed: the step alone advances */
+        sampler_set_step(s, sampler_step(s) + 1);
+    }
+    CHECK(banned == 0, "%ld draws banned or failed", banned);
+    CHECK(memcmp(l, orig, sizeof l) == 0, "sampled: logits not restored");
+    int df;
+    double stat = chi2_stat(counts, prob, V, DRAWS, &df);
+    CHECK(stat < chi2_crit(df), "chi2 %g >= %g (df %d)", stat, chi2_crit(df), df);
+    /* power: the same draws against the distribution without the mask's renormalisation
+     * of one token (a third of its mass moved to the next allowed token) */
+    double wrong[V];
+    memcpy(wrong, prob, sizeof prob);
+    int hi = 0;
+    for (int i = 0; i < V; i++)
+        hi = prob[i] > prob[hi] ? i : hi;
+    int nx = hi + 1;
+    while (nx < V && prob[nx] == 0.0)
+        nx++;
+    if (nx == V)
+        for (nx = 0; prob[nx] == 0.0 || nx == hi; nx++) {}
+    wrong[nx] += prob[hi] / 3.0;
+    wrong[hi] -= prob[hi] / 3.0;
+    CHECK(chi2_stat(counts, wrong, V, DRAWS, &df) > chi2_crit(df), "a wrong distribution is not rejected");
+    sampler_free(s);
+}
+
+/* The mask is exactly a -inf logit applied after the bias and before the penalties: for
+ * random rows, parameters, histories, biases and masks (dense, sparse, one token, bits
+ * past the vocabulary either way), sampler_sample_masked picks the token sampler_sample
+ * picks on the row with the banned logits replaced by -inf, and sampler_probs_masked
+ * gives the same support and probabilities. */
+static void test_mask_equals_ban(void)
+{
+    static const int vocabs[3] = {37, 1000, 4099};
+    uint64_t rng = 99;
+    int compared = 0, errors = 0;
+    for (int vi = 0; vi < 3; vi++) {
+        const int V = vocabs[vi], W = (V + 31) / 32;
+        float *l = malloc((size_t)V * sizeof *l), *banned = malloc((size_t)V * sizeof *l);
+        float *orig = malloc((size_t)V * sizeof *l), *p1 = malloc((size_t)V * sizeof *l),
+              *p2 = malloc((size_t)V * sizeof *l);
+        int32_t *i1 = malloc((size_t)V * sizeof *i1), *i2 = malloc((size_t)V * sizeof *i2);
+        unsigned char *allow = malloc((size_t)V);
+        uint32_t *mask = malloc((size_t)W * sizeof *mask);
+        for (int trial = 0; trial < 60; trial++) {
+            random_logits(l, V, 1.0f + (float)(trial % 5), test_rng(&rng));
+            if (trial % 4 == 3) {
+                l[test_rng(&rng) % (uint64_t)V] = NAN;
+                l[test_rng(&rng) % (uint64_t)V] = INFINITY;
+                l[test_rng(&rng) % (uint64_t)V] = -INFINITY;
+            }
+            int density = (int)(test_rng(&rng) % 4); /* 0: one token, 1: 2%, 2: 50%, 3: 95% */
+            for (int i = 0; i < V; i++) {
+                uint64_t u = test_rng(&rng) % 100;
+                allow[i] = density == 1 ? u < 2 : density == 2 ? u < 50 : density == 3 ? u < 95 : 0;
+            }
+            if (density == 0)
+                allow[test_rng(&rng) % (uint64_t)V] = 1;
+            make_mask(mask, allow, V, trial % 2);
+            struct sampler_params p = params(trial % 6 == 0 ? 0.0f : 0.3f + 0.1f * (float)(trial % 13),
+                                             trial % 3 == 1 ? 1 + (int)(test_rng(&rng) % 60) : 0,
+                                             trial % 4 == 2 ? 0.7f : 1.0f, trial % 5 == 4 ? 0.05f : 0.0f,
+                                             test_rng(&rng));
+            if (trial % 2) {
+                p.repetition_penalty = 1.3f;
+                p.presence_penalty = -1.5f; /* raises seen tokens, banned ones included */
+                p.frequency_penalty = 0.4f;
+            }
+            struct sampler *s = sampler_create(&p, V), *r = sampler_create(&p, V);
+            int32_t bid[8];
+            float bv[8];
+            for (int j = 0; j < 8; j++) {
+                bid[j] = (int32_t)(test_rng(&rng) % (uint64_t)V);
+                bv[j] = j == 7 ? -INFINITY : (float)(test_unif(&rng) * 20.0 - 5.0);
+            }
+            sampler_set_logit_bias(s, bid, bv, 8);
+            sampler_set_logit_bias(r, bid, bv, 8);
+            for (int j = 0; j < 30; j++) {
+                int32_t t = (int32_t)(test_rng(&rng) % (uint64_t)V);
+                sampler_accept(s, t);
+                sampler_accept(r, t);
+            }
+            memcpy(orig, l, (size_t)V * sizeof *l);
+            for (int i = 0; i < V; i++)
+                banned[i] = allow[i] ? l[i] : -INFINITY;
+            for (int d = 0; d < 5; d++) {
+                int32_t got = sampler_sample_masked(s, l, mask);
+                int32_t want = sampler_sample(r, banned);
+                compared++;
+                if (got != want && errors++ < 5)
+                    fprintf(stderr, "    V=%d trial %d draw %d: masked %d, banned %d\n", V, trial, d, got,
+                            want);
+                if (got >= 0 && !mask_allows(mask, got) && errors++ < 5)
+                    fprintf(stderr, "    V=%d trial %d: drew banned %d\n", V, trial, got);
+                sampler_accept(s, got);
+                sampler_accept(r, got);
+            }
+            CHECK(memcmp(l, orig, (size_t)V * sizeof *l) == 0, "V=%d trial %d: logits not restored", V, trial);
+            int n1 = sampler_probs_masked(s, l, mask, i1, p1);
+            int n2 = sampler_probs(r, banned, i2, p2);
+            bool same = n1 == n2;
+            for (int j = 0; same && j < n1; j++)
+                same = i1[j] == i2[j] && p1[j] == p2[j];
+            CHECK(same, "V=%d trial %d: probs differ (%d vs %d entries)", V, trial, n1, n2);
+            for (int j = 0; j < n1; j++)
+                CHECK(mask_allows(mask, i1[j]), "V=%d trial %d: support holds banned %d", V, trial, i1[j]);
+            CHECK(memcmp(l, orig, (size_t)V * sizeof *l) == 0, "V=%d trial %d: probs: logits not restored", V,
+                  trial);
+            sampler_free(s);
+            sampler_free(r);
+        }
+        free(l);
+        free(banned);
+        free(orig);
+        free(p1);
+        free(p2);
+        free(i1);
+        free(i2);
+        free(allow);
+        free(mask);
+    }
+    CHECK(errors == 0, "%d of %d draws differ", errors, compared);
+}
+
+/* Top-k, top-p and min-p apply to what the mask leaves: the k best *allowed* tokens. */
+static void test_mask_filters(void)
+{
+    enum { V = 10 };
+    /* logits descending with the id: 9 is the most likely */
+    float l[V];
+    for (int i = 0; i < V; i++)
+        l[i] = 0.5f * (float)i;
+    unsigned char allow[V] = {1, 1, 1, 1, 1, 1, 1, 0, 0, 0};
+    uint32_t mask[1];
+    make_mask(mask, allow, V, true);
+    int32_t ids[V];
+    float pr[V];
+    struct sampler_params p = params(1.0f, 2, 1.0f, 0.0f, 5);
+    struct sampler *s = sampler_create(&p, V);
+    int n = sampler_probs_masked(s, l, mask, ids, pr);
+    CHECK(n == 2, "top-2 under the mask: %d tokens", n);
+    bool ok = n == 2 && ((ids[0] == 6 && ids[1] == 5) || (ids[0] == 5 && ids[1] == 6));
+    CHECK(ok, "top-2 under the mask: the allowed 5 and 6");
+    CHECK(sampler_probs(s, l, ids, pr) == 2 && (ids[0] == 9 || ids[0] == 8), "top-2 without the mask");
+    /* top-p 0.5 over the allowed tokens 0..6: weights e^(0.5 (i - 6)); the nucleus is
+     * {6, 5} (0.38 + 0.23 = 0.61 >= 0.5 of the mass, {6} alone 0.38 is not) */
+    p = params(1.0f, 0, 0.5f, 0.0f, 5);
+    sampler_reset(s, &p);
+    n = sampler_probs_masked(s, l, mask, ids, pr);
+    ok = n == 2 && ((ids[0] == 6 && ids[1] == 5) || (ids[0] == 5 && ids[1] == 6));
+    CHECK(ok, "top-p under the mask: %d tokens", n);
+    /* min-p 0.5 keeps weights >= half of the best allowed one: e^(-0.5) = 0.61, e^(-1) = 0.37 */
+    p = params(1.0f, 0, 1.0f, 0.5f, 5);
+    sampler_reset(s, &p);
+    n = sampler_probs_masked(s, l, mask, ids, pr);
+    ok = n == 2 && ((ids[0] == 6 && ids[1] == 5) || (ids[0] == 5 && ids[1] == 6));
+    CHECK(ok, "min-p under the mask: %d tokens", n);
+    /* a mask allowing everything (bits past the vocabulary clear) is no mask */
+    uint32_t all[1] = {(1u << V) - 1u};
+    p = params(0.9f, 0, 0.95f, 0.0f, 8);
+    sampler_reset(s, &p);
+    for (int d = 0; d < 50; d++) {
+        int32_t a = sampler_sample_masked(s, l, all), b = sampler_sample(s, l);
+        CHECK(a == b, "all-allowing mask changed draw %d: %d vs %d", d, a, b);
+        sampler_accept(s, a);
+    }
+    sampler_free(s);
+}
+
+/* Nothing allowed is samplable → ERR_RANGE, greedy or not, logits restored. */
+static void test_mask_nothing_allowed(void)
+{
+    enum { V = 70 };
+    float l[V], orig[V];
+    random_logits(l, V, 2.0f, 5);
+    l[64] = NAN;
+    l[65] = -INFINITY;
+    memcpy(orig, l, sizeof l);
+    unsigned char allow[V] = {0};
+    uint32_t mask[3];
+    int32_t ids[V];
+    float pr[V];
+    for (int greedy = 0; greedy < 2; greedy++) {
+        struct sampler_params p = params(greedy ? 0.0f : 1.0f, 0, 1.0f, 0.0f, 3);
+        struct sampler *s = sampler_create(&p, V);
+        memset(allow, 0, sizeof allow);
+        make_mask(mask, allow, V, true); /* only the bits past the vocabulary set */
+        CHECK(sampler_sample_masked(s, l, mask) == ERR_RANGE, "all banned (greedy %d)", greedy);
+        CHECK(sampler_probs_masked(s, l, mask, ids, pr) == ERR_RANGE, "probs, all banned (greedy %d)", greedy);
+        allow[64] = allow[65] = 1; /* only a NaN and a -inf allowed */
+        make_mask(mask, allow, V, false);
+        CHECK(sampler_sample_masked(s, l, mask) == ERR_RANGE, "only non-finite allowed (greedy %d)", greedy);
+        allow[10] = 1; /* one finite token allowed, but the bias bans it */
+        make_mask(mask, allow, V, false);
+        CHECK(sampler_sample_masked(s, l, mask) == 10, "the one allowed token (greedy %d)", greedy);
+        int32_t ten = 10;
+        float ninf = -INFINITY;
+        sampler_set_logit_bias(s, &ten, &ninf, 1);
+        CHECK(sampler_sample_masked(s, l, mask) == ERR_RANGE, "allowed but banned by the bias (greedy %d)",
+              greedy);
+        CHECK(sampler_sample_masked(NULL, l, mask) == ERR_INVALID, "NULL sampler");
+        CHECK(memcmp(l, orig, sizeof l) == 0, "logits not restored (greedy %d)", greedy);
+        sampler_free(s);
+    }
+}
+
 int main(void)
 {
     RUN(test_params_validate);
@@ -1213,5 +1525,9 @@ int main(void)
     RUN(test_large_vocab);
     RUN(test_logprobs);
     RUN(test_nonfinite_logits);
+    RUN(test_mask_bans);
+    RUN(test_mask_equals_ban);
+    RUN(test_mask_filters);
+    RUN(test_mask_nothing_allowed);
     return test_summary();
 }

@@ -108,7 +108,7 @@ static double run_decode(struct bench *b, int n, int ctx, int steps, int max_tok
             x->qs[1] = T;
             x->lens[0] = p0 + T;
             x->li[0] = T - 1;
-            x->smp[0] = (struct backend_sample){ b->greedy, -1 };
+            x->smp[0] = (struct backend_sample){ .sampler = b->greedy, .n_logprobs = -1 };
             struct batch pb = { T, 1, x->tok, x->pos, x->slot, x->qs, x->lens, x->bt, b->max_blocks, 1, x->li };
             if (b->ops->submit(b->impl, &pb, x->smp, err, errlen) || b->ops->wait(b->impl, x->out, err, errlen))
                 goto done;
@@ -120,7 +120,7 @@ static double run_decode(struct bench *b, int n, int ctx, int steps, int max_tok
             for (int k = 0; k < b->max_blocks; k++) a[i].bt[(size_t)s * b->max_blocks + k] = s * b->max_blocks + k;
             a[i].qs[s] = s;
             a[i].li[s] = s;
-            a[i].smp[s] = (struct backend_sample){ b->greedy, -1 };
+            a[i].smp[s] = (struct backend_sample){ .sampler = b->greedy, .n_logprobs = -1 };
         }
         a[i].qs[n] = n;
     }
@@ -171,7 +171,7 @@ static double run_prefill(struct bench *b, int len, char *err, size_t errlen)
         a.qs[1] = len;
         a.lens[0] = len;
         a.li[0] = len - 1;
-        a.smp[0] = (struct backend_sample){ b->greedy, -1 };
+        a.smp[0] = (struct backend_sample){ .sampler = b->greedy, .n_logprobs = -1 };
         struct batch pb = { len, 1, a.tok, a.pos, a.slot, a.qs, a.lens, a.bt, b->max_blocks, 1, a.li };
         double t0 = now_ms();
         if (b->ops->submit(b->impl, &pb, a.smp, err, errlen) || b->ops->wait(b->impl, a.out, err, errlen)) {

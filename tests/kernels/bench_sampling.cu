@@ -1,6 +1,8 @@
 /* bench_sampling.cu — benchmarks of kernels/sampling.cu at Qwen2.5-7B's vocabulary
  * (152,064) and 64 rows: greedy, temperature only (the direct draw), top-p 0.9, and the
- * full row (top-k 50 + top-p 0.9 + penalties over a 512-token history + 20 logprobs).
+ * full row (top-k 50 + top-p 0.9 + penalties over a 512-token history + 20 logprobs), and
+ * greedy / top-p under a token mask per row allowing a tenth of the ids (constrained
+ * decoding: the mask words are read beside the logits).
  * Each row reports the bytes one call must read at least (every logit once) against the
  * measured copy bandwidth; the issue's target is < 50 us per call for the 64 x 152k rows.
  *
@@ -41,7 +43,7 @@ struct sampling_case {
     const char *name;
     float t, top_p;
     int k, n_logprobs;
-    bool penalties, flat;
+    bool penalties, flat, masked;
 };
 
 static void bench_one(struct kbench *b, const float *d_logits_peaked, const float *d_logits_flat, int rows,
@@ -81,6 +83,15 @@ static void bench_one(struct kbench *b, const float *d_logits_peaked, const floa
     }
     ps[rows] = (int32_t)pid.size();
     bs[rows] = (int32_t)bid.size();
+    /* one mask per row: a pseudo-random tenth of the ids allowed */
+    const int words = (vocab + 31) / 32;
+    std::vector<int32_t> mrow(rows);
+    std::vector<uint32_t> masks(c.masked ? (size_t)rows * words : 1, 0u);
+    for (int r = 0; r < rows; r++) {
+        mrow[r] = r;
+        for (int i = 0; c.masked && i < vocab; i++)
+            if ((bench_rng(&x) & 1023) < 102) masks[(size_t)r * words + i / 32] |= 1u << (i % 32);
+    }
     /* ids must be unique within a row: step past repeats */
     for (int r = 0; r < rows; r++) {
         std::vector<char> seen(vocab, 0);
@@ -106,12 +117,15 @@ static void bench_one(struct kbench *b, const float *d_logits_peaked, const floa
     int32_t *d_ps = upload(ps), *d_pid = upload(pid), *d_bs = upload(bs), *d_bid = upload(bid);
     uint32_t *d_pinfo = upload(pinfo);
     float *d_bval = upload(bval);
+    int32_t *d_mrow = upload(mrow);
+    uint32_t *d_masks = upload(masks);
     sampling_output *d_out;
     KB_CHECK(cudaMalloc((void **)&d_out, rows * sizeof(sampling_output)));
     const float *lg = c.flat ? d_logits_flat : d_logits_peaked;
     double s = kbench_time(b, [&] {
         KB_CHECK(cuda_sampling(lg, vocab, rows, vocab, d_p, c.penalties ? d_ps : NULL, d_pid, d_pinfo,
-                             c.penalties ? d_bs : NULL, d_bid, d_bval, d_out, b->stream));
+                             c.penalties ? d_bs : NULL, d_bid, d_bval, c.masked ? d_mrow : NULL, d_masks, d_out,
+                             b->stream));
     });
     std::vector<sampling_output> o(rows);
     KB_CHECK(cudaMemcpy(o.data(), d_out, rows * sizeof(sampling_output), cudaMemcpyDeviceToHost));
@@ -122,7 +136,7 @@ static void bench_one(struct kbench *b, const float *d_logits_peaked, const floa
         }
     char shape[64];
     snprintf(shape, sizeof shape, "%d x %d%s", rows, vocab, c.flat ? " flat" : "");
-    kbench_row(b, c.name, shape, s, (double)rows * vocab * 4, 0.0, KB_MEMORY);
+    kbench_row(b, c.name, shape, s, (double)rows * vocab * (c.masked ? 4.125 : 4.0), 0.0, KB_MEMORY);
     cudaFree(d_p);
     cudaFree(d_ps);
     cudaFree(d_pid);
@@ -130,6 +144,8 @@ static void bench_one(struct kbench *b, const float *d_logits_peaked, const floa
     cudaFree(d_bs);
     cudaFree(d_bid);
     cudaFree(d_bval);
+    cudaFree(d_mrow);
+    cudaFree(d_masks);
     cudaFree(d_out);
 }
 
@@ -147,11 +163,13 @@ static void bench_sampling(struct kbench *b)
         for (int j = 0; j < 40; j++) peaked[(size_t)r * vocab + bench_rng(&x) % vocab] = 8.0f + 8.0f * bench_unif(&x);
     float *d_peaked = upload(peaked), *d_flat = upload(flat);
     static const sampling_case cases[] = {
-        { "sampling greedy", 0.0f, 1.0f, 0, -1, false, false },
-        { "sampling T=1", 1.0f, 1.0f, 0, -1, false, false },
-        { "sampling top-p 0.9", 0.8f, 0.9f, 0, -1, false, false },
-        { "sampling k50 p0.9 pen lp20", 0.7f, 0.9f, 50, 20, true, false },
-        { "sampling top-p 0.9", 0.8f, 0.9f, 0, -1, false, true },
+        { "sampling greedy", 0.0f, 1.0f, 0, -1, false, false, false },
+        { "sampling T=1", 1.0f, 1.0f, 0, -1, false, false, false },
+        { "sampling top-p 0.9", 0.8f, 0.9f, 0, -1, false, false, false },
+        { "sampling k50 p0.9 pen lp20", 0.7f, 0.9f, 50, 20, true, false, false },
+        { "sampling top-p 0.9", 0.8f, 0.9f, 0, -1, false, true, false },
+        { "sampling greedy mask 10%", 0.0f, 1.0f, 0, -1, false, false, true },
+        { "sampling top-p 0.9 mask 10%", 0.8f, 0.9f, 0, -1, false, false, true },
     };
     for (const sampling_case &c : cases) bench_one(b, d_peaked, d_flat, rows, vocab, c);
     cudaFree(d_peaked);

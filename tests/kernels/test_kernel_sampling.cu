@@ -2,8 +2,8 @@
  *
  * The twin is the CPU backend's own sampler: per row, a struct sampler given the same
  * parameters, history (prompt flags and output counts from the penalty CSR), logit bias
- * and step, then sampler_sample on the raw row and sampler_logprobs (cpu_sampling below,
- * with the launcher's arguments). The rule is computed with exact integer weights on both
+ * and step, then sampler_sample_masked on the raw row with the row's token mask and
+ * sampler_logprobs (cpu_sampling below, with the launcher's arguments). The rule is computed with exact integer weights on both
  * sides, so the check is exact: the same token for every row (zero mismatches), the same
  * status, the same top-N logprob ids; logprob values within float rounding of the CPU's
  * double log-sum-exp.
@@ -13,7 +13,9 @@
  * fallback), all equal (ties everywhere), quantised (many ties), with NaN / -inf / +inf
  * entries, and all -inf/NaN (error); greedy, temperature only, top-k 1 / 5 / 50 / large,
  * top-p 0.1 / 0.9, min-p, their combinations; repetition / presence / frequency penalties
- * over random histories; logit bias with repeated ids and -inf bans; logprobs 0 / 5 / 20;
+ * over random histories; logit bias with repeated ids and -inf bans; token masks (dense,
+ * half, sparse, one token, banning the argmax or a +inf, allowing only non-finite logits
+ * or nothing, shared by rows, on modified tokens, through every path); logprobs 0 / 5 / 20;
  * steps up to 2^50; every fast path and every fallback of the kernel; invalid parameters
  * and malformed CSR data per row. Plus: Philox on the device against the known-answer
  * vectors (and cuRAND on a GPU), batch independence, and a chi-square test of many GPU
@@ -44,9 +46,11 @@ extern "C" {
 static void cpu_sampling(const float *logits, int64_t row_stride, int num_rows, int vocab,
                          const sampling_params *params, const int32_t *pen_start, const int32_t *pen_ids,
                          const uint32_t *pen_info, const int32_t *bias_start, const int32_t *bias_ids,
-                         const float *bias_vals, sampling_output *out)
+                         const float *bias_vals, const int32_t *mask_row, const uint32_t *masks,
+                         sampling_output *out)
 {
     std::vector<float> row(vocab);
+    const int64_t mask_words = (vocab + 31) / 32;
     for (int r = 0; r < num_rows; r++) {
         const sampling_params &P = params[r];
         sampling_output &o = out[r];
@@ -87,7 +91,8 @@ static void cpu_sampling(const float *logits, int64_t row_stride, int num_rows, 
         if (o.status == SAMPLING_OK) {
             sampler_set_step(s, P.step);
             memcpy(row.data(), logits + (int64_t)r * row_stride, (size_t)vocab * sizeof(float));
-            int32_t t = sampler_sample(s, row.data());
+            const uint32_t *mask = mask_row && mask_row[r] >= 0 ? masks + mask_row[r] * mask_words : NULL;
+            int32_t t = sampler_sample_masked(s, row.data(), mask);
             if (t < 0) {
                 o.status = SAMPLING_ERR_NO_TOKEN;
             } else {
@@ -114,8 +119,17 @@ struct batch {
     std::vector<uint32_t> pen_info;
     std::vector<int32_t> bias_start{ 0 }, bias_ids;
     std::vector<float> bias_vals;
+    std::vector<int32_t> mask_row;  /* [rows] index into masks, -1: none */
+    std::vector<uint32_t> masks;    /* [n][(V + 31) / 32] */
     std::vector<std::string> what;
     int rows() const { return (int)params.size(); }
+    int mask_words() const { return (V + 31) / 32; }
+    bool any_mask() const
+    {
+        for (int32_t m : mask_row)
+            if (m >= 0) return true;
+        return false;
+    }
 };
 
 static sampling_params make_params(float t, int k, float top_p, float min_p, int n_lp, uint64_t seed, uint64_t step)
@@ -216,6 +230,7 @@ static void add_row(batch &b, ktest_rng &rng, kind k, sampling_params p, int n_h
     sampler_free(s);
     if (p.step < gen) p.step = gen; /* the step counts the generated tokens at least */
     b.params.push_back(p);
+    b.mask_row.push_back(-1);
     char w[192];
     snprintf(w, sizeof w, "V=%d %s T=%g k=%d p=%g min_p=%g rep=%g pres=%g freq=%g lp=%d hist=%d bias=%d step=%llu",
              V, KIND_NAME[k], (double)p.temperature, p.top_k, (double)p.top_p, (double)p.min_p,
@@ -260,8 +275,16 @@ static void check_batch(const batch &b, const char *tag)
 {
     const int n = b.rows();
     std::vector<sampling_output> ref(n);
+    const bool masked = b.any_mask();
     cpu_sampling(b.logits.data(), b.stride, n, b.V, b.params.data(), b.pen_start.data(), b.pen_ids.data(),
-                 b.pen_info.data(), b.bias_start.data(), b.bias_ids.data(), b.bias_vals.data(), ref.data());
+                 b.pen_info.data(), b.bias_start.data(), b.bias_ids.data(), b.bias_vals.data(),
+                 masked ? b.mask_row.data() : NULL, b.masks.data(), ref.data());
+    kbuf<int32_t> d_mr(n);
+    kbuf<uint32_t> d_masks(b.masks.size() + 1);
+    if (masked) {
+        d_mr.upload(b.mask_row);
+        KCHECK_CUDA(cudaMemcpy(d_masks.ptr, b.masks.data(), b.masks.size() * 4, cudaMemcpyHostToDevice));
+    }
     kbuf<float> d_logits(b.logits.size());
     kbuf<sampling_params> d_params(n);
     kbuf<int32_t> d_ps(n + 1), d_pi(b.pen_ids.size() + 1), d_bs(n + 1), d_bi(b.bias_ids.size() + 1);
@@ -283,7 +306,7 @@ static void check_batch(const batch &b, const char *tag)
     KTEST_SEEDS(s) {
         d_out.poison();
         int rc = cuda_sampling(d_logits.ptr, b.stride, n, b.V, d_params.ptr, d_ps.ptr, d_pi.ptr, d_pn.ptr, d_bs.ptr,
-                               d_bi.ptr, d_bv.ptr, d_out.ptr, 0);
+                               d_bi.ptr, d_bv.ptr, masked ? d_mr.ptr : NULL, d_masks.ptr, d_out.ptr, 0);
         CHECK(rc == 0, "%s: cuda_sampling returned %d", tag, rc);
         KCHECK_CUDA(cudaDeviceSynchronize());
         std::vector<sampling_output> got = d_out.download();
@@ -298,6 +321,8 @@ static void check_batch(const batch &b, const char *tag)
     CHECK_GUARD(d_bs);
     CHECK_GUARD(d_bi);
     CHECK_GUARD(d_bv);
+    CHECK_GUARD(d_mr);
+    CHECK_GUARD(d_masks);
     CHECK_GUARD(d_out);
 }
 
@@ -472,7 +497,8 @@ static void test_row_errors(void)
         /* row 0 is the malformed one; row 1 must come out as the twin says */
         std::vector<sampling_output> ref(2);
         cpu_sampling(e.logits.data(), 300, 2, 300, e.params.data(), e.pen_start.data(), e.pen_ids.data(),
-                     e.pen_info.data(), e.bias_start.data(), e.bias_ids.data(), e.bias_vals.data(), ref.data());
+                     e.pen_info.data(), e.bias_start.data(), e.bias_ids.data(), e.bias_vals.data(), NULL, NULL,
+                     ref.data());
         if (which == 0) e.pen_ids[0] = e.pen_ids[1];
         if (which == 1) e.bias_ids[0] = 300;
         if (which == 2) e.bias_vals[0] = NAN;
@@ -493,7 +519,7 @@ static void test_row_errors(void)
         KTEST_SEEDS(s) {
             d_o.poison();
             int rc = cuda_sampling(d_l.ptr, 300, 2, 300, d_p.ptr, d_ps.ptr, d_pi.ptr, d_pn.ptr, d_bs.ptr, d_bi.ptr,
-                                   d_bv.ptr, d_o.ptr, 0);
+                                   d_bv.ptr, NULL, NULL, d_o.ptr, 0);
             CHECK(rc == 0, "malformed %d: launch %d", which, rc);
             std::vector<sampling_output> got = d_o.download();
             CHECK(got[0].status == SAMPLING_ERR_INPUT && got[0].token == -1 && got[0].n_top == 0,
@@ -509,22 +535,144 @@ static void test_row_errors(void)
     }
 }
 
+/* ---- token masks ------------------------------------------------------------------------- */
+
+enum mask_kind { M_DENSE, M_HALF, M_SPARSE, M_ONE, M_NO_ARGMAX, M_NONFINITE, M_NONE, M_COUNT };
+static const char *const MASK_NAME[M_COUNT] = { "dense", "half", "sparse", "one", "no-argmax", "nonfinite-only",
+                                                "none-allowed" };
+
+/* Gives the last row a token mask of kind k (a new one, or with share the previous row's
+ * when that has one). The bits past the vocabulary are random: they must not matter. */
+static void mask_last_row(batch &b, ktest_rng &rng, mask_kind k, bool share = false)
+{
+    const int V = b.V, W = b.mask_words(), r = b.rows() - 1;
+    if (share && r > 0 && b.mask_row[r - 1] >= 0) {
+        b.mask_row[r] = b.mask_row[r - 1];
+        b.what[r] += " mask=shared";
+        return;
+    }
+    const float *l = b.logits.data() + (size_t)r * b.stride;
+    const size_t off = b.masks.size();
+    b.masks.resize(off + (size_t)W, 0u);
+    uint32_t *m = b.masks.data() + off;
+    for (int i = V; i < W * 32; i++)
+        if (rng.below(2)) m[i >> 5] |= 1u << (i & 31);
+    int best = -1; /* the raw argmax (a +inf included) */
+    for (int i = 0; i < V; i++)
+        if (l[i] > -INFINITY && (best < 0 || l[i] > l[best])) best = i;
+    const int one = rng.below(V);
+    for (int i = 0; i < V; i++) {
+        bool on = false;
+        switch (k) {
+        case M_DENSE: on = rng.below(10) != 0; break;
+        case M_HALF: on = rng.below(2) != 0; break;
+        case M_SPARSE: on = rng.below(100) == 0 || i == one; break;
+        case M_ONE: on = i == one; break;
+        case M_NO_ARGMAX: on = i != best && rng.below(4) != 0; break;
+        case M_NONFINITE: on = !(l[i] > -INFINITY && l[i] < INFINITY); break;
+        default: on = false; break;
+        }
+        if (on) m[i >> 5] |= 1u << (i & 31);
+    }
+    b.mask_row[r] = (int32_t)(off / (size_t)W);
+    b.what[r] += std::string(" mask=") + MASK_NAME[k];
+}
+
+/* Masked rows against the twin: every mask kind under every parameter family, on rows
+ * with penalties and bias (banned modified tokens), unmasked rows between them, shared
+ * masks; then the paths of a large row: the exact fallbacks, the direct draw, greedy. */
+static void test_masks(void)
+{
+    static const cfg cfgs[] = {
+        { 0.0f, 0, 1.0f, 0.0f },   { 1.0f, 0, 1.0f, 0.0f },  { 0.8f, 5, 1.0f, 0.0f },  { 1.2f, 50, 1.0f, 0.0f },
+        { 1.0f, 0, 0.9f, 0.0f },   { 1.0f, 0, 0.1f, 0.0f },  { 0.9f, 0, 1.0f, 0.05f }, { 0.6f, 40, 0.9f, 0.02f },
+        { 2.0f, 700, 0.95f, 0.0f },
+    };
+    uint64_t seed = 500;
+    for (int V : { 257, 1001 }) {
+        batch b;
+        b.V = V;
+        b.stride = V == 257 ? 260 : 1003;
+        ktest_rng rng(1234 + V);
+        int i = 0;
+        for (const cfg &c : cfgs)
+            for (int m = 0; m < M_COUNT; m++, i++) {
+                sampling_params p = make_params(c.t, c.k, c.top_p, c.min_p, (int)(i % 4 == 0 ? -1 : i % 21), seed++,
+                                                (uint64_t)rng.below(1000) << (i % 37));
+                int n_hist = 0, n_bias = 0;
+                if (i % 3 == 1) {
+                    p.repetition_penalty = rng.uniform(0.7f, 1.6f);
+                    p.presence_penalty = rng.uniform(-2.0f, 1.0f);
+                    p.frequency_penalty = rng.uniform(-1.0f, 1.0f);
+                    n_hist = 1 + rng.below(120);
+                }
+                if (i % 4 != 0) n_bias = 1 + rng.below(12);
+                kind k = (kind)(i % (K_COUNT - 1)); /* the dead rows fail whatever the mask */
+                add_row(b, rng, k, p, n_hist, n_bias);
+                mask_last_row(b, rng, (mask_kind)m, i % 11 == 10);
+                if (i % 5 == 0) /* an unmasked row between masked ones */
+                    add_row(b, rng, k, make_params(c.t, c.k, c.top_p, c.min_p, 3, seed++, 9), 0, 2);
+            }
+        check_batch(b, V == 257 ? "masks V=257" : "masks V=1001 unaligned");
+    }
+    {
+        batch b;
+        b.V = 6007;
+        b.stride = 6009;
+        ktest_rng rng(6006);
+        add_row(b, rng, K_FLAT, make_params(1.0f, 0, 0.9f, 0.0f, 5, 1, 10), 0, 0); /* nucleus > candidates */
+        mask_last_row(b, rng, M_HALF);
+        add_row(b, rng, K_FLAT, make_params(0.8f, 4500, 0.5f, 0.0f, -1, 2, 11), 0, 4); /* k > capacity / 2 */
+        mask_last_row(b, rng, M_DENSE);
+        add_row(b, rng, K_EQUAL, make_params(0.9f, 5, 1.0f, 0.0f, 20, 4, 13), 0, 0); /* ties, raw ties > capacity */
+        mask_last_row(b, rng, M_SPARSE);
+        add_row(b, rng, K_NORMAL, make_params(1.0f, 0, 1.0f, 0.0f, 3, 5, 14), 40, 6); /* the direct draw */
+        mask_last_row(b, rng, M_HALF);
+        sampling_params p = make_params(1.0f, 0, 0.97f, 0.0f, 2, 6, 15);
+        p.repetition_penalty = 1.3f;
+        add_row(b, rng, K_FLAT, p, 300, 20);
+        mask_last_row(b, rng, M_NO_ARGMAX);
+        check_batch(b, "masks V=6007");
+    }
+    {
+        batch b;
+        b.V = 49152;
+        b.stride = 49152;
+        ktest_rng rng(49);
+        add_row(b, rng, K_PEAKED, make_params(0.0f, 0, 1.0f, 0.0f, 20, 1, 0), 0, 0);
+        mask_last_row(b, rng, M_NO_ARGMAX);
+        sampling_params p = make_params(0.7f, 0, 0.9f, 0.0f, 20, 2, 31);
+        p.presence_penalty = -1.0f;
+        add_row(b, rng, K_NORMAL, p, 200, 8);
+        mask_last_row(b, rng, M_SPARSE);
+        add_row(b, rng, K_NORMAL, make_params(1.0f, 0, 1.0f, 0.0f, -1, 3, 5), 0, 0);
+        mask_last_row(b, rng, M_HALF, true);
+        add_row(b, rng, K_FLAT, make_params(1.0f, 3000, 1.0f, 0.0f, 5, 4, 6), 0, 0); /* candidates overflow */
+        mask_last_row(b, rng, M_DENSE);
+        add_row(b, rng, K_NORMAL, make_params(0.8f, 20, 1.0f, 0.0f, 5, 5, 7), 0, 0); /* unmasked */
+        check_batch(b, "masks V=49152");
+    }
+}
+
 /* Launcher arguments it cannot run with. */
 static void test_invalid_args(void)
 {
     kbuf<float> d_l(64);
     kbuf<sampling_params> d_p(1);
     kbuf<sampling_output> d_o(1);
-    CHECK(cuda_sampling(d_l.ptr, 64, 1, 0, d_p.ptr, NULL, NULL, NULL, NULL, NULL, NULL, d_o.ptr, 0) ==
+    CHECK(cuda_sampling(d_l.ptr, 64, 1, 0, d_p.ptr, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, d_o.ptr, 0) ==
               (int)cudaErrorInvalidValue, "vocab 0");
-    CHECK(cuda_sampling(d_l.ptr, 32, 1, 64, d_p.ptr, NULL, NULL, NULL, NULL, NULL, NULL, d_o.ptr, 0) ==
+    CHECK(cuda_sampling(d_l.ptr, 32, 1, 64, d_p.ptr, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, d_o.ptr, 0) ==
               (int)cudaErrorInvalidValue, "stride < vocab");
     CHECK(cuda_sampling(d_l.ptr, SAMPLING_MAX_VOCAB + 1, 1, SAMPLING_MAX_VOCAB + 1, d_p.ptr, NULL, NULL, NULL, NULL,
-                        NULL, NULL, d_o.ptr, 0) == (int)cudaErrorInvalidValue, "vocab too large");
+                        NULL, NULL, NULL, NULL, d_o.ptr, 0) == (int)cudaErrorInvalidValue, "vocab too large");
     int32_t *fake = (int32_t *)d_l.ptr;
-    CHECK(cuda_sampling(d_l.ptr, 64, 1, 64, d_p.ptr, fake, NULL, NULL, NULL, NULL, NULL, d_o.ptr, 0) ==
+    CHECK(cuda_sampling(d_l.ptr, 64, 1, 64, d_p.ptr, fake, NULL, NULL, NULL, NULL, NULL, NULL, NULL, d_o.ptr, 0) ==
               (int)cudaErrorInvalidValue, "penalty offsets without ids");
-    CHECK(cuda_sampling(d_l.ptr, 64, 0, 64, d_p.ptr, NULL, NULL, NULL, NULL, NULL, NULL, d_o.ptr, 0) == 0, "0 rows");
+    CHECK(cuda_sampling(d_l.ptr, 64, 1, 64, d_p.ptr, NULL, NULL, NULL, NULL, NULL, NULL, fake, NULL, d_o.ptr, 0) ==
+              (int)cudaErrorInvalidValue, "mask rows without masks");
+    CHECK(cuda_sampling(d_l.ptr, 64, 0, 64, d_p.ptr, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, d_o.ptr, 0) == 0,
+          "0 rows");
     std::vector<sampling_output> o = d_o.download();
     const unsigned char *bytes = (const unsigned char *)o.data();
     bool untouched = true;
@@ -555,9 +703,11 @@ static void test_batch_independence(void)
     rb.bias_start = { 0 };
     rb.bias_ids.clear();
     rb.bias_vals.clear();
+    rb.mask_row.clear();
     for (int r = b.rows() - 1; r >= 0; r--) {
         rb.logits.insert(rb.logits.end(), b.logits.begin() + (size_t)r * 500, b.logits.begin() + (size_t)(r + 1) * 500);
         rb.params.push_back(b.params[r]);
+        rb.mask_row.push_back(b.mask_row[r]);
         rb.what.push_back(b.what[r]);
         rb.pen_ids.insert(rb.pen_ids.end(), b.pen_ids.begin() + b.pen_start[r], b.pen_ids.begin() + b.pen_start[r + 1]);
         rb.pen_info.insert(rb.pen_info.end(), b.pen_info.begin() + b.pen_start[r],
@@ -643,7 +793,7 @@ static void test_chi_square(void)
         d_l.upload(logits);
         d_p.upload(params);
         d_o.poison();
-        int rc = cuda_sampling(d_l.ptr, V, N, V, d_p.ptr, NULL, NULL, NULL, NULL, NULL, NULL, d_o.ptr, 0);
+        int rc = cuda_sampling(d_l.ptr, V, N, V, d_p.ptr, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, d_o.ptr, 0);
         CHECK(rc == 0, "launch %d", rc);
         std::vector<sampling_output> got = d_o.download();
         /* the exact distribution: top-k (no ties here), weights exp((l - max) / T), nucleus */
@@ -742,6 +892,7 @@ int main(void)
     RUN(test_random_rows);
     RUN(test_fallbacks);
     RUN(test_row_errors);
+    RUN(test_masks);
     RUN(test_batch_independence);
     RUN(test_large_vocab);
     RUN(test_chi_square);

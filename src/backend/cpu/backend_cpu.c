@@ -1,6 +1,7 @@
 /* backend_cpu.c — the CPU implementation of backend.h: the forward of model/forward.c over
  * a paged KV cache in host memory (model/kv_cache.c), and host sampling with each row's
- * struct sampler — sampler_sample, then sampler_logprobs over the same raw row when asked.
+ * struct sampler — sampler_sample_masked (under the row's token mask, if any), then
+ * sampler_logprobs over the same raw row when asked (logprobs ignore the mask).
  *
  * Owns the forward state (every activation buffer for max_num_batched_tokens rows and
  * max_num_seqs logits rows), the KV cache (sized from num_blocks, or from cpu_kv_bytes),
@@ -74,14 +75,14 @@ static void sample_row(struct cpu_backend *c, float *row, const struct backend_s
     c->rows++;
     if (c->fault_nan_row && c->rows == c->fault_nan_row)
         for (int v = 0; v < vocab; v++) row[v] = NAN;
-    int32_t tok = sampler_sample(s->sampler, row);
+    int32_t tok = sampler_sample_masked(s->sampler, row, s->mask);
     if (tok < 0) {
         o->status = tok;
         return;
     }
     o->token = tok;
     if (s->n_logprobs < 0) return;
-    /* sampler_sample restored the raw row: logprobs are over the model's logits */
+    /* sampler_sample_masked restored the raw row: logprobs are over the model's logits */
     o->logprob = -INFINITY;
     int n_top = sampler_logprobs(row, vocab, tok, s->n_logprobs, o->top_ids, o->top_logprobs, &o->logprob);
     o->n_top = n_top > 0 ? n_top : 0;

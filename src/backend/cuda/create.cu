@@ -339,7 +339,8 @@ static int profile_step(struct cuda_backend *b, char *err, size_t errlen)
     }
     for (int i = 0; i < L; i++) {
         li[i] = (int32_t)((int64_t)i * T / L);
-        smp[i] = (struct backend_sample){ greedy, -1 };
+        smp[i].sampler = greedy; /* calloc'd: no mask */
+        smp[i].n_logprobs = -1;
     }
     {
         struct batch pb = { T, S, tok, pos, slots, qs, lens, bt, b->max_blocks, L, li };

@@ -6,8 +6,8 @@
  *   - the paged KV cache, one pool per layer (struct kv_layer views of device memory);
  *   - every buffer a step needs, sized once for the largest step (max_num_batched_tokens
  *     rows, max_num_seqs logits rows) — nothing is allocated per step;
- *   - one pinned staging buffer for a step's packed inputs (one H2D copy) and one for the
- *     sampled tokens (one D2H copy);
+ *   - one pinned staging buffer for a step's packed inputs (one H2D copy; room for a token
+ *     mask on every logits row) and one for the sampled tokens (one D2H copy);
  *   - the CUDA graphs of decode-only steps, one per batch-size bucket.
  * Invariants: at most one step in flight (submit, wait, submit, ...); the fixed device
  * input buffers (token ids, positions, slots, query starts, sequence lengths, block
@@ -100,8 +100,9 @@ struct cu_bufs {
 /* Section offsets of one step's packed inputs (host staging = device staging). */
 struct cu_layout {
     size_t tok, pos, slot, qs, lens, bt_start, bt_ids, li, params, pen_start, pen_ids, pen_info, bias_start,
-        bias_ids, bias_vals, total;
+        bias_ids, bias_vals, mask_row, masks, total;
     size_t npen, nbias; /* penalty-history and logit-bias entries */
+    size_t nmask;       /* token masks (rows with backend_sample.mask) */
 };
 
 struct cu_graph {

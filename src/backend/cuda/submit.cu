@@ -5,7 +5,8 @@
  * A step on the stream, in order:
  *   1. one cudaMemcpyAsync of the packed inputs (token ids, positions, slots, query
  *      starts, sequence lengths, block tables in CSR form, logits rows, sampling
- *      parameters, penalty-history and logit-bias CSRs) into the device staging buffer;
+ *      parameters, penalty-history and logit-bias CSRs, the token masks of the rows that
+ *      have one) into the device staging buffer;
  *   2. cuda_step_unpack into the fixed device buffers, resolving BACKEND_TOKEN_PREV(k)
  *      from the previous step's sampled tokens, still on the device, and padding a decode
  *      step to its graph bucket (slot -1, seq_len 0);
@@ -20,7 +21,8 @@
  *
  * Samplers are read at submit (params, step, penalty history, logit bias), never
  * advanced: the engine must sampler_accept the previous step's tokens before it submits
- * a step that samples the same sequence again.
+ * a step that samples the same sequence again. Token masks are copied at submit too, so
+ * the caller may reuse a mask's memory once submit returns.
  */
 #include "backend/cuda/cuda_backend.h"
 
@@ -40,7 +42,8 @@ static_assert(SAMPLER_MAX_TOP_LOGPROBS == SAMPLING_MAX_TOP_LOGPROBS, "top-logpro
 
 static size_t al16(size_t x) { return (x + 15) & ~(size_t)15; }
 
-static void layout_for(struct cu_layout *o, size_t T, size_t S, size_t nbt, size_t L, size_t npen, size_t nbias)
+static void layout_for(struct cu_layout *o, size_t T, size_t S, size_t nbt, size_t L, size_t npen, size_t nbias,
+                       size_t nmask, size_t mask_words)
 {
     size_t off = 0;
 #define SEC(field, bytes)                                                                      \
@@ -63,17 +66,22 @@ static void layout_for(struct cu_layout *o, size_t T, size_t S, size_t nbt, size
     SEC(bias_start, 4 * (L + 1));
     SEC(bias_ids, 4 * nbias);
     SEC(bias_vals, 4 * nbias);
+    SEC(mask_row, 4 * L);
+    SEC(masks, 4 * nmask * mask_words);
 #undef SEC
     o->total = off;
     o->npen = npen;
     o->nbias = nbias;
+    o->nmask = nmask;
 }
+
+static size_t mask_words(const struct cuda_backend *b) { return ((size_t)b->m->cfg.vocab_size + 31) / 32; }
 
 size_t cu_staging_capacity(const struct cuda_backend *b)
 {
     struct cu_layout o;
     layout_for(&o, (size_t)b->Tmax, (size_t)b->Smax, (size_t)b->Smax * (size_t)b->max_blocks, (size_t)b->Lmax,
-               b->pen_cap, (size_t)b->Lmax * SAMPLER_MAX_LOGIT_BIAS);
+               b->pen_cap, (size_t)b->Lmax * SAMPLER_MAX_LOGIT_BIAS, (size_t)b->Lmax, mask_words(b));
     return o.total;
 }
 
@@ -157,7 +165,7 @@ static int pack(struct cuda_backend *b, const struct batch *bt, const struct bac
                 struct cu_layout *lo, char *err, size_t errlen)
 {
     const int T = bt->num_tokens, S = bt->num_seqs, L = samples ? bt->num_logits : 0;
-    size_t npen = 0, nbias = 0;
+    size_t npen = 0, nbias = 0, nmask = 0;
     for (int i = 0; i < L; i++) {
         const struct sampler *s = samples[i].sampler;
         if (!s) return err_set(err, errlen, ERR_INVALID, "batch: logits row %d has no sampler", i);
@@ -167,12 +175,14 @@ static int pack(struct cuda_backend *b, const struct batch *bt, const struct bac
         if (penalties_on(sampler_get_params(s))) npen += (size_t)sampler_history_len(s);
         b->h_bias_start[i] = (int32_t)nbias;
         nbias += (size_t)sampler_logit_bias(s, b->h_bias_ids + nbias, b->h_bias_vals + nbias);
+        nmask += samples[i].mask != NULL;
     }
     b->h_bias_start[L] = (int32_t)nbias;
     if (npen > b->pen_cap)
         return err_set(err, errlen, ERR_RANGE, "batch: %zu penalty-history entries, the backend holds %zu", npen,
                        b->pen_cap);
-    layout_for(lo, (size_t)T, (size_t)S, nbt, (size_t)bt->num_logits, npen, nbias);
+    const size_t mw = mask_words(b);
+    layout_for(lo, (size_t)T, (size_t)S, nbt, (size_t)bt->num_logits, npen, nbias, nmask, mw);
     unsigned char *h = b->h_staging;
     memcpy(h + lo->tok, bt->token_ids, 4 * (size_t)T);
     memcpy(h + lo->pos, bt->positions, 4 * (size_t)T);
@@ -197,6 +207,13 @@ static int pack(struct cuda_backend *b, const struct batch *bt, const struct bac
     memcpy(h + lo->bias_start, b->h_bias_start, 4 * (size_t)(L + 1));
     memcpy(h + lo->bias_ids, b->h_bias_ids, 4 * nbias);
     memcpy(h + lo->bias_vals, b->h_bias_vals, 4 * nbias);
+    int32_t *mrow = (int32_t *)(h + lo->mask_row);
+    uint32_t *masks = (uint32_t *)(h + lo->masks);
+    int32_t nm = 0;
+    for (int i = 0; i < L; i++) {
+        mrow[i] = samples[i].mask ? nm : -1;
+        if (samples[i].mask) memcpy(masks + (size_t)nm++ * mw, samples[i].mask, 4 * mw);
+    }
     for (int i = 0; i < L; i++) {
         const struct sampler *s = samples[i].sampler;
         const struct sampler_params *p = sampler_get_params(s);
@@ -276,11 +293,13 @@ static int enqueue(struct cuda_backend *b, const struct batch *bt, const struct 
         }
     }
     if (sample && L) {
-        const bool pen = lo->npen > 0, bias = lo->nbias > 0;
+        const bool pen = lo->npen > 0, bias = lo->nbias > 0, mask = lo->nmask > 0;
         e = cuda_sampling(d->logits, vocab, L, vocab, (const struct sampling_params *)(ds + lo->params),
                           pen ? (const int32_t *)(ds + lo->pen_start) : NULL, (const int32_t *)(ds + lo->pen_ids),
                           (const uint32_t *)(ds + lo->pen_info), bias ? (const int32_t *)(ds + lo->bias_start) : NULL,
-                          (const int32_t *)(ds + lo->bias_ids), (const float *)(ds + lo->bias_vals), d->samples, st);
+                          (const int32_t *)(ds + lo->bias_ids), (const float *)(ds + lo->bias_vals),
+                          mask ? (const int32_t *)(ds + lo->mask_row) : NULL, (const uint32_t *)(ds + lo->masks),
+                          d->samples, st);
         if (e) return cu_error(b, true, e, err, errlen, "step %ld: kernel sampling", b->step_no);
         if ((e = cudaMemcpyAsync(b->h_samples, d->samples, sizeof(struct sampling_output) * (size_t)L,
                                  cudaMemcpyDeviceToHost, st)))
