@@ -52,7 +52,7 @@ void rsn_init(struct rsn_split *r, enum rsn_kind kind, bool opened)
 
 bool rsn_in_reasoning(const struct rsn_split *r)
 {
-    return r->state == ST_REASON || (r->state == ST_START && r->kind != RSN_NONE);
+    return r->state == ST_REASON || (r->state == ST_START && r->default_in);
 }
 
 static int put(rsn_out_fn out, void *ud, bool reasoning, const char *s, size_t len)

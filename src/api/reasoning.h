@@ -50,8 +50,9 @@ void rsn_init(struct rsn_split *r, enum rsn_kind kind, bool opened);
 int rsn_feed(struct rsn_split *r, const char *s, size_t len, rsn_out_fn out, void *ud);
 /* The end of the output: releases held bytes in the current part. */
 int rsn_flush(struct rsn_split *r, rsn_out_fn out, void *ud);
-/* True while the output is (or, at its start, may be) inside the reasoning: for counting
- * reasoning tokens. */
+/* True while the output is inside the reasoning (at its start: when it starts there
+ * without an opening tag), for counting reasoning tokens: a caller counts a delta's
+ * tokens as reasoning when this is true before or after feeding it. */
 bool rsn_in_reasoning(const struct rsn_split *r);
 
 #endif

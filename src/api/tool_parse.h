@@ -93,7 +93,7 @@ int tparse_feed(struct tparse *p, const char *s, size_t len);
 /* The end of the output: decides everything held (an unterminated call is parsed if its
  * JSON is complete, else passed on as content). Call once. */
 int tparse_finish(struct tparse *p);
-/* True while the parser is inside (or, at the start, possibly inside) the reasoning. */
+/* rsn_in_reasoning of the parser's reasoning split. */
 bool tparse_in_reasoning(const struct tparse *p);
 void tparse_free(struct tparse *p);
 

@@ -7,11 +7,16 @@
  * positions; the result must be the same each time, so nothing of a tag leaks into the
  * content whatever the deltas. Ids must look like OpenAI's ("call_" + 24 alphanumerics).
  */
+#include "api/openai.h"
+#include "api/openai_internal.h"
 #include "api/reasoning.h"
 #include "api/tool_parse.h"
+#include "grammar/grammar.h"
+#include "model/model.h"
 #include "test.h"
 #include "util/err.h"
 
+#include <cjson/cJSON.h>
 #include <ctype.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -291,12 +296,15 @@ static void test_reasoning_state(void)
     r.last_kind = -1;
     struct tparse p;
     CHECK(tparse_init(&p, TP_NONE, 0, RSN_QWEN3, false, on_event, &r) == 0, "init");
-    CHECK(tparse_in_reasoning(&p), "at the start it may be reasoning");
+    CHECK(!tparse_in_reasoning(&p), "qwen3 starts outside the reasoning");
     tparse_feed(&p, "<think>", 7);
     CHECK(tparse_in_reasoning(&p), "inside");
     tparse_feed(&p, "x</think>y", 10);
     CHECK(!tparse_in_reasoning(&p), "after the end tag");
     tparse_finish(&p);
+    tparse_free(&p);
+    CHECK(tparse_init(&p, TP_NONE, 0, RSN_DEEPSEEK_R1, false, on_event, &r) == 0, "init");
+    CHECK(tparse_in_reasoning(&p), "deepseek_r1 starts inside the reasoning");
     tparse_free(&p);
     CHECK(tparse_init(&p, TP_NONE, 0, RSN_NONE, false, on_event, &r) == 0, "init");
     CHECK(!tparse_in_reasoning(&p), "no reasoning parser");
@@ -367,6 +375,98 @@ static void test_detect_templates(void)
     }
 }
 
+static const char TOOLS_JSON[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": "
+    "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}},"
+    " {\"type\": \"function\", \"function\": {\"name\": \"now\"}}]";
+
+/* The grammar of tool_choice "required" / named: valid JSON of the documented shape, the
+ * format's wrapper, the call limit. */
+static void test_grammar_spec(void)
+{
+    cJSON *tools = cJSON_Parse(TOOLS_JSON);
+    struct grammar_spec spec;
+    char *schema = NULL;
+    int rc = oai_tool_grammar_spec(tools, NULL, TP_HERMES, true, &spec, &schema);
+    CHECK(rc == 0 && schema, "required: rc %d", rc);
+    cJSON *doc = schema ? cJSON_ParseWithLength(spec.text, spec.text_len) : NULL;
+    CHECK(doc != NULL, "schema is not valid JSON: %s", schema ? schema : "(null)");
+    cJSON *any = cJSON_GetObjectItemCaseSensitive(doc, "anyOf");
+    CHECK(cJSON_GetArraySize(any) == 2, "two branches");
+    cJSON *b0 = cJSON_GetArrayItem(any, 0), *b1 = cJSON_GetArrayItem(any, 1);
+    cJSON *props0 = cJSON_GetObjectItemCaseSensitive(b0, "properties");
+    cJSON *c0 = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(props0, "name"), "const");
+    CHECK(cJSON_IsString(c0) && !strcmp(c0->valuestring, "get_weather"), "const name");
+    cJSON *a0 = cJSON_GetObjectItemCaseSensitive(props0, "arguments");
+    CHECK(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(a0, "properties"), "city") != NULL,
+          "the tool's parameters");
+    cJSON *a1 = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(b1, "properties"), "arguments");
+    cJSON *t1 = cJSON_GetObjectItemCaseSensitive(a1, "type");
+    CHECK(cJSON_IsString(t1) && !strcmp(t1->valuestring, "object"), "no parameters: any object");
+    cJSON *req = cJSON_GetObjectItemCaseSensitive(b0, "required");
+    CHECK(cJSON_GetArraySize(req) == 2 && !strcmp(cJSON_GetArrayItem(req, 1)->valuestring, "arguments"), "required");
+    CHECK(spec.kind == GRAMMAR_JSON_SCHEMA && spec.min_items == 1 && spec.max_items == 0, "items");
+    CHECK(!strcmp(spec.prefix, "<tool_call>\n") && !strcmp(spec.suffix, "\n</tool_call>") &&
+          !strcmp(spec.separator, "\n"), "hermes wrapper");
+    cJSON_Delete(doc);
+    free(schema);
+
+    /* named, llama3_json, parallel off */
+    rc = oai_tool_grammar_spec(tools, "now", TP_LLAMA3_JSON, false, &spec, &schema);
+    doc = rc == 0 ? cJSON_ParseWithLength(spec.text, spec.text_len) : NULL;
+    any = cJSON_GetObjectItemCaseSensitive(doc, "anyOf");
+    CHECK(cJSON_GetArraySize(any) == 1, "named: one branch");
+    b0 = cJSON_GetArrayItem(any, 0);
+    CHECK(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(b0, "properties"), "parameters") != NULL,
+          "llama3: parameters");
+    CHECK(spec.max_items == 1 && !strcmp(spec.separator, "; "), "llama3 wrapper, one call");
+    cJSON_Delete(doc);
+    free(schema);
+
+    rc = oai_tool_grammar_spec(tools, "nope", TP_HERMES, true, &spec, &schema);
+    CHECK(rc == ERR_NOT_FOUND && schema == NULL, "unknown name: rc %d", rc);
+    rc = oai_tool_grammar_spec(tools, NULL, TP_MISTRAL, true, &spec, &schema);
+    CHECK(rc == 0 && !strcmp(spec.prefix, "[TOOL_CALLS][") && !strcmp(spec.suffix, "]"), "mistral wrapper");
+    free(schema);
+    cJSON_Delete(tools);
+}
+
+/* Assistant tool_calls: string arguments become objects for templates that tojson them. */
+static void test_messages_for_template(void)
+{
+    const char *msgs =
+        "[{\"role\": \"user\", \"content\": \"weather?\"},"
+        " {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"call_1\", \"type\": \"function\","
+        "   \"function\": {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}}]},"
+        " {\"role\": \"tool\", \"tool_call_id\": \"call_1\", \"content\": \"sunny\"}]";
+    cJSON *m = cJSON_Parse(msgs);
+    CHECK(m != NULL, "messages JSON");
+    struct model mo;
+    memset(&mo, 0, sizeof mo);
+    mo.chat_template = "{{ tool_call.arguments | tojson }}";
+    cJSON *copy = NULL;
+    struct api_error e;
+    int rc = oai_messages_for_template(&mo, m, &copy, &e);
+    CHECK(rc == 0 && copy, "converted: rc %d", rc);
+    cJSON *args = copy ? cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(
+                             cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(copy, 1),
+                                                                                 "tool_calls"), 0),
+                             "function"), "arguments")
+                       : NULL;
+    CHECK(cJSON_IsObject(args) && !strcmp(cJSON_GetObjectItemCaseSensitive(args, "city")->valuestring, "Paris"),
+          "arguments parsed into an object");
+    cJSON_Delete(copy);
+    mo.chat_template = "{{ tool['function']['arguments'] }}"; /* R1-Distill concatenates strings */
+    rc = oai_messages_for_template(&mo, m, &copy, &e);
+    CHECK(rc == 0 && copy == NULL, "left as strings");
+    cJSON_Delete(m);
+    m = cJSON_Parse("[{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"arguments\": \"{}\"}}]}]");
+    rc = oai_messages_for_template(&mo, m, &copy, &e);
+    CHECK(rc == ERR_INVALID && e.status == 400 && !strcmp(e.param, "messages[0].tool_calls"),
+          "a call without a name: rc %d param %s", rc, e.param);
+    cJSON_Delete(m);
+}
+
 int main(void)
 {
     RUN(test_hermes);
@@ -378,5 +478,7 @@ int main(void)
     RUN(test_emit_error);
     RUN(test_names);
     RUN(test_detect_templates);
+    RUN(test_grammar_spec);
+    RUN(test_messages_for_template);
     return test_summary();
 }
