@@ -243,7 +243,8 @@ int oai_parse_tools(const struct oai_ctx *ctx, const cJSON *root, struct oai_req
 
 void oai_parse_reasoning(const struct oai_ctx *ctx, struct oai_request *r)
 {
-    r->reasoning = r->kind == OAI_CHAT ? ctx->reasoning : RSN_NONE;
+    /* forced calls are all the output there is: nothing to split off */
+    r->reasoning = r->kind == OAI_CHAT && !r->tool_forced ? ctx->reasoning : RSN_NONE;
     r->reasoning_opened = false;
     if (r->reasoning == RSN_NONE || !ctx->m || !ctx->m->tok) return;
     /* the text of the prompt's last few tokens is enough to see "<think>\n" */
