@@ -11,9 +11,16 @@ renders no tools and which never writes tool markup on its own):
   tools is a 400 naming --tool-call-parser; "none" renders the tools and answers text.
 - validation: a named function not in tools, "required" without tools, malformed tools.
 - round trip: assistant tool_calls (string arguments) and tool results are accepted.
-- real calls need the model's output forced: `guided_regex` writes the hermes markup for
-  tool_choice "auto", and tool_choice "required" / named use constrained decoding. Those
-  tests skip while the server refuses guided decoding (a 400 naming the parameter)."""
+- `--tool-call-parser llama3_json`: asked to "output only this JSON", the model writes a
+  Llama-style call `{"name": …, "parameters": …}` with greedy decoding; the plain server's
+  text for the same request is the reference, and the parsing server must turn exactly
+  that text into the call (non-streamed, streamed raw, and through the openai client's
+  stream helper). With hermes, a reply that opens <tool_call> but never closes it comes
+  back whole as content.
+- calls of any shape need the model's output forced: `guided_regex` writes the hermes
+  markup for tool_choice "auto", and tool_choice "required" / named use constrained
+  decoding. Those tests skip while the server refuses guided decoding (a 400 naming the
+  parameter)."""
 import json
 
 import openai
@@ -55,6 +62,13 @@ def plain(tessera_bin, default_model):
 def r1(tessera_bin, default_model):
     with run_server(tessera_bin, default_model, "--max-model-len", MAX_MODEL_LEN,
                     "--tool-call-parser", "hermes", "--reasoning-parser", "deepseek_r1") as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def llama3(tessera_bin, default_model):
+    with run_server(tessera_bin, default_model, "--max-model-len", MAX_MODEL_LEN,
+                    "--tool-call-parser", "llama3_json") as srv:
         yield srv
 
 
@@ -324,3 +338,103 @@ def test_forced_tool_choice(qwen3, choice):
     for call in calls:
         assert call["function"]["name"] in names
         assert isinstance(json.loads(call["function"]["arguments"]), dict)
+
+
+# ------------------------------------------------------------------------ tool calls (prompted)
+
+def echo_call(city):
+    return [{"role": "user", "content": "Output only this JSON and nothing else: "
+             + json.dumps({"name": "get_weather", "parameters": {"city": city}}, ensure_ascii=False)}]
+
+
+def reference_call(plain, messages):
+    """The plain server's greedy answer, when it is exactly one Llama-style call that
+    stopped by itself: (name, arguments dict); else skips (the model wrote something else
+    on this backend)."""
+    body = chat_ok(plain, messages=messages, max_tokens=48)
+    ch = body["choices"][0]
+    text = ch["message"]["content"]
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        obj = None
+    if ch["finish_reason"] != "stop" or not isinstance(obj, dict) or set(obj) != {"name", "parameters"}:
+        pytest.skip(f"the model did not answer with a call: {text!r}")
+    return obj["name"], obj["parameters"]
+
+
+@pytest.mark.parametrize("city", ["Paris", "東京"])
+def test_llama3_call_parsed(llama3, plain, city):
+    name, args = reference_call(plain, echo_call(city))
+    body = chat_ok(llama3, messages=echo_call(city), max_tokens=48, tools=TOOLS)
+    ch = body["choices"][0]
+    assert ch["finish_reason"] == "tool_calls", ch
+    msg = ch["message"]
+    assert msg["content"] is None, msg
+    (call,) = msg["tool_calls"]
+    assert call["type"] == "function" and call["id"].startswith("call_") and len(call["id"]) == 29
+    assert call["function"]["name"] == name
+    assert json.loads(call["function"]["arguments"]) == args
+    # parallel_tool_calls false: still the one call; tool_choice none: the text itself
+    body = chat_ok(llama3, messages=echo_call(city), max_tokens=48, tools=TOOLS, parallel_tool_calls=False)
+    assert len(body["choices"][0]["message"]["tool_calls"]) == 1
+    msg = chat_ok(llama3, messages=echo_call(city), max_tokens=48, tools=TOOLS, tool_choice="none")["choices"][0]["message"]
+    assert "tool_calls" not in msg and json.loads(msg["content"]) == {"name": name, "parameters": args}
+
+
+def test_llama3_call_streamed(llama3, plain):
+    name, args = reference_call(plain, echo_call("Paris"))
+    events = stream_events(llama3, messages=echo_call("Paris"), max_tokens=48, tools=TOOLS,
+                           stream_options={"include_usage": True}, logprobs=True)
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    calls, finish, n_lp = {}, None, 0
+    for ev in events[1:]:
+        if not ev["choices"]:
+            usage = ev["usage"]
+            continue
+        ch = ev["choices"][0]
+        d = ch["delta"]
+        assert "content" not in d, f"markup leaked into content: {ev}"
+        if ch["logprobs"]:
+            n_lp += len(ch["logprobs"]["content"])
+        for tc in d.get("tool_calls") or []:
+            if tc["index"] not in calls:
+                assert tc["id"].startswith("call_") and tc["type"] == "function", tc
+                assert tc["function"]["arguments"] == "", tc
+                calls[tc["index"]] = [tc["function"]["name"], ""]
+            else:
+                assert set(tc) == {"index", "function"} and set(tc["function"]) == {"arguments"}, tc
+                calls[tc["index"]][1] += tc["function"]["arguments"]
+        finish = ch.get("finish_reason") or finish
+    assert finish == "tool_calls"
+    assert list(calls) == [0] and calls[0][0] == name and json.loads(calls[0][1]) == args
+    # every generated token's logprob went out, held-back text or not (the end token has one too)
+    assert n_lp == usage["completion_tokens"], (n_lp, usage)
+
+
+def test_llama3_stream_helper(llama3, plain):
+    name, args = reference_call(plain, echo_call("Paris"))
+    c = client_of(llama3)
+    model = llama3.get_json("/v1/models")["data"][0]["id"]
+    with c.chat.completions.stream(model=model, messages=echo_call("Paris"), tools=TOOLS,
+                                   max_tokens=48, temperature=0) as s:
+        final = s.get_final_completion()
+    ch = final.choices[0]
+    assert ch.finish_reason == "tool_calls" and not ch.message.content  # "" from the role chunk
+    (call,) = ch.message.tool_calls
+    assert call.function.name == name and call.function.parsed_arguments == args
+
+
+def test_hermes_unterminated_call_is_content(qwen3, plain):
+    msgs = [{"role": "user", "content": 'Output only this and nothing else: <tool_call>{"name": '
+             '"get_weather", "arguments": {"city": "Paris"}}</tool_call>'}]
+    ref = chat_ok(plain, messages=msgs, max_tokens=60)["choices"][0]
+    text = ref["message"]["content"]
+    if "<tool_call>" not in text or "</tool_call>" in text:
+        pytest.skip(f"the model's answer has no unterminated call on this backend: {text!r}")
+    ch = chat_ok(qwen3, messages=msgs, max_tokens=60, tools=TOOLS)["choices"][0]
+    assert ch["message"]["content"] == text and "tool_calls" not in ch["message"]
+    assert ch["finish_reason"] == ref["finish_reason"]
+    streamed = "".join(ev["choices"][0]["delta"].get("content") or ""
+                       for ev in stream_events(qwen3, messages=msgs, max_tokens=60, tools=TOOLS))
+    assert streamed == text
