@@ -416,6 +416,37 @@ static bool try_mistral(struct tparse *p, const char *s, size_t len)
 
 /* ---------------------------------------------------------------- the state machine */
 
+static bool name_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '_' ||
+           c == '-' || c == '.';
+}
+
+/* mistral, newer tokenizers: [TOOL_CALLS]NAME[ARGS]{...} — s[0, len) starts at NAME.
+ * Returns 1 (call emitted; *end past its JSON), 0 (undecided: more text needed) or -1
+ * (not such a call). */
+static int mistral_named(struct tparse *p, const char *s, size_t len, bool final, size_t *end)
+{
+    static const char ARGS[] = "[ARGS]";
+    const size_t alen = sizeof ARGS - 1;
+    size_t k = 0;
+    while (k < len && name_char(s[k]) && k < MAX_NAME) k++;
+    if (k == 0 || k >= MAX_NAME) return -1;
+    if (len - k < alen) /* the name may go on, or [ARGS] be on its way */
+        return !final && !memcmp(s + k, ARGS, len - k) ? 0 : -1;
+    if (memcmp(s + k, ARGS, alen) != 0) return -1;
+    size_t j = k + alen, e;
+    int rc = json_scan(s + j, len - j, &e);
+    if (rc == 0) return final ? -1 : 0;
+    if (rc < 0 || s[skip_ws(s, len, j)] != '{') return -1;
+    char name[MAX_NAME];
+    memcpy(name, s, k);
+    name[k] = 0;
+    emit_call(p, name, s + skip_ws(s, len, j), j + e - skip_ws(s, len, j));
+    *end = j + e;
+    return 1;
+}
+
 static void drop(struct tparse *p, size_t n)
 {
     memmove(p->buf, p->buf + n, p->len - n);
@@ -554,6 +585,17 @@ static int process(struct tparse *p, bool final)
             continue;
         case ST_JSON: {
             i = skip_ws(s, len, p->skip);
+            if (p->fmt == TP_MISTRAL && i < len && s[i] != '[' && s[i] != '{') {
+                int rc = mistral_named(p, s + i, len - i, final, &end);
+                if (rc == 0) return 0;
+                if (rc < 0) p->state = ST_PASS;
+                else {
+                    drop(p, i + end);
+                    p->state = ST_TEXT;
+                }
+                p->skip = 0;
+                continue;
+            }
             int rc = i < len ? json_scan(s + i, len - i, &end) : 0;
             if (rc == 0 && !final) return 0;
             if (rc <= 0) { /* malformed, or cut off by the end of the output */

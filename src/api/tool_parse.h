@@ -13,7 +13,8 @@
  *                text around them (Hermes, Qwen2.5, Qwen3)
  *   llama3_json  an answer that starts with {"name": …, "parameters": {…}}, optionally
  *                after <|python_tag|>, several separated by ";" (Llama 3.1 / 3.2)
- *   mistral      [TOOL_CALLS] followed by a JSON array of {"name", "arguments"} objects
+ *   mistral      [TOOL_CALLS] followed by a JSON array of {"name", "arguments"} objects,
+ *                or (newer tokenizers) [TOOL_CALLS]NAME[ARGS]{…}
  *   deepseek_v3  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n
  *                ```json\n{…}\n```<｜tool▁call▁end｜>…<｜tool▁calls▁end｜> (DeepSeek V3, R1
  *                and the R1-Distill templates)
