@@ -9,14 +9,18 @@
  * turns the reply into a stream, all under the job's mutex, so an engine notify for this
  * job waits until the job is fully set up. Notifies run on the scheduler thread: each
  * takes its choice's new output (request_take), formats the SSE chunks (streaming) or
- * accumulates the text (non-streaming), and the last choice to finish ends the reply.
- * A chat choice whose request asked for tool calls or reasoning runs its output through
- * its own output parser (api/tool_parse.h): its events become content, reasoning_content
- * and tool_calls deltas, or the message's parts. A
+ * accumulates the text (non-streaming), and the last choice to finish ends the reply. A
  * client disconnect (or a stream whose client reads too slowly for its queue) arrives as
  * on_close from an HTTP thread: it only calls request_abort on the choices submitted so
  * far, never takes the job's mutex (a notify holds the job's mutex while it ends the
  * reply, which waits for a running on_close).
+ *
+ * Chat output parsing. A chat choice whose request asked for tool calls or reasoning runs
+ * its output through its own output parser (api/tool_parse.h), on the notify's thread:
+ * the parser's events become content, reasoning_content and tool_calls deltas (a take's
+ * logprobs ride on its first chunk, or on an empty delta when all its text is held back),
+ * or the parts of the whole message. A take's tokens count as reasoning tokens when the
+ * parser was inside the reasoning before or after it.
  *
  * Lifetime. The job is refcounted: one reference for the worker's task, one per
  * submitted choice, dropped at that choice's final notify. The engine requests are
