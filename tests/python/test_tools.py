@@ -239,6 +239,20 @@ def test_r1_stream_shape(r1):
         assert set(d) <= {"reasoning_content"}, ev
 
 
+def test_r1_several_choices(r1, plain):
+    """n = 2: each choice has its own parser (greedy: both give the same split)."""
+    base = plain_text(plain, max_tokens=12)
+    body = chat_ok(r1, max_tokens=12, n=2)
+    assert [c["message"]["reasoning_content"] for c in body["choices"]] == [base, base]
+    u = body["usage"]
+    assert u["completion_tokens_details"]["reasoning_tokens"] == u["completion_tokens"]
+    got = {0: "", 1: ""}
+    for ev in stream_events(r1, max_tokens=12, n=2):
+        for ch in ev["choices"]:
+            got[ch["index"]] += ch["delta"].get("reasoning_content") or ""
+    assert got == {0: base, 1: base}
+
+
 def test_qwen3_without_think_is_content(qwen3, plain):
     base = plain_text(plain, max_tokens=24)
     assert "<think>" not in base and "<tool_call>" not in base
