@@ -809,7 +809,7 @@ static int parse_request(const struct oai_ctx *ctx, enum oai_kind kind, const ch
     TRY(parse_options(ctx, root, out, &max_req, &max_key, e));
     if (kind == OAI_CHAT) TRY(oai_parse_tools(ctx, root, out, e));
     TRY(kind == OAI_CHAT ? parse_messages(ctx, root, out, e) : parse_prompt(ctx, root, out, e));
-    oai_parse_reasoning(ctx, out);
+    oai_parse_reasoning(ctx, root, out);
 
     if (out->n_prompt >= ctx->max_model_len) {
         api_error_set(e, 400, API_ERR_INVALID_REQUEST, what, "context_length_exceeded",

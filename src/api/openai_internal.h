@@ -58,9 +58,11 @@ int oai_check_model(const struct oai_ctx *ctx, const struct cJSON *root, const c
  * has no tool-call parser. Returns 0 or a negative code with *e filled. */
 int oai_parse_tools(const struct oai_ctx *ctx, const struct cJSON *root, struct oai_request *r,
                     struct api_error *e);
-/* Sets r's reasoning fields from ctx and the rendered prompt r->prompt_ids (whether it
- * ends inside "<think>"). Call after the prompt is encoded. */
-void oai_parse_reasoning(const struct oai_ctx *ctx, struct oai_request *r);
+/* Sets r's reasoning fields from ctx, the body root (chat_template_kwargs.enable_thinking
+ * false: no split) and the rendered prompt r->prompt_ids (whether it ends inside
+ * "<think>"). Call after the prompt is encoded. */
+void oai_parse_reasoning(const struct oai_ctx *ctx, const struct cJSON *root,
+                         struct oai_request *r);
 /* Checks the tool_calls of assistant messages (an array of {id, type "function",
  * function: {name, arguments}}) and, when m's template renders arguments with tojson,
  * returns a copy of messages whose string arguments holding a JSON object are parsed into

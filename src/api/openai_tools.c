@@ -241,10 +241,13 @@ int oai_parse_tools(const struct oai_ctx *ctx, const cJSON *root, struct oai_req
     return 0;
 }
 
-void oai_parse_reasoning(const struct oai_ctx *ctx, struct oai_request *r)
+void oai_parse_reasoning(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r)
 {
-    /* forced calls are all the output there is: nothing to split off */
-    r->reasoning = r->kind == OAI_CHAT && !r->tool_forced ? ctx->reasoning : RSN_NONE;
+    /* forced calls are all the output there is: nothing to split off; and a template
+       told not to think (Qwen3's enable_thinking=false) gets an answer without reasoning */
+    const cJSON *think = opt(opt(root, "chat_template_kwargs"), "enable_thinking");
+    r->reasoning = r->kind == OAI_CHAT && !r->tool_forced && !cJSON_IsFalse(think)
+                       ? ctx->reasoning : RSN_NONE;
     r->reasoning_opened = false;
     if (r->reasoning == RSN_NONE || !ctx->m || !ctx->m->tok) return;
     /* the text of the prompt's last few tokens is enough to see "<think>\n" */

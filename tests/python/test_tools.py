@@ -239,6 +239,14 @@ def test_r1_stream_shape(r1):
         assert set(d) <= {"reasoning_content"}, ev
 
 
+def test_enable_thinking_false_turns_the_split_off(r1, plain):
+    base = plain_text(plain, max_tokens=12)
+    body = chat_ok(r1, max_tokens=12, chat_template_kwargs={"enable_thinking": False})
+    msg = body["choices"][0]["message"]
+    assert msg["content"] == base and "reasoning_content" not in msg
+    assert "completion_tokens_details" not in body["usage"]
+
+
 def test_r1_several_choices(r1, plain):
     """n = 2: each choice has its own parser (greedy: both give the same split)."""
     base = plain_text(plain, max_tokens=12)
