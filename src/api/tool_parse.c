@@ -5,7 +5,8 @@
  *   TEXT   answer text; watch for the format's opening marker, holding back a suffix of
  *          buf that is a proper prefix of it
  *   CALL   after a call's opening marker (hermes <tool_call>, deepseek <｜tool▁call▁begin｜>):
- *          wait for the closing marker, then parse the call between them
+ *          wait for the closing marker, then parse the call between them (hermes: the
+ *          call's JSON ends it, so the closing tag inside a string is just text)
  *   BLOCK  deepseek_v3 between calls: the next call, or the end of the block
  *   JSON   mistral after [TOOL_CALLS], llama3_json at the start: wait until the JSON
  *          value is complete (json_scan), then parse it
@@ -544,6 +545,24 @@ static int process(struct tparse *p, bool final)
             return pass_on(p, len);
         case ST_CALL: {
             const char *close = p->fmt == TP_HERMES ? HERMES_CLOSE : DS_CALL_END;
+            if (p->fmt == TP_HERMES) {
+                /* the JSON decides where the call ends, so a "</tool_call>" inside one of
+                   its strings does not cut it short; a body that is not one JSON value
+                   falls back to the first closing tag below */
+                size_t js = skip_ws(s, len, p->skip), je = 0;
+                int jr = js < len ? json_scan(s + js, len - js, &je) : 0;
+                if (jr == 0 && !final) return 0;
+                size_t k = jr > 0 ? skip_ws(s, len, js + je) : 0;
+                if (jr > 0 && !final && prefix_of(s + k, len - k, close)) return 0;
+                if (jr > 0 && (k == len || starts_with(s + k, len - k, close))) {
+                    end = k == len ? len : k + strlen(close);
+                    if (try_object(p, s + js, je)) drop(p, end);
+                    else if (pass_on(p, end)) return p->err;
+                    p->skip = 0;
+                    p->state = ST_TEXT;
+                    continue;
+                }
+            }
             i = find(s, len, p->skip, close);
             int next = p->fmt == TP_HERMES ? ST_TEXT : ST_BLOCK;
             if (i == len) {
