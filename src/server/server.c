@@ -573,6 +573,15 @@ int server_run(const struct server_options *o)
                               .max_model_len = engine_sched_config(s.e)->max_model_len };
     s.ctx.max_prompt_bytes = oai_max_prompt_bytes(s.m, s.ctx.max_model_len);
     defaults_from(o, s.m, &s.ctx.defaults);
+    /* chat output parsing: the named tool-call format, or the one the template shows */
+    s.ctx.tool_format = !strcmp(o->tool_call_parser, "auto")
+                            ? tparse_format_detect(s.m->chat_template)
+                            : (enum tparse_format)tparse_format_from_name(o->tool_call_parser);
+    s.ctx.reasoning = (enum rsn_kind)rsn_kind_from_name(o->reasoning_parser);
+    LOG_INFO("server", "tool-call parser %s%s, reasoning parser %s",
+             tparse_format_name(s.ctx.tool_format),
+             !strcmp(o->tool_call_parser, "auto") ? " (from the chat template)" : "",
+             rsn_kind_name(s.ctx.reasoning));
     char desc[256];
     model_describe(s.m, desc, sizeof desc);
     LOG_INFO("server", "model %s loaded in %.1f s: %s", s.names[0], now_s() - t0, desc);
