@@ -87,7 +87,7 @@ struct grammar_spec {
  *                    err names it ("unsupported JSON Schema keyword 'patternProperties'")
  *   ERR_INVALID      not valid JSON / not a schema / a malformed regex / empty choices;
  *                    err says where
- *   ERR_RANGE        a grammar too large (limits in docs/api.md)
+ *   ERR_RANGE        a grammar too large (limits in docs/grammar.md)
  *   ERR_NOMEM
  * Returns the grammar with one reference (grammar_unref). Any thread. */
 int grammar_compile(struct grammar **out, const struct grammar_vocab *v,
