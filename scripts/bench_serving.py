@@ -7,18 +7,29 @@ is timed on the client: TTFT (first content chunk), TPOT ((e2e - ttft) / (output
 ITL (gap between content chunks), E2E. Prints vLLM's result table; --result-json writes
 the numbers and the per-request data.
 
+Prompts are built with a local tokenizer when --tokenizer names one (a GGUF file, a
+Hugging Face model directory or a tokenizer.json, read by `tessera tokenize`), so the
+benchmark works against any OpenAI-compatible server (vLLM, SGLang, llama.cpp's
+llama-server, Ollama, tessera) and every server gets the same prompts; without it they
+are built through the server's own /tokenize and /detokenize (vLLM's and tessera's shape).
+The server that answered is printed before the run (HTTP Server header, /v1/models
+owned_by, /version).
+
 Standard library only (asyncio streams, HTTP/1.1 with chunked decoding); http:// and
 https:// base URLs.
 
     python3 scripts/bench_serving.py --base-url http://127.0.0.1:8000 \\
+        --tokenizer models/SmolLM2-135M-Instruct.Q4_1.gguf \\
         --num-prompts 200 --max-concurrency 16 --random-input-len 256 --random-output-len 64
 """
 import argparse
 import asyncio
 import json
 import math
+import os
 import random
 import ssl
+import subprocess
 import statistics
 import sys
 import time
@@ -119,7 +130,8 @@ class Endpoint:
                     return
                 yield data
 
-    async def request_json(self, method, path, obj=None):
+    async def request(self, method, path, obj=None):
+        """One request; returns (status, headers, body bytes)."""
         reader, writer, status, headers = await asyncio.wait_for(self._open(method, path, obj),
                                                                  self.timeout)
         try:
@@ -128,6 +140,10 @@ class Endpoint:
                 body += d
         finally:
             writer.close()
+        return status, headers, body
+
+    async def request_json(self, method, path, obj=None):
+        status, _, body = await self.request(method, path, obj)
         if status != 200:
             raise HTTPError(status, body)
         return json.loads(body)
@@ -166,30 +182,125 @@ class Endpoint:
 
 # ----------------------------------------------------------------------------- dataset
 
-async def tokenize(ep, text, add_special_tokens=True):
+class PromptError(Exception):
+    pass
+
+
+def random_words(rng, n_tokens):
+    return " ".join(rng.choice(WORDS) for _ in range(max(8, n_tokens)))
+
+
+# Words take at least one token each, so the first text is long enough unless a tokenizer
+# merges words; a few doublings cover that, and a tokenizer that never returns enough
+# tokens (an incompatible /tokenize) is an error, not a loop.
+MAX_GROW = 4
+
+
+async def server_tokenize(ep, text, add_special_tokens=True):
     obj = {"prompt": text}
     if not add_special_tokens:
         obj["add_special_tokens"] = False
-    return (await ep.request_json("POST", "/tokenize", obj))["tokens"]
+    r = await ep.request_json("POST", "/tokenize", obj)
+    if not isinstance(r, dict) or not isinstance(r.get("tokens"), list):
+        raise PromptError(f"/tokenize answered {json.dumps(r)[:200]}; this server's /tokenize "
+                          "is not vLLM's shape: pass --tokenizer MODEL_OR_FILE")
+    return r["tokens"]
 
 
-async def detokenize(ep, ids):
-    return (await ep.request_json("POST", "/detokenize", {"tokens": ids}))["prompt"]
-
-
-async def make_prompt(ep, rng, n_tokens, sem):
-    """Random words, cut to n_tokens tokens through /tokenize (without special tokens) and
-    /detokenize; returns (prompt text, its token count as /tokenize reports it, which is
-    what the server counts for /v1/completions)."""
+async def make_prompt_server(ep, rng, n_tokens, sem):
+    """Random words, cut to n_tokens tokens through the server's /tokenize (without special
+    tokens) and /detokenize; returns (prompt text, its token count as /tokenize reports it,
+    which is what the server counts for /v1/completions)."""
     async with sem:
-        text = " ".join(rng.choice(WORDS) for _ in range(max(8, n_tokens)))
-        ids = await tokenize(ep, text, add_special_tokens=False)
-        while len(ids) < n_tokens:  # rare: the words took fewer tokens than expected
-            text += " " + " ".join(rng.choice(WORDS) for _ in range(n_tokens))
-            ids = await tokenize(ep, text, add_special_tokens=False)
-        prompt = await detokenize(ep, ids[:n_tokens])
-        count = len(await tokenize(ep, prompt))
+        text = random_words(rng, n_tokens)
+        ids = await server_tokenize(ep, text, add_special_tokens=False)
+        for _ in range(MAX_GROW):
+            if len(ids) >= n_tokens:
+                break
+            text += " " + random_words(rng, n_tokens)
+            ids = await server_tokenize(ep, text, add_special_tokens=False)
+        if len(ids) < n_tokens:
+            raise PromptError(f"/tokenize gave {len(ids)} tokens for {len(text)} characters of "
+                              f"text (wanted {n_tokens}); pass --tokenizer MODEL_OR_FILE")
+        r = await ep.request_json("POST", "/detokenize", {"tokens": ids[:n_tokens]})
+        prompt = r.get("prompt") if isinstance(r, dict) else None
+        if not isinstance(prompt, str):
+            raise PromptError("/detokenize did not answer {\"prompt\": ...}; pass --tokenizer")
+        count = len(await server_tokenize(ep, prompt))
         return prompt, count
+
+
+class LocalTokenizer:
+    """`tessera tokenize --jsonl` over a GGUF file, a Hugging Face directory or a
+    tokenizer.json: one process per batch of texts."""
+
+    def __init__(self, path, binary):
+        self.binary = binary
+        self.src = (["--tokenizer", path] if os.path.isfile(path) and path.endswith(".json")
+                    else ["--model", path])
+
+    def _run(self, lines, extra):
+        inp = "".join(json.dumps(x) + "\n" for x in lines)
+        p = subprocess.run([self.binary, "tokenize", *self.src, "--jsonl", "/dev/stdin", *extra],
+                           input=inp.encode(), capture_output=True, timeout=600)
+        if p.returncode != 0:
+            raise PromptError(f"{self.binary} tokenize failed: {p.stderr.decode(errors='replace')[:300]}")
+        out = p.stdout.decode().splitlines()
+        if len(out) != len(lines):
+            raise PromptError(f"{self.binary} tokenize gave {len(out)} lines for {len(lines)}")
+        return [json.loads(x) for x in out]
+
+    def encode(self, texts, add_special):
+        return self._run(texts, ["--add-special"] if add_special else [])
+
+    def decode(self, id_lists):
+        return self._run(id_lists, [])
+
+
+def make_prompts_local(tok, rngs, lens):
+    """The same construction as make_prompt_server, with the local tokenizer; the count is
+    with special tokens (a BOS), as a server counts a completions prompt."""
+    texts = [random_words(rng, n) for rng, n in zip(rngs, lens)]
+    ids = tok.encode(texts, False)
+    for _ in range(MAX_GROW):
+        short = [i for i, n in enumerate(lens) if len(ids[i]) < n]
+        if not short:
+            break
+        for i in short:
+            texts[i] += " " + random_words(rngs[i], lens[i])
+        for i, r in zip(short, tok.encode([texts[i] for i in short], False)):
+            ids[i] = r
+    for i, n in enumerate(lens):
+        if len(ids[i]) < n:
+            raise PromptError(f"the tokenizer gave {len(ids[i])} tokens for {len(texts[i])} "
+                              f"characters (wanted {n})")
+    prompts = tok.decode([x[:n] for x, n in zip(ids, lens)])
+    counts = [len(x) for x in tok.encode(prompts, True)]
+    return list(zip(prompts, counts))
+
+
+async def identify_server(ep):
+    """A line saying which server answered: its Server header, the owned_by of its models
+    and its /version (vLLM, tessera), whichever it has."""
+    parts = []
+    try:
+        status, headers, body = await ep.request("GET", "/v1/models")
+        if headers.get("server"):
+            parts.append(f"server header {headers['server']!r}")
+        if status == 200:
+            owners = sorted({str(d.get("owned_by")) for d in json.loads(body).get("data", [])})
+            parts.append(f"owned_by {','.join(owners)}")
+    except (OSError, ValueError, HTTPError, asyncio.TimeoutError):
+        pass
+    try:
+        status, _, body = await ep.request("GET", "/version")
+        if status == 200:
+            v = json.loads(body)
+            if isinstance(v, dict) and "version" in v:
+                parts.append(f"version {v['version']}")
+    except (OSError, ValueError, HTTPError, asyncio.TimeoutError):
+        pass
+    return "; ".join(parts) if parts else "unidentified"
 
 
 def sample_lens(rng, mean, ratio, n):
@@ -373,15 +484,22 @@ async def main_async(args):
         models = await ep.request_json("GET", "/v1/models")
         model = models["data"][0]["id"]
     print(f"model: {model}  endpoint: {args.endpoint}  base-url: {args.base_url}", file=sys.stderr)
+    print(f"server: {await identify_server(ep)}", file=sys.stderr)
 
     rng = random.Random(args.seed)
     in_lens = sample_lens(rng, args.random_input_len, args.random_range_ratio, args.num_prompts)
     out_lens = sample_lens(rng, args.random_output_len, args.random_range_ratio, args.num_prompts)
     prng = [random.Random(rng.random()) for _ in range(args.num_prompts)]
-    sem = asyncio.Semaphore(32)
     t0 = time.perf_counter()
-    prompts = await asyncio.gather(*(make_prompt(ep, prng[i], in_lens[i], sem)
-                                     for i in range(args.num_prompts)))
+    try:
+        if args.tokenizer:
+            prompts = make_prompts_local(LocalTokenizer(args.tokenizer, args.tessera_bin), prng, in_lens)
+        else:
+            sem = asyncio.Semaphore(32)
+            prompts = await asyncio.gather(*(make_prompt_server(ep, prng[i], in_lens[i], sem)
+                                             for i in range(args.num_prompts)))
+    except (PromptError, HTTPError) as e:
+        raise SystemExit(f"building prompts: {e}")
     got = [c for _, c in prompts]
     print(f"built {len(prompts)} prompts in {time.perf_counter() - t0:.1f} s; input tokens "
           f"mean {statistics.fmean(got):.1f} (asked {statistics.fmean(in_lens):.1f}), "
@@ -467,7 +585,13 @@ def parse_args(argv=None):
     p.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
     p.add_argument("--api-key", default=None, help="sent as Authorization: Bearer KEY")
     p.add_argument("--dataset-name", default="random", choices=["random"],
-                   help="prompts of random words cut to the wanted token count via /tokenize")
+                   help="prompts of random words cut to the wanted token count")
+    p.add_argument("--tokenizer", default=None,
+                   help="build prompts with this tokenizer (GGUF file, HF directory or tokenizer.json) "
+                        "instead of the server's /tokenize; needed for servers without vLLM's /tokenize")
+    p.add_argument("--tessera-bin", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                         "..", "build", "tessera"),
+                   help="the tessera binary that reads --tokenizer")
     p.add_argument("--num-prompts", type=int, default=1000)
     p.add_argument("--max-concurrency", type=int, default=None,
                    help="most requests in flight at once (default: unlimited)")
@@ -504,6 +628,8 @@ def parse_args(argv=None):
         p.error("--request-rate must be > 0 (inf for all at once)")
     if args.max_concurrency is not None and args.max_concurrency < 1:
         p.error("--max-concurrency must be >= 1")
+    if args.tokenizer and not os.path.exists(args.tokenizer):
+        p.error(f"--tokenizer {args.tokenizer}: no such file or directory")
     return args
 
 

@@ -27,6 +27,7 @@ printf '%-5s %5s %9s %9s %9s %9s %9s %9s %9s %9s\n' conc reqs "out tok/s" "tot t
 for c in "${LEVELS[@]}"; do
     n=$((c * 4)); [ "$n" -ge 8 ] || n=8
     $PY scripts/bench_serving.py --base-url "http://127.0.0.1:$PORT" --num-prompts "$n" \
+        --tokenizer "$MODEL" --tessera-bin "$BIN" \
         --max-concurrency "$c" --random-input-len "$IN" --random-output-len "$OUT" --ignore-eos \
         --temperature 0 --seed "$c" --quiet --result-json "$TMP/r.json" >/dev/null 2>"$TMP/b.log" \
         || { cat "$TMP/b.log"; exit 1; }

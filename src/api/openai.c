@@ -435,43 +435,6 @@ static bool unsup_applies(const cJSON *it, enum unsup_when when)
     return true;
 }
 
-/* tool_choice (and the deprecated function_call) as vLLM answers them without a tool-call
- * parser: "none" is fine (the tools still reach the template); "auto" — also the default
- * when tools are given — would need the output parsed into tool_calls, so with tools it
- * is refused; "required" and a named tool need structured output. Without tools, "auto"
- * is harmless. */
-static int check_tool_choice(const cJSON *root, struct api_error *e)
-{
-    const cJSON *tools = opt(root, "tools"), *tc = opt(root, "tool_choice");
-    bool has_tools = tools && cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0;
-    if (!tc) {
-        if (has_tools)
-            return bad(e, "tool_choice",
-                       "'tools' without 'tool_choice' means tool_choice 'auto', which needs the "
-                       "output parsed into tool_calls; that is not implemented. Send "
-                       "\"tool_choice\": \"none\" to render the tools into the prompt and read "
-                       "the model's text yourself");
-        return 0;
-    }
-    if (cJSON_IsString(tc)) {
-        const char *v = tc->valuestring;
-        if (!strcmp(v, "none") || (!strcmp(v, "auto") && !has_tools)) return 0;
-        if (!strcmp(v, "auto"))
-            return bad(e, "tool_choice",
-                       "'tool_choice' 'auto' needs the output parsed into tool_calls, which is not "
-                       "implemented; use 'none' to render the tools into the prompt only");
-        if (!strcmp(v, "required"))
-            return bad(e, "tool_choice",
-                       "'tool_choice' 'required' needs structured output, which is not implemented");
-        return bad(e, "tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or an object");
-    }
-    if (cJSON_IsObject(tc))
-        return bad(e, "tool_choice",
-                   "forcing a named tool with 'tool_choice' needs structured output, which is not "
-                   "implemented");
-    return bad(e, "tool_choice", "'tool_choice' must be a string or an object");
-}
-
 static int check_unsupported(const cJSON *root, enum oai_kind kind, struct api_error *e)
 {
     for (size_t i = 0; i < sizeof UNSUPPORTED / sizeof *UNSUPPORTED; i++) {
@@ -485,7 +448,7 @@ static int check_unsupported(const cJSON *root, enum oai_kind kind, struct api_e
     const cJSON *fc = opt(root, "function_call");
     if (fc && !(cJSON_IsString(fc) && (!strcmp(fc->valuestring, "none") ||
                                        !strcmp(fc->valuestring, "auto"))))
-        return bad(e, "function_call", "'function_call' is not supported: function calling is not implemented");
+        return bad(e, "function_call", "'function_call' is not supported: use 'tools' and 'tool_choice'");
     const cJSON *mod = opt(root, "modalities");
     if (mod) {
         const cJSON *m0 = cJSON_IsArray(mod) ? cJSON_GetArrayItem(mod, 0) : NULL;
@@ -494,7 +457,7 @@ static int check_unsupported(const cJSON *root, enum oai_kind kind, struct api_e
         if (!text_only)
             return bad(e, "modalities", "'modalities' other than [\"text\"] are not supported");
     }
-    return check_tool_choice(root, e);
+    return 0;
 }
 
 /* Everything but the prompt / messages and the context check. */
@@ -711,11 +674,14 @@ int oai_encode_chat(const struct oai_ctx *ctx, const cJSON *messages, const cJSO
     if (kwargs && (rc = check_template_kwargs(kwargs, e))) return rc;
     if (!m->tmpl)
         return bad(e, NULL, "this model has no chat template; use /v1/completions with a plain prompt");
+    cJSON *converted = NULL; /* tool-call arguments as the template wants them */
+    if ((rc = oai_messages_for_template(m, messages, &converted, e))) return rc;
     struct chat_specials sp = { m->bos_token ? m->bos_token : "", m->eos_token ? m->eos_token : "" };
     char *text = NULL;
     size_t len = 0;
-    rc = chat_render(m->tmpl, &sp, messages, tools, kwargs, add_generation_prompt, &text, &len,
-                     err, sizeof err);
+    rc = chat_render(m->tmpl, &sp, converted ? converted : messages, tools, kwargs,
+                     add_generation_prompt, &text, &len, err, sizeof err);
+    cJSON_Delete(converted);
     if (rc) {
         free(text);
         if (rc == ERR_NOMEM) return api_error_from_code(e, rc, NULL, NULL, err), rc;
@@ -829,7 +795,9 @@ static int parse_request(const struct oai_ctx *ctx, enum oai_kind kind, const ch
     if (!root) return ERR_INVALID;
     if (!cJSON_IsObject(root)) { rc = bad(e, NULL, "the request body must be a JSON object"); goto fail; }
     TRY(parse_options(ctx, root, out, &max_req, &max_key, e));
+    if (kind == OAI_CHAT) TRY(oai_parse_tools(ctx, root, out, e));
     TRY(kind == OAI_CHAT ? parse_messages(ctx, root, out, e) : parse_prompt(ctx, root, out, e));
+    oai_parse_reasoning(ctx, root, out);
 
     if (out->n_prompt >= ctx->max_model_len) {
         api_error_set(e, 400, API_ERR_INVALID_REQUEST, what, "context_length_exceeded",
@@ -881,5 +849,6 @@ void oai_request_free(struct oai_request *r)
     free(r->bias_vals);
     free(r->cache_salt);
     grammar_unref(r->grammar);
+    free(r->tool_schema);
     memset(r, 0, sizeof *r);
 }

@@ -13,6 +13,8 @@
 #define TESSERA_API_OPENAI_H
 
 #include "api/error.h"
+#include "api/reasoning.h"
+#include "api/tool_parse.h"
 #include "engine/engine.h"
 
 #include <stdbool.h>
@@ -20,6 +22,7 @@
 #include <stdint.h>
 
 struct model;
+struct cJSON;
 struct grammar;
 struct grammar_spec;
 struct grammar_vocab;
@@ -47,6 +50,10 @@ struct oai_ctx {
     const struct grammar_vocab *gv;   /* the model's vocabulary for structured output
                                          (grammar_vocab_create once at start-up); NULL:
                                          structured output is refused (400) */
+    enum tparse_format tool_format; /* --tool-call-parser, else the format the template
+                                       shows (tparse_format_detect); TP_NONE: none, so
+                                       tool_choice "auto" with tools is refused */
+    enum rsn_kind reasoning;        /* --reasoning-parser; RSN_NONE: no split */
 };
 
 /* The longest text that might still tokenize to fewer than max_model_len tokens with m's
@@ -77,6 +84,15 @@ struct oai_request {
     char *cache_salt;       /* NULL or the malloc'd cache_salt; rp.cache_salt points here */
     struct grammar *grammar;/* NULL, or the structured-output grammar (one reference, owned;
                                rp.grammar points here; every choice shares it) */
+    /* chat output parsing (oai_output_parser sets a choice's parser up from these) */
+    enum tparse_format tool_format; /* TP_NONE: the output is not parsed for tool calls
+                                       (no tools, or tool_choice "none") */
+    int max_tool_calls;     /* 1 when parallel_tool_calls is false; 0: any number */
+    bool tool_forced;       /* tool_choice "required" or a named function: the calls are
+                               enforced by constrained decoding */
+    char *tool_schema;      /* NULL or the malloc'd schema of the forced calls */
+    enum rsn_kind reasoning;/* RSN_NONE: no reasoning split */
+    bool reasoning_opened;  /* the rendered prompt ends inside "<think>" */
 };
 
 /* Parse a POST /v1/chat/completions (resp. /v1/completions) body of len bytes: validate,
@@ -85,7 +101,8 @@ struct oai_request {
  * tool), stream, stream_options.include_usage, max_tokens / max_completion_tokens,
  * temperature, top_p, top_k, min_p, n, stop (string or list), seed, presence_penalty,
  * frequency_penalty, repetition_penalty, logprobs + top_logprobs, logit_bias, ignore_eos,
- * user, tools (passed to the template), chat_template_kwargs, add_generation_prompt,
+ * user, tools + tool_choice + parallel_tool_calls (openai_tools.c: validated, passed to the
+ * template, the output parsed into tool_calls), chat_template_kwargs, add_generation_prompt,
  * skip_special_tokens, cache_salt. Completions: prompt (string, [string], or [int] checked
  * against the vocabulary) instead of messages, and logprobs as an integer 0..5.
  * Structured output (both endpoints): response_format ({"type": "text" | "json_object" |
@@ -93,9 +110,9 @@ struct oai_request {
  * ({"json" | "regex" | "choice" | "json_object"}), at most one per request; compiled
  * here against ctx->gv into r->grammar (see oai_attach_grammar for the errors).
  * Parameters this server knows but does not implement are 400 naming them when a request
- * depends on them (guided_grammar, tool_choice that needs tool-call parsing, ...; the
- * list is in docs/api.md); harmless ones (user, parallel_tool_calls, store, metadata,
- * ...) are accepted.
+ * depends on them (guided_grammar, tool_choice "auto" with tools and no tool-call
+ * parser, ...; the list is in docs/api.md); harmless ones (user, parallel_tool_calls,
+ * store, metadata, ...) are accepted.
  * Returns 0 and fills *out, or a negative code with *e filled (out is then empty). */
 int oai_parse_chat(const struct oai_ctx *ctx, const char *body, size_t len,
                    struct oai_request *out, struct api_error *e);
@@ -114,12 +131,31 @@ void oai_request_free(struct oai_request *r);
  * Any thread (compiling may take milliseconds: a worker, not the event loop). */
 int oai_attach_grammar(const struct oai_ctx *ctx, struct oai_request *r,
                        const struct grammar_spec *spec, const char *param, struct api_error *e);
+/* Starts the output parser of one choice of r (a chat request): its tool format, call
+ * limit and reasoning split; emit receives the events (tool_parse.h). Returns 0 or
+ * ERR_NOMEM. Any thread. */
+int oai_output_parser(const struct oai_request *r, struct tparse *p, tparse_emit_fn emit,
+                      void *ud);
+
+/* The constrained-decoding grammar of tool_choice "required" (name NULL: any of tools)
+ * or a named function: a JSON schema with one anyOf branch per allowed tool,
+ * {"type":"object","properties":{"name":{"const":NAME},KEY:PARAMETERS},"required":["name",
+ * KEY]} (KEY "parameters" for llama3_json, else "arguments"; PARAMETERS the tool's, or
+ * {"type":"object"}), wrapped in fmt's call markup (hermes "<tool_call>\n" … "\n</tool_call>"
+ * separated by "\n"; llama3_json separated by "; "; mistral "[TOOL_CALLS][" … "]"), at least
+ * one call and at most one when parallel is false. tools must have been validated. Fills
+ * *spec (borrowing *schema and static strings) and *schema (malloc'd; caller frees).
+ * Returns 0, ERR_NOT_FOUND when name is not among tools, or ERR_NOMEM. */
+int oai_tool_grammar_spec(const struct cJSON *tools, const char *name, enum tparse_format fmt,
+                          bool parallel, struct grammar_spec *spec, char **schema);
 
 /* Token counts for "usage". */
 struct oai_usage {
     int prompt_tokens;
     int completion_tokens;
     int cached_tokens;      /* prompt_tokens_details.cached_tokens */
+    int reasoning_tokens;   /* completion_tokens_details.reasoning_tokens */
+    bool has_reasoning;     /* a reasoning parser ran: completion_tokens_details is sent */
 };
 
 /* The fixed parts of every chunk / response of one request. */
@@ -128,6 +164,16 @@ struct oai_meta {
     const char *id;         /* "chatcmpl-…" or "cmpl-…" */
     int64_t created;        /* unix seconds, the same on every chunk */
     const char *model;
+};
+
+/* A tool call of a chat message, or a delta of one in a chunk. */
+struct oai_tool_call {
+    int index;              /* the call's index in its choice */
+    const char *id;         /* "call_…"; in a chunk: set in the call's first delta only
+                               (with type and name), NULL in later ones */
+    const char *name;       /* NUL-terminated; NULL when id is NULL */
+    const char *args;       /* [args_len] JSON text of the arguments (a chunk: a fragment) */
+    size_t args_len;
 };
 
 /* One piece of a choice: a text delta with its tokens' logprobs (lp may be NULL). */
@@ -141,12 +187,20 @@ struct oai_piece {
     const char *finish_reason; /* NULL, "stop", "length" */
     int text_offset;        /* completions logprobs: characters (code points) of this
                                choice's text sent before this piece; 0 for a whole text */
+    /* chat only */
+    const char *reasoning;  /* [reasoning_len] reasoning_content; NULL: none */
+    size_t reasoning_len;
+    const struct oai_tool_call *calls; /* [n_calls] tool_calls (message or delta) */
+    int n_calls;
+    bool content_null;      /* a whole message: "content": null when text_len is 0 */
 };
 
 /* One SSE event "data: {json}\n\n" (malloc'd, *len set; caller frees). Chat chunks are
  * object "chat.completion.chunk" with choices[{index, delta, logprobs, finish_reason}];
- * delta carries "role":"assistant" when role is true, and "content" when text_len > 0 or
- * role is true (""). Completion chunks are "text_completion" with choices[{index, text,
+ * delta carries "role":"assistant" when role is true, "content" when text_len > 0 or
+ * role is true (""), "reasoning_content" when reasoning_len > 0, and "tool_calls":
+ * [{index, id, type:"function", function:{name, arguments}}] (a call's first delta) or
+ * [{index, function:{arguments}}] (later ones) when n_calls > 0. Completion chunks are "text_completion" with choices[{index, text,
  * logprobs, finish_reason}]. NULL on OOM. m is for token strings in logprobs. */
 char *oai_chunk_sse(const struct model *m, const struct oai_meta *meta,
                     const struct oai_piece *p, bool role, size_t *len);
@@ -158,7 +212,7 @@ char *oai_error_sse(const struct api_error *e, size_t *len);
 #define OAI_SSE_DONE "data: [DONE]\n\n"
 
 /* A whole non-streaming response: object "chat.completion" with choices[{index, message:
- * {role, content}, logprobs, finish_reason}] or "text_completion" with choices[{index,
+ * {role, content, reasoning_content?, tool_calls?}, logprobs, finish_reason}] or "text_completion" with choices[{index,
  * text, logprobs, finish_reason}], and usage. pieces[i] is choice i's whole text. */
 char *oai_response_json(const struct model *m, const struct oai_meta *meta,
                         const struct oai_piece *pieces, int n, const struct oai_usage *u,
@@ -183,7 +237,9 @@ void oai_make_id(const char *prefix, char *buf, size_t cap);
 /* Characters (code points; an invalid byte counts as the one U+FFFD it is sent as) in
  * s[0, len): the running total a streaming caller keeps for oai_piece.text_offset. */
 size_t oai_utf8_chars(const char *s, size_t len);
-/* The finish_reason string for f ("stop", "length", "abort", "error"), NULL while running. */
+/* The finish_reason string for f ("stop", "length", "abort", "error"), NULL while running.
+ * A chat choice that made tool calls and stopped reports "tool_calls" instead of "stop"
+ * (the caller substitutes it). */
 const char *oai_finish_reason(enum req_finish f);
 
 #endif

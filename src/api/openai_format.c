@@ -250,6 +250,13 @@ static cJSON *usage_object(const struct oai_usage *u)
         cJSON_Delete(o);
         return NULL;
     }
+    if (u->has_reasoning) {
+        cJSON *cd = cJSON_AddObjectToObject(o, "completion_tokens_details");
+        if (!cd || !cJSON_AddNumberToObject(cd, "reasoning_tokens", u->reasoning_tokens)) {
+            cJSON_Delete(o);
+            return NULL;
+        }
+    }
     return o;
 }
 
@@ -280,6 +287,28 @@ static char *finish(cJSON *root, bool sse, size_t *len)
     return json;
 }
 
+/* "tool_calls": [{index, id, type, function: {name, arguments}}, ...] of a message (every
+ * field) or a delta (id, type and name only in a call's first delta). */
+static bool add_tool_calls(cJSON *msg, const struct oai_piece *p, bool chunk)
+{
+    cJSON *arr = cJSON_AddArrayToObject(msg, "tool_calls");
+    if (!arr) return false;
+    for (int i = 0; i < p->n_calls; i++) {
+        const struct oai_tool_call *tc = &p->calls[i];
+        cJSON *c = cJSON_CreateObject(), *fn = NULL;
+        if (!c || !cJSON_AddItemToArray(arr, c)) { cJSON_Delete(c); return false; }
+        if (chunk && !cJSON_AddNumberToObject(c, "index", tc->index)) return false;
+        if (tc->id && (!cJSON_AddStringToObject(c, "id", tc->id) ||
+                       !cJSON_AddStringToObject(c, "type", "function")))
+            return false;
+        if (!(fn = cJSON_AddObjectToObject(c, "function"))) return false;
+        if (tc->id && !add_text(fn, "name", tc->name ? tc->name : "", tc->name ? strlen(tc->name) : 0))
+            return false;
+        if (!add_text(fn, "arguments", tc->args ? tc->args : "", tc->args_len)) return false;
+    }
+    return true;
+}
+
 /* One choice of a chunk (delta) or a whole response (message / text). */
 static cJSON *choice_object(const struct model *m, enum oai_kind kind, const struct oai_piece *p,
                             bool chunk, bool role)
@@ -291,8 +320,15 @@ static cJSON *choice_object(const struct model *m, enum oai_kind kind, const str
         cJSON *msg = cJSON_AddObjectToObject(c, chunk ? "delta" : "message");
         if (!msg) goto fail;
         if ((!chunk || role) && !cJSON_AddStringToObject(msg, "role", "assistant")) goto fail;
-        if ((!chunk || role || p->text_len > 0) && !add_text(msg, "content", text, p->text_len))
+        if (!chunk && p->content_null && p->text_len == 0) {
+            if (!cJSON_AddNullToObject(msg, "content")) goto fail;
+        } else if ((!chunk || role || p->text_len > 0) && !add_text(msg, "content", text, p->text_len)) {
             goto fail;
+        }
+        if (p->reasoning && (p->reasoning_len > 0 || !chunk) &&
+            !add_text(msg, "reasoning_content", p->reasoning, p->reasoning_len))
+            goto fail;
+        if (p->n_calls > 0 && !add_tool_calls(msg, p, chunk)) goto fail;
     } else if (!add_text(c, "text", text, p->text_len)) {
         goto fail;
     }

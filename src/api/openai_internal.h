@@ -59,4 +59,24 @@ int oai_parse_structured(const struct oai_ctx *ctx, const struct cJSON *root,
 int oai_check_model(const struct oai_ctx *ctx, const struct cJSON *root, const char **name,
                     struct api_error *e);
 
+/* openai_tools.c. Validates tools, tool_choice and parallel_tool_calls of a chat body and
+ * sets r's tool fields (the format the output is parsed with, the call limit, the forced
+ * calls' grammar). 400 naming the parameter for a malformed tool, a tool_choice naming a
+ * function not in tools, "required" without tools, or "auto" with tools when the server
+ * has no tool-call parser. Returns 0 or a negative code with *e filled. */
+int oai_parse_tools(const struct oai_ctx *ctx, const struct cJSON *root, struct oai_request *r,
+                    struct api_error *e);
+/* Sets r's reasoning fields from ctx, the body root (chat_template_kwargs.enable_thinking
+ * false: no split) and the rendered prompt r->prompt_ids (whether it ends inside
+ * "<think>"). Call after the prompt is encoded. */
+void oai_parse_reasoning(const struct oai_ctx *ctx, const struct cJSON *root,
+                         struct oai_request *r);
+/* Checks the tool_calls of assistant messages (an array of {id, type "function",
+ * function: {name, arguments}}) and, when m's template renders arguments with tojson,
+ * returns a copy of messages whose string arguments holding a JSON object are parsed into
+ * that object (what the template expects, as Hugging Face and vLLM do). *copy is NULL
+ * when messages can be used as they are. Returns 0 or a negative code with *e filled. */
+int oai_messages_for_template(const struct model *m, const struct cJSON *messages,
+                              struct cJSON **copy, struct api_error *e);
+
 #endif

@@ -75,6 +75,16 @@ static const struct opt_def opt_table[] = {
     ENUM("load-format", load_format, "auto", "auto|dummy", "model",
          "auto = the model's weights; dummy = random weights of its config's shapes (benchmarks)"),
 
+    ENUM("tool-call-parser", tool_call_parser, "auto", "auto|none|hermes|llama3_json|mistral|deepseek_v3",
+         "chat", "format of the model's tool calls, parsed into tool_calls when a request's "
+         "tool_choice is auto; auto = the format the chat template shows (none if it shows none)"),
+    BOOL("enable-auto-tool-choice", enable_auto_tool_choice, "false", "chat",
+         "accepted for vLLM compatibility: tool_choice auto works whenever a tool-call parser is "
+         "set or detected"),
+    ENUM("reasoning-parser", reasoning_parser, "none", "none|deepseek_r1|qwen3", "chat",
+         "split <think>...</think> into reasoning_content (deepseek_r1: the answer starts in the "
+         "reasoning; qwen3: when the model or the prompt opens it)"),
+
     STR("host", host, "127.0.0.1", "ADDR", "http", "address to listen on"),
     INT("port", port, "8000", 1, 65535, "http", "TCP port to listen on"),
     LIST("api-key", api_key, "KEY", "http",

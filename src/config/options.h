@@ -36,6 +36,13 @@ struct server_options {
     char *chat_template;               /* file overriding the model's template, or NULL */
     char *load_format;                 /* "auto" (the files' weights) or "dummy" (random weights of
                                           the config's shapes: MODEL_LOAD_DUMMY) */
+    /* chat output */
+    char *tool_call_parser;            /* "auto" (the format the chat template shows, if any),
+                                          "none", "hermes", "llama3_json", "mistral",
+                                          "deepseek_v3" */
+    bool enable_auto_tool_choice;      /* accepted for vLLM compatibility; auto tool choice
+                                          works whenever a parser is set or detected */
+    char *reasoning_parser;            /* "none", "deepseek_r1", "qwen3" */
     /* http */
     char *host;                        /* "127.0.0.1" */
     int port;                          /* 8000 */

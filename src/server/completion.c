@@ -15,6 +15,13 @@
  * far, never takes the job's mutex (a notify holds the job's mutex while it ends the
  * reply, which waits for a running on_close).
  *
+ * Chat output parsing. A chat choice whose request asked for tool calls or reasoning runs
+ * its output through its own output parser (api/tool_parse.h), on the notify's thread:
+ * the parser's events become content, reasoning_content and tool_calls deltas (a take's
+ * logprobs ride on its first chunk, or on an empty delta when all its text is held back),
+ * or the parts of the whole message. A take's tokens count as reasoning tokens when the
+ * parser was inside the reasoning before or after it.
+ *
  * Lifetime. The job is refcounted: one reference for the worker's task, one per
  * submitted choice, dropped at that choice's final notify. The engine requests are
  * released only when the job is freed, so on_close can abort them for as long as the
@@ -33,6 +40,12 @@
 
 struct job;
 
+/* A tool call collected for a non-streamed message: offsets into choice.calls_text,
+ * which holds "id\0name\0" followed by the arguments. */
+struct call_rec {
+    size_t id, name, args, args_len;
+};
+
 /* One choice: one engine request and what has come out of it. */
 struct choice {
     struct job *job;
@@ -49,6 +62,19 @@ struct choice {
     size_t text_len, text_cap;
     struct req_logprob *lp;
     int n_lp, lp_cap;
+    /* chat output parsing (parsing: the request asked for tool calls or reasoning) */
+    bool parsing;
+    struct tparse parser;
+    int n_calls;                 /* tool calls so far */
+    int n_reasoning;             /* generated tokens counted as reasoning */
+    const struct req_output *take; /* streaming: the take being parsed ... */
+    bool take_lp_sent;           /* ... and whether its logprobs went out with a chunk */
+    char *reasoning;             /* non-streaming: reasoning text and calls so far */
+    size_t reasoning_len, reasoning_cap;
+    struct call_rec *calls;
+    size_t calls_cap;
+    char *calls_text;
+    size_t calls_text_len, calls_text_cap;
 };
 
 struct job {
@@ -80,6 +106,10 @@ static void job_free(struct job *j)
         req_output_free(&c->out);
         free(c->text);
         free(c->lp);
+        if (c->parsing) tparse_free(&c->parser);
+        free(c->reasoning);
+        free(c->calls);
+        free(c->calls_text);
     }
     oai_request_free(&j->req);
     pthread_mutex_destroy(&j->mu);
@@ -94,22 +124,78 @@ static void job_unref_unlock(struct job *j)
     if (last) job_free(j);
 }
 
+/* Appends s[0, len) to a growing text; false on OOM. */
+static bool append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
+{
+    if (!grow_array((void **)buf, cap, *len + n + 1, 1)) return false;
+    if (n > 0) memcpy(*buf + *len, s, n);
+    *len += n;
+    return true;
+}
+
+/* Non-streaming: the output parser's events build the message's parts. */
+static int collect_event(void *ud, const struct tparse_event *ev)
+{
+    struct choice *c = ud;
+    bool ok = true;
+    switch (ev->kind) {
+    case TP_EV_CONTENT:
+        ok = append(&c->text, &c->text_len, &c->text_cap, ev->text, ev->len);
+        break;
+    case TP_EV_REASONING:
+        ok = append(&c->reasoning, &c->reasoning_len, &c->reasoning_cap, ev->text, ev->len);
+        break;
+    case TP_EV_TOOL_START: {
+        if (!grow_array((void **)&c->calls, &c->calls_cap, (size_t)c->n_calls + 1, sizeof *c->calls))
+            return ERR_NOMEM;
+        struct call_rec *r = &c->calls[c->n_calls];
+        r->id = c->calls_text_len;
+        ok = append(&c->calls_text, &c->calls_text_len, &c->calls_text_cap, ev->id, strlen(ev->id) + 1);
+        r->name = c->calls_text_len;
+        ok = ok && append(&c->calls_text, &c->calls_text_len, &c->calls_text_cap, ev->name,
+                          strlen(ev->name) + 1);
+        r->args = c->calls_text_len;
+        r->args_len = 0;
+        c->n_calls++;
+        break;
+    }
+    case TP_EV_TOOL_ARGS:
+        ok = append(&c->calls_text, &c->calls_text_len, &c->calls_text_cap, ev->text, ev->len);
+        c->calls[c->n_calls - 1].args_len += ev->len;
+        break;
+    }
+    return ok ? 0 : ERR_NOMEM;
+}
+
+/* Counts the take's tokens as reasoning when the parser was inside the reasoning before
+ * or after it, and feeds it (and, at the finish, the end) to the parser. */
+static int parse_take(struct choice *c, const struct req_output *o)
+{
+    bool in = tparse_in_reasoning(&c->parser);
+    int rc = tparse_feed(&c->parser, o->text, o->text_len);
+    if (in || tparse_in_reasoning(&c->parser)) c->n_reasoning += o->n_ids;
+    if (!rc && o->finish != REQ_FINISH_NONE) rc = tparse_finish(&c->parser);
+    return rc;
+}
+
 /* Non-streaming: appends the taken output to the choice's totals. */
 static void collect(struct job *j, struct choice *c)
 {
     const struct req_output *o = &c->out;
     size_t lp_cap = (size_t)c->lp_cap;
-    if (!grow_array((void **)&c->text, &c->text_cap, c->text_len + o->text_len + 1, 1) ||
-        !grow_array((void **)&c->lp, &lp_cap, (size_t)(c->n_lp + o->n_lp), sizeof *c->lp)) {
+    bool ok = grow_array((void **)&c->lp, &lp_cap, (size_t)(c->n_lp + o->n_lp), sizeof *c->lp);
+    if (ok) {
+        c->lp_cap = (int)lp_cap;
+        if (c->parsing) ok = parse_take(c, o) == 0;
+        else ok = append(&c->text, &c->text_len, &c->text_cap, o->text, o->text_len);
+    }
+    if (!ok) {
         if (!j->has_error)
             api_error_from_code(&j->error, ERR_NOMEM, NULL, NULL, "out of memory collecting output");
         j->has_error = true;
         request_abort(c->rq);
         return;
     }
-    c->lp_cap = (int)lp_cap;
-    if (o->text_len > 0) memcpy(c->text + c->text_len, o->text, o->text_len);
-    c->text_len += o->text_len;
     if (o->n_lp > 0) memcpy(c->lp + c->n_lp, o->lp, sizeof *o->lp * (size_t)o->n_lp);
     c->n_lp += o->n_lp;
 }
@@ -132,13 +218,77 @@ static void write_sse(struct job *j, char *ev)
     free(ev);
 }
 
+/* The finish_reason of a choice that ended with f: "tool_calls" for a chat choice that
+ * made calls and stopped. */
+static const char *finish_reason_of(const struct choice *c, enum req_finish f)
+{
+    return c->n_calls > 0 && f == REQ_FINISH_STOP ? "tool_calls" : oai_finish_reason(f);
+}
+
+/* Streaming: one output parser event becomes one chunk; the take's logprobs ride on the
+ * first chunk it makes. */
+static int stream_event(void *ud, const struct tparse_event *ev)
+{
+    struct choice *c = ud;
+    struct job *j = c->job;
+    struct oai_piece p = { .index = c->index };
+    struct oai_tool_call call = { .index = ev->index };
+    switch (ev->kind) {
+    case TP_EV_CONTENT:
+        p.text = ev->text;
+        p.text_len = ev->len;
+        break;
+    case TP_EV_REASONING:
+        p.reasoning = ev->text;
+        p.reasoning_len = ev->len;
+        break;
+    case TP_EV_TOOL_START:
+        call.id = ev->id;
+        call.name = ev->name;
+        c->n_calls++;
+        p.calls = &call;
+        p.n_calls = 1;
+        break;
+    case TP_EV_TOOL_ARGS:
+        call.args = ev->text;
+        call.args_len = ev->len;
+        p.calls = &call;
+        p.n_calls = 1;
+        break;
+    }
+    if (c->take && !c->take_lp_sent && c->take->n_lp > 0) {
+        p.lp = c->take->lp;
+        p.n_lp = c->take->n_lp;
+        p.top_logprobs = j->req.top_logprobs;
+        c->take_lp_sent = true;
+    }
+    size_t len;
+    write_sse(j, oai_chunk_sse(j->s->m, &j->meta, &p, false, &len));
+    return 0;
+}
+
 /* Streaming: turns the taken output into chunks. */
 static void stream_out(struct job *j, struct choice *c)
 {
     const struct req_output *o = &c->out;
     const struct model *m = j->s->m;
     size_t len;
-    if (o->text_len > 0 || o->n_lp > 0) {
+    if (c->parsing) {
+        c->take = o;
+        c->take_lp_sent = false;
+        int rc = parse_take(c, o);
+        if (rc && !j->has_error) {
+            api_error_from_code(&j->error, rc, NULL, NULL, "out of memory parsing the output");
+            j->has_error = true;
+            request_abort(c->rq);
+        }
+        if (!c->take_lp_sent && o->n_lp > 0) { /* all of its text is held back: an empty delta */
+            struct oai_piece p = { .index = c->index, .lp = o->lp, .n_lp = o->n_lp,
+                                   .top_logprobs = j->req.top_logprobs };
+            write_sse(j, oai_chunk_sse(m, &j->meta, &p, false, &len));
+        }
+        c->take = NULL;
+    } else if (o->text_len > 0 || o->n_lp > 0) {
         struct oai_piece p = { .index = c->index, .text = o->text, .text_len = o->text_len,
                                .lp = o->lp, .n_lp = o->n_lp,
                                .top_logprobs = j->req.top_logprobs,
@@ -147,7 +297,7 @@ static void stream_out(struct job *j, struct choice *c)
         c->text_chars += (int)oai_utf8_chars(o->text, o->text_len);
     }
     const char *fr = o->finish == REQ_FINISH_STOP || o->finish == REQ_FINISH_LENGTH
-                         ? oai_finish_reason(o->finish) : NULL;
+                         ? finish_reason_of(c, o->finish) : NULL;
     if (fr) {
         struct oai_piece p = { .index = c->index, .finish_reason = fr };
         write_sse(j, oai_chunk_sse(m, &j->meta, &p, false, &len));
@@ -159,10 +309,12 @@ static void stream_out(struct job *j, struct choice *c)
  * first admission (choices admitted together each compute the prompt: 0). */
 static void usage_of(const struct job *j, struct oai_usage *u, double *ttft)
 {
-    *u = (struct oai_usage){ .prompt_tokens = j->req.n_prompt, .cached_tokens = j->ch[0].n_cached };
+    *u = (struct oai_usage){ .prompt_tokens = j->req.n_prompt, .cached_tokens = j->ch[0].n_cached,
+                             .has_reasoning = j->req.reasoning != RSN_NONE };
     *ttft = -1;
     for (int i = 0; i < j->req.n; i++) {
         u->completion_tokens += j->ch[i].n_generated;
+        u->reasoning_tokens += j->ch[i].n_reasoning;
         if (j->ch[i].n_cached < u->cached_tokens) u->cached_tokens = j->ch[i].n_cached;
         if (j->ch[i].ttft >= 0 && (*ttft < 0 || j->ch[i].ttft < *ttft)) *ttft = j->ch[i].ttft;
     }
@@ -187,14 +339,29 @@ static void finish_job(struct job *j)
     char *body = NULL;
     if (!j->has_error) {
         struct oai_piece pieces[OAI_MAX_N];
+        struct oai_tool_call *calls[OAI_MAX_N] = { 0 };
+        bool ok = true;
         for (int i = 0; i < j->req.n; i++) {
             const struct choice *c = &j->ch[i];
+            if (c->n_calls > 0 && !(calls[i] = calloc((size_t)c->n_calls, sizeof *calls[i]))) ok = false;
+            for (int k = 0; calls[i] && k < c->n_calls; k++) {
+                const struct call_rec *r = &c->calls[k];
+                calls[i][k] = (struct oai_tool_call){ .index = k, .id = c->calls_text + r->id,
+                                                      .name = c->calls_text + r->name,
+                                                      .args = c->calls_text + r->args,
+                                                      .args_len = r->args_len };
+            }
             pieces[i] = (struct oai_piece){ .index = i, .text = c->text ? c->text : "",
                                             .text_len = c->text_len, .lp = c->lp,
                                             .n_lp = c->n_lp, .top_logprobs = j->req.top_logprobs,
-                                            .finish_reason = oai_finish_reason(c->finish) };
+                                            .finish_reason = finish_reason_of(c, c->finish),
+                                            .reasoning = c->reasoning_len > 0 ? c->reasoning : NULL,
+                                            .reasoning_len = c->reasoning_len,
+                                            .calls = calls[i], .n_calls = c->n_calls,
+                                            .content_null = c->n_calls > 0 || c->reasoning_len > 0 };
         }
-        body = oai_response_json(j->s->m, &j->meta, pieces, j->req.n, &u, &len);
+        body = ok ? oai_response_json(j->s->m, &j->meta, pieces, j->req.n, &u, &len) : NULL;
+        for (int i = 0; i < j->req.n; i++) free(calls[i]);
         if (body) {
             http_reply_send(j->reply, 200, "application/json", body, len, NULL);
             free(body);
@@ -286,6 +453,20 @@ static void job_run(void *arg)
         return;
     }
     const struct oai_request *r = &j->req;
+    if (kind == OAI_CHAT && (r->tool_format != TP_NONE || r->reasoning != RSN_NONE)) {
+        for (int i = 0; i < r->n && !rc; i++) {
+            struct choice *c = &j->ch[i];
+            rc = oai_output_parser(r, &c->parser, r->stream ? stream_event : collect_event, c);
+            c->parsing = rc == 0;
+        }
+        if (rc) {
+            j->failed = true;
+            api_error_from_code(&e, rc, NULL, NULL, "out of memory");
+            reply_api_error(j->reply, &e);
+            job_unref_unlock(j);
+            return;
+        }
+    }
     oai_make_id(kind == OAI_CHAT ? "chatcmpl-" : "cmpl-", j->id, sizeof j->id);
     j->meta = (struct oai_meta){ .kind = kind, .id = j->id, .created = (int64_t)time(NULL),
                                  .model = r->model };

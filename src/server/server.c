@@ -586,6 +586,15 @@ int server_run(const struct server_options *o)
     }
     if (!gv) LOG_WARN("server", "structured output is off: %s", err);
     s.ctx.gv = gv;
+    /* chat output parsing: the named tool-call format, or the one the template shows */
+    s.ctx.tool_format = !strcmp(o->tool_call_parser, "auto")
+                            ? tparse_format_detect(s.m->chat_template)
+                            : (enum tparse_format)tparse_format_from_name(o->tool_call_parser);
+    s.ctx.reasoning = (enum rsn_kind)rsn_kind_from_name(o->reasoning_parser);
+    LOG_INFO("server", "tool-call parser %s%s, reasoning parser %s",
+             tparse_format_name(s.ctx.tool_format),
+             !strcmp(o->tool_call_parser, "auto") ? " (from the chat template)" : "",
+             rsn_kind_name(s.ctx.reasoning));
     char desc[256];
     model_describe(s.m, desc, sizeof desc);
     LOG_INFO("server", "model %s loaded in %.1f s: %s", s.names[0], now_s() - t0, desc);

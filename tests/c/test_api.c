@@ -196,7 +196,8 @@ static const struct bad_case bad_cases[] = {
     { CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"one two three four five six seven eight nine ten "
             "eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty\"}]}",
       400, "messages", "context_length_exceeded", 1 },
-    /* parameters a request depends on that are not implemented: 400 naming them */
+    /* parameters a request depends on that are not implemented (or, for structured output,
+       not available without a grammar vocabulary): 400 naming them */
     B400(CHAT, "{" MSG ",\"response_format\":{\"type\":\"json_object\"}}", "response_format"),
     B400(CHAT, "{" MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\"}}}",
          "response_format"),
@@ -218,10 +219,13 @@ static const struct bad_case bad_cases[] = {
     B400(CHAT, "{" MSG ",\"modalities\":[\"text\",\"audio\"]}", "modalities"),
     B400(CHAT, "{" MSG ",\"audio\":{\"voice\":\"alloy\"}}", "audio"),
     B400(CHAT, "{" MSG ",\"reasoning_effort\":\"low\"}", "reasoning_effort"),
+    /* structured output with no grammar vocabulary in the context (this test's): 400 naming
+       the parameter; with one, tests/python/test_structured_output.py */
     B400(CHAT, "{" MSG ",\"guided_json\":{\"type\":\"object\"}}", "guided_json"),
     B400(COMPL, "{\"prompt\":\"x\",\"guided_regex\":\"a+\"}", "guided_regex"),
     B400(COMPL, "{\"prompt\":\"x\",\"guided_choice\":[\"a\"]}", "guided_choice"),
-    B400(CHAT, "{" MSG ",\"structured_outputs\":{\"json\":{}}}", "structured_outputs"),
+    B400(CHAT, "{" MSG ",\"structured_outputs\":{\"json\":{}}}", "structured_outputs.json"),
+    B400(CHAT, "{" MSG ",\"guided_grammar\":\"root ::= x\"}", "guided_grammar"),
     B400(CHAT, "{" MSG ",\"min_tokens\":5}", "min_tokens"),
     B400(COMPL, "{\"prompt\":\"x\",\"stop_token_ids\":[2]}", "stop_token_ids"),
     B400(CHAT, "{" MSG ",\"prompt_logprobs\":1}", "prompt_logprobs"),
@@ -661,7 +665,7 @@ static void test_chat_chunks(void)
     cJSON_Delete(j);
     free(s);
     /* the usage chunk */
-    struct oai_usage u = { 12, 5, 8 };
+    struct oai_usage u = { .prompt_tokens = 12, .completion_tokens = 5, .cached_tokens = 8 };
     s = oai_usage_chunk_sse(&meta, &u, &len);
     j = parse_sse(s, len);
     check_meta(j, "chat.completion.chunk");
@@ -717,7 +721,7 @@ static void test_chat_logprobs(void)
     struct req_logprob lp[3];
     int32_t ids[3];
     make_logprobs(lp, ids);
-    struct oai_piece p = { 0, "Hello world", 11, lp, 3, 2, NULL, 0 };
+    struct oai_piece p = { .index = 0, .text = "Hello world", .text_len = 11, .lp = lp, .n_lp = 3, .top_logprobs = 2, .finish_reason = NULL, .text_offset = 0 };
     size_t len = 0;
     char *s = oai_chunk_sse(g_model, &meta, &p, false, &len);
     cJSON *j = parse_sse(s, len);
@@ -769,7 +773,7 @@ static void test_completion_format(void)
     struct req_logprob lp[3];
     int32_t ids[3];
     make_logprobs(lp, ids);
-    struct oai_piece p = { 1, "Hello world", 11, lp, 3, 1, NULL, 100 };
+    struct oai_piece p = { .index = 1, .text = "Hello world", .text_len = 11, .lp = lp, .n_lp = 3, .top_logprobs = 1, .finish_reason = NULL, .text_offset = 100 };
     size_t len = 0;
     char *s = oai_chunk_sse(g_model, &meta, &p, true, &len);
     cJSON *j = parse_sse(s, len);
@@ -797,8 +801,8 @@ static void test_completion_format(void)
     cJSON_Delete(j);
     free(s);
     /* a whole response */
-    struct oai_piece pieces[2] = { { 0, "abc", 3, NULL, 0, 0, "stop", 0 }, { 1, "de", 2, NULL, 0, 0, "length", 0 } };
-    struct oai_usage u = { 4, 5, 0 };
+    struct oai_piece pieces[2] = { { .index = 0, .text = "abc", .text_len = 3, .lp = NULL, .n_lp = 0, .top_logprobs = 0, .finish_reason = "stop", .text_offset = 0 }, { .index = 1, .text = "de", .text_len = 2, .lp = NULL, .n_lp = 0, .top_logprobs = 0, .finish_reason = "length", .text_offset = 0 } };
+    struct oai_usage u = { .prompt_tokens = 4, .completion_tokens = 5 };
     s = oai_response_json(g_model, &meta, pieces, 2, &u, &len);
     j = cJSON_Parse(s);
     CHECK(j && len == strlen(s), "response JSON");
@@ -818,9 +822,9 @@ static void test_chat_response(void)
     struct req_logprob lp[3];
     int32_t ids[3];
     make_logprobs(lp, ids);
-    struct oai_piece pieces[2] = { { 0, "Hello world", 11, lp, 3, 1, "stop", 0 },
-                                   { 1, "", 0, NULL, 0, 0, "length", 0 } };
-    struct oai_usage u = { 20, 3, 16 };
+    struct oai_piece pieces[2] = { { .index = 0, .text = "Hello world", .text_len = 11, .lp = lp, .n_lp = 3, .top_logprobs = 1, .finish_reason = "stop", .text_offset = 0 },
+                                   { .index = 1, .text = "", .text_len = 0, .lp = NULL, .n_lp = 0, .top_logprobs = 0, .finish_reason = "length", .text_offset = 0 } };
+    struct oai_usage u = { .prompt_tokens = 20, .completion_tokens = 3, .cached_tokens = 16 };
     size_t len = 0;
     char *s = oai_response_json(g_model, &meta, pieces, 2, &u, &len);
     cJSON *j = cJSON_Parse(s);

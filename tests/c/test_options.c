@@ -97,6 +97,7 @@ static void check_same(const struct server_options *a, const struct server_optio
         for (int i_ = 0; i_ < a->n_##f && i_ < b->n_##f; i_++) SAME_S(f[i_]);      \
     } while (0)
     SAME_S(model); SAME_L(served_model_name); SAME_S(chat_template); SAME_S(load_format);
+    SAME_S(tool_call_parser); SAME_I(enable_auto_tool_choice); SAME_S(reasoning_parser);
     SAME_S(host); SAME_I(port); SAME_L(api_key); SAME_S(api_key_file);
     SAME_I(public_metrics); SAME_I(max_body_bytes); SAME_I(max_header_bytes);
     SAME_I(max_connections); SAME_I(max_connections_per_ip); SAME_I(http_timeout);
@@ -126,6 +127,9 @@ static void fill_nondefault(struct server_options *o)
     o->n_served_model_name = 2;
     o->chat_template = strdup("t.jinja");
     o->load_format = strdup("dummy");
+    o->tool_call_parser = strdup("llama3_json");
+    o->enable_auto_tool_choice = true;
+    o->reasoning_parser = strdup("qwen3");
     o->host = strdup("0.0.0.0");
     o->port = 9001;
     o->api_key[0] = strdup("k1");
@@ -205,6 +209,9 @@ static void test_yaml_every_type(void)
         "  - 'héllo: [not a list] # no comment'\n"
         "chat-template: t.jinja\n"
         "load_format: dummy\n"
+        "tool_call_parser: llama3_json\n"
+        "enable-auto-tool-choice: true\n"
+        "reasoning-parser: qwen3\n"
         "host: 0.0.0.0\n"
         "port: 9001\n"
         "api_key: k1          # a scalar for a list option\n"
@@ -515,7 +522,7 @@ static void test_help(void)
         CHECK(strstr(help, flag) || strstr(help, bflag), "--help lacks %s", line);
         keys++;
     }
-    CHECK(keys == 40, "%d keys", keys); /* one per option of the table */
+    CHECK(keys == 43, "%d keys", keys); /* one per option of the table */
     CHECK(strstr(help, "--max-num-seqs N") && strstr(help, "[1..4096, default 64]"), "%s", help);
     CHECK(strstr(help, "--[no-]enable-prefix-caching") && strstr(help, "\nengine:\n"), "bool/section");
     CHECK(strstr(help, "--config FILE") && strstr(help, "--print-config"), "general");
