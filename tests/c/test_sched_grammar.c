@@ -11,6 +11,8 @@
  *   - the outputs are identical with overlapped scheduling off and on (the mask of step
  *     N+1 is filled after step N's token is recorded) and under preemption with chunked
  *     prefill (the matcher survives the recompute);
+ *   - the mask applies after the logit bias: a grammar whose every allowed token is banned
+ *     fails its sequence alone (FINISH_ERROR), and a banned choice is never produced;
  *   - no matcher outlives its sequence; freeing the scheduler mid-run leaks nothing (ASan).
  * A mask costs time on the scheduler thread: the stats count masked rows and their time.
  *
@@ -32,6 +34,7 @@
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
+#include <math.h>
 #include <stdlib.h>
 
 #define MODEL_REL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -337,6 +340,71 @@ static void test_free_live(void)
     }
 }
 
+/* The mask comes after the logit bias: banning every token that can start "blue" leaves
+ * {"blue", "red"} only "red", and leaves {"blue"} nothing at all — that row fails
+ * (FINISH_ERROR) and its neighbour goes on. */
+static void test_mask_and_bias(void)
+{
+    char err[ERR_BUF];
+    static const char *const two[] = { "blue", "red" }, *const one[] = { "blue" };
+    struct grammar *g2 = NULL, *g1 = NULL;
+    struct grammar_spec s2 = { .kind = GRAMMAR_CHOICE, .choices = two, .n_choices = 2 };
+    struct grammar_spec s1 = { .kind = GRAMMAR_CHOICE, .choices = one, .n_choices = 1 };
+    CHECK(grammar_compile(&g2, g_vocab, &s2, err, sizeof err) == 0, "%s", err);
+    CHECK(grammar_compile(&g1, g_vocab, &s1, err, sizeof err) == 0, "%s", err);
+    int32_t ban[SAMPLER_MAX_LOGIT_BIAS];
+    float bias[SAMPLER_MAX_LOGIT_BIAS];
+    int n_ban = 0;
+    for (int id = 0; id < tok_vocab_size(g_model->tok) && n_ban < SAMPLER_MAX_LOGIT_BIAS; id++) {
+        char b[64];
+        int len = tok_token_bytes(g_model->tok, id, false, b, sizeof b);
+        if (len > 0 && len <= 4 && !tok_is_special(g_model->tok, id) && !memcmp(b, "blue", (size_t)len)) {
+            ban[n_ban] = id;
+            bias[n_ban++] = -INFINITY;
+        }
+    }
+    CHECK(n_ban > 0 && n_ban < SAMPLER_MAX_LOGIT_BIAS, "%d tokens start \"blue\"", n_ban);
+    struct sched_config cfg = base_cfg(SCHED_OVERLAP_ON);
+    struct sched *s = NULL;
+    if (!g1 || !g2 || sched_create(&s, g_model, &cfg, err, sizeof err)) {
+        CHECK(0, "setup: %s", err);
+        grammar_unref(g1);
+        grammar_unref(g2);
+        return;
+    }
+    static struct run r;
+    memset(&r, 0, sizeof r);
+    for (int i = 0; i < 3; i++) {
+        struct sched_seq_params p;
+        sched_seq_params_default(&p);
+        p.sp.temperature = 0;
+        p.max_tokens = 16;
+        p.grammar = i == 0 ? g2 : i == 1 ? g1 : g_grammar[K_CHOICE];
+        p.bias_ids = ban;
+        p.bias = bias;
+        p.n_bias = n_ban;
+        CHECK(sched_add(s, g_prompt[0], g_len[0], &p, &r.id[i], err, sizeof err) == 0, "%s", err);
+    }
+    grammar_unref(g1); /* the scheduler holds its own references */
+    grammar_unref(g2);
+    for (int steps = 0; sched_has_work(s) && steps < 1000; steps++)
+        if (sched_step(s, on_output, &r, err, sizeof err)) {
+            CHECK(0, "sched_step: %s", err);
+            break;
+        }
+    char t[256];
+    text_of(&r, 0, t, sizeof t);
+    CHECK(r.finish[0] == FINISH_STOP && !strcmp(t, "red"), "{blue, red} with 'blue' banned: '%s' (finish %d)", t,
+          r.finish[0]);
+    CHECK(r.finish[1] == FINISH_ERROR && r.n[1] == 0 && r.error[1], "{blue} with 'blue' banned: finish %d, %d tokens",
+          r.finish[1], r.n[1]);
+    text_of(&r, 2, t, sizeof t);
+    CHECK(r.finish[2] == FINISH_STOP && strcmp(t, "blue") != 0, "colours without blue: '%s' (finish %d)", t,
+          r.finish[2]);
+    CHECK(r.after_finish == 0, "events after a finish");
+    sched_free(s);
+}
+
 static int compile(enum kind k, const struct grammar_spec *spec)
 {
     char err[ERR_BUF];
@@ -389,6 +457,7 @@ int main(void)
         RUN(test_overlap);
         RUN(test_preemption);
     }
+    RUN(test_mask_and_bias);
     RUN(test_free_live);
     for (int k = 0; k < 5; k++) grammar_unref(g_grammar[k]);
     grammar_vocab_free(g_vocab);
