@@ -820,6 +820,7 @@ static int parse_request(const struct oai_ctx *ctx, enum oai_kind kind, const ch
     }
     /* last: compiling a schema costs more than every check above */
     TRY(oai_parse_structured(ctx, root, out, e));
+    oai_defer_grammar_for_reasoning(ctx, out);
     cJSON_Delete(root);
     return 0;
 fail:

@@ -71,6 +71,12 @@ int oai_parse_tools(const struct oai_ctx *ctx, const struct cJSON *root, struct 
  * "<think>"). Call after the prompt is encoded. */
 void oai_parse_reasoning(const struct oai_ctx *ctx, const struct cJSON *root,
                          struct oai_request *r);
+/* A constrained answer (r->grammar) from a request with a reasoning split: the grammar
+ * starts after the reasoning's end token "</think>" (rp.grammar_deferred), so the model
+ * thinks freely and then answers under the grammar, as vLLM does. A vocabulary without
+ * "</think>" as one token cannot say where thinking ends: the split is turned off and the
+ * constrained output is all content. Call after oai_parse_structured. */
+void oai_defer_grammar_for_reasoning(const struct oai_ctx *ctx, struct oai_request *r);
 /* Checks the tool_calls of assistant messages (an array of {id, type "function",
  * function: {name, arguments}}) and, when m's template renders arguments with tojson,
  * returns a copy of messages whose string arguments holding a JSON object are parsed into

@@ -257,6 +257,18 @@ void oai_parse_reasoning(const struct oai_ctx *ctx, const cJSON *root, struct oa
     r->reasoning_opened = rsn_prompt_opens(tail, n);
 }
 
+void oai_defer_grammar_for_reasoning(const struct oai_ctx *ctx, struct oai_request *r)
+{
+    if (!r->grammar || r->reasoning == RSN_NONE) return;
+    int id = ctx->m && ctx->m->tok ? tok_find(ctx->m->tok, "</think>") : -1;
+    if (id >= 0) {
+        r->rp.grammar_deferred = true;
+        r->rp.grammar_start_token = id;
+    } else {
+        r->reasoning = RSN_NONE;
+    }
+}
+
 int oai_output_parser(const struct oai_request *r, struct tparse *p, tparse_emit_fn emit, void *ud)
 {
     return tparse_init(p, r->tool_format, r->max_tool_calls, r->reasoning, r->reasoning_opened,

@@ -84,6 +84,11 @@ struct req_params {
                                   tokenizer). The request takes its own reference; the
                                   caller keeps its own. The request ends with the grammar
                                   (finish STOP at the end token it allows), ignore_eos or not */
+    bool grammar_deferred;     /* the grammar starts only after the request has generated
+                                  grammar_start_token (a reasoning model's "</think>": the
+                                  model thinks freely, then answers under the grammar, as
+                                  vLLM does); until then the output is unconstrained */
+    int32_t grammar_start_token;
     bool sibling;              /* another choice (n > 1) of the request the caller submitted
                                   just before: not counted against max_queued_requests /
                                   max_queued_tokens (the first choice was), never ERR_BUSY */

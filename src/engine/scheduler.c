@@ -318,6 +318,8 @@ int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq
     q->logprobs = p->logprobs;
     q->user = p->user;
     q->grammar = grammar_ref(p->grammar);
+    q->gm_on = !p->grammar_deferred;
+    q->grammar_start_token = p->grammar_start_token;
     q->pending_row = -1;
     s->waiting[s->n_waiting++] = q;
     *seq_id = q->id;
@@ -623,15 +625,17 @@ static int record(struct sched *s, struct sched_plan *p, char *err, size_t errle
         }
         int32_t tok = t->token;
         /* the grammar first: a refused token is not kept */
-        if (q->gm && gm_accept(q->gm, tok) != 0) {
+        if (q->gm && q->gm_on && gm_accept(q->gm, tok) != 0) {
             finish_seq(q, FINISH_ERROR);
             push_event(s, q, -1, FINISH_ERROR, NULL, false, GRAMMAR_REFUSED);
             continue;
         }
+        bool constrained = q->gm && q->gm_on;
+        if (q->gm && !q->gm_on && tok == q->grammar_start_token) q->gm_on = true;
         sampler_accept(q->sampler, tok);
         q->tokens[q->n_tokens++] = tok;
         /* a constrained sequence ends where its grammar does, ignore_eos or not */
-        if ((!q->ignore_eos || q->gm) && model_is_eog(s->m, tok)) finish_seq(q, FINISH_STOP);
+        if ((!q->ignore_eos || constrained) && model_is_eog(s->m, tok)) finish_seq(q, FINISH_STOP);
         else if (q->n_tokens - q->n_prompt >= q->max_tokens) finish_seq(q, FINISH_LENGTH);
         const struct sched_logprob *lp = NULL;
         if (q->logprobs >= 0) {
@@ -692,7 +696,7 @@ static void plan_masks(struct sched *s, struct sched_plan *p)
         if (en->logit < 0) continue;
         struct backend_sample *smp = &p->samples[en->logit];
         smp->mask = NULL;
-        if (!q->gm || !seq_live(q)) continue;
+        if (!q->gm || !q->gm_on || !seq_live(q)) continue;
         if (!n_masked++) t0 = now_ns();
         uint32_t *mask = p->masks + (size_t)en->logit * (size_t)s->mask_words;
         if (gm_fill_mask(q->gm, mask) != 0) {

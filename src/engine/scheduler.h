@@ -30,8 +30,10 @@
  * backend that ignored the mask) ends the sequence with FINISH_ERROR. The grammar also
  * decides the end: once it is complete only end-of-generation tokens are allowed, and a
  * constrained sequence ends at that token even with ignore_eos (the grammar has nothing
- * more to emit). The mask rows ([2][max_num_seqs][grammar_mask_words(vocab_size)]) are
- * allocated at sched_create.
+ * more to emit). A deferred grammar (grammar_deferred: a reasoning model thinks first)
+ * applies from the token after grammar_start_token; before that the rows carry no mask.
+ * The mask rows ([2][max_num_seqs][grammar_mask_words(vocab_size)]) are allocated at
+ * sched_create.
  *
  * Overlapped scheduling (sched_config.overlap): sched_step plans step N+1 while step N
  * runs on the backend, waits for N, records N's tokens (each sequence's token list and
@@ -116,6 +118,10 @@ struct sched_seq_params {
                                  scheduler takes its own reference, dropped when the
                                  sequence is freed). Its vocabulary must be the model's
                                  tokenizer with no more than vocab_size ids */
+    bool grammar_deferred;    /* the grammar applies only after the sequence has generated
+                                 grammar_start_token (not matched itself: the grammar
+                                 starts with the next token); before it, no mask */
+    int32_t grammar_start_token;
 };
 
 /* Defaults: sampler_params_default, max_tokens 0, logprobs -1; no bias, salt, user or
@@ -150,6 +156,9 @@ struct sched_seq {
     struct grammar *grammar;     /* reference held, or NULL (unconstrained) */
     struct grammar_matcher *gm;  /* with grammar: created with the sampler, kept through
                                     preemption (it covers the generated tokens) */
+    bool gm_on;                  /* the grammar applies (not deferred, or its start token
+                                    has been generated) */
+    int32_t grammar_start_token; /* the deferred grammar's start token */
     struct bm_seq *bs;
     int pending_row;        /* logits row of the step in flight that samples this sequence's
                                next token (decode rows of the next step name it

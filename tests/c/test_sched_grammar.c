@@ -405,6 +405,77 @@ static void test_mask_and_bias(void)
     sched_free(s);
 }
 
+/* Runs prompt 2 alone (greedy, GEN tokens, overlap on) with grammar g, deferred until
+ * start_token when deferred. */
+static void run_one(struct grammar *g, bool deferred, int32_t start_token, struct run *r)
+{
+    char err[ERR_BUF];
+    memset(r, 0, sizeof *r);
+    struct sched_config cfg = base_cfg(SCHED_OVERLAP_ON);
+    struct sched *s = NULL;
+    if (sched_create(&s, g_model, &cfg, err, sizeof err)) {
+        CHECK(0, "sched_create: %s", err);
+        return;
+    }
+    struct sched_seq_params p;
+    sched_seq_params_default(&p);
+    p.sp.temperature = 0;
+    p.max_tokens = GEN;
+    p.grammar = g;
+    p.grammar_deferred = deferred;
+    p.grammar_start_token = start_token;
+    CHECK(sched_add(s, g_prompt[2], g_len[2], &p, &r->id[0], err, sizeof err) == 0, "sched_add: %s", err);
+    for (int steps = 0; sched_has_work(s) && steps < 1000; steps++)
+        if (sched_step(s, on_output, r, err, sizeof err)) {
+            CHECK(0, "sched_step: %s", err);
+            break;
+        }
+    sched_free(s);
+}
+
+/* A deferred grammar (a reasoning model's answer after "</think>"): the output is free
+ * up to and including the start token and matches the grammar after it; a start token
+ * that never comes leaves the output unconstrained, token for token. */
+static void test_deferred(void)
+{
+    static struct run free_run, after, never;
+    run_one(NULL, false, 0, &free_run);
+    CHECK(free_run.n[0] >= 8, "unconstrained run: %d tokens", free_run.n[0]);
+    /* the start token: the first greedy token from the 3rd on that did not come before */
+    int k = -1;
+    for (int i = 2; i < free_run.n[0] - 1 && k < 0; i++) {
+        bool seen = model_is_eog(g_model, free_run.out[0][i]);
+        for (int j = 0; j < i; j++) seen |= free_run.out[0][j] == free_run.out[0][i];
+        if (!seen) k = i;
+    }
+    CHECK(k > 0, "no start token in the unconstrained output");
+    if (k < 0) return;
+    run_one(g_grammar[K_CHOICE], true, free_run.out[0][k], &after);
+    CHECK(after.n[0] > k + 1 && !memcmp(after.out[0], free_run.out[0], sizeof(int32_t) * (size_t)(k + 1)),
+          "the %d tokens up to the start token differ from the free run", k + 1);
+    char text[512];
+    size_t len = 0;
+    for (int i = k + 1; i < after.n[0] && !model_is_eog(g_model, after.out[0][i]); i++) {
+        int n = tok_token_bytes(g_model->tok, after.out[0][i], false, text + len, (int)(sizeof text - 1 - len));
+        if (n > 0) len += (size_t)n;
+    }
+    text[len] = 0;
+    bool colour = false;
+    for (size_t c = 0; c < sizeof COLORS / sizeof *COLORS; c++) colour |= !strcmp(text, COLORS[c]);
+    CHECK(after.finish[0] == FINISH_STOP && colour, "after the start token: '%s' (finish %d)", text, after.finish[0]);
+    /* a start token the output never has: an id not in the free run */
+    int32_t absent = 1000;
+    for (bool in = true; in; absent++) {
+        in = false;
+        for (int i = 0; i < free_run.n[0]; i++) in |= free_run.out[0][i] == absent;
+        if (!in) break;
+    }
+    run_one(g_grammar[K_CHOICE], true, absent, &never);
+    CHECK(never.n[0] == free_run.n[0] && never.finish[0] == free_run.finish[0] &&
+              !memcmp(never.out[0], free_run.out[0], sizeof(int32_t) * (size_t)free_run.n[0]),
+          "a start token that never comes: %d tokens (free run %d)", never.n[0], free_run.n[0]);
+}
+
 static int compile(enum kind k, const struct grammar_spec *spec)
 {
     char err[ERR_BUF];
@@ -458,6 +529,7 @@ int main(void)
         RUN(test_preemption);
     }
     RUN(test_mask_and_bias);
+    RUN(test_deferred);
     RUN(test_free_live);
     for (int k = 0; k < 5; k++) grammar_unref(g_grammar[k]);
     grammar_vocab_free(g_vocab);
