@@ -31,11 +31,7 @@
 
 /* ---------------------------------------------------------------- errors */
 
-/* 400 invalid_request_error with param (may be NULL) and a printf message; returns
- * ERR_INVALID so callers can `return bad(...)`. */
-static int bad(struct api_error *e, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int bad(struct api_error *e, const char *param, const char *fmt, ...)
+int oai_bad(struct api_error *e, const char *param, const char *fmt, ...)
 {
     char msg[sizeof e->message];
     va_list ap;
@@ -44,6 +40,12 @@ static int bad(struct api_error *e, const char *param, const char *fmt, ...)
     va_end(ap);
     api_error_set(e, 400, API_ERR_INVALID_REQUEST, param, NULL, "%s", msg);
     return ERR_INVALID;
+}
+
+int oai_nomem(struct api_error *e)
+{
+    api_error_from_code(e, ERR_NOMEM, NULL, NULL, "out of memory");
+    return ERR_NOMEM;
 }
 
 /* ---------------------------------------------------------------- UTF-8 */
@@ -120,7 +122,7 @@ static bool body_nul_free(const char *body, size_t len)
 static int check_utf8_tree(const cJSON *item, char *path, size_t cap, struct api_error *e)
 {
     if (cJSON_IsString(item) && !oai_utf8_valid(item->valuestring, strlen(item->valuestring)))
-        return bad(e, path, "'%s' is not valid UTF-8", path[0] ? path : "body");
+        return oai_bad(e, path, "'%s' is not valid UTF-8", path[0] ? path : "body");
     if (!cJSON_IsArray(item) && !cJSON_IsObject(item)) return 0;
     size_t base = strlen(path);
     int i = 0;
@@ -128,7 +130,7 @@ static int check_utf8_tree(const cJSON *item, char *path, size_t cap, struct api
     cJSON_ArrayForEach(c, item) {
         if (cJSON_IsObject(item)) {
             if (!oai_utf8_valid(c->string, strlen(c->string)))
-                return bad(e, path[0] ? path : NULL, "a key in '%s' is not valid UTF-8",
+                return oai_bad(e, path[0] ? path : NULL, "a key in '%s' is not valid UTF-8",
                            path[0] ? path : "body");
             snprintf(path + base, cap - base, "%s%s", base ? "." : "", c->string);
         } else {
@@ -145,20 +147,20 @@ static int check_utf8_tree(const cJSON *item, char *path, size_t cap, struct api
 cJSON *oai_parse_body(const char *body, size_t len, struct api_error *e)
 {
     if (!body_nul_free(body, len)) {
-        bad(e, NULL, "the request body contains a NUL character (raw or \\u0000), which is not supported");
+        oai_bad(e, NULL, "the request body contains a NUL character (raw or \\u0000), which is not supported");
         return NULL;
     }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!root) {
         size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
-        bad(e, NULL, "the request body is not valid JSON (error near byte %zu)", at);
+        oai_bad(e, NULL, "the request body is not valid JSON (error near byte %zu)", at);
         return NULL;
     }
     while (end < body + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) end++;
     if (end != body + len) {
         cJSON_Delete(root);
-        bad(e, NULL, "the request body is not valid JSON (unexpected data after the value at byte %zu)",
+        oai_bad(e, NULL, "the request body is not valid JSON (unexpected data after the value at byte %zu)",
             (size_t)(end - body));
         return NULL;
     }
@@ -172,8 +174,7 @@ cJSON *oai_parse_body(const char *body, size_t len, struct api_error *e)
 
 /* ---------------------------------------------------------------- fields */
 
-/* The member key of obj, or NULL when absent or JSON null. */
-static const cJSON *opt(const cJSON *obj, const char *key)
+const cJSON *oai_opt(const cJSON *obj, const char *key)
 {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
     return it && !cJSON_IsNull(it) ? it : NULL;
@@ -184,12 +185,12 @@ static const cJSON *opt(const cJSON *obj, const char *key)
 static int opt_num(const cJSON *obj, const char *key, double lo, bool lo_open, double hi,
                    double *v, struct api_error *e)
 {
-    const cJSON *it = opt(obj, key);
+    const cJSON *it = oai_opt(obj, key);
     if (!it) return 0;
-    if (!cJSON_IsNumber(it)) return bad(e, key, "'%s' must be a number", key);
+    if (!cJSON_IsNumber(it)) return oai_bad(e, key, "'%s' must be a number", key);
     double d = it->valuedouble;
     if (!(lo_open ? d > lo : d >= lo) || !(d <= hi))
-        return bad(e, key, "'%s' must be %s %g and <= %g, got %g", key, lo_open ? ">" : ">=", lo, hi, d);
+        return oai_bad(e, key, "'%s' must be %s %g and <= %g, got %g", key, lo_open ? ">" : ">=", lo, hi, d);
     *v = d;
     return 1;
 }
@@ -199,14 +200,14 @@ static int opt_num(const cJSON *obj, const char *key, double lo, bool lo_open, d
 static int opt_int_msg(const cJSON *obj, const char *key, double lo, double hi, const char *range,
                        double *v, struct api_error *e)
 {
-    const cJSON *it = opt(obj, key);
+    const cJSON *it = oai_opt(obj, key);
     if (!it) return 0;
     double d = cJSON_IsNumber(it) ? it->valuedouble : NAN;
     if (!cJSON_IsNumber(it) || !isfinite(d) || d != floor(d))
-        return bad(e, key, "'%s' must be an integer", key);
+        return oai_bad(e, key, "'%s' must be an integer", key);
     if (d < lo || d > hi) {
-        if (range) return bad(e, key, "'%s' must be %s, got %.0f", key, range, d);
-        return bad(e, key, "'%s' must be between %.0f and %.0f, got %.0f", key, lo, hi, d);
+        if (range) return oai_bad(e, key, "'%s' must be %s, got %.0f", key, range, d);
+        return oai_bad(e, key, "'%s' must be between %.0f and %.0f, got %.0f", key, lo, hi, d);
     }
     *v = d;
     return 1;
@@ -220,18 +221,18 @@ static int opt_int(const cJSON *obj, const char *key, double lo, double hi, doub
 
 static int opt_bool(const cJSON *obj, const char *key, bool *v, struct api_error *e)
 {
-    const cJSON *it = opt(obj, key);
+    const cJSON *it = oai_opt(obj, key);
     if (!it) return 0;
-    if (!cJSON_IsBool(it)) return bad(e, key, "'%s' must be a boolean", key);
+    if (!cJSON_IsBool(it)) return oai_bad(e, key, "'%s' must be a boolean", key);
     *v = cJSON_IsTrue(it);
     return 1;
 }
 
 static int opt_str(const cJSON *obj, const char *key, const char **v, struct api_error *e)
 {
-    const cJSON *it = opt(obj, key);
+    const cJSON *it = oai_opt(obj, key);
     if (!it) return 0;
-    if (!cJSON_IsString(it)) return bad(e, key, "'%s' must be a string", key);
+    if (!cJSON_IsString(it)) return oai_bad(e, key, "'%s' must be a string", key);
     *v = it->valuestring;
     return 1;
 }
@@ -305,7 +306,7 @@ static int parse_sampling(const struct oai_ctx *ctx, const cJSON *root, struct o
         /* only a bad server default can get here: name it */
         char param[64];
         snprintf(param, sizeof param, "%.*s", (int)strcspn(err, ":"), err);
-        return bad(e, param, "%s", err);
+        return oai_bad(e, param, "%s", err);
     }
     return 0;
 fail:
@@ -315,7 +316,7 @@ fail:
 /* stop: a string or an array of up to STOP_MAX_STRINGS non-empty strings. */
 static int parse_stop(const cJSON *root, struct oai_request *r, struct api_error *e)
 {
-    const cJSON *it = opt(root, "stop");
+    const cJSON *it = oai_opt(root, "stop");
     if (!it) return 0;
     const char *strs[STOP_MAX_STRINGS];
     int n = 0;
@@ -324,19 +325,19 @@ static int parse_stop(const cJSON *root, struct oai_request *r, struct api_error
     } else if (cJSON_IsArray(it)) {
         int size = cJSON_GetArraySize(it);
         if (size > STOP_MAX_STRINGS)
-            return bad(e, "stop", "'stop' may hold at most %d strings, got %d", STOP_MAX_STRINGS, size);
+            return oai_bad(e, "stop", "'stop' may hold at most %d strings, got %d", STOP_MAX_STRINGS, size);
         const cJSON *s;
         cJSON_ArrayForEach(s, it) {
-            if (!cJSON_IsString(s)) return bad(e, "stop", "'stop' must be a string or an array of strings");
+            if (!cJSON_IsString(s)) return oai_bad(e, "stop", "'stop' must be a string or an array of strings");
             strs[n++] = s->valuestring;
         }
     } else {
-        return bad(e, "stop", "'stop' must be a string or an array of strings");
+        return oai_bad(e, "stop", "'stop' must be a string or an array of strings");
     }
     char err[ERR_BUF];
     for (int i = 0; i < n; i++)
-        if (!strs[i][0]) return bad(e, "stop", "'stop' strings must not be empty");
-    if (stop_validate(strs, n, err, sizeof err)) return bad(e, "stop", "'stop': %s", err);
+        if (!strs[i][0]) return oai_bad(e, "stop", "'stop' strings must not be empty");
+    if (stop_validate(strs, n, err, sizeof err)) return oai_bad(e, "stop", "'stop': %s", err);
     for (int i = 0; i < n; i++) {
         if (!(r->stop_strs[i] = strdup(strs[i]))) {
             api_error_from_code(e, ERR_NOMEM, NULL, NULL, "out of memory");
@@ -352,13 +353,13 @@ static int parse_stop(const cJSON *root, struct oai_request *r, struct api_error
 static int parse_logit_bias(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
                             struct api_error *e)
 {
-    const cJSON *it = opt(root, "logit_bias");
+    const cJSON *it = oai_opt(root, "logit_bias");
     if (!it) return 0;
     if (!cJSON_IsObject(it))
-        return bad(e, "logit_bias", "'logit_bias' must be an object mapping token ids to numbers");
+        return oai_bad(e, "logit_bias", "'logit_bias' must be an object mapping token ids to numbers");
     int n = cJSON_GetArraySize(it);
     if (n > SAMPLER_MAX_LOGIT_BIAS)
-        return bad(e, "logit_bias", "'logit_bias' may hold at most %d entries, got %d", SAMPLER_MAX_LOGIT_BIAS, n);
+        return oai_bad(e, "logit_bias", "'logit_bias' may hold at most %d entries, got %d", SAMPLER_MAX_LOGIT_BIAS, n);
     if (n == 0) return 0;
     r->bias_ids = malloc(sizeof *r->bias_ids * (size_t)n);
     r->bias_vals = malloc(sizeof *r->bias_vals * (size_t)n);
@@ -374,12 +375,12 @@ static int parse_logit_bias(const struct oai_ctx *ctx, const cJSON *root, struct
         long id = -1;
         if (kl > 0 && kl <= 10 && strspn(k, "0123456789") == kl) id = strtol(k, NULL, 10);
         if (id < 0 || id >= vocab)
-            return bad(e, "logit_bias", "'logit_bias' key '%.64s' is not a token id in [0, %d)", k, vocab);
+            return oai_bad(e, "logit_bias", "'logit_bias' key '%.64s' is not a token id in [0, %d)", k, vocab);
         if (!cJSON_IsNumber(b))
-            return bad(e, "logit_bias", "'logit_bias' value for token %ld must be a number", id);
+            return oai_bad(e, "logit_bias", "'logit_bias' value for token %ld must be a number", id);
         double d = b->valuedouble;
         if (!(d >= -100 && d <= 100))
-            return bad(e, "logit_bias", "'logit_bias' value for token %ld must be in [-100, 100], got %g", id, d);
+            return oai_bad(e, "logit_bias", "'logit_bias' value for token %ld must be in [-100, 100], got %g", id, d);
         r->bias_ids[i] = (int32_t)id;
         r->bias_vals[i] = (float)d;
         i++;
@@ -439,23 +440,23 @@ static int check_unsupported(const cJSON *root, enum oai_kind kind, struct api_e
 {
     for (size_t i = 0; i < sizeof UNSUPPORTED / sizeof *UNSUPPORTED; i++) {
         if (UNSUPPORTED[i].chat_only && kind != OAI_CHAT) continue;
-        const cJSON *it = opt(root, UNSUPPORTED[i].name);
+        const cJSON *it = oai_opt(root, UNSUPPORTED[i].name);
         if (it && unsup_applies(it, UNSUPPORTED[i].when))
-            return bad(e, UNSUPPORTED[i].name, "'%s' is not supported: %s", UNSUPPORTED[i].name,
+            return oai_bad(e, UNSUPPORTED[i].name, "'%s' is not supported: %s", UNSUPPORTED[i].name,
                        UNSUPPORTED[i].why);
     }
     if (kind != OAI_CHAT) return 0;
-    const cJSON *fc = opt(root, "function_call");
+    const cJSON *fc = oai_opt(root, "function_call");
     if (fc && !(cJSON_IsString(fc) && (!strcmp(fc->valuestring, "none") ||
                                        !strcmp(fc->valuestring, "auto"))))
-        return bad(e, "function_call", "'function_call' is not supported: use 'tools' and 'tool_choice'");
-    const cJSON *mod = opt(root, "modalities");
+        return oai_bad(e, "function_call", "'function_call' is not supported: use 'tools' and 'tool_choice'");
+    const cJSON *mod = oai_opt(root, "modalities");
     if (mod) {
         const cJSON *m0 = cJSON_IsArray(mod) ? cJSON_GetArrayItem(mod, 0) : NULL;
         bool text_only = cJSON_IsArray(mod) && cJSON_GetArraySize(mod) == 1 && cJSON_IsString(m0) &&
                          !strcmp(m0->valuestring, "text");
         if (!text_only)
-            return bad(e, "modalities", "'modalities' other than [\"text\"] are not supported");
+            return oai_bad(e, "modalities", "'modalities' other than [\"text\"] are not supported");
     }
     return 0;
 }
@@ -473,15 +474,15 @@ static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oa
     TRY(parse_sampling(ctx, root, r, e));
 
     TRY(opt_bool(root, "stream", &r->stream, e));
-    const cJSON *so = opt(root, "stream_options");
+    const cJSON *so = oai_opt(root, "stream_options");
     if (so) {
-        if (!cJSON_IsObject(so)) { rc = bad(e, "stream_options", "'stream_options' must be an object"); goto fail; }
+        if (!cJSON_IsObject(so)) { rc = oai_bad(e, "stream_options", "'stream_options' must be an object"); goto fail; }
         if (!r->stream) {
-            rc = bad(e, "stream_options", "'stream_options' is only allowed when 'stream' is true");
+            rc = oai_bad(e, "stream_options", "'stream_options' is only allowed when 'stream' is true");
             goto fail;
         }
         if ((rc = opt_bool(so, "include_usage", &r->include_usage, e)) < 0) {
-            bad(e, "stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
+            oai_bad(e, "stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
             goto fail;
         }
     }
@@ -511,25 +512,25 @@ static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oa
         TRY(opt_bool(root, "logprobs", &lp, e));
         TRY(opt_int(root, "top_logprobs", 0, SAMPLER_MAX_TOP_LOGPROBS, &v, e));
         if (rc && !lp) {
-            rc = bad(e, "top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
+            rc = oai_bad(e, "top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
             goto fail;
         }
         r->top_logprobs = lp ? (rc ? (int)v : 0) : -1;
     } else {
-        const cJSON *lp = opt(root, "logprobs");
+        const cJSON *lp = oai_opt(root, "logprobs");
         if (lp && cJSON_IsBool(lp)) {
-            rc = bad(e, "logprobs", "'logprobs' must be an integer (0..5) for completions");
+            rc = oai_bad(e, "logprobs", "'logprobs' must be an integer (0..5) for completions");
             goto fail;
         }
         TRY(opt_int(root, "logprobs", 0, 5, &v, e));
         r->top_logprobs = rc ? (int)v : -1;
         TRY(opt_int_msg(root, "best_of", 1, INT_MAX, "at least 1", &v, e));
-        if (rc && v > 1) { rc = bad(e, "best_of", "'best_of' > 1 is not supported"); goto fail; }
+        if (rc && v > 1) { rc = oai_bad(e, "best_of", "'best_of' > 1 is not supported"); goto fail; }
         bv = false;
         TRY(opt_bool(root, "echo", &bv, e));
-        if (bv) { rc = bad(e, "echo", "'echo' is not supported"); goto fail; }
+        if (bv) { rc = oai_bad(e, "echo", "'echo' is not supported"); goto fail; }
         TRY(opt_str(root, "suffix", &s, e));
-        if (rc && s[0]) { rc = bad(e, "suffix", "'suffix' is not supported"); goto fail; }
+        if (rc && s[0]) { rc = oai_bad(e, "suffix", "'suffix' is not supported"); goto fail; }
     }
     r->rp.logprobs = r->top_logprobs;
 
@@ -539,7 +540,7 @@ static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oa
     TRY(opt_str(root, "cache_salt", &s, e));
     if (rc) {
         if (!s[0] || strlen(s) > BM_SALT_MAX) {
-            rc = bad(e, "cache_salt", "'cache_salt' must be a non-empty string of at most %d bytes", BM_SALT_MAX);
+            rc = oai_bad(e, "cache_salt", "'cache_salt' must be a non-empty string of at most %d bytes", BM_SALT_MAX);
             goto fail;
         }
         if (!(r->cache_salt = strdup(s))) {
@@ -561,7 +562,7 @@ static int encode(const struct tokenizer *t, const char *text, size_t len, bool 
                   bool parse_special, int32_t **ids, int *n, const char *param, struct api_error *e)
 {
     size_t cap = len + 16;
-    if (cap > INT_MAX) return bad(e, param, "'%s' is too long", param);
+    if (cap > INT_MAX) return oai_bad(e, param, "'%s' is too long", param);
     *ids = NULL;
     for (;;) {
         int32_t *buf = realloc(*ids, sizeof *buf * cap);
@@ -640,7 +641,7 @@ static int check_template_kwargs(const cJSON *kwargs, struct api_error *e)
             if (!strcmp(it->string, RESERVED_TEMPLATE_VARS[i])) {
                 char param[96];
                 snprintf(param, sizeof param, "chat_template_kwargs.%s", it->string);
-                return bad(e, param,
+                return oai_bad(e, param,
                            "'chat_template_kwargs' cannot set '%s': the server sets it%s", it->string,
                            !strcmp(it->string, "tools") || !strcmp(it->string, "messages") ||
                                    !strcmp(it->string, "add_generation_prompt")
@@ -665,15 +666,15 @@ int oai_encode_chat(const struct oai_ctx *ctx, const cJSON *messages, const cJSO
     const struct model *m = ctx->m;
     char err[ERR_BUF], param[64];
     *ids = NULL;
-    if (!messages) return bad(e, "messages", "Missing required parameter: 'messages'");
+    if (!messages) return oai_bad(e, "messages", "Missing required parameter: 'messages'");
     int rc = chat_validate_messages(messages, err, sizeof err);
     if (rc) {
         param_from_message(err, param, sizeof param);
-        return bad(e, param, "%s", err);
+        return oai_bad(e, param, "%s", err);
     }
     if (kwargs && (rc = check_template_kwargs(kwargs, e))) return rc;
     if (!m->tmpl)
-        return bad(e, NULL, "this model has no chat template; use /v1/completions with a plain prompt");
+        return oai_bad(e, NULL, "this model has no chat template; use /v1/completions with a plain prompt");
     cJSON *converted = NULL; /* tool-call arguments as the template wants them */
     if ((rc = oai_messages_for_template(m, messages, &converted, e))) return rc;
     struct chat_specials sp = { m->bos_token ? m->bos_token : "", m->eos_token ? m->eos_token : "" };
@@ -685,7 +686,7 @@ int oai_encode_chat(const struct oai_ctx *ctx, const cJSON *messages, const cJSO
     if (rc) {
         free(text);
         if (rc == ERR_NOMEM) return api_error_from_code(e, rc, NULL, NULL, err), rc;
-        return bad(e, "messages", "the chat template failed: %s", err);
+        return oai_bad(e, "messages", "the chat template failed: %s", err);
     }
     /* The template writes BOS itself when the model wants one (Hugging Face's
      * apply_chat_template and the CLI's --chat do not add specials); only a tokenizer that
@@ -714,14 +715,14 @@ int oai_encode_chat(const struct oai_ctx *ctx, const cJSON *messages, const cJSO
 static int parse_messages(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
                           struct api_error *e)
 {
-    const cJSON *tools = opt(root, "tools"), *kwargs = opt(root, "chat_template_kwargs");
-    if (tools && !cJSON_IsArray(tools)) return bad(e, "tools", "'tools' must be an array");
+    const cJSON *tools = oai_opt(root, "tools"), *kwargs = oai_opt(root, "chat_template_kwargs");
+    if (tools && !cJSON_IsArray(tools)) return oai_bad(e, "tools", "'tools' must be an array");
     if (kwargs && !cJSON_IsObject(kwargs))
-        return bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+        return oai_bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
     bool agp = true;
     int rc = opt_bool(root, "add_generation_prompt", &agp, e);
     if (rc < 0) return rc;
-    return oai_encode_chat(ctx, opt(root, "messages"), tools, kwargs, agp, true, &r->prompt_ids,
+    return oai_encode_chat(ctx, oai_opt(root, "messages"), tools, kwargs, agp, true, &r->prompt_ids,
                            &r->n_prompt, e);
 }
 
@@ -730,7 +731,7 @@ static int parse_id_array(const struct oai_ctx *ctx, const cJSON *arr, struct oa
                           struct api_error *e)
 {
     int n = cJSON_GetArraySize(arr), vocab = ctx->m->cfg.vocab_size, i = 0;
-    if (n == 0) return bad(e, "prompt", "'prompt' must not be empty");
+    if (n == 0) return oai_bad(e, "prompt", "'prompt' must not be empty");
     if (!(r->prompt_ids = malloc(sizeof *r->prompt_ids * (size_t)n))) {
         api_error_from_code(e, ERR_NOMEM, NULL, NULL, "out of memory");
         return ERR_NOMEM;
@@ -739,9 +740,9 @@ static int parse_id_array(const struct oai_ctx *ctx, const cJSON *arr, struct oa
     cJSON_ArrayForEach(it, arr) {
         double d = cJSON_IsNumber(it) ? it->valuedouble : NAN;
         if (!isfinite(d) || d != floor(d))
-            return bad(e, "prompt", "'prompt'[%d] must be an integer token id", i);
+            return oai_bad(e, "prompt", "'prompt'[%d] must be an integer token id", i);
         if (d < 0 || d >= vocab)
-            return bad(e, "prompt", "'prompt'[%d] = %.0f is not a token id in [0, %d)", i, d, vocab);
+            return oai_bad(e, "prompt", "'prompt'[%d] = %.0f is not a token id in [0, %d)", i, d, vocab);
         r->prompt_ids[i++] = (int32_t)d;
     }
     r->n_prompt = n;
@@ -752,28 +753,28 @@ static int parse_id_array(const struct oai_ctx *ctx, const cJSON *arr, struct oa
 static int parse_prompt(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
                         struct api_error *e)
 {
-    const cJSON *p = opt(root, "prompt");
-    if (!p) return bad(e, "prompt", "Missing required parameter: 'prompt'");
+    const cJSON *p = oai_opt(root, "prompt");
+    if (!p) return oai_bad(e, "prompt", "Missing required parameter: 'prompt'");
     if (cJSON_IsArray(p)) {
         int n = cJSON_GetArraySize(p);
         const cJSON *first = cJSON_GetArrayItem(p, 0);
-        if (n == 0) return bad(e, "prompt", "'prompt' must not be empty");
+        if (n == 0) return oai_bad(e, "prompt", "'prompt' must not be empty");
         if (cJSON_IsString(first) || cJSON_IsArray(first)) {
             if (n > 1)
-                return bad(e, "prompt", "batched prompts are not supported; send one request per prompt");
+                return oai_bad(e, "prompt", "batched prompts are not supported; send one request per prompt");
             p = first;
         } else if (!cJSON_IsNumber(first)) {
-            return bad(e, "prompt", "'prompt' must be a string, an array of token ids, or an array with one of those");
+            return oai_bad(e, "prompt", "'prompt' must be a string, an array of token ids, or an array with one of those");
         }
     }
     if (cJSON_IsArray(p)) return parse_id_array(ctx, p, r, e);
     if (!cJSON_IsString(p))
-        return bad(e, "prompt", "'prompt' must be a string, an array of token ids, or an array with one of those");
+        return oai_bad(e, "prompt", "'prompt' must be a string, an array of token ids, or an array with one of those");
     /* user text: specials are plain text; BOS as the tokenizer's post-processor says */
     int rc = oai_encode_text(ctx, p->valuestring, strlen(p->valuestring), true, true, "prompt",
                              &r->prompt_ids, &r->n_prompt, e);
     if (rc) return rc;
-    if (r->n_prompt == 0) return bad(e, "prompt", "'prompt' must not be empty");
+    if (r->n_prompt == 0) return oai_bad(e, "prompt", "'prompt' must not be empty");
     return 0;
 }
 
@@ -793,7 +794,7 @@ static int parse_request(const struct oai_ctx *ctx, enum oai_kind kind, const ch
     int rc;
     cJSON *root = oai_parse_body(body, len, e);
     if (!root) return ERR_INVALID;
-    if (!cJSON_IsObject(root)) { rc = bad(e, NULL, "the request body must be a JSON object"); goto fail; }
+    if (!cJSON_IsObject(root)) { rc = oai_bad(e, NULL, "the request body must be a JSON object"); goto fail; }
     TRY(parse_options(ctx, root, out, &max_req, &max_key, e));
     if (kind == OAI_CHAT) TRY(oai_parse_tools(ctx, root, out, e));
     TRY(kind == OAI_CHAT ? parse_messages(ctx, root, out, e) : parse_prompt(ctx, root, out, e));

@@ -55,6 +55,15 @@ int oai_encode_text(const struct oai_ctx *ctx, const char *text, size_t len, boo
 int oai_parse_structured(const struct oai_ctx *ctx, const struct cJSON *root,
                          struct oai_request *r, struct api_error *e);
 
+/* Error helpers shared by the request parsers. oai_bad: 400 invalid_request_error with
+ * param (may be NULL) and a printf message, returns ERR_INVALID (`return oai_bad(...)`);
+ * oai_nomem: out of memory, returns ERR_NOMEM. */
+int oai_bad(struct api_error *e, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int oai_nomem(struct api_error *e);
+/* The member key of obj, or NULL when absent or JSON null. */
+const struct cJSON *oai_opt(const struct cJSON *obj, const char *key);
+
 /* Checks "model" (absent/null → served_names[0]); sets *name. 404 model_not_found. */
 int oai_check_model(const struct oai_ctx *ctx, const struct cJSON *root, const char **name,
                     struct api_error *e);

@@ -31,45 +31,18 @@
 
 #define MAX_CHOICES 1024 /* guided_choice entries; the compiler bounds the total size */
 
-/* 400 invalid_request_error naming param; returns ERR_INVALID. */
-static int bad(struct api_error *e, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int bad(struct api_error *e, const char *param, const char *fmt, ...)
-{
-    char msg[sizeof e->message];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    api_error_set(e, 400, API_ERR_INVALID_REQUEST, param, NULL, "%s", msg);
-    return ERR_INVALID;
-}
-
-static int nomem(struct api_error *e)
-{
-    api_error_from_code(e, ERR_NOMEM, NULL, NULL, "out of memory");
-    return ERR_NOMEM;
-}
-
-/* The member key of obj, or NULL when absent or JSON null. */
-static const cJSON *opt(const cJSON *obj, const char *key)
-{
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
-    return it && !cJSON_IsNull(it) ? it : NULL;
-}
-
 int oai_attach_grammar(const struct oai_ctx *ctx, struct oai_request *r,
                        const struct grammar_spec *spec, const char *param, struct api_error *e)
 {
     if (r->grammar)
-        return bad(e, param, "'%s' cannot be combined with another output constraint (response_format "
+        return oai_bad(e, param, "'%s' cannot be combined with another output constraint (response_format "
                    "json_object / json_schema, guided_*, structured_outputs or tool_choice): use one", param);
-    if (!ctx->gv) return bad(e, param, "'%s': structured output is not available on this server", param);
+    if (!ctx->gv) return oai_bad(e, param, "'%s': structured output is not available on this server", param);
     char err[ERR_BUF];
     struct grammar *g = NULL;
     int rc = grammar_compile(&g, ctx->gv, spec, err, sizeof err);
-    if (rc == ERR_NOMEM) return nomem(e);
-    if (rc) return bad(e, param, "'%s': %s", param, err);
+    if (rc == ERR_NOMEM) return oai_nomem(e);
+    if (rc) return oai_bad(e, param, "'%s': %s", param, err);
     r->grammar = g;
     r->rp.grammar = g;
     return 0;
@@ -99,8 +72,8 @@ static int schema_spec(const cJSON *v, const char *param, struct constraint *c, 
         return 0;
     }
     if (!cJSON_IsObject(v) && !cJSON_IsBool(v))
-        return bad(e, param, "'%s' must be a JSON Schema (an object)", param);
-    if (!(c->owned = cJSON_PrintUnformatted(v))) return nomem(e);
+        return oai_bad(e, param, "'%s' must be a JSON Schema (an object)", param);
+    if (!(c->owned = cJSON_PrintUnformatted(v))) return oai_nomem(e);
     c->spec.text = c->owned;
     c->spec.text_len = strlen(c->owned);
     return 0;
@@ -109,7 +82,7 @@ static int schema_spec(const cJSON *v, const char *param, struct constraint *c, 
 static int regex_spec(const cJSON *v, const char *param, struct constraint *c, struct api_error *e)
 {
     if (!cJSON_IsString(v) || !v->valuestring[0])
-        return bad(e, param, "'%s' must be a non-empty string (a regular expression)", param);
+        return oai_bad(e, param, "'%s' must be a non-empty string (a regular expression)", param);
     c->spec.kind = GRAMMAR_REGEX;
     c->spec.text = v->valuestring;
     c->spec.text_len = strlen(v->valuestring);
@@ -119,14 +92,14 @@ static int regex_spec(const cJSON *v, const char *param, struct constraint *c, s
 static int choice_spec(const cJSON *v, const char *param, struct constraint *c, struct api_error *e)
 {
     int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
-    if (n <= 0) return bad(e, param, "'%s' must be a non-empty array of strings", param);
-    if (n > MAX_CHOICES) return bad(e, param, "'%s' may hold at most %d strings, got %d", param, MAX_CHOICES, n);
-    if (!(c->choices = malloc(sizeof *c->choices * (size_t)n))) return nomem(e);
+    if (n <= 0) return oai_bad(e, param, "'%s' must be a non-empty array of strings", param);
+    if (n > MAX_CHOICES) return oai_bad(e, param, "'%s' may hold at most %d strings, got %d", param, MAX_CHOICES, n);
+    if (!(c->choices = malloc(sizeof *c->choices * (size_t)n))) return oai_nomem(e);
     int i = 0;
     const cJSON *s;
     cJSON_ArrayForEach(s, v) {
         if (!cJSON_IsString(s) || !s->valuestring[0])
-            return bad(e, param, "'%s'[%d] must be a non-empty string", param, i);
+            return oai_bad(e, param, "'%s'[%d] must be a non-empty string", param, i);
         c->choices[i++] = s->valuestring;
     }
     c->spec.kind = GRAMMAR_CHOICE;
@@ -139,10 +112,10 @@ static int choice_spec(const cJSON *v, const char *param, struct constraint *c, 
 static int parse_response_format(const cJSON *root, struct constraint *c, struct api_error *e)
 {
     const char *P = "response_format";
-    const cJSON *rf = opt(root, P), *t = rf && cJSON_IsObject(rf) ? opt(rf, "type") : NULL;
+    const cJSON *rf = oai_opt(root, P), *t = rf && cJSON_IsObject(rf) ? oai_opt(rf, "type") : NULL;
     if (!rf) return 0;
     if (!t || !cJSON_IsString(t))
-        return bad(e, P, "'response_format' must be an object with a string 'type' ('text', 'json_object' or "
+        return oai_bad(e, P, "'response_format' must be an object with a string 'type' ('text', 'json_object' or "
                    "'json_schema')");
     snprintf(c->param, sizeof c->param, "%s", P);
     if (!strcmp(t->valuestring, "text")) return 0;
@@ -151,26 +124,26 @@ static int parse_response_format(const cJSON *root, struct constraint *c, struct
         return 1;
     }
     if (strcmp(t->valuestring, "json_schema") != 0)
-        return bad(e, P, "'response_format' type '%.64s' is not supported: use 'text', 'json_object' or "
+        return oai_bad(e, P, "'response_format' type '%.64s' is not supported: use 'text', 'json_object' or "
                    "'json_schema'", t->valuestring);
-    const cJSON *js = opt(rf, "json_schema");
-    if (!js) return bad(e, P, "Missing required parameter: 'response_format.json_schema'");
-    if (!cJSON_IsObject(js)) return bad(e, P, "'response_format.json_schema' must be an object");
-    const cJSON *name = opt(js, "name"), *desc = opt(js, "description"), *strict = opt(js, "strict"),
-                *schema = opt(js, "schema");
-    if (!name) return bad(e, P, "Missing required parameter: 'response_format.json_schema.name'");
+    const cJSON *js = oai_opt(rf, "json_schema");
+    if (!js) return oai_bad(e, P, "Missing required parameter: 'response_format.json_schema'");
+    if (!cJSON_IsObject(js)) return oai_bad(e, P, "'response_format.json_schema' must be an object");
+    const cJSON *name = oai_opt(js, "name"), *desc = oai_opt(js, "description"), *strict = oai_opt(js, "strict"),
+                *schema = oai_opt(js, "schema");
+    if (!name) return oai_bad(e, P, "Missing required parameter: 'response_format.json_schema.name'");
     size_t nl = cJSON_IsString(name) ? strlen(name->valuestring) : 0;
     if (nl == 0 || nl > 64 ||
         strspn(name->valuestring, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != nl)
-        return bad(e, P, "'response_format.json_schema.name' must be 1 to 64 characters of a-z, A-Z, 0-9, "
+        return oai_bad(e, P, "'response_format.json_schema.name' must be 1 to 64 characters of a-z, A-Z, 0-9, "
                    "'_' and '-'");
     if (desc && !cJSON_IsString(desc))
-        return bad(e, P, "'response_format.json_schema.description' must be a string");
+        return oai_bad(e, P, "'response_format.json_schema.description' must be a string");
     if (strict && !cJSON_IsBool(strict))
-        return bad(e, P, "'response_format.json_schema.strict' must be a boolean");
-    if (!schema) return bad(e, P, "Missing required parameter: 'response_format.json_schema.schema'");
+        return oai_bad(e, P, "'response_format.json_schema.strict' must be a boolean");
+    if (!schema) return oai_bad(e, P, "Missing required parameter: 'response_format.json_schema.schema'");
     if (!cJSON_IsObject(schema) && !cJSON_IsBool(schema))
-        return bad(e, P, "'response_format.json_schema.schema' must be a JSON Schema (an object)");
+        return oai_bad(e, P, "'response_format.json_schema.schema' must be a JSON Schema (an object)");
     int rc = schema_spec(schema, P, c, e);
     return rc ? rc : 1;
 }
@@ -179,9 +152,9 @@ static int parse_response_format(const cJSON *root, struct constraint *c, struct
 static int parse_structured_outputs(const cJSON *root, struct constraint *c, struct api_error *e)
 {
     const char *P = "structured_outputs";
-    const cJSON *so = opt(root, P), *it;
+    const cJSON *so = oai_opt(root, P), *it;
     if (!so) return 0;
-    if (!cJSON_IsObject(so)) return bad(e, P, "'structured_outputs' must be an object");
+    if (!cJSON_IsObject(so)) return oai_bad(e, P, "'structured_outputs' must be an object");
     const char *first = NULL;
     int rc = 0;
     cJSON_ArrayForEach(it, so) {
@@ -192,20 +165,20 @@ static int parse_structured_outputs(const cJSON *root, struct constraint *c, str
         char param[64];
         snprintf(param, sizeof param, "%s.%.40s", P, k);
         if (!strcmp(k, "grammar") || !strcmp(k, "structural_tag"))
-            return bad(e, param, "'%s' is not supported: grammars and structural tags are not implemented; use "
+            return oai_bad(e, param, "'%s' is not supported: grammars and structural tags are not implemented; use "
                        "'json', 'regex' or 'choice'", param);
         if (!known)
-            return bad(e, param, "'%s' is not supported: structured_outputs takes one of 'json', 'regex', "
+            return oai_bad(e, param, "'%s' is not supported: structured_outputs takes one of 'json', 'regex', "
                        "'choice' or 'json_object'", param);
         if (first)
-            return bad(e, param, "'structured_outputs' must set one constraint, got '%s' and '%.40s'", first, k);
+            return oai_bad(e, param, "'structured_outputs' must set one constraint, got '%s' and '%.40s'", first, k);
         first = k;
         snprintf(c->param, sizeof c->param, "%s", param);
         if (!strcmp(k, "json")) rc = schema_spec(it, param, c, e);
         else if (!strcmp(k, "regex")) rc = regex_spec(it, param, c, e);
         else if (!strcmp(k, "choice")) rc = choice_spec(it, param, c, e);
         else if (cJSON_IsTrue(it)) c->spec.kind = GRAMMAR_JSON_OBJECT;
-        else rc = bad(e, param, "'%s' must be a boolean", param);
+        else rc = oai_bad(e, param, "'%s' must be a boolean", param);
         if (rc) return rc;
     }
     return first ? 1 : 0;
@@ -222,7 +195,7 @@ int oai_parse_structured(const struct oai_ctx *ctx, const cJSON *root, struct oa
     n += rc;
     static const char *const guided[3] = { "guided_json", "guided_regex", "guided_choice" };
     for (int i = 0; i < 3; i++) {
-        const cJSON *v = opt(root, guided[i]);
+        const cJSON *v = oai_opt(root, guided[i]);
         if (!v) continue;
         struct constraint *c = &cs[n];
         snprintf(c->param, sizeof c->param, "%s", guided[i]);
@@ -235,7 +208,7 @@ int oai_parse_structured(const struct oai_ctx *ctx, const cJSON *root, struct oa
     n += rc;
     rc = 0;
     if (n > 1) {
-        rc = bad(e, cs[1].param, "'%s' and '%s' both constrain the output: a request may use only one of "
+        rc = oai_bad(e, cs[1].param, "'%s' and '%s' both constrain the output: a request may use only one of "
                  "response_format (json_object / json_schema), guided_json, guided_regex, guided_choice and "
                  "structured_outputs", cs[0].param, cs[1].param);
         goto done;

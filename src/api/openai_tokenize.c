@@ -15,24 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail400(struct api_error *e, const char *param, const char *msg)
-{
-    api_error_set(e, 400, API_ERR_INVALID_REQUEST, param, NULL, "%s", msg);
-    return ERR_INVALID;
-}
-
-static int nomem(struct api_error *e)
-{
-    api_error_from_code(e, ERR_NOMEM, NULL, NULL, "out of memory");
-    return ERR_NOMEM;
-}
-
 /* A JSON body of root printed into *out (root is freed). */
 static int print_body(cJSON *root, char **out, struct api_error *e)
 {
     *out = root ? cJSON_PrintUnformatted(root) : NULL;
     cJSON_Delete(root);
-    return *out ? 0 : nomem(e);
+    return *out ? 0 : oai_nomem(e);
 }
 
 /* Returns the optional boolean key of obj in *v; negative code if it is not a boolean. */
@@ -57,12 +45,12 @@ int oai_tokenize(const struct oai_ctx *ctx, const char *body, size_t len, char *
     const char *model = NULL;
     cJSON *root = oai_parse_body(body, len, e), *res = NULL;
     if (!root) return ERR_INVALID;
-    if (!cJSON_IsObject(root)) { rc = fail400(e, NULL, "the request body must be a JSON object"); goto done; }
+    if (!cJSON_IsObject(root)) { rc = oai_bad(e, NULL, "the request body must be a JSON object"); goto done; }
     if ((rc = oai_check_model(ctx, root, &model, e))) goto done;
     const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt");
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
     if (prompt && !cJSON_IsNull(prompt)) {
-        if (!cJSON_IsString(prompt)) { rc = fail400(e, "prompt", "'prompt' must be a string"); goto done; }
+        if (!cJSON_IsString(prompt)) { rc = oai_bad(e, "prompt", "'prompt' must be a string"); goto done; }
         bool add_special = true;
         if ((rc = opt_bool(root, "add_special_tokens", &add_special, e))) goto done;
         rc = oai_encode_text(ctx, prompt->valuestring, strlen(prompt->valuestring), add_special,
@@ -72,15 +60,15 @@ int oai_tokenize(const struct oai_ctx *ctx, const char *body, size_t len, char *
         if ((rc = opt_bool(root, "add_generation_prompt", &agp, e))) goto done;
         const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
         const cJSON *kwargs = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
-        if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools)) { rc = fail400(e, "tools", "'tools' must be an array"); goto done; }
+        if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools)) { rc = oai_bad(e, "tools", "'tools' must be an array"); goto done; }
         if (kwargs && !cJSON_IsNull(kwargs) && !cJSON_IsObject(kwargs)) {
-            rc = fail400(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+            rc = oai_bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
             goto done;
         }
         rc = oai_encode_chat(ctx, msgs, cJSON_IsArray(tools) ? tools : NULL,
                              cJSON_IsObject(kwargs) ? kwargs : NULL, agp, false, &ids, &n, e);
     } else {
-        rc = fail400(e, NULL, "the body must contain 'prompt' (a string) or 'messages' (an array)");
+        rc = oai_bad(e, NULL, "the body must contain 'prompt' (a string) or 'messages' (an array)");
     }
     if (rc) goto done;
     res = cJSON_CreateObject();
@@ -88,11 +76,11 @@ int oai_tokenize(const struct oai_ctx *ctx, const char *body, size_t len, char *
                          cJSON_AddNumberToObject(res, "max_model_len", ctx->max_model_len)
                      ? cJSON_AddArrayToObject(res, "tokens") : NULL;
     if (!arr) {
-        rc = nomem(e);
+        rc = oai_nomem(e);
         goto done;
     }
     for (int i = 0; i < n; i++)
-        if (!cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]))) { rc = nomem(e); goto done; }
+        if (!cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]))) { rc = oai_nomem(e); goto done; }
     rc = print_body(res, out, e);
     res = NULL;
 done:
@@ -111,10 +99,10 @@ int oai_detokenize(const struct oai_ctx *ctx, const char *body, size_t len, char
     const char *model = NULL;
     cJSON *root = oai_parse_body(body, len, e), *res = NULL;
     if (!root) return ERR_INVALID;
-    if (!cJSON_IsObject(root)) { rc = fail400(e, NULL, "the request body must be a JSON object"); goto done; }
+    if (!cJSON_IsObject(root)) { rc = oai_bad(e, NULL, "the request body must be a JSON object"); goto done; }
     if ((rc = oai_check_model(ctx, root, &model, e))) goto done;
     const cJSON *toks = cJSON_GetObjectItemCaseSensitive(root, "tokens");
-    if (!cJSON_IsArray(toks)) { rc = fail400(e, "tokens", "'tokens' must be an array of token ids"); goto done; }
+    if (!cJSON_IsArray(toks)) { rc = oai_bad(e, "tokens", "'tokens' must be an array of token ids"); goto done; }
     int vocab = tok_vocab_size(ctx->m->tok), i = 0;
     size_t total = 0;
     const cJSON *t;
@@ -131,7 +119,7 @@ int oai_detokenize(const struct oai_ctx *ctx, const char *body, size_t len, char
     }
     /* the bytes are joined here rather than by tok_decode so that a NUL byte token does
      * not cut the text short */
-    if (!(text = malloc(total + 1))) { rc = nomem(e); goto done; }
+    if (!(text = malloc(total + 1))) { rc = oai_nomem(e); goto done; }
     size_t o = 0;
     cJSON_ArrayForEach(t, toks)
         o += (size_t)tok_token_bytes(ctx->m->tok, (int)t->valuedouble, false, text + o, (int)(total - o));
@@ -139,7 +127,7 @@ int oai_detokenize(const struct oai_ctx *ctx, const char *body, size_t len, char
     res = cJSON_CreateObject();
     if (!s || !res || !cJSON_AddItemToObject(res, "prompt", s)) {
         if (!cJSON_GetObjectItemCaseSensitive(res, "prompt")) cJSON_Delete(s);
-        rc = nomem(e);
+        rc = oai_nomem(e);
         goto done;
     }
     rc = print_body(res, out, e);

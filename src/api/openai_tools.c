@@ -28,52 +28,33 @@
 
 #define MAX_TOOL_NAME 255 /* the output parser's limit on a called function's name */
 
-static int bad(struct api_error *e, const char *param, const char *msg)
-{
-    api_error_set(e, 400, API_ERR_INVALID_REQUEST, param, NULL, "%s", msg);
-    return ERR_INVALID;
-}
-
-static int oom(struct api_error *e)
-{
-    api_error_from_code(e, ERR_NOMEM, NULL, NULL, "out of memory");
-    return ERR_NOMEM;
-}
-
-/* The member key of obj, or NULL when absent or JSON null. */
-static const cJSON *opt(const cJSON *obj, const char *key)
-{
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
-    return it && !cJSON_IsNull(it) ? it : NULL;
-}
-
 /* tools[i]: {"type": "function", "function": {"name", "description"?, "parameters"?}}. */
 static int check_tool(const cJSON *t, int i, struct api_error *e)
 {
     char param[64], msg[256];
     snprintf(param, sizeof param, "tools[%d]", i);
-    const cJSON *type = opt(t, "type"), *fn = opt(t, "function");
+    const cJSON *type = oai_opt(t, "type"), *fn = oai_opt(t, "function");
     if (!cJSON_IsObject(t) || !cJSON_IsString(type) || !cJSON_IsObject(fn)) {
         snprintf(msg, sizeof msg, "'%s' must be an object with \"type\": \"function\" and a 'function' object", param);
-        return bad(e, param, msg);
+        return oai_bad(e, param, "%s", msg);
     }
     if (strcmp(type->valuestring, "function") != 0) {
         snprintf(msg, sizeof msg, "'%s.type' must be 'function', got '%.64s'", param, type->valuestring);
-        return bad(e, param, msg);
+        return oai_bad(e, param, "%s", msg);
     }
-    const cJSON *name = opt(fn, "name"), *params = opt(fn, "parameters"), *desc = opt(fn, "description");
+    const cJSON *name = oai_opt(fn, "name"), *params = oai_opt(fn, "parameters"), *desc = oai_opt(fn, "description");
     snprintf(param, sizeof param, "tools[%d].function", i);
     if (!cJSON_IsString(name) || !name->valuestring[0] || strlen(name->valuestring) > MAX_TOOL_NAME) {
         snprintf(msg, sizeof msg, "'%s.name' must be a non-empty string of at most %d bytes", param, MAX_TOOL_NAME);
-        return bad(e, param, msg);
+        return oai_bad(e, param, "%s", msg);
     }
     if (params && !cJSON_IsObject(params)) {
         snprintf(msg, sizeof msg, "'%s.parameters' must be a JSON Schema object", param);
-        return bad(e, param, msg);
+        return oai_bad(e, param, "%s", msg);
     }
     if (desc && !cJSON_IsString(desc)) {
         snprintf(msg, sizeof msg, "'%s.description' must be a string", param);
-        return bad(e, param, msg);
+        return oai_bad(e, param, "%s", msg);
     }
     return 0;
 }
@@ -82,7 +63,7 @@ static const cJSON *find_tool(const cJSON *tools, const char *name)
 {
     const cJSON *t;
     cJSON_ArrayForEach(t, tools) {
-        const cJSON *n = opt(opt(t, "function"), "name");
+        const cJSON *n = oai_opt(oai_opt(t, "function"), "name");
         if (cJSON_IsString(n) && !strcmp(n->valuestring, name)) return t;
     }
     return NULL;
@@ -104,7 +85,7 @@ int oai_tool_grammar_spec(const cJSON *tools, const char *name, enum tparse_form
     if (!any) goto fail;
     const cJSON *t;
     cJSON_ArrayForEach(t, tools) {
-        const cJSON *fn = opt(t, "function"), *n = opt(fn, "name"), *params = opt(fn, "parameters");
+        const cJSON *fn = oai_opt(t, "function"), *n = oai_opt(fn, "name"), *params = oai_opt(fn, "parameters");
         if (name && strcmp(n->valuestring, name) != 0) continue;
         cJSON *branch = cJSON_CreateObject();
         if (!branch || !cJSON_AddItemToArray(any, branch)) { cJSON_Delete(branch); goto fail; }
@@ -165,10 +146,10 @@ static int attach_tool_grammar(const struct oai_ctx *ctx, struct oai_request *r,
 int oai_parse_tools(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
                     struct api_error *e)
 {
-    const cJSON *tools = opt(root, "tools"), *tc = opt(root, "tool_choice");
-    const cJSON *ptc = opt(root, "parallel_tool_calls");
+    const cJSON *tools = oai_opt(root, "tools"), *tc = oai_opt(root, "tool_choice");
+    const cJSON *ptc = oai_opt(root, "parallel_tool_calls");
     int rc;
-    if (tools && !cJSON_IsArray(tools)) return bad(e, "tools", "'tools' must be an array");
+    if (tools && !cJSON_IsArray(tools)) return oai_bad(e, "tools", "'tools' must be an array");
     int i = 0;
     const cJSON *t;
     cJSON_ArrayForEach(t, tools) {
@@ -176,7 +157,7 @@ int oai_parse_tools(const struct oai_ctx *ctx, const cJSON *root, struct oai_req
     }
     bool has_tools = tools && cJSON_GetArraySize(tools) > 0;
     if (ptc && !cJSON_IsBool(ptc))
-        return bad(e, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+        return oai_bad(e, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
     bool parallel = !ptc || cJSON_IsTrue(ptc);
     r->max_tool_calls = parallel ? 0 : 1;
 
@@ -189,22 +170,22 @@ int oai_parse_tools(const struct oai_ctx *ctx, const cJSON *root, struct oai_req
         if (!strcmp(v, "none")) return 0;
         if (!strcmp(v, "required")) forced = true;
         else if (strcmp(v, "auto") != 0)
-            return bad(e, "tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or "
+            return oai_bad(e, "tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or "
                                          "{\"type\": \"function\", \"function\": {\"name\": ...}}");
     } else if (cJSON_IsObject(tc)) {
-        const cJSON *type = opt(tc, "type"), *fn = opt(tc, "function");
-        const cJSON *name = cJSON_IsObject(fn) ? opt(fn, "name") : NULL;
+        const cJSON *type = oai_opt(tc, "type"), *fn = oai_opt(tc, "function");
+        const cJSON *name = cJSON_IsObject(fn) ? oai_opt(fn, "name") : NULL;
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0 || !cJSON_IsString(name))
-            return bad(e, "tool_choice", "a named 'tool_choice' must be {\"type\": \"function\", "
+            return oai_bad(e, "tool_choice", "a named 'tool_choice' must be {\"type\": \"function\", "
                                          "\"function\": {\"name\": \"...\"}}");
         forced = true;
         forced_name = name->valuestring;
     } else {
-        return bad(e, "tool_choice", "'tool_choice' must be a string or an object");
+        return oai_bad(e, "tool_choice", "'tool_choice' must be a string or an object");
     }
     if (!has_tools) {
         if (!forced) return 0; /* "auto" without tools: nothing to call */
-        return bad(e, "tool_choice", "'tool_choice' other than 'none' or 'auto' requires 'tools'");
+        return oai_bad(e, "tool_choice", "'tool_choice' other than 'none' or 'auto' requires 'tools'");
     }
     if (forced_name && !find_tool(tools, forced_name)) {
         api_error_set(e, 400, API_ERR_INVALID_REQUEST, "tool_choice", NULL,
@@ -213,7 +194,7 @@ int oai_parse_tools(const struct oai_ctx *ctx, const cJSON *root, struct oai_req
     }
     if (!forced) {
         if (ctx->tool_format == TP_NONE)
-            return bad(e, "tool_choice",
+            return oai_bad(e, "tool_choice",
                        "\"auto\" tool choice requires the server to parse tool calls: start it "
                        "with --tool-call-parser (hermes, llama3_json, mistral or deepseek_v3; "
                        "--enable-auto-tool-choice is accepted too), or send \"tool_choice\": "
@@ -224,8 +205,8 @@ int oai_parse_tools(const struct oai_ctx *ctx, const cJSON *root, struct oai_req
         r->tool_forced = true;
         struct grammar_spec spec;
         rc = oai_tool_grammar_spec(tools, forced_name, r->tool_format, parallel, &spec, &r->tool_schema);
-        if (rc == ERR_NOMEM) return oom(e);
-        if (rc) return bad(e, "tool_choice", "'tool_choice' names no function in 'tools'");
+        if (rc == ERR_NOMEM) return oai_nomem(e);
+        if (rc) return oai_bad(e, "tool_choice", "'tool_choice' names no function in 'tools'");
         if ((rc = attach_tool_grammar(ctx, r, &spec, e))) return rc;
     }
     /* these formats' markers are special tokens, which the text must keep (as vLLM does) */
@@ -238,7 +219,7 @@ void oai_parse_reasoning(const struct oai_ctx *ctx, const cJSON *root, struct oa
 {
     /* forced calls are all the output there is: nothing to split off; and a template
        told not to think (Qwen3's enable_thinking=false) gets an answer without reasoning */
-    const cJSON *think = opt(opt(root, "chat_template_kwargs"), "enable_thinking");
+    const cJSON *think = oai_opt(oai_opt(root, "chat_template_kwargs"), "enable_thinking");
     r->reasoning = r->kind == OAI_CHAT && !r->tool_forced && !cJSON_IsFalse(think)
                        ? ctx->reasoning : RSN_NONE;
     r->reasoning_opened = false;
@@ -298,23 +279,23 @@ int oai_messages_for_template(const struct model *m, const cJSON *messages, cJSO
     int i = 0;
     const cJSON *msg_it;
     cJSON_ArrayForEach(msg_it, messages) {
-        const cJSON *calls = cJSON_IsObject(msg_it) ? opt(msg_it, "tool_calls") : NULL;
+        const cJSON *calls = cJSON_IsObject(msg_it) ? oai_opt(msg_it, "tool_calls") : NULL;
         if (!calls) { i++; continue; }
         snprintf(param, sizeof param, "messages[%d].tool_calls", i);
         if (!cJSON_IsArray(calls)) {
             snprintf(msg, sizeof msg, "'%s' must be an array", param);
-            return bad(e, param, msg);
+            return oai_bad(e, param, "%s", msg);
         }
         int j = 0;
         const cJSON *c;
         cJSON_ArrayForEach(c, calls) {
-            const cJSON *fn = cJSON_IsObject(c) ? opt(c, "function") : NULL;
-            const cJSON *name = cJSON_IsObject(fn) ? opt(fn, "name") : NULL;
-            const cJSON *args = cJSON_IsObject(fn) ? opt(fn, "arguments") : NULL;
+            const cJSON *fn = cJSON_IsObject(c) ? oai_opt(c, "function") : NULL;
+            const cJSON *name = cJSON_IsObject(fn) ? oai_opt(fn, "name") : NULL;
+            const cJSON *args = cJSON_IsObject(fn) ? oai_opt(fn, "arguments") : NULL;
             if (!cJSON_IsString(name) || (args && !cJSON_IsString(args) && !cJSON_IsObject(args))) {
                 snprintf(msg, sizeof msg, "'%s[%d]' must be {\"id\", \"type\": \"function\", "
                          "\"function\": {\"name\": string, \"arguments\": string}}", param, j);
-                return bad(e, param, msg);
+                return oai_bad(e, param, "%s", msg);
             }
             any |= cJSON_IsString(args);
             j++;
@@ -322,7 +303,7 @@ int oai_messages_for_template(const struct model *m, const cJSON *messages, cJSO
         i++;
     }
     if (!convert || !any) return 0;
-    if (!(*copy = cJSON_Duplicate(messages, 1))) return oom(e);
+    if (!(*copy = cJSON_Duplicate(messages, 1))) return oai_nomem(e);
     cJSON *mi;
     cJSON_ArrayForEach(mi, *copy) {
         cJSON *calls = cJSON_GetObjectItemCaseSensitive(mi, "tool_calls");

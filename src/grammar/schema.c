@@ -60,6 +60,10 @@ static int dfa_of(struct sctx *c, const char *re, unsigned flags, int *id)
     return 0;
 }
 
+/* Unbounded JSON numbers (at most 16 integer digits, so a model cannot run on forever). */
+#define INTEGER_RE "-?(0|[1-9][0-9]{0,15})"
+#define NUMBER_RE INTEGER_RE "(\\.[0-9]{1,16})?([eE][+-]?[0-9]{1,3})?"
+
 static int lazy_dfa(struct sctx *c, int *slot, const char *re, unsigned flags)
 {
     if (*slot >= 0)
@@ -146,7 +150,7 @@ static int any_value(struct sctx *c, int d, struct gel *out)
     if ((rc = any_string(c, &str)) || (rc = gseq_push(&s, str.kind, str.arg)) || (rc = gb_add_alt(c->b, r, &s)))
         goto fail;
     s.n = 0;
-    if ((rc = lazy_dfa(c, &c->num, "-?(0|[1-9][0-9]{0,15})(\\.[0-9]{1,16})?([eE][+-]?[0-9]{1,3})?", 0)) ||
+    if ((rc = lazy_dfa(c, &c->num, NUMBER_RE, 0)) ||
         (rc = gseq_push(&s, GEL_DFA, (uint32_t)c->num)) || (rc = gb_add_alt(c->b, r, &s)))
         goto fail;
     static const char *const lits[] = { "true", "false", "null" };
@@ -434,20 +438,32 @@ static int numeric_format(struct sctx *c, const cJSON *s, bool integer, struct b
                    integer ? "integer" : "number");
 }
 
+/* The bounds and format of an integer or number schema s. Without bounds the value is
+ * the shared unbounded automaton: *out is set and *done true. */
+static int numeric_start(struct sctx *c, const cJSON *s, bool integer, struct bounds *bd, struct gel *out,
+                         bool *done)
+{
+    *done = false;
+    int rc = read_bounds(c, s, bd);
+    if (!rc)
+        rc = numeric_format(c, s, integer, bd);
+    if (rc || bd->has_lo || bd->has_hi)
+        return rc;
+    int *slot = integer ? &c->integer : &c->num;
+    if ((rc = lazy_dfa(c, slot, integer ? INTEGER_RE : NUMBER_RE, 0)))
+        return rc;
+    *out = (struct gel){ GEL_DFA, (uint32_t)*slot };
+    *done = true;
+    return 0;
+}
+
 static int integer_value(struct sctx *c, const cJSON *s, struct gel *out)
 {
     struct bounds bd;
-    int rc = read_bounds(c, s, &bd);
-    if (!rc)
-        rc = numeric_format(c, s, true, &bd);
-    if (rc)
+    bool done;
+    int rc = numeric_start(c, s, true, &bd, out, &done);
+    if (rc || done)
         return rc;
-    if (!bd.has_lo && !bd.has_hi) {
-        if ((rc = lazy_dfa(c, &c->integer, "-?(0|[1-9][0-9]{0,15})", 0)))
-            return rc;
-        *out = (struct gel){ GEL_DFA, (uint32_t)c->integer };
-        return 0;
-    }
     long long lo = -INT_CAP, hi = INT_CAP;
     if (bd.has_lo)
         lo = bd.lo_excl ? (long long)floor(bd.lo) + 1 : (long long)ceil(bd.lo);
@@ -527,17 +543,10 @@ static void number_pieces(struct sbuf *out, const char *prefix, long long lo, bo
 static int number_value(struct sctx *c, const cJSON *s, struct gel *out)
 {
     struct bounds bd;
-    int rc = read_bounds(c, s, &bd);
-    if (!rc)
-        rc = numeric_format(c, s, false, &bd);
-    if (rc)
+    bool done;
+    int rc = numeric_start(c, s, false, &bd, out, &done);
+    if (rc || done)
         return rc;
-    if (!bd.has_lo && !bd.has_hi) {
-        if ((rc = lazy_dfa(c, &c->num, "-?(0|[1-9][0-9]{0,15})(\\.[0-9]{1,16})?([eE][+-]?[0-9]{1,3})?", 0)))
-            return rc;
-        *out = (struct gel){ GEL_DFA, (uint32_t)c->num };
-        return 0;
-    }
     if ((bd.has_lo && bd.lo != floor(bd.lo)) || (bd.has_hi && bd.hi != floor(bd.hi)))
         return err_set(c->err, c->errlen, ERR_UNSUPPORTED,
                        "unsupported JSON Schema number bound: only integer minimum/maximum values on numbers");

@@ -328,13 +328,13 @@ def test_sigterm_during_model_load_stops_it(tessera_bin):
 
 
 @pytest.mark.parametrize("extra,param", [
-    ({"response_format": {"type": "json_object"}}, "response_format"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
-     "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "object", "patternProperties": {"^a": {}}}}}}, "response_format"),
+    ({"guided_grammar": 'root ::= "a"'}, "guided_grammar"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tool_choice"),
     ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto"}, "tool_choice"),
     ({"tool_choice": "required"}, "tool_choice"),
-    ({"guided_json": {"type": "object"}}, "guided_json"),
+    ({"guided_json": {"type": "object"}, "guided_regex": "a+"}, "guided_regex"),
     ({"chat_template_kwargs": {"bos_token": "<evil>"}}, "chat_template_kwargs.bos_token"),
     ({"chat_template_kwargs": {"messages": []}}, "chat_template_kwargs.messages"),
 ])
