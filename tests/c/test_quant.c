@@ -296,7 +296,9 @@ static void test_quantize_agree(void)
 static void grid_type(enum dtype t, struct threadpool **pools, struct rng *r)
 {
     const int n_outs[] = { 1, 3, 17, 64, 130 };
-    const int tokens[] = { 1, 2, 7, 33 };
+    /* 1: decode (per-token dots); 2..: batched kernels where the set has them — a
+     * partial token tile, one full tile + 1, several tiles + a partial one */
+    const int tokens[] = { 1, 2, 7, GEMM_TILE + 1, 33 };
     int64_t n_ins[6];
     int nn = 0, be = dtype_block_elems(t);
     if (be == 1) {
@@ -333,7 +335,7 @@ static void grid_type(enum dtype t, struct threadpool **pools, struct rng *r)
                 float *x = rand_x(n_in, max_nt, mode, r);
                 cpu_matmul_ref(&w, x, ref, max_nt);
                 out_bounds(&w, x, max_nt, act, acc);
-                for (int k = 0; k < 4; k++) {
+                for (int k = 0; k < 5; k++) {
                     int nt = tokens[k];
                     /* SIMD set on 1, 2, 3 threads: each output is one dot call whatever
                      * the split, so the thread counts must agree bitwise. Scalar set on
@@ -514,8 +516,13 @@ static void test_compare_detects_errors(void)
 
 static void test_scratch_size(void)
 {
-    /* float weights need no scratch beyond the alignment pad; quantized ones grow with tokens */
-    CHECK(cpu_matmul_scratch_size(DT_F16, 576, 64) <= 64, "f16");
+    /* float weights need no scratch for one token (decode reads x directly); for a batch
+     * they need the packed activation tiles; quantized ones grow with tokens */
+    CHECK(cpu_matmul_scratch_size(DT_F16, 576, 1) <= 64, "f16 decode");
+    CHECK(cpu_matmul_scratch_size(DT_F16, 576, 64) >= gemm_act_bytes(DT_F16, 576, 64), "f16 batch");
+    CHECK(gemm_act_bytes(DT_F16, 576, 13) == 2 * (size_t)576 * GEMM_TILE * 4, "f16 tiles");
+    CHECK(cpu_matmul_scratch_size(DT_Q4_1, 576, 13) >= gemm_act_bytes(DT_Q4_1, 576, 13), "q4_1 batch");
+    CHECK(gemm_act_bytes(DT_Q4_K, 256, 13) == 0, "no batched q4_k");
     size_t a = cpu_matmul_scratch_size(DT_Q4_1, 576, 1), b = cpu_matmul_scratch_size(DT_Q4_1, 576, 2);
     CHECK(b > a && b - a >= 576 + 18 * 8, "q4_1 %zu %zu", a, b);
     CHECK(cpu_matmul_scratch_size(DT_Q6_K, 4096, 1) >= 4096 + 16 * 4 + 256 * 2, "q6_k");
