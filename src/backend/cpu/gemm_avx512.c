@@ -21,10 +21,13 @@
  * The micro-kernel per block: 8 steps of (1 weight load, GEMM_TILE vpdpbusd with the
  * token's 4 codes broadcast from memory) into 12 int32 accumulators, then the scale
  * step into 12 f32 accumulators. 8 vpdpbusd per 3-4 other vector ops.
+ *   One token (decode) does not repack: see dot_seq below, which keeps the arithmetic
+ * of the batched kernels so results do not depend on the batch.
  *
- * Float types (F32, F16, BF16): weights converted to f32 and repacked per strip of 32
- * rows and chunk of GF_KC columns as [k][32]; micro-kernel 32 rows x GEMM_TILE tokens =
- * 24 f32 accumulators, per k 2 weight loads and 24 FMAs with the token's x broadcast.
+ * Float types (F32, F16, BF16) stay on the per-token FMA kernels: those already run at
+ * ~0.8 of the measured FMA peak, and a 32x12 FMA tile over repacked weights measured no
+ * faster (docs/cpu-kernels.md) while it would have given different roundings alone and
+ * in a batch. K-quants (Q4_K, Q6_K) also stay per-token for now.
  *
  * Chunks after the first add to y, so K of any length works with fixed buffers. Each
  * output's arithmetic depends only on its row, token and K, never on the thread split.
@@ -40,10 +43,8 @@
 #include <string.h>
 
 #define GQ_STRIP 16
-#define GF_STRIP 32
 #define GQ_KC_BLOCKS 32                 /* blocks per weight chunk: 1024 elements */
 #define GQ_PACK_BLOCK 640               /* bytes of one packed block of a strip */
-#define GF_KC 160                       /* columns per float chunk: 20 KB */
 #define PACK_BYTES (GQ_KC_BLOCKS * GQ_PACK_BLOCK)
 
 /* ---- activations ---- */
@@ -82,31 +83,17 @@ static void pack_act_quant(enum dtype wt, const float *x, int64_t n, uint8_t *ti
 static void gemm_pack_act(enum dtype wt, const float *x, int64_t n, int num_tokens, int t0, int t1,
                           void *act)
 {
-    const int fl = gemm_kind_of(wt) == GEMM_FLOAT;
-    const size_t tile_bytes = fl ? (size_t)n * GEMM_TILE * sizeof(float) : (size_t)(n / 32) * GEMM_QACT_BLOCK;
-    for (int t = t0; t < t1; t++) {
-        uint8_t *tile = (uint8_t *)act + (size_t)(t / GEMM_TILE) * tile_bytes;
-        const float *xt = x + (size_t)t * (size_t)n;
-        if (fl) {
-            float *xf = (float *)tile;
-            for (int64_t k = 0; k < n; k++) xf[k * GEMM_TILE + t % GEMM_TILE] = xt[k];
-        } else {
-            pack_act_quant(wt, xt, n, tile, t % GEMM_TILE);
-        }
-    }
+    const size_t tile_bytes = (size_t)(n / 32) * GEMM_QACT_BLOCK;
+    for (int t = t0; t < t1; t++)
+        pack_act_quant(wt, x + (size_t)t * (size_t)n, n, (uint8_t *)act + (size_t)(t / GEMM_TILE) * tile_bytes,
+                       t % GEMM_TILE);
     if (t1 == num_tokens && num_tokens % GEMM_TILE) { /* zero tokens pad the last tile */
         uint8_t *tile = (uint8_t *)act + (size_t)(num_tokens / GEMM_TILE) * tile_bytes;
-        for (int lane = num_tokens % GEMM_TILE; lane < GEMM_TILE; lane++) {
-            if (fl) {
-                float *xf = (float *)tile;
-                for (int64_t k = 0; k < n; k++) xf[k * GEMM_TILE + lane] = 0.0f;
-            } else {
-                for (int64_t b = 0; b < n / 32; b++) {
-                    uint8_t *blk = tile + (size_t)b * GEMM_QACT_BLOCK;
-                    for (int j = 0; j < 10; j++) ((int32_t *)blk)[j * GEMM_TILE + lane] = 0;
-                }
+        for (int lane = num_tokens % GEMM_TILE; lane < GEMM_TILE; lane++)
+            for (int64_t b = 0; b < n / 32; b++) {
+                int32_t *blk = (int32_t *)(tile + (size_t)b * GEMM_QACT_BLOCK);
+                for (int j = 0; j < 10; j++) blk[j * GEMM_TILE + lane] = 0; /* q4[8], d, c */
             }
-        }
     }
 }
 
@@ -222,115 +209,223 @@ static void micro_quant_min(const uint8_t *wp, const uint8_t *xa, int nbk, float
     micro_quant(wp, xa, nbk, 1, y, ys, nt, rmask, add);
 }
 
-/* ---- float weights ---- */
+/* ---- one token (decode): the batched kernels' arithmetic, without repacking ----
+ *
+ * For one token the batched path would repack every weight for a single use, so decode
+ * keeps reading the GGUF blocks in place. To give bitwise the same logits whether a
+ * token is computed alone or in a batch (a request's output must not depend on what it
+ * is batched with, or on recompute after preemption), these kernels do the batched
+ * kernels' float arithmetic in the same order: per output, over blocks in order,
+ *   acc = fma((float)isum_b, dw_b * dx_b, acc)   [then acc = fma(mw_b, s_b, acc)]
+ * where isum_b is the exact integer block sum (any integer method gives the same value).
+ * Integer sums come per row from vpdpbusd on 256-bit vectors (signed weights via
+ * |w| * sign(x, w), exact: |w| <= 128), four blocks at a time reduced with vphaddd to
+ * one int32 per block; eight rows' sums are then transposed so the float chain runs with
+ * lane = row, as in the batched kernels. The rows' scales come with one gather per block.
+ */
 
-/* Packs rows [0, nv) of a 32-row strip, columns [k0, k0 + kc), as f32 out[k][32]. */
-static void pack_strip_float(enum dtype wt, const uint8_t *w, size_t row_bytes, int nv, int64_t k0, int kc,
-                             float *out)
+static inline __m256i dot_us8(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
+
+static inline __m256i dot_ss8(__m256i a, __m256i b)
 {
-    const __m512i vidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32(GF_STRIP));
-    for (int r = 0; r < GF_STRIP; r++) {
-        const uint8_t *row = w + (size_t)r * row_bytes;
-        int k = 0;
-        for (; k + 16 <= kc; k += 16) {
-            __m512 v;
-            if (r >= nv) v = _mm512_setzero_ps();
-            else if (wt == DT_F32) v = _mm512_loadu_ps((const float *)row + k0 + k);
-            else if (wt == DT_F16) v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * (k0 + k))));
-            else v = _mm512_castsi512_ps(_mm512_slli_epi32(
-                         _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(row + 2 * (k0 + k)))), 16));
-            _mm512_i32scatter_ps(out + (size_t)k * GF_STRIP + r, vidx, v, 4);
+    return dot_us8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+}
+
+/* Exact products of block i of a row (at b) with the token, as 8 int32 partial sums. */
+static inline __m256i block_lanes(enum dtype wt, const uint8_t *b, const struct qact *xq, int64_t i)
+{
+    const __m256i xq0 = _mm256_loadu_si256((const __m256i *)(xq->q + i * 32));
+    switch (wt) {
+    case DT_Q8_0:
+        return dot_ss8(_mm256_loadu_si256((const __m256i *)(b + 2)), xq0);
+    case DT_Q4_0:
+        return dot_ss8(_mm256_sub_epi8(unpack_nibbles(b + 2), _mm256_set1_epi8(8)), xq0);
+    case DT_Q5_0:
+        return dot_ss8(_mm256_sub_epi8(_mm256_or_si256(unpack_nibbles(b + 6), bits_to_0x10(b + 2)),
+                                       _mm256_set1_epi8(16)), xq0);
+    default: { /* Q4_1, Q5_1: Q8_1 codes, regrouped (quant_kernels.h) */
+        const __m256i x1 = _mm256_loadu2_m128i((const __m128i *)(xq->q + q81_hi(i)),
+                                               (const __m128i *)(xq->q + q81_lo(i)));
+        if (wt == DT_Q4_1) return dot_us8(unpack_nibbles(b + 4), x1);
+        return dot_us8(_mm256_or_si256(unpack_nibbles(b + 8), bits_to_0x10(b + 4)), x1);
+    }
+    }
+}
+
+/* [sum(v0) sum(v1) sum(v2) sum(v3)] */
+static inline __m128i hsum4(__m256i v0, __m256i v1, __m256i v2, __m256i v3)
+{
+    __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+#define SEQ_ROWS 16
+#define SEQ_KC 64 /* blocks per pass: sums and scales of 16 rows (8 KB) stay in L1 */
+
+#ifdef __AVX512VBMI__
+/* Q4_1, 4 blocks (80 bytes at p) of one row: vpermt2b gathers the 4 blocks' 16 code
+ * bytes so low / high nibbles line up with the regrouped Q8_1 activations (as the
+ * per-token AVX-512 kernel does); lanes 4k..4k+3 hold block k's partial sums. */
+static inline __m512i q4_1_group_lanes(const uint8_t *p, const int8_t *xg, __m128i *dm4)
+{
+    uint8_t idx_b[64];
+    for (int j = 0; j < 16; j++) {
+        idx_b[j] = (uint8_t)(4 + j);
+        idx_b[16 + j] = (uint8_t)(24 + j);
+        idx_b[32 + j] = (uint8_t)(44 + j);
+        idx_b[48 + j] = (uint8_t)(64 + 48 + j);
+    }
+    const __m512i idx = _mm512_loadu_si512(idx_b);
+    const __m512i i_dm = _mm512_setr_epi32(0, 5, 10, 15, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512i z0 = _mm512_loadu_si512(p), z1 = _mm512_maskz_loadu_epi8(~(__mmask64)0 >> 0, p + 16);
+    __m512i codes = _mm512_permutex2var_epi8(z0, idx, z1);
+    __m512i lo = _mm512_and_si512(codes, m4), hi = _mm512_and_si512(_mm512_srli_epi16(codes, 4), m4);
+    __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xg));
+    sum = _mm512_dpbusd_epi32(sum, hi, _mm512_loadu_si512(xg + 64));
+    *dm4 = _mm512_castsi512_si128(_mm512_permutexvar_epi32(i_dm, z0));
+    return sum;
+}
+#endif
+
+/* One row's blocks [b0, b0 + nbk) (row points at the row's first block): per group of 4
+ * blocks, the exact block sums and the blocks' first 4 bytes (d, and m for Q?_1; zero
+ * past nbk), stored group-major: isum[g][SEQ_ROWS][4], dm[g][SEQ_ROWS][4]. The row is
+ * read in order, one stream, with the decode kernels' prefetch distance. */
+static inline __attribute__((always_inline)) void row_block_sums(enum dtype wt, int bb, const uint8_t *row,
+                                                                 int64_t b0, int nbk, const struct qact *xq,
+                                                                 int32_t *isum, int32_t *dm)
+{
+    int k = 0;
+    for (; k < nbk; k += 4) {
+        const uint8_t *p = row + (size_t)(b0 + k) * bb;
+        const int kb = nbk - k < 4 ? nbk - k : 4;
+        __m128i s4, d4;
+        _mm_prefetch((const char *)p + 384, _MM_HINT_T0);
+        _mm_prefetch((const char *)p + 448, _MM_HINT_T0);
+        if (bb > 32) _mm_prefetch((const char *)p + 512, _MM_HINT_T0);
+#ifdef __AVX512VBMI__
+        if (wt == DT_Q4_1 && kb == 4) {
+            __m512i v = q4_1_group_lanes(p, xq->q + 32 * (b0 + k), &d4);
+            v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_BADC));
+            v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_CDAB));
+            s4 = _mm512_castsi512_si128(_mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), v));
+        } else
+#endif
+        {
+            __m256i v[4];
+            int32_t d[4];
+            for (int j = 0; j < 4; j++) {
+                v[j] = j < kb ? block_lanes(wt, p + j * bb, xq, b0 + k + j) : _mm256_setzero_si256();
+                d[j] = 0;
+                if (j < kb) memcpy(&d[j], p + j * bb, 4);
+            }
+            s4 = hsum4(v[0], v[1], v[2], v[3]);
+            d4 = _mm_loadu_si128((const __m128i *)d);
         }
-        for (; k < kc; k++) {
-            float v = 0.0f;
-            if (r < nv) {
-                int64_t i = k0 + k;
-                if (wt == DT_F32) memcpy(&v, row + 4 * i, 4);
-                else {
-                    uint16_t h;
-                    memcpy(&h, row + 2 * i, 2);
-                    v = wt == DT_F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+        _mm_store_si128((__m128i *)(isum + (size_t)(k / 4) * SEQ_ROWS * 4), s4);
+        _mm_store_si128((__m128i *)(dm + (size_t)(k / 4) * SEQ_ROWS * 4), d4);
+    }
+}
+
+/* 16 rows' [A B C D] (zmm q = rows 4q..4q+3) -> t[k]: block k, lane 4i + j = row 4j + i */
+static inline void transpose16x4(const int32_t *src, __m512i t[4])
+{
+    __m512i z0 = _mm512_load_si512(src), z1 = _mm512_load_si512(src + 16);
+    __m512i z2 = _mm512_load_si512(src + 32), z3 = _mm512_load_si512(src + 48);
+    __m512i u0 = _mm512_unpacklo_epi32(z0, z1), u1 = _mm512_unpackhi_epi32(z0, z1);
+    __m512i u2 = _mm512_unpacklo_epi32(z2, z3), u3 = _mm512_unpackhi_epi32(z2, z3);
+    t[0] = _mm512_unpacklo_epi64(u0, u2);
+    t[1] = _mm512_unpackhi_epi64(u0, u2);
+    t[2] = _mm512_unpacklo_epi64(u1, u3);
+    t[3] = _mm512_unpackhi_epi64(u1, u3);
+}
+
+/* Rows come 16 at a time; in the last set, rows past the end repeat the last row (read,
+ * computed, not stored). Per pass of up to SEQ_KC blocks: the rows' block sums one row
+ * after another (sequential reads), then the float chain over the blocks with 16 rows in
+ * the lanes of one zmm (lane 4i + j = row 4j + i, put back in order at the store). */
+static inline __attribute__((always_inline)) void dot_seq(enum dtype wt, int bb, int64_t n, const void *w,
+                                                          size_t row_bytes, int64_t nrows, const struct qact *xq,
+                                                          float *out)
+{
+    const int with_min = gemm_kind_of(wt) == GEMM_MIN;
+    const int64_t nb = n / 32;
+    const __m512i unperm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _Alignas(64) int32_t isum[SEQ_KC * SEQ_ROWS], dm[SEQ_KC * SEQ_ROWS];
+    for (int64_t r0 = 0; r0 < nrows; r0 += SEQ_ROWS) {
+        const int nv = nrows - r0 < SEQ_ROWS ? (int)(nrows - r0) : SEQ_ROWS;
+        const uint8_t *wr = (const uint8_t *)w + (size_t)r0 * row_bytes;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t b0 = 0; b0 < nb; b0 += SEQ_KC) {
+            const int nbk = nb - b0 < SEQ_KC ? (int)(nb - b0) : SEQ_KC;
+            for (int r = 0; r < SEQ_ROWS; r++)
+                row_block_sums(wt, bb, wr + (size_t)(r < nv ? r : nv - 1) * row_bytes, b0, nbk, xq, isum + 4 * r,
+                               dm + 4 * r);
+            for (int k = 0; k < nbk; k += 4) {
+                __m512i ti[4], td[4];
+                transpose16x4(isum + (size_t)(k / 4) * SEQ_ROWS * 4, ti);
+                transpose16x4(dm + (size_t)(k / 4) * SEQ_ROWS * 4, td);
+                const int kb = nbk - k < 4 ? nbk - k : 4;
+                for (int j = 0; j < kb; j++) {
+                    const int64_t i = b0 + k + j;
+                    const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(td[j]));
+                    const float dx = with_min ? xq->ds[2 * i] : xq->d[i];
+                    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ti[j]), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc);
+                    if (with_min) {
+                        const __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(td[j], 16)));
+                        acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(xq->ds[2 * i + 1]), acc);
+                    }
                 }
             }
-            out[(size_t)k * GF_STRIP + r] = v;
         }
+        _mm512_mask_storeu_ps(out + r0, (__mmask16)((1u << nv) - 1), _mm512_permutexvar_ps(unperm, acc));
     }
 }
 
-/* 32 rows x GEMM_TILE tokens over kc columns of a packed chunk and its activations. */
-static void micro_float(const float *wp, const float *xt, int kc, float *y, int64_t ys, int nt, __mmask16 m0,
-                        __mmask16 m1, int add)
-{
-    __m512 a0[GEMM_TILE], a1[GEMM_TILE];
-    for (int t = 0; t < GEMM_TILE; t++) {
-        float *yt = y + (size_t)t * (size_t)ys;
-        a0[t] = add && t < nt ? _mm512_maskz_loadu_ps(m0, yt) : _mm512_setzero_ps();
-        a1[t] = add && t < nt ? _mm512_maskz_loadu_ps(m1, yt + 16) : _mm512_setzero_ps();
+#define DOT_SEQ(NAME, T, BB)                                                                    \
+    static void NAME(int64_t n, const void *w, size_t row_bytes, int64_t nrows, const struct qact *xq, \
+                     const float *xf, float *out)                                               \
+    {                                                                                           \
+        (void)xf;                                                                               \
+        dot_seq(T, BB, n, w, row_bytes, nrows, xq, out);                                        \
     }
-    for (int k = 0; k < kc; k++) {
-        const __m512 w0 = _mm512_load_ps(wp + (size_t)k * GF_STRIP), w1 = _mm512_load_ps(wp + (size_t)k * GF_STRIP + 16);
-        const float *xk = xt + (size_t)k * GEMM_TILE;
-        for (int t = 0; t < GEMM_TILE; t++) {
-            const __m512 xb = _mm512_set1_ps(xk[t]);
-            a0[t] = _mm512_fmadd_ps(w0, xb, a0[t]);
-            a1[t] = _mm512_fmadd_ps(w1, xb, a1[t]);
-        }
-    }
-    for (int t = 0; t < nt; t++) {
-        float *yt = y + (size_t)t * (size_t)ys;
-        _mm512_mask_storeu_ps(yt, m0, a0[t]);
-        _mm512_mask_storeu_ps(yt + 16, m1, a1[t]);
-    }
-}
+DOT_SEQ(dot_seq_q8_0, DT_Q8_0, 34)
+DOT_SEQ(dot_seq_q4_0, DT_Q4_0, 18)
+DOT_SEQ(dot_seq_q5_0, DT_Q5_0, 22)
+DOT_SEQ(dot_seq_q4_1, DT_Q4_1, 20)
+DOT_SEQ(dot_seq_q5_1, DT_Q5_1, 24)
 
 /* ---- driver: units (strip, token tile), strip-major ---- */
-
-static __mmask16 rows_mask(int nv) { return nv >= 16 ? (__mmask16)0xFFFF : nv <= 0 ? 0 : (__mmask16)((1u << nv) - 1); }
 
 static void gemm_run(enum dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows, const void *act,
                      int num_tokens, float *y, int64_t y_stride, long u0, long u1)
 {
     _Alignas(64) uint8_t pack[PACK_BYTES];
-    const enum gemm_kind kind = gemm_kind_of(wt);
-    const int strip = kind == GEMM_FLOAT ? GF_STRIP : GQ_STRIP;
+    const int with_min = gemm_kind_of(wt) == GEMM_MIN;
     const long ntiles = (num_tokens + GEMM_TILE - 1) / GEMM_TILE;
-    const size_t tile_bytes = kind == GEMM_FLOAT ? (size_t)n * GEMM_TILE * sizeof(float)
-                                                 : (size_t)(n / 32) * GEMM_QACT_BLOCK;
+    const int64_t nb = n / 32;
+    const size_t tile_bytes = (size_t)nb * GEMM_QACT_BLOCK;
     for (long u = u0; u < u1;) {
         const long s = u / ntiles, tb = u % ntiles;
         const long te = tb + (u1 - u) < ntiles ? tb + (u1 - u) : ntiles;
         u += te - tb;
-        const int64_t r0 = (int64_t)s * strip;
-        const int nv = nrows - r0 < strip ? (int)(nrows - r0) : strip;
+        const int64_t r0 = (int64_t)s * GQ_STRIP;
+        const int nv = nrows - r0 < GQ_STRIP ? (int)(nrows - r0) : GQ_STRIP;
+        const __mmask16 rmask = (__mmask16)((1u << nv) - 1);
         const uint8_t *ws = (const uint8_t *)w + (size_t)r0 * row_bytes;
-        if (kind == GEMM_FLOAT) {
-            for (int64_t k0 = 0; k0 < n; k0 += GF_KC) {
-                const int kc = n - k0 < GF_KC ? (int)(n - k0) : GF_KC;
-                pack_strip_float(wt, ws, row_bytes, nv, k0, kc, (float *)pack);
-                for (long tl = tb; tl < te; tl++) {
-                    const int t0 = (int)tl * GEMM_TILE;
-                    const int nt = num_tokens - t0 < GEMM_TILE ? num_tokens - t0 : GEMM_TILE;
-                    const float *xt = (const float *)((const uint8_t *)act + (size_t)tl * tile_bytes) + k0 * GEMM_TILE;
-                    micro_float((const float *)pack, xt, kc, y + (size_t)t0 * (size_t)y_stride + r0, y_stride, nt,
-                                rows_mask(nv), rows_mask(nv - 16), k0 > 0);
-                }
-            }
-        } else {
-            const int64_t nb = n / 32;
-            for (int64_t kb = 0; kb < nb; kb += GQ_KC_BLOCKS) {
-                const int nbk = nb - kb < GQ_KC_BLOCKS ? (int)(nb - kb) : GQ_KC_BLOCKS;
-                pack_strip_quant(wt, ws, row_bytes, nv, kb, nbk, pack);
-                for (long tl = tb; tl < te; tl++) {
-                    const int t0 = (int)tl * GEMM_TILE;
-                    const int nt = num_tokens - t0 < GEMM_TILE ? num_tokens - t0 : GEMM_TILE;
-                    const uint8_t *xa = (const uint8_t *)act + (size_t)tl * tile_bytes + (size_t)kb * GEMM_QACT_BLOCK;
-                    float *yt = y + (size_t)t0 * (size_t)y_stride + r0;
-                    if (kind == GEMM_MIN)
-                        micro_quant_min(pack, xa, nbk, yt, y_stride, nt, rows_mask(nv), kb > 0);
-                    else
-                        micro_quant_offset(pack, xa, nbk, yt, y_stride, nt, rows_mask(nv), kb > 0);
-                }
+        for (int64_t kb = 0; kb < nb; kb += GQ_KC_BLOCKS) {
+            const int nbk = nb - kb < GQ_KC_BLOCKS ? (int)(nb - kb) : GQ_KC_BLOCKS;
+            pack_strip_quant(wt, ws, row_bytes, nv, kb, nbk, pack);
+            for (long tl = tb; tl < te; tl++) {
+                const int t0 = (int)tl * GEMM_TILE;
+                const int nt = num_tokens - t0 < GEMM_TILE ? num_tokens - t0 : GEMM_TILE;
+                const uint8_t *xa = (const uint8_t *)act + (size_t)tl * tile_bytes + (size_t)kb * GEMM_QACT_BLOCK;
+                float *yt = y + (size_t)t0 * (size_t)y_stride + r0;
+                if (with_min)
+                    micro_quant_min(pack, xa, nbk, yt, y_stride, nt, rmask, kb > 0);
+                else
+                    micro_quant_offset(pack, xa, nbk, yt, y_stride, nt, rmask, kb > 0);
             }
         }
     }
@@ -338,9 +433,12 @@ static void gemm_run(enum dtype wt, int64_t n, const void *w, size_t row_bytes, 
 
 const struct quant_gemm quant_gemm_avx512 = {
     .strip_rows = {
-        [DT_F32] = GF_STRIP, [DT_F16] = GF_STRIP, [DT_BF16] = GF_STRIP,
         [DT_Q8_0] = GQ_STRIP, [DT_Q4_0] = GQ_STRIP, [DT_Q4_1] = GQ_STRIP,
         [DT_Q5_0] = GQ_STRIP, [DT_Q5_1] = GQ_STRIP,
+    },
+    .dot = {
+        [DT_Q8_0] = dot_seq_q8_0, [DT_Q4_0] = dot_seq_q4_0, [DT_Q4_1] = dot_seq_q4_1,
+        [DT_Q5_0] = dot_seq_q5_0, [DT_Q5_1] = dot_seq_q5_1,
     },
     .pack_act = gemm_pack_act,
     .run = gemm_run,

@@ -68,7 +68,6 @@ size_t gemm_act_bytes(enum dtype wtype, int64_t n, int num_tokens)
 {
     size_t tiles = (size_t)((num_tokens + GEMM_TILE - 1) / GEMM_TILE);
     switch (gemm_kind_of(wtype)) {
-    case GEMM_FLOAT: return tiles * (size_t)n * GEMM_TILE * sizeof(float);
     case GEMM_OFFSET: case GEMM_MIN: return tiles * (size_t)(n / 32) * GEMM_QACT_BLOCK;
     default: return 0;
     }
@@ -94,6 +93,14 @@ struct mm_job {
     float *y;             /* [num_tokens][n_out] */
     void *scratch;
 };
+
+/* The one-token kernel: the batched set's twin where it has one (same arithmetic as the
+ * batched kernels, so results do not depend on the batch), else the set's dot. */
+static quant_dot_fn mm_dot(const struct quant_impl *impl, enum dtype type)
+{
+    if (impl->gemm && impl->gemm->dot[type]) return impl->gemm->dot[type];
+    return impl->dot[type];
+}
 
 static void mm_quantize_range(const struct mm_job *j, int64_t begin, int64_t end)
 {
@@ -246,7 +253,7 @@ void cpu_matmul_impl(struct threadpool *tp, const struct quant_impl *impl,
 
     struct mm_job j = {
         .impl = impl,
-        .dot = impl->dot[w->type],
+        .dot = mm_dot(impl, w->type),
         .act = quant_act_type(w->type),
         .w = w->data,
         .n_in = w->ne[0],
@@ -320,7 +327,7 @@ void cpu_matmul_multi_impl(struct threadpool *tp, const struct quant_impl *impl,
         struct mm_job *j = &m.j[k];
         *j = (struct mm_job){
             .impl = impl,
-            .dot = impl->dot[ws[k]->type],
+            .dot = mm_dot(impl, ws[k]->type),
             .act = quant_act_type(ws[k]->type),
             .w = ws[k]->data,
             .n_in = ws[k]->ne[0],

@@ -73,21 +73,19 @@ typedef void (*quant_act_fn)(enum dtype act, const float *x, int64_t b0, int64_t
  *       c[GEMM_TILE]            offset weights (Q8_0, Q4_0, Q5_0): int32 -o * sum(q),
  *                               o = the weight code offset (128, 8, 16); weights with a
  *                               min (Q4_1, Q5_1): f32 d * sum(q)
- *   float weights (F32, F16, BF16): per tile f32 x[n][GEMM_TILE].
  * The codes and scales are bitwise those of the per-token path's activations, so the
  * two paths differ only in the order of the f32 accumulation. */
 #define GEMM_TILE 12
 #define GEMM_QACT_BLOCK (40 * GEMM_TILE)
 
 /* Kind of packed activations a weight type takes in the batched path. */
-enum gemm_kind { GEMM_NONE, GEMM_OFFSET, GEMM_MIN, GEMM_FLOAT };
+enum gemm_kind { GEMM_NONE, GEMM_OFFSET, GEMM_MIN };
 
 static inline enum gemm_kind gemm_kind_of(enum dtype t)
 {
     switch (t) {
     case DT_Q8_0: case DT_Q4_0: case DT_Q5_0: return GEMM_OFFSET;
     case DT_Q4_1: case DT_Q5_1: return GEMM_MIN;
-    case DT_F32: case DT_F16: case DT_BF16: return GEMM_FLOAT;
     default: return GEMM_NONE;
     }
 }
@@ -106,12 +104,16 @@ size_t gemm_act_bytes(enum dtype wtype, int64_t n, int num_tokens);
  *     path); work units are (strip of rows, tile of tokens), strip-major.
  *   pack_act: packs tokens [t0, t1) of x[num_tokens][n] into act (gemm_act_bytes); the
  *     call with t1 == num_tokens also zeroes the last tile's padding tokens.
+ *   dot: where set, replaces the kernel set's one-token dot for that type (see above).
  *   run: y[t * y_stride + r] = sum_i W_r[i] x_t[i] for the units [u0, u1) of the
  *     ceil(nrows / strip) * ceil(num_tokens / GEMM_TILE) units. Each output is computed
  *     the same way whatever the unit range, so any split gives bitwise equal results.
  * Both are called from pool threads on disjoint ranges; nothing is allocated. */
 struct quant_gemm {
     unsigned char strip_rows[DT_COUNT_];
+    /* one-token kernels with the batched kernels' float arithmetic, so a token's result
+     * does not depend on the batch it is in; NULL: the set's own dot */
+    quant_dot_fn dot[DT_COUNT_];
     void (*pack_act)(enum dtype wtype, const float *x, int64_t n, int num_tokens, int t0, int t1,
                      void *act);
     void (*run)(enum dtype wtype, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
