@@ -260,13 +260,19 @@ static inline __m128i hsum4(__m256i v0, __m256i v1, __m256i v2, __m256i v3)
 }
 
 #define SEQ_ROWS 16
+
+/* the first k bytes of 64 */
+static inline __mmask64 bytes_mask(int k)
+{
+    return k <= 0 ? 0 : k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << k) - 1);
+}
 #define SEQ_KC 64 /* blocks per pass: sums and scales of 16 rows (8 KB) stay in L1 */
 
 #ifdef __AVX512VBMI__
 /* Q4_1, 4 blocks (80 bytes at p) of one row: vpermt2b gathers the 4 blocks' 16 code
  * bytes so low / high nibbles line up with the regrouped Q8_1 activations (as the
  * per-token AVX-512 kernel does); lanes 4k..4k+3 hold block k's partial sums. */
-static inline __m512i q4_1_group_lanes(const uint8_t *p, const int8_t *xg, __m128i *dm4)
+static inline __m512i q4_1_group_lanes(const uint8_t *p, const int8_t *xg, int kb, __m128i *dm4)
 {
     uint8_t idx_b[64];
     for (int j = 0; j < 16; j++) {
@@ -278,15 +284,53 @@ static inline __m512i q4_1_group_lanes(const uint8_t *p, const int8_t *xg, __m12
     const __m512i idx = _mm512_loadu_si512(idx_b);
     const __m512i i_dm = _mm512_setr_epi32(0, 5, 10, 15, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512i z0 = _mm512_loadu_si512(p), z1 = _mm512_maskz_loadu_epi8(~(__mmask64)0 >> 0, p + 16);
+    const __mmask64 mx = bytes_mask(16 * kb); /* each half of the regrouped codes */
+    __m512i z0 = _mm512_maskz_loadu_epi8(bytes_mask(20 * kb), p);
+    __m512i z1 = _mm512_maskz_loadu_epi8(bytes_mask(20 * kb - 16), p + 16);
     __m512i codes = _mm512_permutex2var_epi8(z0, idx, z1);
     __m512i lo = _mm512_and_si512(codes, m4), hi = _mm512_and_si512(_mm512_srli_epi16(codes, 4), m4);
-    __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xg));
-    sum = _mm512_dpbusd_epi32(sum, hi, _mm512_loadu_si512(xg + 64));
+    __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_maskz_loadu_epi8(mx, xg));
+    sum = _mm512_dpbusd_epi32(sum, hi, _mm512_maskz_loadu_epi8(mx, xg + 64));
     *dm4 = _mm512_castsi512_si128(_mm512_permutexvar_epi32(i_dm, z0));
     return sum;
 }
 #endif
+
+/* Q8_0, 4 blocks (136 bytes at p) of one row against the token's codes x (4 x 32,
+ * natural order) with per-block code sums xs4: two vpermt2b gather the blocks' codes
+ * (A B | C D); codes + 128 are unsigned for vpdpbusd and 128 * sum(x) comes off after. */
+/* kb (1..4) blocks present: masked loads read nothing past them; the sums of missing
+ * blocks are not used. */
+static inline __m128i q8_0_group_sums(const uint8_t *p, const int8_t *x, int kb, __m128i xs4, __m128i *dm4)
+{
+    uint8_t ia[64], ic[64];
+    for (int j = 0; j < 32; j++) {
+        ia[j] = (uint8_t)(2 + j);        /* A: bytes 2..33 of z0 */
+        ia[32 + j] = (uint8_t)(36 + j);  /* B: bytes 36..67 (z0, then z1 from 64) */
+        ic[j] = (uint8_t)(6 + j);        /* C: bytes 70..101 = z1 6..37 */
+        ic[32 + j] = (uint8_t)(40 + j);  /* D: bytes 104..135 = z1 40..63, z2 0..7 */
+    }
+    const __m512i idx_ab = _mm512_loadu_si512(ia), idx_cd = _mm512_loadu_si512(ic);
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    /* words 0, 17, 34 (z1 word 2), 51 (z1 word 19): the blocks' d, one per dword */
+    const __m512i i_d = _mm512_setr_epi32(0, 17, 32 + 2, 32 + 19, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    const int nbytes = 34 * kb;
+    __m512i z0 = _mm512_maskz_loadu_epi8(bytes_mask(nbytes), p), z1 = _mm512_maskz_loadu_epi8(bytes_mask(nbytes - 64), p + 64);
+    __m512i z2 = _mm512_maskz_loadu_epi8(bytes_mask(nbytes - 128), p + 128);
+    __m512i ab = _mm512_xor_si512(_mm512_permutex2var_epi8(z0, idx_ab, z1), flip);
+    __m512i cd = _mm512_xor_si512(_mm512_permutex2var_epi8(z1, idx_cd, z2), flip);
+    __m512i sab = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ab, _mm512_maskz_loadu_epi8(bytes_mask(32 * kb), x));
+    __m512i scd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), cd, _mm512_maskz_loadu_epi8(bytes_mask(32 * kb - 64), x + 64));
+    /* lanes 0-7 block A (C), 8-15 block B (D): sum each half */
+    sab = _mm512_add_epi32(sab, _mm512_shuffle_epi32(sab, _MM_PERM_BADC));
+    scd = _mm512_add_epi32(scd, _mm512_shuffle_epi32(scd, _MM_PERM_BADC));
+    sab = _mm512_add_epi32(sab, _mm512_shuffle_epi32(sab, _MM_PERM_CDAB));
+    scd = _mm512_add_epi32(scd, _mm512_shuffle_epi32(scd, _MM_PERM_CDAB));
+    __m512i t = _mm512_add_epi32(_mm512_permutex2var_epi32(sab, _mm512_setr_epi32(0, 8, 16, 24, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), scd),
+                                 _mm512_permutex2var_epi32(sab, _mm512_setr_epi32(4, 12, 20, 28, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), scd));
+    *dm4 = _mm512_castsi512_si128(_mm512_permutex2var_epi16(z0, i_d, z1));
+    return _mm_sub_epi32(_mm512_castsi512_si128(t), _mm_slli_epi32(xs4, 7));
+}
 
 /* One row's blocks [b0, b0 + nbk) (row points at the row's first block): per group of 4
  * blocks, the exact block sums and the blocks' first 4 bytes (d, and m for Q?_1; zero
@@ -294,7 +338,7 @@ static inline __m512i q4_1_group_lanes(const uint8_t *p, const int8_t *xg, __m12
  * read in order, one stream, with the decode kernels' prefetch distance. */
 static inline __attribute__((always_inline)) void row_block_sums(enum dtype wt, int bb, const uint8_t *row,
                                                                  int64_t b0, int nbk, const struct qact *xq,
-                                                                 int32_t *isum, int32_t *dm)
+                                                                 const int32_t *xsum, int32_t *isum, int32_t *dm)
 {
     int k = 0;
     for (; k < nbk; k += 4) {
@@ -305,8 +349,10 @@ static inline __attribute__((always_inline)) void row_block_sums(enum dtype wt, 
         _mm_prefetch((const char *)p + 448, _MM_HINT_T0);
         if (bb > 32) _mm_prefetch((const char *)p + 512, _MM_HINT_T0);
 #ifdef __AVX512VBMI__
-        if (wt == DT_Q4_1 && kb == 4) {
-            __m512i v = q4_1_group_lanes(p, xq->q + 32 * (b0 + k), &d4);
+        if (wt == DT_Q8_0) {
+            s4 = q8_0_group_sums(p, xq->q + 32 * (b0 + k), kb, _mm_loadu_si128((const __m128i *)(xsum + k)), &d4);
+        } else if (wt == DT_Q4_1) {
+            __m512i v = q4_1_group_lanes(p, xq->q + 32 * (b0 + k), kb, &d4);
             v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_BADC));
             v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_CDAB));
             s4 = _mm512_castsi512_si128(_mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), v));
@@ -352,16 +398,22 @@ static inline __attribute__((always_inline)) void dot_seq(enum dtype wt, int bb,
     const int with_min = gemm_kind_of(wt) == GEMM_MIN;
     const int64_t nb = n / 32;
     const __m512i unperm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    _Alignas(64) int32_t isum[SEQ_KC * SEQ_ROWS], dm[SEQ_KC * SEQ_ROWS];
+    _Alignas(64) int32_t isum[SEQ_KC * SEQ_ROWS], dm[SEQ_KC * SEQ_ROWS], xsum[SEQ_KC + 3];
     for (int64_t r0 = 0; r0 < nrows; r0 += SEQ_ROWS) {
         const int nv = nrows - r0 < SEQ_ROWS ? (int)(nrows - r0) : SEQ_ROWS;
         const uint8_t *wr = (const uint8_t *)w + (size_t)r0 * row_bytes;
         __m512 acc = _mm512_setzero_ps();
         for (int64_t b0 = 0; b0 < nb; b0 += SEQ_KC) {
             const int nbk = nb - b0 < SEQ_KC ? (int)(nb - b0) : SEQ_KC;
+            if (wt == DT_Q8_0) /* the token's code sums per block, for the +128 offset */
+                for (int k = 0; k < nbk; k++) {
+                    const __m256i q = _mm256_loadu_si256((const __m256i *)(xq->q + 32 * (b0 + k)));
+                    xsum[k] = _mm512_reduce_add_epi32(_mm512_madd_epi16(_mm512_cvtepi8_epi16(q), _mm512_set1_epi16(1)));
+                }
+            for (int k = nbk; k < nbk + 3 && k < SEQ_KC + 3; k++) xsum[k] = 0; /* a last group's missing blocks */
             for (int r = 0; r < SEQ_ROWS; r++)
-                row_block_sums(wt, bb, wr + (size_t)(r < nv ? r : nv - 1) * row_bytes, b0, nbk, xq, isum + 4 * r,
-                               dm + 4 * r);
+                row_block_sums(wt, bb, wr + (size_t)(r < nv ? r : nv - 1) * row_bytes, b0, nbk, xq, xsum,
+                               isum + 4 * r, dm + 4 * r);
             for (int k = 0; k < nbk; k += 4) {
                 __m512i ti[4], td[4];
                 transpose16x4(isum + (size_t)(k / 4) * SEQ_ROWS * 4, ti);
