@@ -1,4 +1,4 @@
-/* gemm_avx512.c — batched matmul (prefill: num_tokens >= 2) on AVX-512 F/BW/VL/VNNI.
+/* gemm_avx512.c — batched matmul (prefill: num_tokens >= 2) on AVX-512 F/BW/VL/VBMI/VNNI.
  *
  * y[t][r] = sum_i W[r][i] x[t][i], computed as register tiles of 16 output rows (one zmm,
  * lane = row) x GEMM_TILE tokens, so every weight vector loaded is used GEMM_TILE times
@@ -260,170 +260,193 @@ static inline __m128i hsum4(__m256i v0, __m256i v1, __m256i v2, __m256i v3)
 }
 
 #define SEQ_ROWS 16
+#define SEQ_KC 32 /* blocks per pass: 16 rows' partial sums (8 KB) + scales stay in L1 */
 
 /* the first k bytes of 64 */
 static inline __mmask64 bytes_mask(int k)
 {
     return k <= 0 ? 0 : k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << k) - 1);
 }
-#define SEQ_KC 64 /* blocks per pass: sums and scales of 16 rows (8 KB) stay in L1 */
 
-#ifdef __AVX512VBMI__
-/* Q4_1, 4 blocks (80 bytes at p) of one row: vpermt2b gathers the 4 blocks' 16 code
- * bytes so low / high nibbles line up with the regrouped Q8_1 activations (as the
- * per-token AVX-512 kernel does); lanes 4k..4k+3 hold block k's partial sums. */
-static inline __m512i q4_1_group_lanes(const uint8_t *p, const int8_t *xg, int kb, __m128i *dm4)
+/* byte indices gathering 16 bytes at each of o0..o3 (+64: vpermt2b's second source) */
+static inline __m512i quad_index(int o0, int o1, int o2, int o3)
 {
-    uint8_t idx_b[64];
+    uint8_t idx[64];
     for (int j = 0; j < 16; j++) {
-        idx_b[j] = (uint8_t)(4 + j);
-        idx_b[16 + j] = (uint8_t)(24 + j);
-        idx_b[32 + j] = (uint8_t)(44 + j);
-        idx_b[48 + j] = (uint8_t)(64 + 48 + j);
+        idx[j] = (uint8_t)(o0 + j);
+        idx[16 + j] = (uint8_t)(o1 + j);
+        idx[32 + j] = (uint8_t)(o2 + j);
+        idx[48 + j] = (uint8_t)(o3 + j);
     }
-    const __m512i idx = _mm512_loadu_si512(idx_b);
+    return _mm512_loadu_si512(idx);
+}
+
+/* Groups of 4 blocks (A B C D) of one row, kb (1..4) of them present (masked loads read
+ * nothing past them; missing blocks give zero codes). The codes are gathered with byte
+ * permutes as [A0-15 B0-15 C0-15 D0-15] and [A16-31 .. D16-31], the order of the
+ * regrouped activation codes xg (quant_kernels.h), so two vpdpbusd leave block k's sum
+ * in lanes 4k..4k+3. dm4: each block's first 4 bytes (d, and m for Q4_1). */
+static inline __m512i q4_1_group(const uint8_t *p, const int8_t *xg, int kb, __m128i *dm4)
+{
+    const __m512i idx = quad_index(4, 24, 44, 64 + 48);
     const __m512i i_dm = _mm512_setr_epi32(0, 5, 10, 15, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __mmask64 mx = bytes_mask(16 * kb); /* each half of the regrouped codes */
     __m512i z0 = _mm512_maskz_loadu_epi8(bytes_mask(20 * kb), p);
     __m512i z1 = _mm512_maskz_loadu_epi8(bytes_mask(20 * kb - 16), p + 16);
     __m512i codes = _mm512_permutex2var_epi8(z0, idx, z1);
     __m512i lo = _mm512_and_si512(codes, m4), hi = _mm512_and_si512(_mm512_srli_epi16(codes, 4), m4);
-    __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_maskz_loadu_epi8(mx, xg));
-    sum = _mm512_dpbusd_epi32(sum, hi, _mm512_maskz_loadu_epi8(mx, xg + 64));
     *dm4 = _mm512_castsi512_si128(_mm512_permutexvar_epi32(i_dm, z0));
-    return sum;
+    return _mm512_add_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xg)),
+                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, _mm512_loadu_si512(xg + 64)));
 }
-#endif
 
-/* Q8_0, 4 blocks (136 bytes at p) of one row against the token's codes x (4 x 32,
- * natural order) with per-block code sums xs4: two vpermt2b gather the blocks' codes
- * (A B | C D); codes + 128 are unsigned for vpdpbusd and 128 * sum(x) comes off after. */
-/* kb (1..4) blocks present: masked loads read nothing past them; the sums of missing
- * blocks are not used. */
-static inline __m128i q8_0_group_sums(const uint8_t *p, const int8_t *x, int kb, __m128i xs4, __m128i *dm4)
+/* Q8_0: codes + 128 (unsigned for vpdpbusd); the 128 * sum(x) that adds is taken off
+ * per block after the sums are reduced. The group is 136 bytes (z0, z1, z2). */
+static inline __m512i q8_0_group(const uint8_t *p, const int8_t *xg, int kb, __m128i *dm4)
 {
-    uint8_t ia[64], ic[64];
-    for (int j = 0; j < 32; j++) {
-        ia[j] = (uint8_t)(2 + j);        /* A: bytes 2..33 of z0 */
-        ia[32 + j] = (uint8_t)(36 + j);  /* B: bytes 36..67 (z0, then z1 from 64) */
-        ic[j] = (uint8_t)(6 + j);        /* C: bytes 70..101 = z1 6..37 */
-        ic[32 + j] = (uint8_t)(40 + j);  /* D: bytes 104..135 = z1 40..63, z2 0..7 */
-    }
-    const __m512i idx_ab = _mm512_loadu_si512(ia), idx_cd = _mm512_loadu_si512(ic);
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const __m512i i_lo = quad_index(2, 36, 64 + 6, 64 + 40), i_hi = quad_index(18, 52, 64 + 22, 64 + 56);
     /* words 0, 17, 34 (z1 word 2), 51 (z1 word 19): the blocks' d, one per dword */
     const __m512i i_d = _mm512_setr_epi32(0, 17, 32 + 2, 32 + 19, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
     const int nbytes = 34 * kb;
-    __m512i z0 = _mm512_maskz_loadu_epi8(bytes_mask(nbytes), p), z1 = _mm512_maskz_loadu_epi8(bytes_mask(nbytes - 64), p + 64);
+    __m512i z0 = _mm512_maskz_loadu_epi8(bytes_mask(nbytes), p);
+    __m512i z1 = _mm512_maskz_loadu_epi8(bytes_mask(nbytes - 64), p + 64);
     __m512i z2 = _mm512_maskz_loadu_epi8(bytes_mask(nbytes - 128), p + 128);
-    __m512i ab = _mm512_xor_si512(_mm512_permutex2var_epi8(z0, idx_ab, z1), flip);
-    __m512i cd = _mm512_xor_si512(_mm512_permutex2var_epi8(z1, idx_cd, z2), flip);
-    __m512i sab = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ab, _mm512_maskz_loadu_epi8(bytes_mask(32 * kb), x));
-    __m512i scd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), cd, _mm512_maskz_loadu_epi8(bytes_mask(32 * kb - 64), x + 64));
-    /* lanes 0-7 block A (C), 8-15 block B (D): sum each half */
-    sab = _mm512_add_epi32(sab, _mm512_shuffle_epi32(sab, _MM_PERM_BADC));
-    scd = _mm512_add_epi32(scd, _mm512_shuffle_epi32(scd, _MM_PERM_BADC));
-    sab = _mm512_add_epi32(sab, _mm512_shuffle_epi32(sab, _MM_PERM_CDAB));
-    scd = _mm512_add_epi32(scd, _mm512_shuffle_epi32(scd, _MM_PERM_CDAB));
-    __m512i t = _mm512_add_epi32(_mm512_permutex2var_epi32(sab, _mm512_setr_epi32(0, 8, 16, 24, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), scd),
-                                 _mm512_permutex2var_epi32(sab, _mm512_setr_epi32(4, 12, 20, 28, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), scd));
+    /* block C/D bytes live in z1 and z2: permute (z0, z1) for A, B and (z1, z2) for C, D */
+    __m512i lo_ab = _mm512_permutex2var_epi8(z0, i_lo, z1), hi_ab = _mm512_permutex2var_epi8(z0, i_hi, z1);
+    __m512i lo_cd = _mm512_permutex2var_epi8(z1, _mm512_sub_epi8(i_lo, _mm512_set1_epi8(64)), z2);
+    __m512i hi_cd = _mm512_permutex2var_epi8(z1, _mm512_sub_epi8(i_hi, _mm512_set1_epi8(64)), z2);
+    const __mmask64 cd = 0xFFFFFFFF00000000ULL; /* bytes 32..63: blocks C, D */
+    __m512i lo = _mm512_xor_si512(_mm512_mask_mov_epi8(lo_ab, cd, lo_cd), flip);
+    __m512i hi = _mm512_xor_si512(_mm512_mask_mov_epi8(hi_ab, cd, hi_cd), flip);
     *dm4 = _mm512_castsi512_si128(_mm512_permutex2var_epi16(z0, i_d, z1));
-    return _mm_sub_epi32(_mm512_castsi512_si128(t), _mm_slli_epi32(xs4, 7));
+    return _mm512_add_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xg)),
+                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, _mm512_loadu_si512(xg + 64)));
 }
 
-/* One row's blocks [b0, b0 + nbk) (row points at the row's first block): per group of 4
- * blocks, the exact block sums and the blocks' first 4 bytes (d, and m for Q?_1; zero
- * past nbk), stored group-major: isum[g][SEQ_ROWS][4], dm[g][SEQ_ROWS][4]. The row is
+/* One row's blocks [b0, b0 + nbk) (row points at the row's first block), per group of 4
+ * blocks: the partial sums (lanes 4k..4k+3 add up to block k's exact sum) into part[g]
+ * (a zmm per row and group; SEQ_ROWS apart) and the blocks' first 4 bytes into dm[g]
+ * (an xmm per row and group). xg: the token's codes of this pass, regrouped. The row is
  * read in order, one stream, with the decode kernels' prefetch distance. */
-static inline __attribute__((always_inline)) void row_block_sums(enum dtype wt, int bb, const uint8_t *row,
-                                                                 int64_t b0, int nbk, const struct qact *xq,
-                                                                 const int32_t *xsum, int32_t *isum, int32_t *dm)
+static inline __attribute__((always_inline)) void row_partials(enum dtype wt, int bb, const uint8_t *row,
+                                                               int64_t b0, int nbk, const struct qact *xq,
+                                                               const int8_t *xg, int32_t *part, int32_t *dm)
 {
-    int k = 0;
-    for (; k < nbk; k += 4) {
+    for (int k = 0; k < nbk; k += 4) {
         const uint8_t *p = row + (size_t)(b0 + k) * bb;
         const int kb = nbk - k < 4 ? nbk - k : 4;
-        __m128i s4, d4;
+        __m512i v;
+        __m128i d4;
         _mm_prefetch((const char *)p + 384, _MM_HINT_T0);
         _mm_prefetch((const char *)p + 448, _MM_HINT_T0);
         if (bb > 32) _mm_prefetch((const char *)p + 512, _MM_HINT_T0);
-#ifdef __AVX512VBMI__
         if (wt == DT_Q8_0) {
-            s4 = q8_0_group_sums(p, xq->q + 32 * (b0 + k), kb, _mm_loadu_si128((const __m128i *)(xsum + k)), &d4);
+            v = q8_0_group(p, xg + 32 * k, kb, &d4);
         } else if (wt == DT_Q4_1) {
-            __m512i v = q4_1_group_lanes(p, xq->q + 32 * (b0 + k), kb, &d4);
-            v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_BADC));
-            v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_CDAB));
-            s4 = _mm512_castsi512_si128(_mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), v));
-        } else
-#endif
-        {
-            __m256i v[4];
+            v = q4_1_group(p, xg + 32 * k, kb, &d4);
+        } else {
+            __m256i l[4];
             int32_t d[4];
             for (int j = 0; j < 4; j++) {
-                v[j] = j < kb ? block_lanes(wt, p + j * bb, xq, b0 + k + j) : _mm256_setzero_si256();
+                l[j] = j < kb ? block_lanes(wt, p + j * bb, xq, b0 + k + j) : _mm256_setzero_si256();
                 d[j] = 0;
                 if (j < kb) memcpy(&d[j], p + j * bb, 4);
             }
-            s4 = hsum4(v[0], v[1], v[2], v[3]);
+            /* block sums in lanes 0, 4, 8, 12 */
+            v = _mm512_maskz_permutexvar_epi32(0x1111, _mm512_setr_epi32(0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0),
+                                               _mm512_castsi128_si512(hsum4(l[0], l[1], l[2], l[3])));
             d4 = _mm_loadu_si128((const __m128i *)d);
         }
-        _mm_store_si128((__m128i *)(isum + (size_t)(k / 4) * SEQ_ROWS * 4), s4);
+        _mm512_store_si512(part + (size_t)(k / 4) * SEQ_ROWS * 16, v);
         _mm_store_si128((__m128i *)(dm + (size_t)(k / 4) * SEQ_ROWS * 4), d4);
     }
 }
 
-/* 16 rows' [A B C D] (zmm q = rows 4q..4q+3) -> t[k]: block k, lane 4i + j = row 4j + i */
+/* 16 rows' partial-sum vectors (p[r * 16 + 4k + j]) -> t[k]: block k's sums, lane = row */
+static inline void reduce16(const int32_t *p, __m512i t[4])
+{
+    __m512i q[4];
+    for (int h = 0; h < 4; h++) {
+        __m512i pm[2];
+        for (int m = 0; m < 2; m++) {
+            const int r = 4 * h + 2 * m;
+            __m512i a = _mm512_load_si512(p + r * 16), b = _mm512_load_si512(p + (r + 1) * 16);
+            /* per block: [a02 b02 a13 b13] */
+            pm[m] = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+        }
+        /* per block: rows 4h .. 4h+3 */
+        q[h] = _mm512_add_epi32(_mm512_unpacklo_epi64(pm[0], pm[1]), _mm512_unpackhi_epi64(pm[0], pm[1]));
+    }
+    /* 128-bit lane k of q[h] -> lane h of t[k] */
+    __m512i u0 = _mm512_shuffle_i32x4(q[0], q[1], 0x44), u1 = _mm512_shuffle_i32x4(q[0], q[1], 0xEE);
+    __m512i u2 = _mm512_shuffle_i32x4(q[2], q[3], 0x44), u3 = _mm512_shuffle_i32x4(q[2], q[3], 0xEE);
+    t[0] = _mm512_shuffle_i32x4(u0, u2, 0x88);
+    t[1] = _mm512_shuffle_i32x4(u0, u2, 0xDD);
+    t[2] = _mm512_shuffle_i32x4(u1, u3, 0x88);
+    t[3] = _mm512_shuffle_i32x4(u1, u3, 0xDD);
+}
+
+/* 16 rows' [A B C D] (xmm per row, rows consecutive) -> t[k]: block k, lane = row */
 static inline void transpose16x4(const int32_t *src, __m512i t[4])
 {
+    const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     __m512i z0 = _mm512_load_si512(src), z1 = _mm512_load_si512(src + 16);
     __m512i z2 = _mm512_load_si512(src + 32), z3 = _mm512_load_si512(src + 48);
     __m512i u0 = _mm512_unpacklo_epi32(z0, z1), u1 = _mm512_unpackhi_epi32(z0, z1);
     __m512i u2 = _mm512_unpacklo_epi32(z2, z3), u3 = _mm512_unpackhi_epi32(z2, z3);
-    t[0] = _mm512_unpacklo_epi64(u0, u2);
-    t[1] = _mm512_unpackhi_epi64(u0, u2);
-    t[2] = _mm512_unpacklo_epi64(u1, u3);
-    t[3] = _mm512_unpackhi_epi64(u1, u3);
+    /* lane 4i + j holds row 4j + i; put rows in order */
+    t[0] = _mm512_permutexvar_epi32(perm, _mm512_unpacklo_epi64(u0, u2));
+    t[1] = _mm512_permutexvar_epi32(perm, _mm512_unpackhi_epi64(u0, u2));
+    t[2] = _mm512_permutexvar_epi32(perm, _mm512_unpacklo_epi64(u1, u3));
+    t[3] = _mm512_permutexvar_epi32(perm, _mm512_unpackhi_epi64(u1, u3));
 }
 
 /* Rows come 16 at a time; in the last set, rows past the end repeat the last row (read,
- * computed, not stored). Per pass of up to SEQ_KC blocks: the rows' block sums one row
- * after another (sequential reads), then the float chain over the blocks with 16 rows in
- * the lanes of one zmm (lane 4i + j = row 4j + i, put back in order at the store). */
+ * computed, not stored). Per pass of up to SEQ_KC blocks: the rows' partial sums one row
+ * after another (sequential reads), then per group of 4 blocks the 16 rows' sums and
+ * scales are transposed (lane = row) and the float chain runs over the blocks. */
 static inline __attribute__((always_inline)) void dot_seq(enum dtype wt, int bb, int64_t n, const void *w,
                                                           size_t row_bytes, int64_t nrows, const struct qact *xq,
                                                           float *out)
 {
     const int with_min = gemm_kind_of(wt) == GEMM_MIN;
     const int64_t nb = n / 32;
-    const __m512i unperm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    _Alignas(64) int32_t isum[SEQ_KC * SEQ_ROWS], dm[SEQ_KC * SEQ_ROWS], xsum[SEQ_KC + 3];
+    _Alignas(64) int32_t part[SEQ_KC / 4 * SEQ_ROWS * 16], dm[SEQ_KC / 4 * SEQ_ROWS * 4], xsum[SEQ_KC];
+    _Alignas(64) int8_t xg[SEQ_KC * 32];
     for (int64_t r0 = 0; r0 < nrows; r0 += SEQ_ROWS) {
         const int nv = nrows - r0 < SEQ_ROWS ? (int)(nrows - r0) : SEQ_ROWS;
         const uint8_t *wr = (const uint8_t *)w + (size_t)r0 * row_bytes;
         __m512 acc = _mm512_setzero_ps();
         for (int64_t b0 = 0; b0 < nb; b0 += SEQ_KC) {
             const int nbk = nb - b0 < SEQ_KC ? (int)(nb - b0) : SEQ_KC;
-            if (wt == DT_Q8_0) /* the token's code sums per block, for the +128 offset */
+            if (wt == DT_Q8_0) { /* regroup the token's codes as Q8_1's; code sums for the offset */
+                memset(xg, 0, sizeof xg);
                 for (int k = 0; k < nbk; k++) {
-                    const __m256i q = _mm256_loadu_si256((const __m256i *)(xq->q + 32 * (b0 + k)));
-                    xsum[k] = _mm512_reduce_add_epi32(_mm512_madd_epi16(_mm512_cvtepi8_epi16(q), _mm512_set1_epi16(1)));
+                    const int8_t *q = xq->q + 32 * (b0 + k);
+                    memcpy(xg + q81_lo(k), q, 16);
+                    memcpy(xg + q81_hi(k), q + 16, 16);
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)q);
+                    xsum[k] = _mm512_reduce_add_epi32(_mm512_madd_epi16(_mm512_cvtepi8_epi16(v), _mm512_set1_epi16(1)));
                 }
-            for (int k = nbk; k < nbk + 3 && k < SEQ_KC + 3; k++) xsum[k] = 0; /* a last group's missing blocks */
+            }
+            /* Q8_1 codes (Q4_1) are regrouped already: b0 is a multiple of 4 blocks */
+            const int8_t *xp = wt == DT_Q4_1 ? xq->q + 32 * b0 : xg;
             for (int r = 0; r < SEQ_ROWS; r++)
-                row_block_sums(wt, bb, wr + (size_t)(r < nv ? r : nv - 1) * row_bytes, b0, nbk, xq, xsum,
-                               isum + 4 * r, dm + 4 * r);
+                row_partials(wt, bb, wr + (size_t)(r < nv ? r : nv - 1) * row_bytes, b0, nbk, xq, xp,
+                             part + 16 * r, dm + 4 * r);
             for (int k = 0; k < nbk; k += 4) {
                 __m512i ti[4], td[4];
-                transpose16x4(isum + (size_t)(k / 4) * SEQ_ROWS * 4, ti);
+                reduce16(part + (size_t)(k / 4) * SEQ_ROWS * 16, ti);
                 transpose16x4(dm + (size_t)(k / 4) * SEQ_ROWS * 4, td);
                 const int kb = nbk - k < 4 ? nbk - k : 4;
                 for (int j = 0; j < kb; j++) {
                     const int64_t i = b0 + k + j;
+                    __m512i is = ti[j];
+                    if (wt == DT_Q8_0) is = _mm512_sub_epi32(is, _mm512_set1_epi32(128 * xsum[k + j]));
                     const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(td[j]));
                     const float dx = with_min ? xq->ds[2 * i] : xq->d[i];
-                    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ti[j]), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc);
+                    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc);
                     if (with_min) {
                         const __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(td[j], 16)));
                         acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(xq->ds[2 * i + 1]), acc);
@@ -431,7 +454,7 @@ static inline __attribute__((always_inline)) void dot_seq(enum dtype wt, int bb,
                 }
             }
         }
-        _mm512_mask_storeu_ps(out + r0, (__mmask16)((1u << nv) - 1), _mm512_permutexvar_ps(unperm, acc));
+        _mm512_mask_storeu_ps(out + r0, (__mmask16)((1u << nv) - 1), acc);
     }
 }
 

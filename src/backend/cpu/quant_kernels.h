@@ -120,10 +120,10 @@ struct quant_gemm {
                 const void *act, int num_tokens, float *y, int64_t y_stride, long u0, long u1);
 };
 
-/* The AVX-512 (F/BW/VL/VNNI) batched set (gemm_avx512.c); defined only in builds with
+/* The AVX-512 (F/BW/VL/VBMI/VNNI) batched set (gemm_avx512.c); defined only in builds with
  * those extensions (GEMM_HAVE_AVX512). */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
-    defined(__AVX512VNNI__) && defined(__F16C__) && defined(__FMA__)
+    defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && defined(__F16C__) && defined(__FMA__)
 #define GEMM_HAVE_AVX512 1
 extern const struct quant_gemm quant_gemm_avx512;
 #endif
