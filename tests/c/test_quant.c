@@ -485,11 +485,13 @@ static void test_matmul_multi(void)
 
 /* The comparison can fail: swapping the nibble halves of one weight block after computing
  * y must be detected for every quantized 4/5-bit type and for a flipped Q8_0 code. */
-/* A token's outputs do not depend on the batch it is computed in: cpu_matmul over a
- * batch (batched kernels where the set has them) gives bitwise what one call per token
- * gives (the one-token kernels), for every weight type, on 1 and 2 threads. */
+/* A token's outputs do not depend on the batch it is computed in: a matmul over a batch
+ * (batched kernels where the set has them) gives bitwise what one call per token gives
+ * (the one-token kernels), for every kernel set and weight type, on 1 and 2 threads. */
 static void test_batch_invariant(void)
 {
+    const struct quant_impl *impls[8] = { quant_impl_scalar() };
+    int n_impls = 1 + quant_impl_simd_list(impls + 1, 7);
     const enum dtype types[] = { DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1,
                                  DT_Q4_K, DT_Q6_K };
     const int nt = 2 * GEMM_TILE + 5;
@@ -503,18 +505,26 @@ static void test_batch_invariant(void)
                             .data = wd, .nbytes = dtype_row_bytes(t, n_in) * (size_t)n_out };
         float *x = rand_x(n_in, nt, 0, &r);
         float *yb = malloc(sizeof(float) * (size_t)(n_out * nt)), *y1 = malloc(sizeof(float) * (size_t)(n_out * nt));
+        float *y2 = malloc(sizeof(float) * (size_t)(n_out * nt));
         void *scratch = malloc(cpu_matmul_scratch_size(t, n_in, nt));
-        for (int p = 0; p < 2; p++) {
-            cpu_matmul(pools[p], &w, x, yb, nt, scratch);
-            for (int i = 0; i < nt; i++)
-                cpu_matmul(pools[p], &w, x + (size_t)i * (size_t)n_in, y1 + (size_t)i * (size_t)n_out, 1, scratch);
-            int same = memcmp(yb, y1, sizeof(float) * (size_t)(n_out * nt)) == 0;
-            CHECK(same, "%s threads=%d: batch of %d differs from one token at a time", dtype_name(t), p + 1, nt);
-        }
+        for (int m = 0; m < n_impls; m++)
+            for (int p = 0; p < 2; p++) {
+                cpu_matmul_impl(pools[p], impls[m], &w, x, yb, nt, scratch);
+                if (p == 0) memcpy(y2, yb, sizeof(float) * (size_t)(n_out * nt));
+                else CHECK(memcmp(yb, y2, sizeof(float) * (size_t)(n_out * nt)) == 0,
+                           "%s %s: 2 threads differ from 1", impls[m]->name, dtype_name(t));
+                for (int i = 0; i < nt; i++)
+                    cpu_matmul_impl(pools[p], impls[m], &w, x + (size_t)i * (size_t)n_in,
+                                    y1 + (size_t)i * (size_t)n_out, 1, scratch);
+                int same = memcmp(yb, y1, sizeof(float) * (size_t)(n_out * nt)) == 0;
+                CHECK(same, "%s %s threads=%d: batch of %d differs from one token at a time", impls[m]->name,
+                      dtype_name(t), p + 1, nt);
+            }
         free(wd);
         free(x);
         free(yb);
         free(y1);
+        free(y2);
         free(scratch);
     }
     for (int p = 0; p < 2; p++) tp_free(pools[p]);

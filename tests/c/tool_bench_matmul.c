@@ -196,15 +196,15 @@ static double peak_gops(struct threadpool *tp, int kind)
 }
 #endif
 
-/* Seconds per call of cpu_matmul_impl at PF_TOKENS tokens (best of the calls in ~40 ms). */
+/* Seconds per call of cpu_matmul_impl at nt tokens (best of the calls in ~40 ms). */
 static double time_prefill(struct threadpool *tp, const struct quant_impl *impl, const struct tensor *w,
-                           const float *x, float *y, void *scratch)
+                           const float *x, float *y, void *scratch, int nt)
 {
     double best = 1e30, t0 = now_s();
     int calls = 0;
     do {
         double t1 = now_s();
-        cpu_matmul_impl(tp, impl, w, x, y, PF_TOKENS, scratch);
+        cpu_matmul_impl(tp, impl, w, x, y, nt, scratch);
         double e = now_s() - t1;
         if (e < best) best = e;
         calls++;
@@ -242,8 +242,10 @@ static int run_prefill(const int *threads, int n_threads)
     printf("prefill: %d tokens; old = %s (per-token dots), new = %s; peak = register-only vpdpbusd (int8) or\n"
            "vfmadd231ps (f32) zmm loop on the same threads; medians of %d alternating repeats\n",
            PF_TOKENS, old->name, gemm->name, PF_REPEATS);
-    printf("%-5s %-10s %-12s %3s | %9s %9s %9s | %6s %6s\n", "type", "n_in x out", "", "thr", "old GF/s",
-           "new GF/s", "peak", "new/pk", "speedup");
+    printf("1-token columns: weight GB/s of one token (old dots / the batched set's one-token kernels), weights\n"
+           "in cache (one matrix, called repeatedly): the kernels' compute rate, not DRAM\n");
+    printf("%-5s %-10s %-12s %3s | %9s %9s %9s | %6s %6s | %7s %7s\n", "type", "n_in x out", "", "thr", "old GF/s",
+           "new GF/s", "peak", "new/pk", "speedup", "1t old", "1t new");
     for (int ti = 0; ti < n_threads; ti++) {
         struct threadpool *tp = tp_create(threads[ti]);
         for (size_t c = 0; c < sizeof types / sizeof types[0]; c++) {
@@ -255,19 +257,22 @@ static int run_prefill(const int *threads, int n_threads)
                 struct tensor w = { .name = "w", .type = t, .n_dims = 2, .ne = { n_in, n_out, 1, 1 },
                                     .data = wbuf, .nbytes = dtype_row_bytes(t, n_in) * (size_t)n_out };
                 void *scratch = malloc(cpu_matmul_scratch_size(t, n_in, PF_TOKENS));
-                double r_old[PF_REPEATS], r_new[PF_REPEATS], r_pk[PF_REPEATS];
+                double r_old[PF_REPEATS], r_new[PF_REPEATS], r_pk[PF_REPEATS], d_old[PF_REPEATS], d_new[PF_REPEATS];
                 for (int r = 0; r < PF_REPEATS; r++) {
-                    r_old[r] = time_prefill(tp, old, &w, x, y, scratch);
-                    r_new[r] = time_prefill(tp, gemm, &w, x, y, scratch);
+                    r_old[r] = time_prefill(tp, old, &w, x, y, scratch, PF_TOKENS);
+                    r_new[r] = time_prefill(tp, gemm, &w, x, y, scratch, PF_TOKENS);
                     r_pk[r] = peak_gops(tp, t == DT_F16 ? 1 : 0);
+                    d_old[r] = time_prefill(tp, old, &w, x, y, scratch, 1);
+                    d_new[r] = time_prefill(tp, gemm, &w, x, y, scratch, 1);
                 }
                 double flops = 2.0 * (double)n_in * (double)n_out * PF_TOKENS;
                 double to = median(r_old, PF_REPEATS), tn = median(r_new, PF_REPEATS), pk = median(r_pk, PF_REPEATS);
                 char shape[32];
                 snprintf(shape, sizeof shape, "%lldx%lld", (long long)n_in, (long long)n_out);
-                printf("%-5s %-10s %-12s %3d | %9.1f %9.1f %9.1f | %6.2f %6.2fx\n", dtype_name(t), shape,
+                double wb = (double)w.nbytes;
+                printf("%-5s %-10s %-12s %3d | %9.1f %9.1f %9.1f | %6.2f %6.2fx | %7.1f %7.1f\n", dtype_name(t), shape,
                        shapes[sh].what, threads[ti], flops / to / 1e9, flops / tn / 1e9, pk, flops / tn / 1e9 / pk,
-                       to / tn);
+                       to / tn, wb / median(d_old, PF_REPEATS) / 1e9, wb / median(d_new, PF_REPEATS) / 1e9);
                 fflush(stdout);
                 layer_old += weight_of_shape[sh] * to;
                 layer_new += weight_of_shape[sh] * tn;

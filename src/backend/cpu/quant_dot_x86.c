@@ -600,7 +600,12 @@ static const struct quant_impl impl_avx512 = {
 };
 
 #ifdef GEMM_HAVE_AVX512
-/* impl_avx512 plus the batched kernels of gemm_avx512.c for >= 2 tokens. */
+/* impl_avx512 plus the batched kernels of gemm_avx512.c for >= 2 tokens, and their
+ * one-token twins for decode (same arithmetic, so results do not depend on the batch).
+ * Not the default yet: prefill is 1.5x (2.3x for Q8_0) faster, but the twins read the
+ * GGUF blocks at ~0.6x the per-token kernels' rate, and decode is the larger share of
+ * serving time (docs/cpu-kernels.md, "Batched matmul"). -DQK_BATCHED=1 makes it the
+ * default for measurements. */
 static const struct quant_impl impl_avx512_gemm = {
     .name = "avx512vbmi+vnni+gemm",
     .dot = {
@@ -612,7 +617,14 @@ static const struct quant_impl impl_avx512_gemm = {
     .quantize = quantize_avx2,
     .gemm = &quant_gemm_avx512,
 };
+#ifndef QK_BATCHED
+#define QK_BATCHED 0
+#endif
+#if QK_BATCHED
 #define QK_BEST (&impl_avx512_gemm)
+#else
+#define QK_BEST (&impl_avx512)
+#endif
 #else
 #define QK_BEST (&impl_avx512)
 #endif
