@@ -180,7 +180,7 @@ static void peak_task(void *arg, int ith, int nth)
 /* Peak G(FL)OP/s of the pool: kind 0 int8 (64 products per vpdpbusd), 1 f32 (16 FMAs). */
 static double peak_gops(struct threadpool *tp, int kind)
 {
-    struct peakjob p = { .kind = kind, .iters = 200000 };
+    struct peakjob p = { .kind = kind, .iters = 1000000 };
     double t1 = now_s();
     tp_run(tp, peak_task, &p);
     double el = now_s() - t1;
@@ -240,7 +240,7 @@ static int run_prefill(const int *threads, int n_threads)
     uint64_t rng = 7;
     for (int64_t i = 0; i < 1536 * PF_TOKENS; i++) x[i] = (float)((int)(rng_next(&rng) % 2001) - 1000) / 1000.0f;
     printf("prefill: %d tokens; old = %s (per-token dots), new = %s; peak = register-only vpdpbusd (int8) or\n"
-           "vfmadd231ps (f32) zmm loop on the same threads; medians of %d alternating repeats\n",
+           "vfmadd231ps (f32) zmm loop on the same threads, best repeat; kernels: medians of %d alternating repeats\n",
            PF_TOKENS, old->name, gemm->name, PF_REPEATS);
     printf("1-token columns: weight GB/s of one token (old dots / the batched set's one-token kernels), weights\n"
            "in cache (one matrix, called repeatedly): the kernels' compute rate, not DRAM\n");
@@ -266,7 +266,10 @@ static int run_prefill(const int *threads, int n_threads)
                     d_new[r] = time_prefill(tp, gemm, &w, x, y, scratch, 1);
                 }
                 double flops = 2.0 * (double)n_in * (double)n_out * PF_TOKENS;
-                double to = median(r_old, PF_REPEATS), tn = median(r_new, PF_REPEATS), pk = median(r_pk, PF_REPEATS);
+                /* the peak is the best repeat (a rate no kernel can beat; other processes
+                 * only lower it), the kernels the median repeat */
+                double to = median(r_old, PF_REPEATS), tn = median(r_new, PF_REPEATS), pk = 0;
+                for (int r = 0; r < PF_REPEATS; r++) pk = r_pk[r] > pk ? r_pk[r] : pk;
                 char shape[32];
                 snprintf(shape, sizeof shape, "%lldx%lld", (long long)n_in, (long long)n_out);
                 double wb = (double)w.nbytes;
@@ -277,7 +280,7 @@ static int run_prefill(const int *threads, int n_threads)
                 layer_old += weight_of_shape[sh] * to;
                 layer_new += weight_of_shape[sh] * tn;
                 layer_flops += weight_of_shape[sh] * flops;
-                layer_peak += pk / n_shapes;
+                layer_peak = pk > layer_peak ? pk : layer_peak;
                 free(scratch);
             }
             printf("%-5s %-10s %-12s %3d | %9.1f %9.1f %9.1f | %6.2f %6.2fx\n", dtype_name(t), "layer", "(7 matmuls)",

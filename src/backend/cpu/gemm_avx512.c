@@ -218,10 +218,13 @@ static void micro_quant_min(const uint8_t *wp, const uint8_t *xa, int nbk, float
  * kernels' float arithmetic in the same order: per output, over blocks in order,
  *   acc = fma((float)isum_b, dw_b * dx_b, acc)   [then acc = fma(mw_b, s_b, acc)]
  * where isum_b is the exact integer block sum (any integer method gives the same value).
- * Integer sums come per row from vpdpbusd on 256-bit vectors (signed weights via
- * |w| * sign(x, w), exact: |w| <= 128), four blocks at a time reduced with vphaddd to
- * one int32 per block; eight rows' sums are then transposed so the float chain runs with
- * lane = row, as in the batched kernels. The rows' scales come with one gather per block.
+ * Per row, four blocks per step: Q8_0 and Q4_1 gather their codes with byte permutes
+ * into the regrouped Q8_1 order and take two 512-bit vpdpbusd (block k's sum spread over
+ * lanes 4k..4k+3); the other types use one 256-bit dot per block (signed weights via
+ * |w| * sign(x, w), exact: |w| <= 128). The partial sums of 16 rows are then reduced
+ * and transposed together (lane = row) and the float chain runs in one zmm, as in the
+ * batched kernels. This transposition is what makes these kernels slower than the
+ * per-token dots (docs/cpu-kernels.md).
  */
 
 static inline __m256i dot_us8(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
