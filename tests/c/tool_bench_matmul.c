@@ -143,7 +143,8 @@ struct bcase {
 
 #if defined(__AVX512F__) && defined(__AVX512VNNI__)
 /* Register-only loops of the batched kernels' main instruction: 12 independent
- * accumulators (more than latency x throughput), no memory traffic. ops = 2 x products. */
+ * accumulators (more than latency x throughput), no memory traffic (the loops are
+ * unrolled so the accumulators stay in registers). ops = 2 x products. */
 struct peakjob {
     int kind; /* 0: vpdpbusd zmm, 1: vfmadd231ps zmm */
     long iters;
@@ -158,7 +159,7 @@ static void peak_task(void *arg, int ith, int nth)
         __m512i a[12], u = _mm512_set1_epi8(3), v = _mm512_set1_epi8(-2);
         for (int k = 0; k < 12; k++) a[k] = _mm512_set1_epi32(k);
         for (long i = 0; i < p->iters; i++) {
-            for (int k = 0; k < 12; k++) a[k] = _mm512_dpbusd_epi32(a[k], u, v);
+            _Pragma("GCC unroll 12") for (int k = 0; k < 12; k++) a[k] = _mm512_dpbusd_epi32(a[k], u, v);
             __asm__ volatile("" : "+v"(u), "+v"(v));
         }
         __m512i s = a[0];
@@ -168,7 +169,7 @@ static void peak_task(void *arg, int ith, int nth)
         __m512 a[12], u = _mm512_set1_ps(1.0f), v = _mm512_set1_ps(1e-7f);
         for (int k = 0; k < 12; k++) a[k] = _mm512_set1_ps((float)k);
         for (long i = 0; i < p->iters; i++) {
-            for (int k = 0; k < 12; k++) a[k] = _mm512_fmadd_ps(u, v, a[k]);
+            _Pragma("GCC unroll 12") for (int k = 0; k < 12; k++) a[k] = _mm512_fmadd_ps(u, v, a[k]);
             __asm__ volatile("" : "+v"(u), "+v"(v));
         }
         __m512 s = a[0];

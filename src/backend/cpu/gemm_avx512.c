@@ -169,32 +169,33 @@ static inline __attribute__((always_inline)) void micro_quant(const uint8_t *wp,
                                                               const int with_min, float *y, int64_t ys, int nt,
                                                               __mmask16 rmask, int add)
 {
+    /* every loop over tokens is unrolled so acc[] and ai[] live in registers */
     __m512 acc[GEMM_TILE];
-    for (int t = 0; t < GEMM_TILE; t++)
+    _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++)
         acc[t] = add && t < nt ? _mm512_maskz_loadu_ps(rmask, y + (size_t)t * (size_t)ys) : _mm512_setzero_ps();
     for (int b = 0; b < nbk; b++) {
         const uint8_t *wb = wp + (size_t)b * GQ_PACK_BLOCK, *xb = xa + (size_t)b * GEMM_QACT_BLOCK;
         const int32_t *q4 = (const int32_t *)xb;
         const float *xd = (const float *)(xb + 32 * GEMM_TILE);
         __m512i ai[GEMM_TILE];
-        for (int t = 0; t < GEMM_TILE; t++)
+        _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++)
             ai[t] = with_min ? _mm512_setzero_si512()
                              : _mm512_set1_epi32(((const int32_t *)(xb + 36 * GEMM_TILE))[t]);
-        for (int j = 0; j < 8; j++) {
+        _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {
             __m512i wv = _mm512_load_si512((const void *)(wb + 64 * j));
-            for (int t = 0; t < GEMM_TILE; t++)
+            _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++)
                 ai[t] = _mm512_dpbusd_epi32(ai[t], wv, _mm512_set1_epi32(q4[j * GEMM_TILE + t]));
         }
         const __m512 dw = _mm512_load_ps((const float *)(wb + 512));
-        for (int t = 0; t < GEMM_TILE; t++)
+        _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++)
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[t]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[t])), acc[t]);
         if (with_min) {
             const __m512 mw = _mm512_load_ps((const float *)(wb + 576));
             const float *xs = (const float *)(xb + 36 * GEMM_TILE);
-            for (int t = 0; t < GEMM_TILE; t++) acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xs[t]), acc[t]);
+            _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++) acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xs[t]), acc[t]);
         }
     }
-    for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + (size_t)t * (size_t)ys, rmask, acc[t]);
+    _Pragma("GCC unroll 16") for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + (size_t)t * (size_t)ys, rmask, acc[t]);
 }
 
 static void micro_quant_offset(const uint8_t *wp, const uint8_t *xa, int nbk, float *y, int64_t ys, int nt,
@@ -370,9 +371,9 @@ static inline __attribute__((always_inline)) void row_partials(enum dtype wt, in
 static inline void reduce16(const int32_t *p, __m512i t[4])
 {
     __m512i q[4];
-    for (int h = 0; h < 4; h++) {
+    _Pragma("GCC unroll 4") for (int h = 0; h < 4; h++) {
         __m512i pm[2];
-        for (int m = 0; m < 2; m++) {
+        _Pragma("GCC unroll 2") for (int m = 0; m < 2; m++) {
             const int r = 4 * h + 2 * m;
             __m512i a = _mm512_load_si512(p + r * 16), b = _mm512_load_si512(p + (r + 1) * 16);
             /* per block: [a02 b02 a13 b13] */
@@ -443,7 +444,8 @@ static inline __attribute__((always_inline)) void dot_seq(enum dtype wt, int bb,
                 reduce16(part + (size_t)(k / 4) * SEQ_ROWS * 16, ti);
                 transpose16x4(dm + (size_t)(k / 4) * SEQ_ROWS * 4, td);
                 const int kb = nbk - k < 4 ? nbk - k : 4;
-                for (int j = 0; j < kb; j++) {
+                _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+                    if (j >= kb) break;
                     const int64_t i = b0 + k + j;
                     __m512i is = ti[j];
                     if (wt == DT_Q8_0) is = _mm512_sub_epi32(is, _mm512_set1_epi32(128 * xsum[k + j]));
