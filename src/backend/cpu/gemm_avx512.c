@@ -24,10 +24,8 @@
  *   One token (decode) does not repack: see dot_seq below, which keeps the arithmetic
  * of the batched kernels so results do not depend on the batch.
  *
- * Float types (F32, F16, BF16) stay on the per-token FMA kernels: those already run at
- * ~0.8 of the measured FMA peak, and a 32x12 FMA tile over repacked weights measured no
- * faster (docs/cpu-kernels.md) while it would have given different roundings alone and
- * in a batch. K-quants (Q4_K, Q6_K) also stay per-token for now.
+ * Float types (F32, F16, BF16) and K-quants (Q4_K, Q6_K) stay on the per-token kernels
+ * for now: a batched float tile needs a one-token twin too (docs/cpu-kernels.md).
  *
  * Chunks after the first add to y, so K of any length works with fixed buffers. Each
  * output's arithmetic depends only on its row, token and K, never on the thread split.
