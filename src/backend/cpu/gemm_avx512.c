@@ -326,6 +326,38 @@ static inline __m512i q8_0_group(const uint8_t *p, const int8_t *xg, int kb, __m
                             _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, _mm512_loadu_si512(xg + 64)));
 }
 
+/* One group of kb (1..4) blocks at p, blocks b..b+kb-1 of the row (see row_partials):
+ * partial sums into part (a zmm), first 4 bytes of each block into dm (an xmm). */
+static inline __attribute__((always_inline)) void group_partials(enum dtype wt, int bb, const uint8_t *p, int64_t b,
+                                                                 int kb, const struct qact *xq, const int8_t *xg,
+                                                                 int32_t *part, int32_t *dm)
+{
+    __m512i v;
+    __m128i d4;
+    _mm_prefetch((const char *)p + 384, _MM_HINT_T0);
+    _mm_prefetch((const char *)p + 448, _MM_HINT_T0);
+    if (bb > 32) _mm_prefetch((const char *)p + 512, _MM_HINT_T0);
+    if (wt == DT_Q8_0) {
+        v = q8_0_group(p, xg, kb, &d4);
+    } else if (wt == DT_Q4_1) {
+        v = q4_1_group(p, xg, kb, &d4);
+    } else {
+        __m256i l[4];
+        int32_t d[4];
+        for (int j = 0; j < 4; j++) {
+            l[j] = j < kb ? block_lanes(wt, p + j * bb, xq, b + j) : _mm256_setzero_si256();
+            d[j] = 0;
+            if (j < kb) memcpy(&d[j], p + j * bb, 4);
+        }
+        /* block sums in lanes 0, 4, 8, 12 */
+        v = _mm512_maskz_permutexvar_epi32(0x1111, _mm512_setr_epi32(0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0),
+                                           _mm512_castsi128_si512(hsum4(l[0], l[1], l[2], l[3])));
+        d4 = _mm_loadu_si128((const __m128i *)d);
+    }
+    _mm512_store_si512(part, v);
+    _mm_store_si128((__m128i *)dm, d4);
+}
+
 /* One row's blocks [b0, b0 + nbk) (row points at the row's first block), per group of 4
  * blocks: the partial sums (lanes 4k..4k+3 add up to block k's exact sum) into part[g]
  * (a zmm per row and group; SEQ_ROWS apart) and the blocks' first 4 bytes into dm[g]
@@ -338,30 +370,13 @@ static inline __attribute__((always_inline)) void row_partials(enum dtype wt, in
     for (int k = 0; k < nbk; k += 4) {
         const uint8_t *p = row + (size_t)(b0 + k) * bb;
         const int kb = nbk - k < 4 ? nbk - k : 4;
-        __m512i v;
-        __m128i d4;
-        _mm_prefetch((const char *)p + 384, _MM_HINT_T0);
-        _mm_prefetch((const char *)p + 448, _MM_HINT_T0);
-        if (bb > 32) _mm_prefetch((const char *)p + 512, _MM_HINT_T0);
-        if (wt == DT_Q8_0) {
-            v = q8_0_group(p, xg + 32 * k, kb, &d4);
-        } else if (wt == DT_Q4_1) {
-            v = q4_1_group(p, xg + 32 * k, kb, &d4);
+        if (kb == 4) { /* full groups: the masks fold to constants */
+            group_partials(wt, bb, p, b0 + k, 4, xq, xg + 32 * k, part + (size_t)(k / 4) * SEQ_ROWS * 16,
+                           dm + (size_t)(k / 4) * SEQ_ROWS * 4);
         } else {
-            __m256i l[4];
-            int32_t d[4];
-            for (int j = 0; j < 4; j++) {
-                l[j] = j < kb ? block_lanes(wt, p + j * bb, xq, b0 + k + j) : _mm256_setzero_si256();
-                d[j] = 0;
-                if (j < kb) memcpy(&d[j], p + j * bb, 4);
-            }
-            /* block sums in lanes 0, 4, 8, 12 */
-            v = _mm512_maskz_permutexvar_epi32(0x1111, _mm512_setr_epi32(0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0),
-                                               _mm512_castsi128_si512(hsum4(l[0], l[1], l[2], l[3])));
-            d4 = _mm_loadu_si128((const __m128i *)d);
+            group_partials(wt, bb, p, b0 + k, kb, xq, xg + 32 * k, part + (size_t)(k / 4) * SEQ_ROWS * 16,
+                           dm + (size_t)(k / 4) * SEQ_ROWS * 4);
         }
-        _mm512_store_si512(part + (size_t)(k / 4) * SEQ_ROWS * 16, v);
-        _mm_store_si128((__m128i *)(dm + (size_t)(k / 4) * SEQ_ROWS * 4), d4);
     }
 }
 
