@@ -561,9 +561,12 @@ static void test_compare_detects_errors(void)
 
 static void test_scratch_size(void)
 {
-    /* float weights need no scratch beyond the alignment pad; quantized ones grow with
-     * tokens, and hold the batched kernels' packed tiles (two tiles for 13 tokens) */
-    CHECK(cpu_matmul_scratch_size(DT_F16, 576, 64) <= 64, "f16");
+    /* float weights need no scratch for one token (decode reads x), the batched kernels'
+     * packed tiles for more; quantized ones grow with tokens and hold the larger of the
+     * per-token rows and the batched tiles (two tiles for 13 tokens) */
+    CHECK(cpu_matmul_scratch_size(DT_F16, 576, 1) <= 64, "f16 decode");
+    CHECK(cpu_matmul_scratch_size(DT_F16, 576, 64) >= gemm_act_bytes(DT_F16, 576, 64), "f16 batch");
+    CHECK(gemm_act_bytes(DT_BF16, 576, 13) == 2 * (size_t)576 * GEMM_TILE * sizeof(float), "bf16 tiles");
     CHECK(gemm_act_bytes(DT_Q4_1, 576, 13) == 2 * (size_t)18 * GEMM_QACT_BLOCK, "q4_1 tiles");
     CHECK(cpu_matmul_scratch_size(DT_Q4_1, 576, 13) >= gemm_act_bytes(DT_Q4_1, 576, 13), "q4_1 batch");
     CHECK(cpu_matmul_scratch_size(DT_Q8_0, 1536, 512) >= gemm_act_bytes(DT_Q8_0, 1536, 512), "q8_0 batch");

@@ -24,8 +24,8 @@
  *   One token (decode) does not repack: see dot_seq below, which keeps the arithmetic
  * of the batched kernels so results do not depend on the batch.
  *
- * Float types (F32, F16, BF16) and K-quants (Q4_K, Q6_K) stay on the per-token kernels
- * for now: a batched float tile needs a one-token twin too (docs/cpu-kernels.md).
+ * Float types (F32, F16, BF16): see "float weights" below. K-quants (Q4_K, Q6_K) stay
+ * on the per-token kernels.
  *
  * Chunks after the first add to y, so K of any length works with fixed buffers. Each
  * output's arithmetic depends only on its row, token and K, never on the thread split.
@@ -81,6 +81,19 @@ static void pack_act_quant(enum dtype wt, const float *x, int64_t n, uint8_t *ti
 static void gemm_pack_act(enum dtype wt, const float *x, int64_t n, int num_tokens, int t0, int t1,
                           void *act)
 {
+    if (gemm_kind_of(wt) == GEMM_FLOAT) { /* x[n][GEMM_TILE] per tile */
+        const size_t tile_floats = (size_t)n * GEMM_TILE;
+        for (int t = t0; t < t1; t++) {
+            float *xf = (float *)act + (size_t)(t / GEMM_TILE) * tile_floats + t % GEMM_TILE;
+            for (int64_t k = 0; k < n; k++) xf[k * GEMM_TILE] = x[(size_t)t * (size_t)n + (size_t)k];
+        }
+        if (t1 == num_tokens && num_tokens % GEMM_TILE) {
+            float *xf = (float *)act + (size_t)(num_tokens / GEMM_TILE) * tile_floats;
+            for (int64_t k = 0; k < n; k++)
+                for (int lane = num_tokens % GEMM_TILE; lane < GEMM_TILE; lane++) xf[k * GEMM_TILE + lane] = 0.0f;
+        }
+        return;
+    }
     const size_t tile_bytes = (size_t)(n / 32) * GEMM_QACT_BLOCK;
     for (int t = t0; t < t1; t++)
         pack_act_quant(wt, x + (size_t)t * (size_t)n, n, (uint8_t *)act + (size_t)(t / GEMM_TILE) * tile_bytes,
@@ -381,7 +394,7 @@ static inline __attribute__((always_inline)) void row_partials(enum dtype wt, in
 }
 
 /* 16 rows' partial-sum vectors (p[r * 16 + 4k + j]) -> t[k]: block k's sums, lane = row */
-static inline void reduce16(const int32_t *p, __m512i t[4])
+static inline __attribute__((always_inline)) void reduce16(const int32_t *p, __m512i t[4])
 {
     __m512i q[4];
     _Pragma("GCC unroll 4") for (int h = 0; h < 4; h++) {
@@ -405,7 +418,7 @@ static inline void reduce16(const int32_t *p, __m512i t[4])
 }
 
 /* 16 rows' [A B C D] (xmm per row, rows consecutive) -> t[k]: block k, lane = row */
-static inline void transpose16x4(const int32_t *src, __m512i t[4])
+static inline __attribute__((always_inline)) void transpose16x4(const int32_t *src, __m512i t[4])
 {
     const __m512i perm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     __m512i z0 = _mm512_load_si512(src), z1 = _mm512_load_si512(src + 16);
@@ -489,14 +502,175 @@ DOT_SEQ(dot_seq_q5_0, DT_Q5_0, 22)
 DOT_SEQ(dot_seq_q4_1, DT_Q4_1, 20)
 DOT_SEQ(dot_seq_q5_1, DT_Q5_1, 24)
 
+/* ---- float weights (F32, F16, BF16) ----
+ *
+ * Per (row, token) one f32 FMA chain over k in order: acc = fma(w_k, x_k, acc) from 0.
+ * Batched: weights converted to f32 and repacked per strip of 32 rows and chunk of GF_KC
+ * columns as [k][32]; micro-kernel 32 rows x GEMM_TILE tokens = 24 accumulators, per k
+ * 2 weight loads and 24 FMAs with the token's x broadcast. One token: 16 rows' 16-column
+ * blocks are converted and transposed in registers (lane = row) and the same chain runs,
+ * so a token's result does not depend on its batch. Reading 16 rows at once is slow from
+ * DRAM (~0.3x the per-token kernels); streaming each row into an L1 buffer first, as the
+ * quantized twins do, is the next step.
+ */
+
+#define GF_STRIP 32
+#define GF_KC 160 /* columns per chunk: 32 x 160 f32 = 20 KB */
+
+/* 16 f32 of a float row starting at column k */
+static inline __m512 ld16_float(enum dtype wt, const uint8_t *row, int64_t k, __mmask16 m)
+{
+    if (wt == DT_F32) return _mm512_maskz_loadu_ps(m, (const float *)row + k);
+    __m256i h = _mm256_maskz_loadu_epi16(m, row + 2 * k);
+    if (wt == DT_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* Packs rows [0, nv) of a 32-row strip, columns [k0, k0 + kc), as f32 out[k][32]; rows
+ * nv..31 are zero. */
+static void pack_strip_float(enum dtype wt, const uint8_t *w, size_t row_bytes, int nv, int64_t k0, int kc,
+                             float *out)
+{
+    const __m512i vidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(GF_STRIP));
+    for (int r = 0; r < GF_STRIP; r++) {
+        const uint8_t *row = w + (size_t)r * row_bytes;
+        for (int k = 0; k < kc; k += 16) {
+            const __mmask16 m = kc - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (kc - k)) - 1);
+            __m512 v = r < nv ? ld16_float(wt, row, k0 + k, m) : _mm512_setzero_ps();
+            _mm512_mask_i32scatter_ps(out + (size_t)k * GF_STRIP + r, m, vidx, v, 4);
+        }
+    }
+}
+
+/* 32 rows x GEMM_TILE tokens over kc columns of a packed chunk and its activations. */
+static void micro_float(const float *wp, const float *xt, int kc, float *y, int64_t ys, int nt, __mmask16 m0,
+                        __mmask16 m1, int add)
+{
+    __m512 a0[GEMM_TILE], a1[GEMM_TILE];
+    _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++) {
+        float *yt = y + (size_t)t * (size_t)ys;
+        a0[t] = add && t < nt ? _mm512_maskz_loadu_ps(m0, yt) : _mm512_setzero_ps();
+        a1[t] = add && t < nt ? _mm512_maskz_loadu_ps(m1, yt + 16) : _mm512_setzero_ps();
+    }
+    for (int k = 0; k < kc; k++) {
+        const __m512 w0 = _mm512_load_ps(wp + (size_t)k * GF_STRIP), w1 = _mm512_load_ps(wp + (size_t)k * GF_STRIP + 16);
+        const float *xk = xt + (size_t)k * GEMM_TILE;
+        _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++) {
+            const __m512 xb = _mm512_set1_ps(xk[t]);
+            a0[t] = _mm512_fmadd_ps(w0, xb, a0[t]);
+            a1[t] = _mm512_fmadd_ps(w1, xb, a1[t]);
+        }
+    }
+    _Pragma("GCC unroll 16") for (int t = 0; t < nt; t++) {
+        float *yt = y + (size_t)t * (size_t)ys;
+        _mm512_mask_storeu_ps(yt, m0, a0[t]);
+        _mm512_mask_storeu_ps(yt + 16, m1, a1[t]);
+    }
+}
+
+/* In-register transpose of 16 x 16 f32 (v[r] lane k -> v[k] lane r). */
+static inline __attribute__((always_inline)) void transpose16x16(__m512 v[16])
+{
+    __m512 t[16];
+    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+    }
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+        v[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[4 * i]), _mm512_castps_pd(t[4 * i + 2])));
+        v[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[4 * i]), _mm512_castps_pd(t[4 * i + 2])));
+        v[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[4 * i + 1]), _mm512_castps_pd(t[4 * i + 3])));
+        v[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[4 * i + 1]), _mm512_castps_pd(t[4 * i + 3])));
+    }
+    /* v[4i + j] lane (4 * lane128 + j') holds rows 4i..4i+3 of columns (4 * lane128 + j) */
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+        t[j] = _mm512_shuffle_f32x4(v[j], v[4 + j], 0x88);
+        t[4 + j] = _mm512_shuffle_f32x4(v[j], v[4 + j], 0xDD);
+        t[8 + j] = _mm512_shuffle_f32x4(v[8 + j], v[12 + j], 0x88);
+        t[12 + j] = _mm512_shuffle_f32x4(v[8 + j], v[12 + j], 0xDD);
+    }
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+        v[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
+        v[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xDD);
+        v[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);
+        v[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xDD);
+    }
+}
+
+/* One token: rows 16 at a time (past the end: the last row again, not stored). */
+static inline __attribute__((always_inline)) void dot_seq_float(enum dtype wt, int64_t n, const void *w,
+                                                                size_t row_bytes, int64_t nrows, const float *x,
+                                                                float *out)
+{
+    for (int64_t r0 = 0; r0 < nrows; r0 += 16) {
+        const int nv = nrows - r0 < 16 ? (int)(nrows - r0) : 16;
+        const uint8_t *wr = (const uint8_t *)w + (size_t)r0 * row_bytes;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t k0 = 0; k0 < n; k0 += 16) {
+            const int kc = n - k0 < 16 ? (int)(n - k0) : 16;
+            const __mmask16 m = kc == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << kc) - 1);
+            __m512 v[16];
+            _Pragma("GCC unroll 16") for (int r = 0; r < 16; r++)
+                v[r] = ld16_float(wt, wr + (size_t)(r < nv ? r : nv - 1) * row_bytes, k0, m);
+            _mm_prefetch((const char *)(wr + (size_t)(nv - 1) * row_bytes) + 4 * k0 + 512, _MM_HINT_T0);
+            transpose16x16(v);
+            if (kc == 16) {
+                _Pragma("GCC unroll 16") for (int k = 0; k < 16; k++)
+                    acc = _mm512_fmadd_ps(v[k], _mm512_set1_ps(x[k0 + k]), acc);
+            } else {
+                _Pragma("GCC unroll 16") for (int k = 0; k < 16; k++)
+                    if (k < kc) acc = _mm512_fmadd_ps(v[k], _mm512_set1_ps(x[k0 + k]), acc);
+            }
+        }
+        _mm512_mask_storeu_ps(out + r0, (__mmask16)((1u << nv) - 1), acc);
+    }
+}
+
+#define DOT_SEQ_FLOAT(NAME, T)                                                                  \
+    static void NAME(int64_t n, const void *w, size_t row_bytes, int64_t nrows, const struct qact *xq, \
+                     const float *xf, float *out)                                               \
+    {                                                                                           \
+        (void)xq;                                                                               \
+        dot_seq_float(T, n, w, row_bytes, nrows, xf, out);                                      \
+    }
+DOT_SEQ_FLOAT(dot_seq_f32, DT_F32)
+DOT_SEQ_FLOAT(dot_seq_f16, DT_F16)
+DOT_SEQ_FLOAT(dot_seq_bf16, DT_BF16)
+
 /* ---- driver: units (strip, token tile), strip-major ---- */
 
 static void gemm_run(enum dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows, const void *act,
                      int num_tokens, float *y, int64_t y_stride, long u0, long u1)
 {
     _Alignas(64) uint8_t pack[PACK_BYTES];
-    const int with_min = gemm_kind_of(wt) == GEMM_MIN;
     const long ntiles = (num_tokens + GEMM_TILE - 1) / GEMM_TILE;
+    if (gemm_kind_of(wt) == GEMM_FLOAT) {
+        const size_t tile_floats = (size_t)n * GEMM_TILE;
+        for (long u = u0; u < u1;) {
+            const long s = u / ntiles, tb = u % ntiles;
+            const long te = tb + (u1 - u) < ntiles ? tb + (u1 - u) : ntiles;
+            u += te - tb;
+            const int64_t r0 = (int64_t)s * GF_STRIP;
+            const int nv = nrows - r0 < GF_STRIP ? (int)(nrows - r0) : GF_STRIP;
+            const __mmask16 m0 = nv >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nv) - 1);
+            const __mmask16 m1 = nv <= 16 ? 0 : (__mmask16)((1u << (nv - 16)) - 1);
+            const uint8_t *ws = (const uint8_t *)w + (size_t)r0 * row_bytes;
+            for (int64_t k0 = 0; k0 < n; k0 += GF_KC) {
+                const int kc = n - k0 < GF_KC ? (int)(n - k0) : GF_KC;
+                pack_strip_float(wt, ws, row_bytes, nv, k0, kc, (float *)pack);
+                for (long tl = tb; tl < te; tl++) {
+                    const int t0 = (int)tl * GEMM_TILE;
+                    const int nt = num_tokens - t0 < GEMM_TILE ? num_tokens - t0 : GEMM_TILE;
+                    const float *xt = (const float *)act + (size_t)tl * tile_floats + (size_t)k0 * GEMM_TILE;
+                    micro_float((const float *)pack, xt, kc, y + (size_t)t0 * (size_t)y_stride + r0, y_stride, nt,
+                                m0, m1, k0 > 0);
+                }
+            }
+        }
+        return;
+    }
+    const int with_min = gemm_kind_of(wt) == GEMM_MIN;
     const int64_t nb = n / 32;
     const size_t tile_bytes = (size_t)nb * GEMM_QACT_BLOCK;
     for (long u = u0; u < u1;) {
@@ -526,10 +700,12 @@ static void gemm_run(enum dtype wt, int64_t n, const void *w, size_t row_bytes, 
 
 const struct quant_gemm quant_gemm_avx512 = {
     .strip_rows = {
+        [DT_F32] = GF_STRIP, [DT_F16] = GF_STRIP, [DT_BF16] = GF_STRIP,
         [DT_Q8_0] = GQ_STRIP, [DT_Q4_0] = GQ_STRIP, [DT_Q4_1] = GQ_STRIP,
         [DT_Q5_0] = GQ_STRIP, [DT_Q5_1] = GQ_STRIP,
     },
     .dot = {
+        [DT_F32] = dot_seq_f32, [DT_F16] = dot_seq_f16, [DT_BF16] = dot_seq_bf16,
         [DT_Q8_0] = dot_seq_q8_0, [DT_Q4_0] = dot_seq_q4_0, [DT_Q4_1] = dot_seq_q4_1,
         [DT_Q5_0] = dot_seq_q5_0, [DT_Q5_1] = dot_seq_q5_1,
     },

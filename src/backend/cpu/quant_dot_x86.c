@@ -602,9 +602,10 @@ static const struct quant_impl impl_avx512 = {
 #ifdef GEMM_HAVE_AVX512
 /* impl_avx512 plus the batched kernels of gemm_avx512.c for >= 2 tokens, and their
  * one-token twins for decode (same arithmetic, so results do not depend on the batch).
- * Not the default yet: prefill matmuls are 4-6x faster (prefill 2.1x end to end), but
- * the twins read the GGUF blocks at ~0.7x the per-token kernels' rate, which costs
- * decode 15-26% (docs/cpu-kernels.md, "Batched matmul"). -DQK_BATCHED=1 makes it the
+ * Not the default yet: prefill matmuls are 4-6x faster for Q4_1/Q8_0 (prefill 2.1x end
+ * to end) and 2.3x for F16, but the twins read the weights at ~0.7x (quantized) and
+ * ~0.3x (float, from DRAM) the per-token kernels' rate, which costs decode 15-26% on
+ * the Q4_1 model (docs/cpu-kernels.md, "Batched matmul"). -DQK_BATCHED=1 makes it the
  * default. */
 static const struct quant_impl impl_avx512_gemm = {
     .name = "avx512vbmi+vnni+gemm",

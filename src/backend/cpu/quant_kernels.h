@@ -73,19 +73,21 @@ typedef void (*quant_act_fn)(enum dtype act, const float *x, int64_t b0, int64_t
  *       c[GEMM_TILE]            offset weights (Q8_0, Q4_0, Q5_0): int32 -o * sum(q),
  *                               o = the weight code offset (128, 8, 16); weights with a
  *                               min (Q4_1, Q5_1): f32 d * sum(q)
+ *   float weights (F32, F16, BF16): per tile f32 x[n][GEMM_TILE].
  * The codes and scales are bitwise those of the per-token path's activations, so the
  * two paths differ only in the order of the f32 accumulation. */
 #define GEMM_TILE 12
 #define GEMM_QACT_BLOCK (40 * GEMM_TILE)
 
 /* Kind of packed activations a weight type takes in the batched path. */
-enum gemm_kind { GEMM_NONE, GEMM_OFFSET, GEMM_MIN };
+enum gemm_kind { GEMM_NONE, GEMM_OFFSET, GEMM_MIN, GEMM_FLOAT };
 
 static inline enum gemm_kind gemm_kind_of(enum dtype t)
 {
     switch (t) {
     case DT_Q8_0: case DT_Q4_0: case DT_Q5_0: return GEMM_OFFSET;
     case DT_Q4_1: case DT_Q5_1: return GEMM_MIN;
+    case DT_F32: case DT_F16: case DT_BF16: return GEMM_FLOAT;
     default: return GEMM_NONE;
     }
 }
@@ -125,7 +127,7 @@ struct quant_gemm {
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && defined(__F16C__) && defined(__FMA__)
 #define GEMM_HAVE_AVX512 1
-extern const struct quant_gemm quant_gemm_avx512;
+extern const struct quant_gemm quant_gemm_avx512; /* float and 32-block quantized types */
 #endif
 
 struct quant_impl {
