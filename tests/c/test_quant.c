@@ -296,7 +296,9 @@ static void test_quantize_agree(void)
 static void grid_type(enum dtype t, struct threadpool **pools, struct rng *r)
 {
     const int n_outs[] = { 1, 3, 17, 64, 130 };
-    const int tokens[] = { 1, 2, 7, 33 };
+    /* 1: decode (per-token dots); 2..: batched kernels where the set has them — a
+     * partial token tile, one full tile + 1, several tiles + a partial one */
+    const int tokens[] = { 1, 2, 7, GEMM_TILE + 1, 33 };
     int64_t n_ins[6];
     int nn = 0, be = dtype_block_elems(t);
     if (be == 1) {
@@ -333,7 +335,7 @@ static void grid_type(enum dtype t, struct threadpool **pools, struct rng *r)
                 float *x = rand_x(n_in, max_nt, mode, r);
                 cpu_matmul_ref(&w, x, ref, max_nt);
                 out_bounds(&w, x, max_nt, act, acc);
-                for (int k = 0; k < 4; k++) {
+                for (int k = 0; k < 5; k++) {
                     int nt = tokens[k];
                     /* SIMD set on 1, 2, 3 threads: each output is one dot call whatever
                      * the split, so the thread counts must agree bitwise. Scalar set on
@@ -483,6 +485,51 @@ static void test_matmul_multi(void)
 
 /* The comparison can fail: swapping the nibble halves of one weight block after computing
  * y must be detected for every quantized 4/5-bit type and for a flipped Q8_0 code. */
+/* A token's outputs do not depend on the batch it is computed in: a matmul over a batch
+ * (batched kernels where the set has them) gives bitwise what one call per token gives
+ * (the one-token kernels), for every kernel set and weight type, on 1 and 2 threads. */
+static void test_batch_invariant(void)
+{
+    const struct quant_impl *impls[8] = { quant_impl_scalar() };
+    int n_impls = 1 + quant_impl_simd_list(impls + 1, 7);
+    const enum dtype types[] = { DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1,
+                                 DT_Q4_K, DT_Q6_K };
+    const int nt = 2 * GEMM_TILE + 5;
+    struct threadpool *pools[2] = { tp_create(1), tp_create(2) };
+    struct rng r = { 0xB47C4ULL };
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        enum dtype t = types[k];
+        int64_t n_in = dtype_block_elems(t) == 256 ? 1536 : 1056, n_out = 37; /* 33 blocks: a chunk + 1 */
+        uint8_t *wd = rand_weights(t, n_in, n_out, &r);
+        struct tensor w = { .name = "w", .type = t, .n_dims = 2, .ne = { n_in, n_out, 1, 1 },
+                            .data = wd, .nbytes = dtype_row_bytes(t, n_in) * (size_t)n_out };
+        float *x = rand_x(n_in, nt, 0, &r);
+        float *yb = malloc(sizeof(float) * (size_t)(n_out * nt)), *y1 = malloc(sizeof(float) * (size_t)(n_out * nt));
+        float *y2 = malloc(sizeof(float) * (size_t)(n_out * nt));
+        void *scratch = malloc(cpu_matmul_scratch_size(t, n_in, nt));
+        for (int m = 0; m < n_impls; m++)
+            for (int p = 0; p < 2; p++) {
+                cpu_matmul_impl(pools[p], impls[m], &w, x, yb, nt, scratch);
+                if (p == 0) memcpy(y2, yb, sizeof(float) * (size_t)(n_out * nt));
+                else CHECK(memcmp(yb, y2, sizeof(float) * (size_t)(n_out * nt)) == 0,
+                           "%s %s: 2 threads differ from 1", impls[m]->name, dtype_name(t));
+                for (int i = 0; i < nt; i++)
+                    cpu_matmul_impl(pools[p], impls[m], &w, x + (size_t)i * (size_t)n_in,
+                                    y1 + (size_t)i * (size_t)n_out, 1, scratch);
+                int same = memcmp(yb, y1, sizeof(float) * (size_t)(n_out * nt)) == 0;
+                CHECK(same, "%s %s threads=%d: batch of %d differs from one token at a time", impls[m]->name,
+                      dtype_name(t), p + 1, nt);
+            }
+        free(wd);
+        free(x);
+        free(yb);
+        free(y1);
+        free(y2);
+        free(scratch);
+    }
+    for (int p = 0; p < 2; p++) tp_free(pools[p]);
+}
+
 static void test_compare_detects_errors(void)
 {
     struct threadpool *tp = tp_create(1);
@@ -514,8 +561,16 @@ static void test_compare_detects_errors(void)
 
 static void test_scratch_size(void)
 {
-    /* float weights need no scratch beyond the alignment pad; quantized ones grow with tokens */
-    CHECK(cpu_matmul_scratch_size(DT_F16, 576, 64) <= 64, "f16");
+    /* float weights need no scratch for one token (decode reads x), the batched kernels'
+     * packed tiles for more; quantized ones grow with tokens and hold the larger of the
+     * per-token rows and the batched tiles (two tiles for 13 tokens) */
+    CHECK(cpu_matmul_scratch_size(DT_F16, 576, 1) <= 64, "f16 decode");
+    CHECK(cpu_matmul_scratch_size(DT_F16, 576, 64) >= gemm_act_bytes(DT_F16, 576, 64), "f16 batch");
+    CHECK(gemm_act_bytes(DT_BF16, 576, 13) == 2 * (size_t)576 * GEMM_TILE * sizeof(float), "bf16 tiles");
+    CHECK(gemm_act_bytes(DT_Q4_1, 576, 13) == 2 * (size_t)18 * GEMM_QACT_BLOCK, "q4_1 tiles");
+    CHECK(cpu_matmul_scratch_size(DT_Q4_1, 576, 13) >= gemm_act_bytes(DT_Q4_1, 576, 13), "q4_1 batch");
+    CHECK(cpu_matmul_scratch_size(DT_Q8_0, 1536, 512) >= gemm_act_bytes(DT_Q8_0, 1536, 512), "q8_0 batch");
+    CHECK(gemm_act_bytes(DT_Q4_K, 256, 13) == 0, "no batched q4_k");
     size_t a = cpu_matmul_scratch_size(DT_Q4_1, 576, 1), b = cpu_matmul_scratch_size(DT_Q4_1, 576, 2);
     CHECK(b > a && b - a >= 576 + 18 * 8, "q4_1 %zu %zu", a, b);
     CHECK(cpu_matmul_scratch_size(DT_Q6_K, 4096, 1) >= 4096 + 16 * 4 + 256 * 2, "q6_k");
@@ -532,6 +587,7 @@ int main(void)
     RUN(test_quantize_agree);
     RUN(test_matmul_multi);
     RUN(test_scratch_size);
+    RUN(test_batch_invariant);
     RUN(test_compare_detects_errors);
     RUN(test_matmul_F32);
     RUN(test_matmul_F16);

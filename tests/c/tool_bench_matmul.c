@@ -1,7 +1,7 @@
 /* tool_bench_matmul.c — cpu_matmul throughput against the machine's memory-read
  * bandwidth, measured side by side in one process.
  *
- *   tool_bench_matmul [--quick] [--threads 1,2] [--mb 256] [--scalar]
+ *   tool_bench_matmul [--quick] [--prefill] [--threads 1,2] [--mb 256] [--scalar]
  *
  * For each case (type, n_in x n_out) and thread count it alternates rounds of (a) a plain
  * AVX2 read (sum) over a --mb MB buffer split across the same pool — the roofline, since
@@ -13,6 +13,8 @@
  * Columns: weight GB/s of the matmul, memory-read GB/s, their ratio (decode target
  * >= 0.8), prefill GFLOP/s (2 * n_in * n_out * 64 per call) and its weight GB/s.
  * --scalar uses the portable kernel set instead of the SIMD one. Default run < 30 s.
+ * --prefill instead times the model's shapes at 512 tokens: the batched kernels against
+ * the per-token path and a register-only peak of the same instruction (run_prefill).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "backend/cpu/quant.h"
@@ -134,12 +136,173 @@ struct bcase {
     const char *what;
 };
 
+/* ---- prefill mode: batched kernels against the per-token path and the peak ---- */
+
+#define PF_TOKENS 512
+#define PF_REPEATS 7
+
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+/* Register-only loops of the batched kernels' main instruction: 12 independent
+ * accumulators (more than latency x throughput), no memory traffic (the loops are
+ * unrolled so the accumulators stay in registers). ops = 2 x products. */
+struct peakjob {
+    int kind; /* 0: vpdpbusd zmm, 1: vfmadd231ps zmm */
+    long iters;
+    int64_t sink[MAX_THREADS * 8];
+};
+
+static void peak_task(void *arg, int ith, int nth)
+{
+    (void)nth;
+    struct peakjob *p = arg;
+    if (p->kind == 0) {
+        __m512i a[12], u = _mm512_set1_epi8(3), v = _mm512_set1_epi8(-2);
+        for (int k = 0; k < 12; k++) a[k] = _mm512_set1_epi32(k);
+        for (long i = 0; i < p->iters; i++) {
+            _Pragma("GCC unroll 12") for (int k = 0; k < 12; k++) a[k] = _mm512_dpbusd_epi32(a[k], u, v);
+            __asm__ volatile("" : "+v"(u), "+v"(v));
+        }
+        __m512i s = a[0];
+        for (int k = 1; k < 12; k++) s = _mm512_add_epi32(s, a[k]);
+        p->sink[ith * 8] = _mm512_reduce_add_epi32(s);
+    } else {
+        __m512 a[12], u = _mm512_set1_ps(1.0f), v = _mm512_set1_ps(1e-7f);
+        for (int k = 0; k < 12; k++) a[k] = _mm512_set1_ps((float)k);
+        for (long i = 0; i < p->iters; i++) {
+            _Pragma("GCC unroll 12") for (int k = 0; k < 12; k++) a[k] = _mm512_fmadd_ps(u, v, a[k]);
+            __asm__ volatile("" : "+v"(u), "+v"(v));
+        }
+        __m512 s = a[0];
+        for (int k = 1; k < 12; k++) s = _mm512_add_ps(s, a[k]);
+        p->sink[ith * 8] = (int64_t)_mm512_reduce_add_ps(s);
+    }
+}
+
+/* Peak G(FL)OP/s of the pool: kind 0 int8 (64 products per vpdpbusd), 1 f32 (16 FMAs). */
+static double peak_gops(struct threadpool *tp, int kind)
+{
+    struct peakjob p = { .kind = kind, .iters = 1000000 };
+    double t1 = now_s();
+    tp_run(tp, peak_task, &p);
+    double el = now_s() - t1;
+    double per = kind == 0 ? 2.0 * 64 : 2.0 * 16;
+    return (double)tp_size(tp) * (double)p.iters * 12.0 * per / el / 1e9;
+}
+#else
+static double peak_gops(struct threadpool *tp, int kind)
+{
+    (void)tp;
+    (void)kind;
+    return 0.0;
+}
+#endif
+
+/* Seconds per call of cpu_matmul_impl at nt tokens (best of the calls in ~40 ms). */
+static double time_prefill(struct threadpool *tp, const struct quant_impl *impl, const struct tensor *w,
+                           const float *x, float *y, void *scratch, int nt)
+{
+    double best = 1e30, t0 = now_s();
+    int calls = 0;
+    do {
+        double t1 = now_s();
+        cpu_matmul_impl(tp, impl, w, x, y, nt, scratch);
+        double e = now_s() - t1;
+        if (e < best) best = e;
+        calls++;
+    } while (calls < 2 || now_s() - t0 < 0.04);
+    return best;
+}
+
+/* For each weight type of interest and each of the model's shapes: GFLOP/s of the
+ * per-token path (old) and the batched kernels (new) at PF_TOKENS tokens, and the
+ * register-only peak of the instruction the batched kernels use, per thread count.
+ * Repeats alternate old / new / peak (other processes share the cores) and the medians
+ * are printed. */
+static int run_prefill(const int *threads, int n_threads)
+{
+    const struct quant_impl *sets[8], *gemm = NULL, *old = NULL;
+    int ns = quant_impl_simd_list(sets, 8);
+    for (int i = 0; i < ns; i++) {
+        if (sets[i]->gemm) gemm = sets[i];
+        else old = sets[i]; /* the last per-token set: the best one before batching */
+    }
+    if (!gemm || !old) {
+        fprintf(stderr, "this build has no batched kernel set\n");
+        return 1;
+    }
+    const enum dtype types[] = { DT_Q4_1, DT_Q8_0, DT_F16 };
+    const struct { int64_t n_in, n_out; const char *what; } shapes[] = {
+        { 576, 576, "attn q/o" }, { 576, 192, "attn k/v" }, { 576, 1536, "ffn gate/up" }, { 1536, 576, "ffn down" },
+    };
+    const int n_shapes = 4;
+    const int weight_of_shape[] = { 2, 2, 2, 1 }; /* per layer: q+o, k+v, gate+up, down */
+    float *x = malloc(sizeof(float) * 1536 * PF_TOKENS), *y = malloc(sizeof(float) * 1536 * PF_TOKENS);
+    uint8_t *wbuf = malloc(1536 * 576 * 4);
+    uint64_t rng = 7;
+    for (int64_t i = 0; i < 1536 * PF_TOKENS; i++) x[i] = (float)((int)(rng_next(&rng) % 2001) - 1000) / 1000.0f;
+    printf("prefill: %d tokens; old = %s (per-token dots), new = %s; peak = register-only vpdpbusd (int8) or\n"
+           "vfmadd231ps (f32) zmm loop on the same threads, best repeat; kernels: medians of %d alternating repeats\n",
+           PF_TOKENS, old->name, gemm->name, PF_REPEATS);
+    printf("1-token columns: weight GB/s of one token (old dots / the batched set's one-token kernels), weights\n"
+           "in cache (one matrix, called repeatedly): the kernels' compute rate, not DRAM\n");
+    printf("%-5s %-10s %-12s %3s | %9s %9s %9s | %6s %6s | %7s %7s\n", "type", "n_in x out", "", "thr", "old GF/s",
+           "new GF/s", "peak", "new/pk", "speedup", "1t old", "1t new");
+    for (int ti = 0; ti < n_threads; ti++) {
+        struct threadpool *tp = tp_create(threads[ti]);
+        for (size_t c = 0; c < sizeof types / sizeof types[0]; c++) {
+            enum dtype t = types[c];
+            double layer_old = 0, layer_new = 0, layer_flops = 0, layer_peak = 0;
+            for (int sh = 0; sh < n_shapes; sh++) {
+                int64_t n_in = shapes[sh].n_in, n_out = shapes[sh].n_out;
+                fill_weights(t, wbuf, n_in * n_out, &rng);
+                struct tensor w = { .name = "w", .type = t, .n_dims = 2, .ne = { n_in, n_out, 1, 1 },
+                                    .data = wbuf, .nbytes = dtype_row_bytes(t, n_in) * (size_t)n_out };
+                void *scratch = malloc(cpu_matmul_scratch_size(t, n_in, PF_TOKENS));
+                double r_old[PF_REPEATS], r_new[PF_REPEATS], r_pk[PF_REPEATS], d_old[PF_REPEATS], d_new[PF_REPEATS];
+                for (int r = 0; r < PF_REPEATS; r++) {
+                    r_old[r] = time_prefill(tp, old, &w, x, y, scratch, PF_TOKENS);
+                    r_new[r] = time_prefill(tp, gemm, &w, x, y, scratch, PF_TOKENS);
+                    r_pk[r] = peak_gops(tp, t == DT_F16 ? 1 : 0);
+                    d_old[r] = time_prefill(tp, old, &w, x, y, scratch, 1);
+                    d_new[r] = time_prefill(tp, gemm, &w, x, y, scratch, 1);
+                }
+                double flops = 2.0 * (double)n_in * (double)n_out * PF_TOKENS;
+                /* the peak is the best repeat (a rate no kernel can beat; other processes
+                 * only lower it), the kernels the median repeat */
+                double to = median(r_old, PF_REPEATS), tn = median(r_new, PF_REPEATS), pk = 0;
+                for (int r = 0; r < PF_REPEATS; r++) pk = r_pk[r] > pk ? r_pk[r] : pk;
+                char shape[32];
+                snprintf(shape, sizeof shape, "%lldx%lld", (long long)n_in, (long long)n_out);
+                double wb = (double)w.nbytes;
+                printf("%-5s %-10s %-12s %3d | %9.1f %9.1f %9.1f | %6.2f %6.2fx | %7.1f %7.1f\n", dtype_name(t), shape,
+                       shapes[sh].what, threads[ti], flops / to / 1e9, flops / tn / 1e9, pk, flops / tn / 1e9 / pk,
+                       to / tn, wb / median(d_old, PF_REPEATS) / 1e9, wb / median(d_new, PF_REPEATS) / 1e9);
+                fflush(stdout);
+                layer_old += weight_of_shape[sh] * to;
+                layer_new += weight_of_shape[sh] * tn;
+                layer_flops += weight_of_shape[sh] * flops;
+                layer_peak = pk > layer_peak ? pk : layer_peak;
+                free(scratch);
+            }
+            printf("%-5s %-10s %-12s %3d | %9.1f %9.1f %9.1f | %6.2f %6.2fx\n", dtype_name(t), "layer", "(7 matmuls)",
+                   threads[ti], layer_flops / layer_old / 1e9, layer_flops / layer_new / 1e9, layer_peak,
+                   layer_flops / layer_new / 1e9 / layer_peak, layer_old / layer_new);
+        }
+        tp_free(tp);
+    }
+    free(x);
+    free(y);
+    free(wbuf);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    int quick = 0, use_scalar = 0, threads[8] = { 1, 2 }, n_threads = 2;
+    int quick = 0, use_scalar = 0, prefill = 0, threads[8] = { 1, 2 }, n_threads = 2;
     size_t mb = 256;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--prefill")) prefill = 1;
         else if (!strcmp(argv[i], "--scalar")) use_scalar = 1;
         else if (!strcmp(argv[i], "--mb") && i + 1 < argc) mb = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
@@ -147,10 +310,11 @@ int main(int argc, char **argv)
             for (char *s = strtok(argv[++i], ","); s && n_threads < 8; s = strtok(NULL, ","))
                 threads[n_threads++] = atoi(s);
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--threads 1,2] [--mb 256] [--scalar]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--prefill] [--threads 1,2] [--mb 256] [--scalar]\n", argv[0]);
             return 2;
         }
     }
+    if (prefill) return run_prefill(threads, n_threads);
     const struct bcase all[] = {
         { DT_Q8_0, 576, 49152, "output head" },
         { DT_Q4_1, 576, 1536, "ffn gate/up" },

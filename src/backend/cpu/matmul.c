@@ -24,8 +24,13 @@
 /* Weight bytes per tile: half of a 32-48 KB L1d, so the tile and one activation row stay
  * in L1 while the tokens loop over it. */
 #define TILE_BYTES (16 * 1024)
+/* Batched kernels (impl->gemm) from this many tokens on; fewer go through the
+ * per-token dots, which read each weight once without repacking it. */
+#define GEMM_MIN_TOKENS 2
 /* Quantize x on the calling thread below this many elements (pool wake-up ~1-2 us). */
 #define QUANT_PARALLEL_MIN (32 * 1024)
+
+#define MM_MULTI_MAX 4
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
@@ -59,11 +64,22 @@ struct qact quant_act_row(void *scratch, enum dtype act, int64_t n, int t)
     return a;
 }
 
+size_t gemm_act_bytes(enum dtype wtype, int64_t n, int num_tokens)
+{
+    size_t tiles = (size_t)((num_tokens + GEMM_TILE - 1) / GEMM_TILE);
+    switch (gemm_kind_of(wtype)) {
+    case GEMM_OFFSET: case GEMM_MIN: return tiles * (size_t)(n / 32) * GEMM_QACT_BLOCK;
+    case GEMM_FLOAT: return tiles * (size_t)n * GEMM_TILE * sizeof(float);
+    default: return 0;
+    }
+}
+
 size_t cpu_matmul_scratch_size(enum dtype type, int64_t n_in, int max_tokens)
 {
     enum dtype act = quant_act_type(type);
-    if (act == DT_F32) return 64;
-    return 64 + (size_t)(max_tokens > 0 ? max_tokens : 1) * act_row_bytes(act, n_in);
+    size_t per_token = act == DT_F32 ? 0 : (size_t)(max_tokens > 0 ? max_tokens : 1) * act_row_bytes(act, n_in);
+    size_t batched = max_tokens >= GEMM_MIN_TOKENS ? gemm_act_bytes(type, n_in, max_tokens) : 0;
+    return 64 + (per_token > batched ? per_token : batched);
 }
 
 struct mm_job {
@@ -78,6 +94,14 @@ struct mm_job {
     float *y;             /* [num_tokens][n_out] */
     void *scratch;
 };
+
+/* The one-token kernel: the batched set's twin where it has one (same arithmetic as the
+ * batched kernels, so results do not depend on the batch), else the set's dot. */
+static quant_dot_fn mm_dot(const struct quant_impl *impl, enum dtype type)
+{
+    if (impl->gemm && impl->gemm->dot[type]) return impl->gemm->dot[type];
+    return impl->dot[type];
+}
 
 static void mm_quantize_range(const struct mm_job *j, int64_t begin, int64_t end)
 {
@@ -132,13 +156,105 @@ static void mm_task(void *arg, int ith, int nth)
     }
 }
 
+/* ---- batched path: packed activations, register-tiled kernels (gemm_*.c) ---- */
+
+struct gemm_w {
+    const uint8_t *w;     /* [n_out][row_bytes] */
+    size_t row_bytes;
+    int64_t n_out;
+    float *y;             /* [num_tokens][n_out] */
+    long units;           /* strips * token tiles */
+};
+
+struct gemm_job {
+    const struct quant_gemm *g;
+    enum dtype type;      /* of every weight (one activation packing serves all) */
+    int64_t n_in;
+    int num_tokens;
+    const float *x;       /* [num_tokens][n_in] */
+    void *act;            /* packed activations (scratch) */
+    struct gemm_w ws[MM_MULTI_MAX];
+    int nw;
+    long total_units;
+};
+
+static int gemm_usable(const struct quant_impl *impl, enum dtype type, int num_tokens)
+{
+    return impl->gemm && num_tokens >= GEMM_MIN_TOKENS && impl->gemm->strip_rows[type] != 0;
+}
+
+static void gemm_pack_task(void *arg, int ith, int nth)
+{
+    const struct gemm_job *g = arg;
+    long begin, end;
+    tp_split(g->num_tokens, ith, nth, &begin, &end);
+    if (begin < end || ith == nth - 1)
+        g->g->pack_act(g->type, g->x, g->n_in, g->num_tokens, (int)begin, (int)end, g->act);
+}
+
+/* The weights' units (strip, token tile), concatenated, split into one contiguous range
+ * per thread: shares differ by at most one unit on every shape. */
+static void gemm_task(void *arg, int ith, int nth)
+{
+    const struct gemm_job *g = arg;
+    long begin, end, base = 0;
+    tp_split(g->total_units, ith, nth, &begin, &end);
+    for (int k = 0; k < g->nw && base < end; k++) {
+        const struct gemm_w *gw = &g->ws[k];
+        long u0 = begin > base ? begin : base, u1 = end < base + gw->units ? end : base + gw->units;
+        if (u0 < u1)
+            g->g->run(g->type, g->n_in, gw->w, gw->row_bytes, gw->n_out, g->act, g->num_tokens, gw->y,
+                      gw->n_out, u0 - base, u1 - base);
+        base += gw->units;
+    }
+}
+
+/* Runs the batched path for nw weights of one type over one input (caller checked
+ * gemm_usable and equal n_in). */
+static void gemm_matmul(struct threadpool *tp, const struct quant_impl *impl, const struct tensor *const *ws,
+                        int nw, const float *x, float *const *ys, int num_tokens, void *scratch)
+{
+    struct gemm_job g = {
+        .g = impl->gemm,
+        .type = ws[0]->type,
+        .n_in = ws[0]->ne[0],
+        .num_tokens = num_tokens,
+        .x = x,
+        .act = scratch_base(scratch),
+        .nw = nw,
+    };
+    assert(scratch);
+    long tiles = (num_tokens + GEMM_TILE - 1) / GEMM_TILE;
+    int strip = impl->gemm->strip_rows[g.type];
+    for (int k = 0; k < nw; k++) {
+        struct gemm_w *gw = &g.ws[k];
+        gw->w = ws[k]->data;
+        gw->n_out = ws[k]->ne[1];
+        gw->row_bytes = dtype_row_bytes(g.type, g.n_in);
+        assert(gw->row_bytes > 0 && "n_in must be a multiple of the block size");
+        gw->y = ys[k];
+        gw->units = (long)((gw->n_out + strip - 1) / strip) * tiles;
+        g.total_units += gw->units;
+    }
+    if ((int64_t)num_tokens * g.n_in < QUANT_PARALLEL_MIN || tp_size(tp) == 1)
+        g.g->pack_act(g.type, x, g.n_in, num_tokens, 0, num_tokens, g.act);
+    else
+        tp_run(tp, gemm_pack_task, &g);
+    tp_run(tp, gemm_task, &g);
+}
+
 void cpu_matmul_impl(struct threadpool *tp, const struct quant_impl *impl,
                      const struct tensor *w, const float *x, float *y, int num_tokens,
                      void *scratch)
 {
+    if (gemm_usable(impl, w->type, num_tokens) && w->ne[1] > 0) {
+        gemm_matmul(tp, impl, &w, 1, x, &y, num_tokens, scratch);
+        return;
+    }
+
     struct mm_job j = {
         .impl = impl,
-        .dot = impl->dot[w->type],
+        .dot = mm_dot(impl, w->type),
         .act = quant_act_type(w->type),
         .w = w->data,
         .n_in = w->ne[0],
@@ -164,8 +280,6 @@ void cpu_matmul_impl(struct threadpool *tp, const struct quant_impl *impl,
 }
 
 /* ---- several weights over one input: one quantization, one dispatch ---- */
-
-#define MM_MULTI_MAX 4
 
 struct mm_multi_job {
     struct mm_job j[MM_MULTI_MAX];
@@ -201,12 +315,20 @@ void cpu_matmul_multi_impl(struct threadpool *tp, const struct quant_impl *impl,
         for (int k = 0; k < nw; k++) cpu_matmul_impl(tp, impl, ws[k], x, ys[k], num_tokens, scratch);
         return;
     }
+    if (gemm_usable(impl, ws[0]->type, num_tokens)) {
+        int one_type = 1;
+        for (int k = 1; k < nw; k++) one_type = one_type && ws[k]->type == ws[0]->type;
+        if (one_type) gemm_matmul(tp, impl, ws, nw, x, ys, num_tokens, scratch);
+        else
+            for (int k = 0; k < nw; k++) cpu_matmul_impl(tp, impl, ws[k], x, ys[k], num_tokens, scratch);
+        return;
+    }
     struct mm_multi_job m = { .nw = nw };
     for (int k = 0; k < nw; k++) {
         struct mm_job *j = &m.j[k];
         *j = (struct mm_job){
             .impl = impl,
-            .dot = impl->dot[ws[k]->type],
+            .dot = mm_dot(impl, ws[k]->type),
             .act = quant_act_type(ws[k]->type),
             .w = ws[k]->data,
             .n_in = ws[k]->ne[0],

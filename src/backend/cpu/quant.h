@@ -22,7 +22,8 @@ extern "C" {
 void quant_dequant_row(enum dtype type, const void *src, float *dst, int64_t n);
 
 /* Bytes of scratch cpu_matmul needs for a weight of this type, n_in columns and up to
- * max_tokens activation rows (the quantized copy of x). The caller allocates it once
+ * max_tokens activation rows (the quantized copy of x, or for >= 2 tokens the batched
+ * kernels' packed activation tiles, whichever is larger). The caller allocates it once
  * (outside the decode loop) and passes it to every call. */
 size_t cpu_matmul_scratch_size(enum dtype type, int64_t n_in, int max_tokens);
 

@@ -598,6 +598,39 @@ static const struct quant_impl impl_avx512 = {
     },
     .quantize = quantize_avx2,
 };
+
+#ifdef GEMM_HAVE_AVX512
+/* impl_avx512 plus the batched kernels of gemm_avx512.c for >= 2 tokens, and their
+ * one-token twins for decode (same arithmetic, so results do not depend on the batch).
+ * Not the default yet: prefill matmuls are 4-6x faster for Q4_1/Q8_0 (prefill 2.1x end
+ * to end) and 2.3x for F16, but the twins read the weights at ~0.7x (quantized) and
+ * ~0.3x (float, from DRAM) the per-token kernels' rate, which costs decode 15-26% on
+ * the Q4_1 model (docs/cpu-kernels.md, "Batched matmul"). -DQK_BATCHED=1 makes it the
+ * default. */
+static const struct quant_impl impl_avx512_gemm = {
+    .name = "avx512vbmi+vnni+gemm",
+    .dot = {
+        [DT_F32] = dot_f32, [DT_F16] = dot_f16, [DT_BF16] = dot_bf16,
+        [DT_Q8_0] = dot_q8_0, [DT_Q4_0] = dot_q4_0, [DT_Q4_1] = dot_q4_1_avx512,
+        [DT_Q5_0] = dot_q5_0, [DT_Q5_1] = dot_q5_1_avx512, [DT_Q4_K] = dot_q4_k,
+        [DT_Q6_K] = dot_q6_k,
+    },
+    .quantize = quantize_avx2,
+    .gemm = &quant_gemm_avx512,
+};
+#ifndef QK_BATCHED
+#define QK_BATCHED 0
+#endif
+#if QK_BATCHED
+#define QK_BEST (&impl_avx512_gemm)
+#else
+#define QK_BEST (&impl_avx512)
+#endif
+#else
+#define QK_BEST (&impl_avx512)
+#endif
+#else
+#define QK_BEST (&impl_avx2)
 #endif
 
 int quant_impl_simd_list(const struct quant_impl **out, int max)
@@ -606,18 +639,14 @@ int quant_impl_simd_list(const struct quant_impl **out, int max)
     if (n < max) out[n++] = &impl_avx2;
 #ifdef QK_HAVE_AVX512
     if (n < max) out[n++] = &impl_avx512;
+#ifdef GEMM_HAVE_AVX512
+    if (n < max) out[n++] = &impl_avx512_gemm;
+#endif
 #endif
     return n;
 }
 
-const struct quant_impl *quant_impl_simd(void)
-{
-#ifdef QK_HAVE_AVX512
-    return &impl_avx512;
-#else
-    return &impl_avx2;
-#endif
-}
+const struct quant_impl *quant_impl_simd(void) { return QK_BEST; }
 
 #else /* no AVX2 + FMA + F16C in this build */
 

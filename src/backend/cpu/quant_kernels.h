@@ -61,16 +61,87 @@ typedef void (*quant_dot_fn)(int64_t n, const void *w, size_t row_bytes, int64_t
 typedef void (*quant_act_fn)(enum dtype act, const float *x, int64_t b0, int64_t b1,
                              const struct qact *out);
 
+/* ---- batched kernels (num_tokens >= 2, gemm_*.c) ----
+ *
+ * Activations are packed once per matmul into tiles of GEMM_TILE tokens (the last tile
+ * padded with zero tokens), token-interleaved so a micro-kernel reads one sequential
+ * stream with constant offsets per token:
+ *   32-element quantized weights (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1): per tile, per block b of
+ *     32 elements, GEMM_QACT_BLOCK bytes:
+ *       int32 q4[8][GEMM_TILE]  token t's codes 4j..4j+3 of the block (int8, packed)
+ *       f32   d[GEMM_TILE]      the block's scale (amax / 127, as the Q8_0 activations)
+ *       c[GEMM_TILE]            offset weights (Q8_0, Q4_0, Q5_0): int32 -o * sum(q),
+ *                               o = the weight code offset (128, 8, 16); weights with a
+ *                               min (Q4_1, Q5_1): f32 d * sum(q)
+ *   float weights (F32, F16, BF16): per tile f32 x[n][GEMM_TILE].
+ * The codes and scales are bitwise those of the per-token path's activations, so the
+ * two paths differ only in the order of the f32 accumulation. */
+#define GEMM_TILE 12
+#define GEMM_QACT_BLOCK (40 * GEMM_TILE)
+
+/* Kind of packed activations a weight type takes in the batched path. */
+enum gemm_kind { GEMM_NONE, GEMM_OFFSET, GEMM_MIN, GEMM_FLOAT };
+
+static inline enum gemm_kind gemm_kind_of(enum dtype t)
+{
+    switch (t) {
+    case DT_Q8_0: case DT_Q4_0: case DT_Q5_0: return GEMM_OFFSET;
+    case DT_Q4_1: case DT_Q5_1: return GEMM_MIN;
+    case DT_F32: case DT_F16: case DT_BF16: return GEMM_FLOAT;
+    default: return GEMM_NONE;
+    }
+}
+
+/* Code offset o of an offset type: stored code u = w + o is unsigned (Q8_0: w + 128). */
+static inline int gemm_code_offset(enum dtype t)
+{
+    return t == DT_Q8_0 ? 128 : t == DT_Q4_0 ? 8 : t == DT_Q5_0 ? 16 : 0;
+}
+
+/* Bytes of packed activations for num_tokens rows of n elements (0: no batched path). */
+size_t gemm_act_bytes(enum dtype wtype, int64_t n, int num_tokens);
+
+/* A batched kernel set.
+ *   strip_rows[type]: output rows per register tile (0 = type not supported: per-token
+ *     path); work units are (strip of rows, tile of tokens), strip-major.
+ *   pack_act: packs tokens [t0, t1) of x[num_tokens][n] into act (gemm_act_bytes); the
+ *     call with t1 == num_tokens also zeroes the last tile's padding tokens.
+ *   dot: where set, replaces the kernel set's one-token dot for that type (see above).
+ *   run: y[t * y_stride + r] = sum_i W_r[i] x_t[i] for the units [u0, u1) of the
+ *     ceil(nrows / strip) * ceil(num_tokens / GEMM_TILE) units. Each output is computed
+ *     the same way whatever the unit range, so any split gives bitwise equal results.
+ * Both are called from pool threads on disjoint ranges; nothing is allocated. */
+struct quant_gemm {
+    unsigned char strip_rows[DT_COUNT_];
+    /* one-token kernels with the batched kernels' float arithmetic, so a token's result
+     * does not depend on the batch it is in; NULL: the set's own dot */
+    quant_dot_fn dot[DT_COUNT_];
+    void (*pack_act)(enum dtype wtype, const float *x, int64_t n, int num_tokens, int t0, int t1,
+                     void *act);
+    void (*run)(enum dtype wtype, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
+                const void *act, int num_tokens, float *y, int64_t y_stride, long u0, long u1);
+};
+
+/* The AVX-512 (F/BW/VL/VBMI/VNNI) batched set (gemm_avx512.c); defined only in builds with
+ * those extensions (GEMM_HAVE_AVX512). */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && defined(__F16C__) && defined(__FMA__)
+#define GEMM_HAVE_AVX512 1
+extern const struct quant_gemm quant_gemm_avx512; /* float and 32-block quantized types */
+#endif
+
 struct quant_impl {
     const char *name;                 /* "scalar", "avx2", "avx2+vnni" */
     quant_dot_fn dot[DT_COUNT_];      /* indexed by weight type; NULL = unsupported */
     quant_act_fn quantize;
+    const struct quant_gemm *gemm;    /* batched kernels, or NULL: per-token dots only */
 };
 
 /* The portable kernels (always compiled) and the best SIMD set (NULL when this build has
  * no AVX2+FMA+F16C; AVX-512 kernels for Q8_0/Q4_1/Q5_1 when it has F/BW/VL/VBMI/VNNI).
  * quant_impl_simd_list writes every SIMD set this build has (up to max; the AVX2 set
- * first) so tests can check each one. quant_impl_best() is what cpu_matmul uses. All
+ * first; the one with batched kernels last) so tests can check each one.
+ * quant_impl_best() is what cpu_matmul uses. All
  * return static tables. */
 const struct quant_impl *quant_impl_scalar(void);
 const struct quant_impl *quant_impl_simd(void);
