@@ -67,6 +67,7 @@ else
 fi
 HAVE_SERVER=0
 if make -j"$JOBS" CUDA=1 CUDA_ARCHS="$ARCHS" build/tessera build/tests/test_cuda_backend build/tests/tool_bench_cuda \
+        build/tests/test_sched_grammar \
         >"$OUT/build-server.log" 2>&1; then
     HAVE_SERVER=1
     row "build tessera (server binary)" PASS ""
@@ -187,6 +188,14 @@ else
     if TESSERA_CUDA_TEST_LIB=build/libtessera-cuda.so timeout 600 build/tests/test_cuda_backend \
             >"$OUT/test_cuda_backend.log" 2>&1; then st=PASS; else st=FAIL; fi
     row "test_cuda_backend (on the GPU)" "$st" "$(tail -n 1 "$OUT/test_cuda_backend.log") ($(( $(date +%s) - s ))s)"
+
+    # 1b. constrained decoding on the GPU: the sampling kernel applies the grammar masks
+    # (SmolLM2: choices, a schema, a regex, json_object next to free sequences)
+    s=$(date +%s)
+    if [ -f "$SMOL" ] && TESSERA_TEST_DEVICE=cuda TESSERA_CUDA_LIB=build/libtessera-cuda.so \
+            TESSERA_TEST_MODEL="$SMOL" timeout 300 build/tests/test_sched_grammar \
+            >"$OUT/test_sched_grammar.log" 2>&1; then st=PASS; else st=FAIL; fi
+    row "test_sched_grammar (on the GPU)" "$st" "$(tail -n 1 "$OUT/test_sched_grammar.log") ($(( $(date +%s) - s ))s)"
 
     # 2. the server on the GPU gives the CPU's greedy text
     if [ -f "$SMOL" ]; then
