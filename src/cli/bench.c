@@ -9,6 +9,20 @@
  * as a decode step of the engine does; --device picks the backend (the roofline is the
  * host's memory bandwidth, meaningful for the CPU backend).
  *
+ * Prefill is compute-bound, so each prompt length of --prompt-tokens (default 128, 512,
+ * 2048) is also printed as a FLOP rate beside this machine's compute peak, measured in
+ * the same run on as many threads (backend/cpu/peak.h: a register-only loop of the
+ * instruction the default matmul kernels use for the model's main weight type). FLOPs of
+ * a prefill of T tokens (prefill_flops):
+ *   2 x P x T               P = parameters of the layers' matrices (q, k, v, o, gate,
+ *                           up, down), each touched once per token
+ * + 2 x vocab x dim         the output head, for the last row only (the prefill samples
+ *                           the next token from it; no other row's logits are computed)
+ * + 4 x L x H x D x T(T+1)/2  causal attention, QK^T and PV: query t meets keys 0..t
+ * with L layers, H query heads of D elements. Norms, RoPE, softmax and activations are
+ * left out (under 1% here). The first length's prefill is also the prompt of the decode
+ * run, whose lines are unchanged.
+ *
  * --json-schema FILE adds structured output: the scheduler runs --batch sequences (seeded
  * sampling, each its own seed) with and without that schema as a grammar, side by side,
  * and reports the time of a full-batch decode step in both, their ratio, and the time the
@@ -17,6 +31,8 @@
  * a new request.
  */
 #define _GNU_SOURCE
+#include "backend/cpu/peak.h"
+#include "backend/cpu/quant_kernels.h"
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "cli/runner.h"
@@ -57,6 +73,93 @@ static double decode_bytes(const struct model *m, int ctx, enum kv_dtype kv)
     b += (double)w->token_embd->nbytes / (double)m->cfg.vocab_size;
     b += 2.0 * m->cfg.n_layers * m->cfg.n_kv_heads * m->cfg.head_dim * (double)ctx * (double)kv_dtype_size(kv);
     return b;
+}
+
+/* Parameters of the layers' matrices: what one prompt token multiplies by. */
+static int64_t layer_matrix_params(const struct model *m)
+{
+    int64_t p = 0;
+    for (int l = 0; l < m->w.n_layers; l++) {
+        const struct layer_weights *L = &m->w.layers[l];
+        const struct tensor *t[7] = { L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down };
+        for (int k = 0; k < 7; k++) p += t[k]->ne[0] * t[k]->ne[1];
+    }
+    return p;
+}
+
+/* FLOPs of a prefill of n tokens (formula in the header comment). */
+static int64_t prefill_flops(const struct model *m, int n)
+{
+    const struct model_config *c = &m->cfg;
+    int64_t t = n;
+    int64_t f = 2 * layer_matrix_params(m) * t;
+    f += 2 * m->w.output->ne[0] * m->w.output->ne[1];
+    f += 4 * (int64_t)c->n_layers * c->n_heads * c->head_dim * (t * (t + 1) / 2);
+    return f;
+}
+
+/* The weight type holding most of the layers' matrix parameters: its kernels do most of
+ * a prefill's work, so its instruction's peak is the one to compare with. */
+static enum dtype main_weight_type(const struct model *m)
+{
+    int64_t by_type[DT_COUNT_] = { 0 };
+    for (int l = 0; l < m->w.n_layers; l++) {
+        const struct layer_weights *L = &m->w.layers[l];
+        const struct tensor *t[7] = { L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down };
+        for (int k = 0; k < 7; k++)
+            if ((unsigned)t[k]->type < DT_COUNT_) by_type[t[k]->type] += t[k]->ne[0] * t[k]->ne[1];
+    }
+    enum dtype best = DT_F32;
+    for (int d = 0; d < DT_COUNT_; d++)
+        if (by_type[d] > by_type[best]) best = (enum dtype)d;
+    return best;
+}
+
+#define BENCH_MAX_PROMPTS 16
+
+/* Parses "128,512,2048" (each 1..65536, at most BENCH_MAX_PROMPTS). 0 or -1 (message on
+ * stderr, as args_int). */
+static int parse_prompt_list(const char *flag, const char *s, int *out, int *n)
+{
+    *n = 0;
+    const char *p = s;
+    for (;;) {
+        char item[16];
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof item || *n == BENCH_MAX_PROMPTS) {
+            fprintf(stderr, "%s: '%s' is not a list of up to %d integers in [1, 65536] (e.g. 128,512,2048)\n", flag,
+                    s, BENCH_MAX_PROMPTS);
+            return -1;
+        }
+        memcpy(item, p, len);
+        item[len] = 0;
+        if (args_int(flag, item, 1, 1 << 16, &out[(*n)++])) return -1;
+        if (!p[len]) return 0;
+        p += len + 1;
+    }
+}
+
+/* Seconds of the fastest prefill of ids[0, n) into a fresh cache: up to reps runs, fewer
+ * once this length has taken 3 s (long prompts are slow and steadier). */
+static int time_prefill(const struct model *m, const struct backend_config *bc, const int32_t *ids, int n,
+                        struct sampler *smp, int reps, double *best, char *err, size_t errlen)
+{
+    struct runner run = { 0 };
+    double spent = 0;
+    int rc = 0;
+    *best = 1e30;
+    for (int r = 0; r < reps && (r == 0 || spent < 3.0); r++) {
+        runner_free(&run);
+        if ((rc = runner_create(&run, m, bc, n + 1, n, err, errlen))) break;
+        int32_t next;
+        double t0 = now_s();
+        if ((rc = runner_feed(&run, ids, n, smp, &next, err, errlen))) break;
+        double dt = now_s() - t0;
+        spent += dt;
+        if (dt < *best) *best = dt;
+    }
+    runner_free(&run);
+    return rc;
 }
 
 /* One pass of the structured-output comparison: batch sequences of prompt ids[0, n),
@@ -180,7 +283,8 @@ int cli_bench(int argc, char **argv)
 {
     const char *model_path = NULL, *schema_path = NULL;
     int batch = 8;
-    int threads = 0, n_prompt = 128, n_gen = 64, reps = 3;
+    int threads = 0, n_gen = 64, reps = 3, max_model_len = 0;
+    int prompts[BENCH_MAX_PROMPTS] = { 128, 512, 2048 }, n_prompts = 3;
     enum kv_dtype kv = KV_F16;
     struct backend_config bc;
     backend_config_default(&bc);
@@ -188,7 +292,8 @@ int cli_bench(int argc, char **argv)
         const char *f = argv[i], *v;
         if (!strcmp(f, "--model") && (v = args_value(argc, argv, &i))) model_path = v;
         else if (!strcmp(f, "--threads") && (v = args_value(argc, argv, &i))) { if (args_int(f, v, 1, 1024, &threads)) return 2; }
-        else if (!strcmp(f, "--prompt-tokens") && (v = args_value(argc, argv, &i))) { if (args_int(f, v, 1, 1 << 16, &n_prompt)) return 2; }
+        else if (!strcmp(f, "--prompt-tokens") && (v = args_value(argc, argv, &i))) { if (parse_prompt_list(f, v, prompts, &n_prompts)) return 2; }
+        else if (!strcmp(f, "--max-model-len") && (v = args_value(argc, argv, &i))) { if (args_int(f, v, 2, 1 << 24, &max_model_len)) return 2; }
         else if (!strcmp(f, "--gen-tokens") && (v = args_value(argc, argv, &i))) { if (args_int(f, v, 1, 1 << 16, &n_gen)) return 2; }
         else if (!strcmp(f, "--reps") && (v = args_value(argc, argv, &i))) { if (args_int(f, v, 1, 100, &reps)) return 2; }
         else if (!strcmp(f, "--json-schema") && (v = args_value(argc, argv, &i))) schema_path = v;
@@ -205,8 +310,9 @@ int cli_bench(int argc, char **argv)
             bc.gpu_memory_utilization = x;
         } else {
             fprintf(stderr,
-                    "usage: tessera bench --model PATH [--threads N] [--prompt-tokens N] [--gen-tokens N]\n"
-                    "                     [--reps N] [--kv-dtype f32|f16|bf16|fp8] [--device auto|cpu|cuda]\n"
+                    "usage: tessera bench --model PATH [--threads N] [--prompt-tokens N[,N...] (128,512,2048)]\n"
+                    "                     [--gen-tokens N] [--reps N] [--max-model-len N (the model's context)]\n"
+                    "                     [--kv-dtype f32|f16|bf16|fp8] [--device auto|cpu|cuda]\n"
                     "                     [--enforce-eager] [--gpu-memory-utilization X (CUDA; ignored by the CPU)]\n"
                     "                     [--json-schema FILE [--batch N (8)]]: decode steps with vs without the\n"
                     "                     schema as structured output, at batch N\n");
@@ -231,10 +337,35 @@ int cli_bench(int argc, char **argv)
         status = 0;
         goto done;
     }
+    /* prompt lengths: clamped to the context, duplicates dropped, the first one also the
+     * decode run's prompt (which leaves room for --gen-tokens) */
+    if (max_model_len <= 0) max_model_len = m->cfg.max_seq_len;
+    int n_lens = 0;
+    for (int i = 0; i < n_prompts; i++) {
+        int len = prompts[i] < max_model_len ? prompts[i] : max_model_len, dup = 0;
+        for (int k = 0; k < n_lens; k++) dup |= prompts[k] == len;
+        if (!dup) prompts[n_lens++] = len;
+    }
+    int n_prompt = prompts[0], max_prompt = 0;
+    for (int k = 0; k < n_lens; k++) max_prompt = prompts[k] > max_prompt ? prompts[k] : max_prompt;
+    if (n_prompt + n_gen + 1 > max_model_len) n_prompt = max_model_len - n_gen - 1;
+    if (n_prompt < 1) {
+        rc = err_set(err, sizeof err, ERR_RANGE, "--gen-tokens %d leaves no room for a prompt in a context of %d", n_gen,
+                     max_model_len);
+        goto fail;
+    }
+    if (max_prompt < n_prompt) max_prompt = n_prompt;
+
     struct threadpool *tp = tp_create(threads);
     if (!tp) { rc = err_set(err, sizeof err, ERR_NOMEM, "thread pool"); goto fail; }
     double bw = membw_read(tp, 0, 5);
+    /* the compute peak on the same number of threads, for the prefill lines */
+    enum dtype wtype = main_weight_type(m);
+    enum cpu_peak_kind pk = cpu_peak_kind_for(NULL, wtype);
+    double peak = 0;
+    rc = cpu_peak_measure(tp, pk, 0.05, 5, &peak, err, sizeof err);
     tp_free(tp);
+    if (rc) goto fail;
 
     int ctx = n_prompt + n_gen + 1;
     bc.n_threads = threads;
@@ -243,11 +374,11 @@ int cli_bench(int argc, char **argv)
     struct sampler_params sp;
     sampler_params_default(&sp);
     sp.temperature = 0;
-    ids = malloc(sizeof *ids * (size_t)n_prompt);
+    ids = malloc(sizeof *ids * (size_t)max_prompt);
     smp = sampler_create(&sp, m->cfg.vocab_size);
     if (!ids || !smp) { rc = err_set(err, sizeof err, ERR_NOMEM, "out of memory"); goto fail; }
     /* a fixed pseudo-random prompt: the speed does not depend on the ids */
-    for (int i = 0; i < n_prompt; i++) ids[i] = (int32_t)((1103515245u * (unsigned)i + 12345u) % (unsigned)m->cfg.vocab_size);
+    for (int i = 0; i < max_prompt; i++) ids[i] = (int32_t)((1103515245u * (unsigned)i + 12345u) % (unsigned)m->cfg.vocab_size);
 
     double best_prefill = 1e30, best_decode = 1e30;
     for (int r = 0; r < reps; r++) {
@@ -280,6 +411,29 @@ int cli_bench(int argc, char **argv)
     printf("| decode | %.1f tok/s |\n", decode_tps);
     printf("| decode roofline | %.1f tok/s |\n", roof_tps);
     printf("| decode / roofline | %.2f |\n", decode_tps / roof_tps);
+    fflush(stdout);
+
+    /* prefill at each prompt length against the compute peak */
+    double pf_s[BENCH_MAX_PROMPTS];
+    for (int k = 0; k < n_lens; k++) {
+        if ((rc = time_prefill(m, &bc, ids, prompts[k], smp, reps, &pf_s[k], err, sizeof err))) goto fail;
+        if (prompts[k] == n_prompt && best_prefill < pf_s[k]) pf_s[k] = best_prefill; /* same work, measured twice */
+    }
+    printf("\nprefill vs compute peak: %s weights, matmul kernels %s -> peak = register-only %s loop, %d thread%s, "
+           "%.1f GFLOP/s (best of 5)\n",
+           dtype_name(wtype), quant_impl_best()->name, cpu_peak_kind_name(pk), threads, threads == 1 ? "" : "s", peak);
+    printf("FLOPs(T) = 2 x %lld x T + 2 x %lld + 4 x %d x %d x %d x T(T+1)/2 (layer matrices, output head for the last "
+           "row, causal attention)\n",
+           (long long)layer_matrix_params(m), (long long)(m->w.output->ne[0] * m->w.output->ne[1]), m->cfg.n_layers,
+           m->cfg.n_heads, m->cfg.head_dim);
+    printf("| prompt tokens | prefill | FLOPs | GFLOP/s | of peak |\n| --- | --- | --- | --- | --- |\n");
+    for (int k = 0; k < n_lens; k++) {
+        int64_t fl = prefill_flops(m, prompts[k]);
+        double gf = (double)fl / pf_s[k] / 1e9;
+        printf("| %d | %.1f tok/s | %lld | %.1f | %.1f%% of peak (%.1f GFLOP/s, %s, %d thread%s) |\n", prompts[k],
+               prompts[k] / pf_s[k], (long long)fl, gf, 100.0 * gf / peak, peak, cpu_peak_kind_name(pk), threads,
+               threads == 1 ? "" : "s");
+    }
     status = 0;
     goto done;
 fail:

@@ -17,6 +17,7 @@
  * the per-token path and a register-only peak of the same instruction (run_prefill).
  */
 #define _POSIX_C_SOURCE 200809L
+#include "backend/cpu/peak.h"
 #include "backend/cpu/quant.h"
 #include "backend/cpu/quant_kernels.h"
 #include "util/half.h"
@@ -141,61 +142,15 @@ struct bcase {
 #define PF_TOKENS 512
 #define PF_REPEATS 7
 
-#if defined(__AVX512F__) && defined(__AVX512VNNI__)
-/* Register-only loops of the batched kernels' main instruction: 12 independent
- * accumulators (more than latency x throughput), no memory traffic (the loops are
- * unrolled so the accumulators stay in registers). ops = 2 x products. */
-struct peakjob {
-    int kind; /* 0: vpdpbusd zmm, 1: vfmadd231ps zmm */
-    long iters;
-    int64_t sink[MAX_THREADS * 8];
-};
-
-static void peak_task(void *arg, int ith, int nth)
+/* Peak G(FL)OP/s of the pool for the instruction impl's kernels use on type t (peak.h):
+ * one short run (the caller takes the best over its repeats); 0 where this CPU lacks it. */
+static double peak_gops(struct threadpool *tp, const struct quant_impl *impl, enum dtype t)
 {
-    (void)nth;
-    struct peakjob *p = arg;
-    if (p->kind == 0) {
-        __m512i a[12], u = _mm512_set1_epi8(3), v = _mm512_set1_epi8(-2);
-        for (int k = 0; k < 12; k++) a[k] = _mm512_set1_epi32(k);
-        for (long i = 0; i < p->iters; i++) {
-            _Pragma("GCC unroll 12") for (int k = 0; k < 12; k++) a[k] = _mm512_dpbusd_epi32(a[k], u, v);
-            __asm__ volatile("" : "+v"(u), "+v"(v));
-        }
-        __m512i s = a[0];
-        for (int k = 1; k < 12; k++) s = _mm512_add_epi32(s, a[k]);
-        p->sink[ith * 8] = _mm512_reduce_add_epi32(s);
-    } else {
-        __m512 a[12], u = _mm512_set1_ps(1.0f), v = _mm512_set1_ps(1e-7f);
-        for (int k = 0; k < 12; k++) a[k] = _mm512_set1_ps((float)k);
-        for (long i = 0; i < p->iters; i++) {
-            _Pragma("GCC unroll 12") for (int k = 0; k < 12; k++) a[k] = _mm512_fmadd_ps(u, v, a[k]);
-            __asm__ volatile("" : "+v"(u), "+v"(v));
-        }
-        __m512 s = a[0];
-        for (int k = 1; k < 12; k++) s = _mm512_add_ps(s, a[k]);
-        p->sink[ith * 8] = (int64_t)_mm512_reduce_add_ps(s);
-    }
+    char err[256];
+    double g = 0;
+    if (cpu_peak_measure(tp, cpu_peak_kind_for(impl, t), 0.01, 1, &g, err, sizeof err)) fprintf(stderr, "%s\n", err);
+    return g;
 }
-
-/* Peak G(FL)OP/s of the pool: kind 0 int8 (64 products per vpdpbusd), 1 f32 (16 FMAs). */
-static double peak_gops(struct threadpool *tp, int kind)
-{
-    struct peakjob p = { .kind = kind, .iters = 1000000 };
-    double t1 = now_s();
-    tp_run(tp, peak_task, &p);
-    double el = now_s() - t1;
-    double per = kind == 0 ? 2.0 * 64 : 2.0 * 16;
-    return (double)tp_size(tp) * (double)p.iters * 12.0 * per / el / 1e9;
-}
-#else
-static double peak_gops(struct threadpool *tp, int kind)
-{
-    (void)tp;
-    (void)kind;
-    return 0.0;
-}
-#endif
 
 /* Seconds per call of cpu_matmul_impl at nt tokens (best of the calls in ~40 ms). */
 static double time_prefill(struct threadpool *tp, const struct quant_impl *impl, const struct tensor *w,
@@ -240,9 +195,11 @@ static int run_prefill(const int *threads, int n_threads)
     uint8_t *wbuf = malloc(1536 * 576 * 4);
     uint64_t rng = 7;
     for (int64_t i = 0; i < 1536 * PF_TOKENS; i++) x[i] = (float)((int)(rng_next(&rng) % 2001) - 1000) / 1000.0f;
-    printf("prefill: %d tokens; old = %s (per-token dots), new = %s; peak = register-only vpdpbusd (int8) or\n"
-           "vfmadd231ps (f32) zmm loop on the same threads, best repeat; kernels: medians of %d alternating repeats\n",
-           PF_TOKENS, old->name, gemm->name, PF_REPEATS);
+    printf("prefill: %d tokens; old = %s (per-token dots), new = %s; peak = register-only loop of the\n"
+           "new kernels' instruction on the same threads (%s for q4_1/q8_0, %s for f16), best repeat;\n"
+           "kernels: medians of %d alternating repeats\n", PF_TOKENS, old->name, gemm->name,
+           cpu_peak_kind_name(cpu_peak_kind_for(gemm, DT_Q4_1)), cpu_peak_kind_name(cpu_peak_kind_for(gemm, DT_F16)),
+           PF_REPEATS);
     printf("1-token columns: weight GB/s of one token (old dots / the batched set's one-token kernels), weights\n"
            "in cache (one matrix, called repeatedly): the kernels' compute rate, not DRAM\n");
     printf("%-5s %-10s %-12s %3s | %9s %9s %9s | %6s %6s | %7s %7s\n", "type", "n_in x out", "", "thr", "old GF/s",
@@ -262,7 +219,7 @@ static int run_prefill(const int *threads, int n_threads)
                 for (int r = 0; r < PF_REPEATS; r++) {
                     r_old[r] = time_prefill(tp, old, &w, x, y, scratch, PF_TOKENS);
                     r_new[r] = time_prefill(tp, gemm, &w, x, y, scratch, PF_TOKENS);
-                    r_pk[r] = peak_gops(tp, t == DT_F16 ? 1 : 0);
+                    r_pk[r] = peak_gops(tp, gemm, t);
                     d_old[r] = time_prefill(tp, old, &w, x, y, scratch, 1);
                     d_new[r] = time_prefill(tp, gemm, &w, x, y, scratch, 1);
                 }
