@@ -1,7 +1,7 @@
 /* tool_bench_matmul.c — cpu_matmul throughput against the machine's memory-read
  * bandwidth, measured side by side in one process.
  *
- *   tool_bench_matmul [--quick] [--prefill] [--threads 1,2] [--mb 256] [--scalar]
+ *   tool_bench_matmul [--quick] [--prefill] [--peak] [--threads 1,2] [--mb 256] [--scalar]
  *
  * For each case (type, n_in x n_out) and thread count it alternates rounds of (a) a plain
  * AVX2 read (sum) over a --mb MB buffer split across the same pool — the roofline, since
@@ -15,6 +15,8 @@
  * --scalar uses the portable kernel set instead of the SIMD one. Default run < 30 s.
  * --prefill instead times the model's shapes at 512 tokens: the batched kernels against
  * the per-token path and a register-only peak of the same instruction (run_prefill).
+ * --peak prints the register-only peak of every instruction this CPU has (peak.h) per
+ * thread count, and which one each kernel set uses for Q4_1, Q8_0, Q4_K and F16.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "backend/cpu/peak.h"
@@ -253,13 +255,47 @@ static int run_prefill(const int *threads, int n_threads)
     return 0;
 }
 
+/* --peak: every available peak loop at each thread count, then the kernel sets' choices. */
+static int run_peak(const int *threads, int n_threads)
+{
+    printf("%-32s %3s | %9s\n", "instruction", "thr", "G(FL)OP/s");
+    for (int ti = 0; ti < n_threads; ti++) {
+        struct threadpool *tp = tp_create(threads[ti]);
+        for (int k = 0; k < CPU_PEAK_KIND_COUNT_; k++) {
+            if (!cpu_peak_kind_available((enum cpu_peak_kind)k)) continue;
+            char err[256];
+            double g = 0;
+            if (cpu_peak_measure(tp, (enum cpu_peak_kind)k, 0.05, 5, &g, err, sizeof err)) {
+                fprintf(stderr, "%s\n", err);
+                tp_free(tp);
+                return 1;
+            }
+            printf("%-32s %3d | %9.1f\n", cpu_peak_kind_name((enum cpu_peak_kind)k), threads[ti], g);
+            fflush(stdout);
+        }
+        tp_free(tp);
+    }
+    const struct quant_impl *sets[8];
+    int ns = quant_impl_simd_list(sets, 8);
+    sets[ns++] = quant_impl_scalar();
+    const enum dtype types[] = { DT_Q4_1, DT_Q8_0, DT_Q4_K, DT_F16 };
+    for (int i = 0; i < ns; i++) {
+        printf("%s%s:", sets[i]->name, sets[i] == quant_impl_best() ? " (default)" : "");
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+            printf(" %s %s;", dtype_name(types[t]), cpu_peak_kind_name(cpu_peak_kind_for(sets[i], types[t])));
+        printf("\n");
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    int quick = 0, use_scalar = 0, prefill = 0, threads[8] = { 1, 2 }, n_threads = 2;
+    int quick = 0, use_scalar = 0, prefill = 0, peak = 0, threads[8] = { 1, 2 }, n_threads = 2;
     size_t mb = 256;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--prefill")) prefill = 1;
+        else if (!strcmp(argv[i], "--peak")) peak = 1;
         else if (!strcmp(argv[i], "--scalar")) use_scalar = 1;
         else if (!strcmp(argv[i], "--mb") && i + 1 < argc) mb = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
@@ -267,11 +303,13 @@ int main(int argc, char **argv)
             for (char *s = strtok(argv[++i], ","); s && n_threads < 8; s = strtok(NULL, ","))
                 threads[n_threads++] = atoi(s);
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--prefill] [--threads 1,2] [--mb 256] [--scalar]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--prefill] [--peak] [--threads 1,2] [--mb 256] [--scalar]\n",
+                    argv[0]);
             return 2;
         }
     }
     if (prefill) return run_prefill(threads, n_threads);
+    if (peak) return run_peak(threads, n_threads);
     const struct bcase all[] = {
         { DT_Q8_0, 576, 49152, "output head" },
         { DT_Q4_1, 576, 1536, "ffn gate/up" },
