@@ -68,7 +68,7 @@ static double now_s(void)
 #define PEAK_RW_X(x) "+x"(x)
 
 #define DPBUSD(n) "vpdpbusd %[v], %[u], %[a" n "]\n\t"
-#define DPBUSD_VEX(n) "{vex} vpdpbusd %[v], %[u], %[a" n "]\n\t"
+#define DPBUSD_VEX(n) "%{vex%} vpdpbusd %[v], %[u], %[a" n "]\n\t"
 #define FMA231(n) "vfmadd231ps %[v], %[u], %[a" n "]\n\t"
 #define MADDUBS(n) "vpmaddubsw %[v], %[a" n "], %[t]\n\tvpmaddwd %[u], %[t], %[a" n "]\n\t"
 
