@@ -1,0 +1,114 @@
+/* test_peak.c — backend/cpu/peak.h: the register-only peak loops and the choice of
+ * instruction per kernel set and weight type.
+ *
+ * A peak cannot be compared with a reference value (it depends on the CPU and on what
+ * else runs), so the checks are bounds that a wrong op count or a loop the compiler
+ * emptied would break: every available loop runs at 0.05..4 instructions per cycle at
+ * 0.5..6 GHz per thread; a SIMD loop beats the scalar loop of its element type by more
+ * than half its lane count; the int8 dot beats the f32 FMA of the same width (4 products
+ * per lane against 1).
+ */
+#include "backend/cpu/peak.h"
+#include "backend/cpu/quant_kernels.h"
+#include "util/err.h"
+#include "util/threadpool.h"
+
+#include "test.h"
+
+/* ops per instruction (or pair), as peak.c counts them */
+static double ops_of(enum cpu_peak_kind k)
+{
+    switch (k) {
+    case CPU_PEAK_I8_DPBUSD_ZMM: return 128;
+    case CPU_PEAK_I8_DPBUSD_YMM: return 64;
+    case CPU_PEAK_I8_MADDUBS_YMM: return 64;
+    case CPU_PEAK_F32_FMA_ZMM: return 32;
+    case CPU_PEAK_F32_FMA_YMM: return 16;
+    default: return 2;
+    }
+}
+
+static double measure(struct threadpool *tp, enum cpu_peak_kind k)
+{
+    char err[ERR_BUF];
+    double g = -1;
+    int rc = cpu_peak_measure(tp, k, 0.01, 2, &g, err, sizeof err);
+    CHECK(rc == 0, "%s: %s", cpu_peak_kind_name(k), err);
+    return g;
+}
+
+static void test_every_available_loop_is_plausible(void)
+{
+    struct threadpool *tp = tp_create(1);
+    CHECK(tp != NULL, "thread pool");
+    if (!tp) return;
+    double g[CPU_PEAK_KIND_COUNT_] = { 0 };
+    for (int k = 0; k < CPU_PEAK_KIND_COUNT_; k++) {
+        if (!cpu_peak_kind_available((enum cpu_peak_kind)k)) continue;
+        g[k] = measure(tp, (enum cpu_peak_kind)k);
+        double ginstr = g[k] / ops_of((enum cpu_peak_kind)k); /* G instructions / s */
+        CHECK(ginstr > 0.05 * 0.5 && ginstr < 4 * 6.0, "%s: %.1f GOP/s = %.2f G instructions/s",
+              cpu_peak_kind_name((enum cpu_peak_kind)k), g[k], ginstr);
+        printf("  %-32s %8.1f G(FL)OP/s (1 thread)\n", cpu_peak_kind_name((enum cpu_peak_kind)k), g[k]);
+    }
+    CHECK(g[CPU_PEAK_F32_SCALAR] > 0 && g[CPU_PEAK_I32_SCALAR] > 0, "the scalar loops always run");
+    if (g[CPU_PEAK_F32_FMA_YMM] > 0) CHECK(g[CPU_PEAK_F32_FMA_YMM] > 4 * g[CPU_PEAK_F32_SCALAR], "ymm FMA vs scalar");
+    if (g[CPU_PEAK_F32_FMA_ZMM] > 0) CHECK(g[CPU_PEAK_F32_FMA_ZMM] > 8 * g[CPU_PEAK_F32_SCALAR], "zmm FMA vs scalar");
+    if (g[CPU_PEAK_I8_DPBUSD_YMM] > 0 && g[CPU_PEAK_F32_FMA_YMM] > 0)
+        CHECK(g[CPU_PEAK_I8_DPBUSD_YMM] > 2 * g[CPU_PEAK_F32_FMA_YMM], "int8 dot vs f32 FMA, ymm");
+    if (g[CPU_PEAK_I8_DPBUSD_ZMM] > 0 && g[CPU_PEAK_F32_FMA_ZMM] > 0)
+        CHECK(g[CPU_PEAK_I8_DPBUSD_ZMM] > 2 * g[CPU_PEAK_F32_FMA_ZMM], "int8 dot vs f32 FMA, zmm");
+    if (g[CPU_PEAK_I8_MADDUBS_YMM] > 0)
+        CHECK(g[CPU_PEAK_I8_MADDUBS_YMM] > 8 * g[CPU_PEAK_I32_SCALAR], "maddubs pair vs scalar int32");
+    tp_free(tp);
+}
+
+static void test_unavailable_kind_is_an_error(void)
+{
+    struct threadpool *tp = tp_create(1);
+    char err[ERR_BUF] = "";
+    double g = 1;
+    int rc = cpu_peak_measure(tp, CPU_PEAK_KIND_COUNT_, 0.01, 1, &g, err, sizeof err);
+    CHECK(rc == ERR_UNSUPPORTED && g == 0 && err[0], "rc %d g %g err '%s'", rc, g, err);
+    CHECK(!cpu_peak_kind_available(CPU_PEAK_KIND_COUNT_), "out of range kind");
+    tp_free(tp);
+}
+
+static bool is_int8(enum cpu_peak_kind k)
+{
+    return k == CPU_PEAK_I8_DPBUSD_ZMM || k == CPU_PEAK_I8_DPBUSD_YMM || k == CPU_PEAK_I8_MADDUBS_YMM;
+}
+
+static void test_kind_follows_kernel_set_and_type(void)
+{
+    const struct quant_impl *sc = quant_impl_scalar();
+    CHECK(cpu_peak_kind_for(sc, DT_Q4_1) == CPU_PEAK_I32_SCALAR, "scalar set, Q4_1");
+    CHECK(cpu_peak_kind_for(sc, DT_F16) == CPU_PEAK_F32_SCALAR, "scalar set, F16");
+    CHECK(cpu_peak_kind_for(NULL, DT_Q8_0) == cpu_peak_kind_for(quant_impl_best(), DT_Q8_0), "NULL = default set");
+    const struct quant_impl *sets[8];
+    int n = quant_impl_simd_list(sets, 8);
+    for (int i = 0; i < n; i++) {
+        const enum dtype quant[] = { DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q8_0, DT_Q4_K, DT_Q6_K };
+        for (size_t t = 0; t < sizeof quant / sizeof quant[0]; t++) {
+            enum cpu_peak_kind k = cpu_peak_kind_for(sets[i], quant[t]);
+            CHECK(is_int8(k), "%s %s -> %s", sets[i]->name, dtype_name(quant[t]), cpu_peak_kind_name(k));
+            CHECK(cpu_peak_kind_available(k), "%s %s -> %s not available on the CPU the set runs on",
+                  sets[i]->name, dtype_name(quant[t]), cpu_peak_kind_name(k));
+        }
+        enum cpu_peak_kind kf = cpu_peak_kind_for(sets[i], DT_F16);
+        CHECK(kf == CPU_PEAK_F32_FMA_YMM || kf == CPU_PEAK_F32_FMA_ZMM, "%s F16 -> %s", sets[i]->name,
+              cpu_peak_kind_name(kf));
+        if (sets[i]->gemm) { /* the batched kernels: zmm for what they cover */
+            CHECK(cpu_peak_kind_for(sets[i], DT_Q4_1) == CPU_PEAK_I8_DPBUSD_ZMM, "%s Q4_1", sets[i]->name);
+            CHECK(kf == CPU_PEAK_F32_FMA_ZMM, "%s F16", sets[i]->name);
+        }
+    }
+}
+
+int main(void)
+{
+    RUN(test_every_available_loop_is_plausible);
+    RUN(test_unavailable_kind_is_an_error);
+    RUN(test_kind_follows_kernel_set_and_type);
+    return test_summary();
+}
