@@ -15,7 +15,7 @@ for model in "$Q4" "$F16"; do
     for t in 1 2; do
         echo
         echo "## $(basename "$model"), $t thread(s)"
-        "$BIN" bench --model "$model" --threads "$t" --prompt-tokens 128 --gen-tokens 64
+        "$BIN" bench --model "$model" --threads "$t" --prompt-tokens 128,512,2048 --gen-tokens 64
     done
 done
 if [ -x "$BUILD/tests/tool_bench_matmul" ]; then
