@@ -110,9 +110,12 @@ class _Stream(threading.Thread):
 
 def test_large_prompts_do_not_stall_streams_or_health(tessera_bin, default_model):
     """Three 16 MiB bodies (two chats whose prompt cannot fit, one /tokenize that really
-    tokenizes 15 MiB) arrive while a stream runs: /health stays under 50 ms and the stream
+    tokenizes 15 MiB) arrive while a stream runs: /health stays under 250 ms and the stream
     never pauses for long. Before the worker pool, the HTTP thread parsed, rendered and
-    tokenized them itself (about a second each), and everything else waited."""
+    tokenized them itself (about a second each), and everything else waited. (Typical
+    probes take 1-70 ms here; the bound leaves room for a 2-core machine's scheduling
+    under a sanitizer build with other work running — 312 ms was seen once — and still
+    catches the one-second stalls.)"""
     # one forward thread: on a 2-core machine the other core is for the HTTP thread, the
     # workers and this test's own clients
     with run_server(tessera_bin, default_model, "--max-model-len", 2048, "--threads", 1) as srv:
@@ -166,7 +169,7 @@ def test_large_prompts_do_not_stall_streams_or_health(tessera_bin, default_model
         stream.join(120)
         assert stream.error is None and stream.status == 200, (stream.error, srv.stderr_tail())
         assert len(lat) >= 10, lat
-        assert max(lat) < 50, f"/health took up to {max(lat):.0f} ms: {sorted(lat)[-5:]}"
+        assert max(lat) < 250, f"/health took up to {max(lat):.0f} ms: {sorted(lat)[-5:]}"
         # the stream kept flowing while the bodies were parsed and tokenized
         during = [t for t in stream.times if t_start <= t <= t_end]
         gaps = [b - a for a, b in zip(stream.times, stream.times[1:]) if a >= t_start and b <= t_end]
