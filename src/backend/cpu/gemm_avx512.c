@@ -35,6 +35,7 @@
 
 #ifdef GEMM_HAVE_AVX512
 
+#include "backend/cpu/avx512_bytes.h"
 #include "util/half.h"
 
 #include <immintrin.h>
@@ -276,25 +277,6 @@ static inline __m128i hsum4(__m256i v0, __m256i v1, __m256i v2, __m256i v3)
 
 #define SEQ_ROWS 16
 #define SEQ_KC 32 /* blocks per pass: 16 rows' partial sums (8 KB) + scales stay in L1 */
-
-/* the first k bytes of 64 */
-static inline __mmask64 bytes_mask(int k)
-{
-    return k <= 0 ? 0 : k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << k) - 1);
-}
-
-/* byte indices gathering 16 bytes at each of o0..o3 (+64: vpermt2b's second source) */
-static inline __m512i quad_index(int o0, int o1, int o2, int o3)
-{
-    uint8_t idx[64];
-    for (int j = 0; j < 16; j++) {
-        idx[j] = (uint8_t)(o0 + j);
-        idx[16 + j] = (uint8_t)(o1 + j);
-        idx[32 + j] = (uint8_t)(o2 + j);
-        idx[48 + j] = (uint8_t)(o3 + j);
-    }
-    return _mm512_loadu_si512(idx);
-}
 
 /* Groups of 4 blocks (A B C D) of one row, kb (1..4) of them present (masked loads read
  * nothing past them; missing blocks give zero codes). The codes are gathered with byte

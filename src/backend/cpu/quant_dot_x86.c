@@ -457,23 +457,7 @@ QK_ROWS_ALL()
     defined(__AVX512VBMI__) && defined(__AVX512VNNI__)
 #define QK_HAVE_AVX512 1
 
-static inline __mmask64 bytes_mask(int64_t k)
-{
-    return k <= 0 ? 0 : k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << k) - 1);
-}
-
-/* byte indices gathering 16 bytes at each of o[0..3] (+64 selects vpermt2b's 2nd source) */
-static inline __m512i quad_index(int o0, int o1, int o2, int o3)
-{
-    uint8_t idx[64];
-    for (int j = 0; j < 16; j++) {
-        idx[j] = (uint8_t)(o0 + j);
-        idx[16 + j] = (uint8_t)(o1 + j);
-        idx[32 + j] = (uint8_t)(o2 + j);
-        idx[48 + j] = (uint8_t)(o3 + j);
-    }
-    return _mm512_loadu_si512(idx);
-}
+#include "backend/cpu/avx512_bytes.h"
 
 /* Masks for one group of k (1..4) blocks of bb bytes: weight loads at byte offsets 0 and
  * o1, each half (16 k bytes) of the activation codes, the k (d, s) pairs. */
@@ -588,14 +572,17 @@ static const struct quant_impl impl_avx2 = {
 };
 
 #ifdef QK_HAVE_AVX512
+/* AVX-512 kernels for Q4_1, Q5_1; the rest as AVX2 (both AVX-512 sets) */
+#define AVX512_DOTS                                                                         \
+    {                                                                                       \
+        [DT_F32] = dot_f32, [DT_F16] = dot_f16, [DT_BF16] = dot_bf16,                       \
+        [DT_Q8_0] = dot_q8_0, [DT_Q4_0] = dot_q4_0, [DT_Q4_1] = dot_q4_1_avx512,            \
+        [DT_Q5_0] = dot_q5_0, [DT_Q5_1] = dot_q5_1_avx512, [DT_Q4_K] = dot_q4_k,            \
+        [DT_Q6_K] = dot_q6_k,                                                               \
+    }
 static const struct quant_impl impl_avx512 = {
     .name = "avx512vbmi+vnni", /* AVX-512 kernels for Q4_1, Q5_1; the rest as AVX2 */
-    .dot = {
-        [DT_F32] = dot_f32, [DT_F16] = dot_f16, [DT_BF16] = dot_bf16,
-        [DT_Q8_0] = dot_q8_0, [DT_Q4_0] = dot_q4_0, [DT_Q4_1] = dot_q4_1_avx512,
-        [DT_Q5_0] = dot_q5_0, [DT_Q5_1] = dot_q5_1_avx512, [DT_Q4_K] = dot_q4_k,
-        [DT_Q6_K] = dot_q6_k,
-    },
+    .dot = AVX512_DOTS,
     .quantize = quantize_avx2,
 };
 
@@ -609,12 +596,7 @@ static const struct quant_impl impl_avx512 = {
  * default. */
 static const struct quant_impl impl_avx512_gemm = {
     .name = "avx512vbmi+vnni+gemm",
-    .dot = {
-        [DT_F32] = dot_f32, [DT_F16] = dot_f16, [DT_BF16] = dot_bf16,
-        [DT_Q8_0] = dot_q8_0, [DT_Q4_0] = dot_q4_0, [DT_Q4_1] = dot_q4_1_avx512,
-        [DT_Q5_0] = dot_q5_0, [DT_Q5_1] = dot_q5_1_avx512, [DT_Q4_K] = dot_q4_k,
-        [DT_Q6_K] = dot_q6_k,
-    },
+    .dot = AVX512_DOTS,
     .quantize = quantize_avx2,
     .gemm = &quant_gemm_avx512,
 };
