@@ -36,7 +36,6 @@ int forward_create(struct forward_state **out, const struct model_config *cfg,
     struct forward_state *fs = calloc(1, sizeof *fs);
     if (!fs) return err_set(err, errlen, ERR_NOMEM, "forward: out of memory");
     fs->cfg = cfg;
-    fs->w = w;
     fs->max_tokens = opts->max_tokens;
     fs->max_logits = opts->max_logits > 0 ? opts->max_logits : opts->max_tokens;
     fs->max_ctx = opts->max_ctx > 0 ? opts->max_ctx : cfg->max_seq_len;
@@ -50,6 +49,12 @@ int forward_create(struct forward_state **out, const struct model_config *cfg,
             return err_set(err, errlen, ERR_NOMEM, "forward: cannot create the thread pool");
         }
     }
+    int rc = packed_weights_create(&fs->packed, w, fs->tp, err, errlen);
+    if (rc) {
+        forward_free(fs);
+        return rc;
+    }
+    fs->w = &fs->packed->w;
     size_t T = (size_t)fs->max_tokens, L = (size_t)fs->max_logits;
     size_t dim = (size_t)cfg->dim, qd = (size_t)cfg->n_heads * cfg->head_dim,
            kvd = (size_t)cfg->n_kv_heads * cfg->head_dim, ffn = (size_t)cfg->ffn_dim;
@@ -92,6 +97,7 @@ void forward_free(struct forward_state *fs)
 {
     if (!fs) return;
     if (fs->own_tp) tp_free(fs->tp);
+    packed_weights_free(fs->packed);
     free(fs->inv_freq);
     free(fs->x);
     free(fs->xb);

@@ -13,6 +13,7 @@
 #include "model/config.h"
 #include "model/kv_cache.h"
 #include "model/weights.h"
+#include "model/weights_pack.h"
 #include "util/threadpool.h"
 
 #include <stddef.h>
@@ -27,7 +28,8 @@ struct forward_opts {
 
 struct forward_state {
     const struct model_config *cfg; /* borrowed */
-    const struct model_weights *w;  /* borrowed */
+    const struct model_weights *w;  /* &packed->w, or the caller's weights when nothing is packed */
+    struct packed_weights *packed;  /* owned: the matrices repacked for the CPU kernels */
     struct threadpool *tp;
     int own_tp;
     int max_tokens, max_logits, max_ctx;
@@ -46,8 +48,9 @@ struct forward_state {
     float *att_scratch; /* cpu_paged_attention scratch */
 };
 
-/* Builds the state: computes RoPE frequencies and allocates every buffer. cfg and w are
- * borrowed and must outlive the state. */
+/* Builds the state: repacks the matrices for the CPU kernels (model/weights_pack.h),
+ * computes RoPE frequencies and allocates every buffer. cfg and w are borrowed and must
+ * outlive the state. */
 int forward_create(struct forward_state **out, const struct model_config *cfg,
                    const struct model_weights *w, const struct forward_opts *opts, char *err,
                    size_t errlen);

@@ -46,6 +46,10 @@ struct tensor {
     int64_t ne[TENSOR_MAX_DIMS]; /* elements per dimension, ne[0] innermost; unused dims = 1 */
     const void *data;            /* nbytes bytes */
     size_t nbytes;
+    /* The same matrix repacked for the CPU's packed-weight kernels (backend/cpu/quant.h,
+     * cpu_weight_pack), owned by whoever packed it; NULL: not packed (the usual case for
+     * a loader's view). */
+    const void *cpu_packed;
 };
 
 /* Traits of a storage type. Returns 0 for block_elems if the type is unknown or not a

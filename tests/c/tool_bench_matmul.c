@@ -171,7 +171,7 @@ static double time_prefill(struct threadpool *tp, const struct quant_impl *impl,
 }
 
 /* For each weight type of interest and each of the model's shapes: GFLOP/s of the
- * per-token path (old) and the batched kernels (new) at PF_TOKENS tokens, and the
+ * per-token path (old) and the packed-weight kernels (new) at PF_TOKENS tokens, and the
  * register-only peak of the instruction the batched kernels use, per thread count.
  * Repeats alternate old / new / peak (other processes share the cores) and the medians
  * are printed. */
@@ -202,7 +202,7 @@ static int run_prefill(const int *threads, int n_threads)
            "kernels: medians of %d alternating repeats\n", PF_TOKENS, old->name, gemm->name,
            cpu_peak_kind_name(cpu_peak_kind_for(gemm, DT_Q4_1)), cpu_peak_kind_name(cpu_peak_kind_for(gemm, DT_F16)),
            PF_REPEATS);
-    printf("1-token columns: weight GB/s of one token (old dots / the batched set's one-token kernels), weights\n"
+    printf("1-token columns: weight GB/s of one token (old dots / the packed kernels with one token), weights\n"
            "in cache (one matrix, called repeatedly): the kernels' compute rate, not DRAM\n");
     printf("%-5s %-10s %-12s %3s | %9s %9s %9s | %6s %6s | %7s %7s\n", "type", "n_in x out", "", "thr", "old GF/s",
            "new GF/s", "peak", "new/pk", "speedup", "1t old", "1t new");
@@ -216,6 +216,11 @@ static int run_prefill(const int *threads, int n_threads)
                 fill_weights(t, wbuf, n_in * n_out, &rng);
                 struct tensor w = { .name = "w", .type = t, .n_dims = 2, .ne = { n_in, n_out, 1, 1 },
                                     .data = wbuf, .nbytes = dtype_row_bytes(t, n_in) * (size_t)n_out };
+                /* the new set reads the matrix packed, as the model loader leaves it */
+                size_t pb = cpu_weight_pack_bytes_impl(gemm, &w);
+                void *packed = aligned_alloc(64, (pb + 63) & ~(size_t)63);
+                cpu_weight_pack_impl(tp, gemm, &w, packed);
+                w.cpu_packed = packed;
                 void *scratch = malloc(cpu_matmul_scratch_size(t, n_in, PF_TOKENS));
                 double r_old[PF_REPEATS], r_new[PF_REPEATS], r_pk[PF_REPEATS], d_old[PF_REPEATS], d_new[PF_REPEATS];
                 for (int r = 0; r < PF_REPEATS; r++) {
@@ -242,6 +247,7 @@ static int run_prefill(const int *threads, int n_threads)
                 layer_flops += weight_of_shape[sh] * flops;
                 layer_peak = pk > layer_peak ? pk : layer_peak;
                 free(scratch);
+                free(packed);
             }
             printf("%-5s %-10s %-12s %3d | %9.1f %9.1f %9.1f | %6.2f %6.2fx\n", dtype_name(t), "layer", "(7 matmuls)",
                    threads[ti], layer_flops / layer_old / 1e9, layer_flops / layer_new / 1e9, layer_peak,

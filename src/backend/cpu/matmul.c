@@ -13,6 +13,9 @@
  *     L1/L2 for the other tokens. With many tokens and fewer rows than threads, the
  *     split is by tokens instead.
  *  3. Per (row, token) one dot kernel call (quant_dot_*.c) — F32 accumulation.
+ * Matrices packed at load time (cpu_weight_pack) go instead through the kernel set's
+ * packed-weight kernels for every number of tokens (gemm_*.c): activations packed in
+ * token tiles, work split by (strip of rows, token tile).
  * Nothing is allocated; the threads write disjoint parts of y.
  */
 #include "backend/cpu/quant.h"
@@ -20,13 +23,11 @@
 
 #include <assert.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Weight bytes per tile: half of a 32-48 KB L1d, so the tile and one activation row stay
  * in L1 while the tokens loop over it. */
 #define TILE_BYTES (16 * 1024)
-/* Batched kernels (impl->gemm) from this many tokens on; fewer go through the
- * per-token dots, which read each weight once without repacking it. */
-#define GEMM_MIN_TOKENS 2
 /* Quantize x on the calling thread below this many elements (pool wake-up ~1-2 us). */
 #define QUANT_PARALLEL_MIN (32 * 1024)
 
@@ -78,7 +79,7 @@ size_t cpu_matmul_scratch_size(enum dtype type, int64_t n_in, int max_tokens)
 {
     enum dtype act = quant_act_type(type);
     size_t per_token = act == DT_F32 ? 0 : (size_t)(max_tokens > 0 ? max_tokens : 1) * act_row_bytes(act, n_in);
-    size_t batched = max_tokens >= GEMM_MIN_TOKENS ? gemm_act_bytes(type, n_in, max_tokens) : 0;
+    size_t batched = gemm_act_bytes(type, n_in, max_tokens > 0 ? max_tokens : 1);
     return 64 + (per_token > batched ? per_token : batched);
 }
 
@@ -95,13 +96,7 @@ struct mm_job {
     void *scratch;
 };
 
-/* The one-token kernel: the batched set's twin where it has one (same arithmetic as the
- * batched kernels, so results do not depend on the batch), else the set's dot. */
-static quant_dot_fn mm_dot(const struct quant_impl *impl, enum dtype type)
-{
-    if (impl->gemm && impl->gemm->dot[type]) return impl->gemm->dot[type];
-    return impl->dot[type];
-}
+static quant_dot_fn mm_dot(const struct quant_impl *impl, enum dtype type) { return impl->dot[type]; }
 
 static void mm_quantize_range(const struct mm_job *j, int64_t begin, int64_t end)
 {
@@ -156,11 +151,69 @@ static void mm_task(void *arg, int ith, int nth)
     }
 }
 
-/* ---- batched path: packed activations, register-tiled kernels (gemm_*.c) ---- */
+/* ---- packed weights: packed activations, register-tiled kernels (gemm_*.c) ---- */
+
+/* What precedes the packed bytes: the layout's owner and the matrix it was made from. */
+struct pack_header {
+    const struct quant_gemm *gemm;
+    enum dtype type;
+    int64_t n_in, n_out;
+};
+#define PACK_HEADER_BYTES 64
+
+size_t cpu_weight_pack_bytes_impl(const struct quant_impl *impl, const struct tensor *w)
+{
+    if (!impl->gemm || w->n_dims > 2 || !impl->gemm->strip_rows[w->type]) return 0;
+    size_t b = impl->gemm->packed_bytes(w->type, w->ne[0], w->ne[1]);
+    return b ? PACK_HEADER_BYTES + b : 0;
+}
+
+struct pack_job {
+    const struct quant_gemm *g;
+    const struct tensor *w;
+    void *dst;
+};
+
+static void pack_task(void *arg, int ith, int nth)
+{
+    const struct pack_job *p = arg;
+    const struct tensor *w = p->w;
+    const int strip = p->g->strip_rows[w->type];
+    long s0, s1;
+    tp_split((long)((w->ne[1] + strip - 1) / strip), ith, nth, &s0, &s1);
+    if (s0 < s1)
+        p->g->pack_weight(w->type, w->ne[0], w->data, dtype_row_bytes(w->type, w->ne[0]), w->ne[1], s0, s1,
+                          (uint8_t *)p->dst + PACK_HEADER_BYTES);
+}
+
+void cpu_weight_pack_impl(struct threadpool *tp, const struct quant_impl *impl, const struct tensor *w, void *dst)
+{
+    assert(cpu_weight_pack_bytes_impl(impl, w) > 0 && ((uintptr_t)dst & 63) == 0);
+    struct pack_header h = { .gemm = impl->gemm, .type = w->type, .n_in = w->ne[0], .n_out = w->ne[1] };
+    memcpy(dst, &h, sizeof h);
+    struct pack_job p = { .g = impl->gemm, .w = w, .dst = dst };
+    tp_run(tp, pack_task, &p);
+}
+
+size_t cpu_weight_pack_bytes(const struct tensor *w) { return cpu_weight_pack_bytes_impl(quant_impl_best(), w); }
+
+void cpu_weight_pack(struct threadpool *tp, const struct tensor *w, void *dst)
+{
+    cpu_weight_pack_impl(tp, quant_impl_best(), w, dst);
+}
+
+/* The packed bytes of w for impl's kernels, or NULL (not packed, or packed for another
+ * set's layout). */
+static const uint8_t *packed_for(const struct quant_impl *impl, const struct tensor *w)
+{
+    const struct pack_header *h = w->cpu_packed;
+    if (!h || !impl->gemm || h->gemm != impl->gemm) return NULL;
+    assert(h->type == w->type && h->n_in == w->ne[0] && h->n_out == w->ne[1]);
+    return (const uint8_t *)w->cpu_packed + PACK_HEADER_BYTES;
+}
 
 struct gemm_w {
-    const uint8_t *w;     /* [n_out][row_bytes] */
-    size_t row_bytes;
+    const uint8_t *w;     /* packed */
     int64_t n_out;
     float *y;             /* [num_tokens][n_out] */
     long units;           /* strips * token tiles */
@@ -178,10 +231,6 @@ struct gemm_job {
     long total_units;
 };
 
-static int gemm_usable(const struct quant_impl *impl, enum dtype type, int num_tokens)
-{
-    return impl->gemm && num_tokens >= GEMM_MIN_TOKENS && impl->gemm->strip_rows[type] != 0;
-}
 
 static void gemm_pack_task(void *arg, int ith, int nth)
 {
@@ -203,14 +252,14 @@ static void gemm_task(void *arg, int ith, int nth)
         const struct gemm_w *gw = &g->ws[k];
         long u0 = begin > base ? begin : base, u1 = end < base + gw->units ? end : base + gw->units;
         if (u0 < u1)
-            g->g->run(g->type, g->n_in, gw->w, gw->row_bytes, gw->n_out, g->act, g->num_tokens, gw->y,
-                      gw->n_out, u0 - base, u1 - base);
+            g->g->run(g->type, g->n_in, gw->w, gw->n_out, g->act, g->num_tokens, gw->y, gw->n_out, u0 - base,
+                      u1 - base);
         base += gw->units;
     }
 }
 
-/* Runs the batched path for nw weights of one type over one input (caller checked
- * gemm_usable and equal n_in). */
+/* Runs the packed path for nw weights of one type over one input (caller checked that
+ * all are packed for impl, with equal n_in). */
 static void gemm_matmul(struct threadpool *tp, const struct quant_impl *impl, const struct tensor *const *ws,
                         int nw, const float *x, float *const *ys, int num_tokens, void *scratch)
 {
@@ -228,10 +277,8 @@ static void gemm_matmul(struct threadpool *tp, const struct quant_impl *impl, co
     int strip = impl->gemm->strip_rows[g.type];
     for (int k = 0; k < nw; k++) {
         struct gemm_w *gw = &g.ws[k];
-        gw->w = ws[k]->data;
+        gw->w = packed_for(impl, ws[k]);
         gw->n_out = ws[k]->ne[1];
-        gw->row_bytes = dtype_row_bytes(g.type, g.n_in);
-        assert(gw->row_bytes > 0 && "n_in must be a multiple of the block size");
         gw->y = ys[k];
         gw->units = (long)((gw->n_out + strip - 1) / strip) * tiles;
         g.total_units += gw->units;
@@ -247,7 +294,7 @@ void cpu_matmul_impl(struct threadpool *tp, const struct quant_impl *impl,
                      const struct tensor *w, const float *x, float *y, int num_tokens,
                      void *scratch)
 {
-    if (gemm_usable(impl, w->type, num_tokens) && w->ne[1] > 0) {
+    if (packed_for(impl, w) && num_tokens > 0 && w->ne[1] > 0) {
         gemm_matmul(tp, impl, &w, 1, x, &y, num_tokens, scratch);
         return;
     }
@@ -315,10 +362,12 @@ void cpu_matmul_multi_impl(struct threadpool *tp, const struct quant_impl *impl,
         for (int k = 0; k < nw; k++) cpu_matmul_impl(tp, impl, ws[k], x, ys[k], num_tokens, scratch);
         return;
     }
-    if (gemm_usable(impl, ws[0]->type, num_tokens)) {
-        int one_type = 1;
-        for (int k = 1; k < nw; k++) one_type = one_type && ws[k]->type == ws[0]->type;
-        if (one_type) gemm_matmul(tp, impl, ws, nw, x, ys, num_tokens, scratch);
+    int packed = 0;
+    for (int k = 0; k < nw; k++) packed += packed_for(impl, ws[k]) != NULL;
+    if (packed && num_tokens > 0) {
+        int one_type = packed == nw;
+        for (int k = 1; k < nw; k++) one_type = one_type && ws[k]->type == ws[0]->type && ws[k]->ne[1] > 0;
+        if (one_type && ws[0]->ne[1] > 0) gemm_matmul(tp, impl, ws, nw, x, ys, num_tokens, scratch);
         else
             for (int k = 0; k < nw; k++) cpu_matmul_impl(tp, impl, ws[k], x, ys[k], num_tokens, scratch);
         return;

@@ -79,7 +79,9 @@ __attribute__((target("avx512f,avx512vnni"))) static int64_t loop_dpbusd_zmm(lon
     __asm__ volatile(PEAK_LOOP(DPBUSD) : PEAK_OPS(PEAK_RW_V), [n] "+r"(iters) : [u] "v"(u), [v] "v"(v) : "cc");
     __m512i s = a[0];
     for (int k = 1; k < PEAK_ACC; k++) s = _mm512_add_epi32(s, a[k]);
-    return _mm512_reduce_add_epi32(s);
+    /* a sink, not a sum: the lanes have wrapped (int64, so adding them cannot overflow) */
+    return (int64_t)_mm_cvtsi128_si32(_mm512_castsi512_si128(s)) +
+           (int64_t)_mm_extract_epi32(_mm512_extracti32x4_epi32(s, 3), 3);
 }
 
 __attribute__((target("avx2,avx512f,avx512vl,avx512vnni"))) static int64_t loop_dpbusd_ymm_evex(long iters)
@@ -89,7 +91,7 @@ __attribute__((target("avx2,avx512f,avx512vl,avx512vnni"))) static int64_t loop_
     __asm__ volatile(PEAK_LOOP(DPBUSD) : PEAK_OPS(PEAK_RW_V), [n] "+r"(iters) : [u] "v"(u), [v] "v"(v) : "cc");
     __m256i s = a[0];
     for (int k = 1; k < PEAK_ACC; k++) s = _mm256_add_epi32(s, a[k]);
-    return _mm256_extract_epi32(s, 0) + _mm256_extract_epi32(s, 7);
+    return (int64_t)_mm256_extract_epi32(s, 0) + (int64_t)_mm256_extract_epi32(s, 7);
 }
 
 #if defined(__AVXVNNI__)
@@ -102,7 +104,7 @@ static int64_t loop_dpbusd_ymm_vex(long iters)
     __asm__ volatile(PEAK_LOOP(DPBUSD_VEX) : PEAK_OPS(PEAK_RW_X), [n] "+r"(iters) : [u] "x"(u), [v] "x"(v) : "cc");
     __m256i s = a[0];
     for (int k = 1; k < PEAK_ACC; k++) s = _mm256_add_epi32(s, a[k]);
-    return _mm256_extract_epi32(s, 0) + _mm256_extract_epi32(s, 7);
+    return (int64_t)_mm256_extract_epi32(s, 0) + (int64_t)_mm256_extract_epi32(s, 7);
 }
 #endif
 
@@ -116,7 +118,7 @@ __attribute__((target("avx2"))) static int64_t loop_maddubs_ymm(long iters)
     __asm__ volatile(PEAK_LOOP(MADDUBS) : PEAK_OPS(PEAK_RW_X), [n] "+r"(iters), [t] "+x"(t) : [u] "x"(u), [v] "x"(v) : "cc");
     __m256i s = a[0];
     for (int k = 1; k < PEAK_ACC; k++) s = _mm256_add_epi32(s, a[k]);
-    return _mm256_extract_epi32(s, 0) + _mm256_extract_epi32(s, 7);
+    return (int64_t)_mm256_extract_epi32(s, 0) + (int64_t)_mm256_extract_epi32(s, 7);
 }
 
 __attribute__((target("avx512f"))) static int64_t loop_fma_zmm(long iters)

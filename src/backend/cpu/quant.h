@@ -45,6 +45,20 @@ void cpu_matmul(struct threadpool *tp, const struct tensor *w, const float *x, f
 void cpu_matmul_multi(struct threadpool *tp, const struct tensor *const *ws, int nw, const float *x,
                       float *const *ys, int num_tokens, void *scratch);
 
+/* Packed weights. The SIMD kernel set may have a packed layout for a weight type (strips
+ * of rows interleaved for its register tiles: backend/cpu/gemm_avx512.c). A matrix packed
+ * once, at load time, is read by one set of kernels for every number of tokens: prefill
+ * runs register-tiled and decode streams the same bytes, with the same arithmetic, so a
+ * token's result does not depend on its batch. Unpacked matrices use the per-token
+ * kernels (also batch-independent, slower for prefill).
+ *   cpu_weight_pack_bytes: bytes for w's packed copy; 0 when this build has no packed
+ *     layout for its type (K-quants, or no AVX-512 VNNI/VBMI), then w stays unpacked.
+ *   cpu_weight_pack: fills dst (64-byte aligned, that many bytes) from w->data, split over
+ *     the pool; then a view with .cpu_packed = dst uses it (dst must outlive the view).
+ * The packed copy has the same size as the stored matrix (plus padding to whole strips). */
+size_t cpu_weight_pack_bytes(const struct tensor *w);
+void cpu_weight_pack(struct threadpool *tp, const struct tensor *w, void *dst);
+
 /* Reference (plain loop, dequantize-then-dot) version of cpu_matmul for tests. */
 void cpu_matmul_ref(const struct tensor *w, const float *x, float *y, int num_tokens);
 

@@ -587,27 +587,16 @@ static const struct quant_impl impl_avx512 = {
 };
 
 #ifdef GEMM_HAVE_AVX512
-/* impl_avx512 plus the batched kernels of gemm_avx512.c for >= 2 tokens, and their
- * one-token twins for decode (same arithmetic, so results do not depend on the batch).
- * Not the default yet: prefill matmuls are 4-6x faster for Q4_1/Q8_0 (prefill 2.1x end
- * to end) and 2.3x for F16, but the twins read the weights at ~0.7x (quantized) and
- * ~0.3x (float, from DRAM) the per-token kernels' rate, which costs decode 15-26% on
- * the Q4_1 model (docs/cpu-kernels.md, "Batched matmul"). -DQK_BATCHED=1 makes it the
- * default. */
+/* impl_avx512 plus the packed-weight kernels of gemm_avx512.c: matrices packed at load
+ * time (cpu_weight_pack) run on them for every number of tokens; unpacked ones on the
+ * per-token dots above. The best set where the build has it. */
 static const struct quant_impl impl_avx512_gemm = {
     .name = "avx512vbmi+vnni+gemm",
     .dot = AVX512_DOTS,
     .quantize = quantize_avx2,
     .gemm = &quant_gemm_avx512,
 };
-#ifndef QK_BATCHED
-#define QK_BATCHED 0
-#endif
-#if QK_BATCHED
 #define QK_BEST (&impl_avx512_gemm)
-#else
-#define QK_BEST (&impl_avx512)
-#endif
 #else
 #define QK_BEST (&impl_avx512)
 #endif

@@ -61,10 +61,10 @@ typedef void (*quant_dot_fn)(int64_t n, const void *w, size_t row_bytes, int64_t
 typedef void (*quant_act_fn)(enum dtype act, const float *x, int64_t b0, int64_t b1,
                              const struct qact *out);
 
-/* ---- batched kernels (num_tokens >= 2, gemm_*.c) ----
+/* ---- packed-weight kernels (gemm_*.c) ----
  *
  * Activations are packed once per matmul into tiles of GEMM_TILE tokens (the last tile
- * padded with zero tokens), token-interleaved so a micro-kernel reads one sequential
+ * of a batch padded with zero tokens; one token fills lane 0 only), token-interleaved so a micro-kernel reads one sequential
  * stream with constant offsets per token:
  *   32-element quantized weights (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1): per tile, per block b of
  *     32 elements, GEMM_QACT_BLOCK bytes:
@@ -101,25 +101,28 @@ static inline int gemm_code_offset(enum dtype t)
 /* Bytes of packed activations for num_tokens rows of n elements (0: no batched path). */
 size_t gemm_act_bytes(enum dtype wtype, int64_t n, int num_tokens);
 
-/* A batched kernel set.
- *   strip_rows[type]: output rows per register tile (0 = type not supported: per-token
- *     path); work units are (strip of rows, tile of tokens), strip-major.
+/* A packed-weight kernel set: matmul over weights repacked once, at load time, into the
+ * set's strip layout (cpu_weight_pack), for any number of tokens.
+ *   strip_rows[type]: rows per packed strip (0 = type not packed: per-token dots);
+ *     work units are (strip, tile of tokens), strip-major (one token: strips).
+ *   packed_bytes: bytes of the packed copy of an nrows x n matrix (0: not packed).
+ *   pack_weight: packs strips [s0, s1) of the matrix at w (rows row_bytes apart) into
+ *     dst (packed_bytes, 64-byte aligned; strips are independent, so threads can split).
  *   pack_act: packs tokens [t0, t1) of x[num_tokens][n] into act (gemm_act_bytes); the
  *     call with t1 == num_tokens also zeroes the last tile's padding tokens.
- *   dot: where set, replaces the kernel set's one-token dot for that type (see above).
- *   run: y[t * y_stride + r] = sum_i W_r[i] x_t[i] for the units [u0, u1) of the
- *     ceil(nrows / strip) * ceil(num_tokens / GEMM_TILE) units. Each output is computed
- *     the same way whatever the unit range, so any split gives bitwise equal results.
- * Both are called from pool threads on disjoint ranges; nothing is allocated. */
+ *   run: y[t * y_stride + r] = sum_i W_r[i] x_t[i] for the units [u0, u1). Each output
+ *     is computed the same way whatever the unit range and whatever num_tokens (one token
+ *     included), so any split and any batch give bitwise equal results.
+ * Called from pool threads on disjoint ranges; nothing is allocated. */
 struct quant_gemm {
     unsigned char strip_rows[DT_COUNT_];
-    /* one-token kernels with the batched kernels' float arithmetic, so a token's result
-     * does not depend on the batch it is in; NULL: the set's own dot */
-    quant_dot_fn dot[DT_COUNT_];
+    size_t (*packed_bytes)(enum dtype wtype, int64_t n, int64_t nrows);
+    void (*pack_weight)(enum dtype wtype, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
+                        int64_t s0, int64_t s1, void *dst);
     void (*pack_act)(enum dtype wtype, const float *x, int64_t n, int num_tokens, int t0, int t1,
                      void *act);
-    void (*run)(enum dtype wtype, int64_t n, const void *w, size_t row_bytes, int64_t nrows,
-                const void *act, int num_tokens, float *y, int64_t y_stride, long u0, long u1);
+    void (*run)(enum dtype wtype, int64_t n, const void *packed, int64_t nrows, const void *act,
+                int num_tokens, float *y, int64_t y_stride, long u0, long u1);
 };
 
 /* The AVX-512 (F/BW/VL/VBMI/VNNI) batched set (gemm_avx512.c); defined only in builds with
@@ -134,7 +137,7 @@ struct quant_impl {
     const char *name;                 /* "scalar", "avx2", "avx2+vnni" */
     quant_dot_fn dot[DT_COUNT_];      /* indexed by weight type; NULL = unsupported */
     quant_act_fn quantize;
-    const struct quant_gemm *gemm;    /* batched kernels, or NULL: per-token dots only */
+    const struct quant_gemm *gemm;    /* packed-weight kernels, or NULL: per-token dots only */
 };
 
 /* The portable kernels (always compiled) and the best SIMD set (NULL when this build has
@@ -167,6 +170,12 @@ void cpu_matmul_impl(struct threadpool *tp, const struct quant_impl *impl,
 void cpu_matmul_multi_impl(struct threadpool *tp, const struct quant_impl *impl,
                            const struct tensor *const *ws, int nw, const float *x, float *const *ys,
                            int num_tokens, void *scratch);
+
+/* cpu_weight_pack_bytes / cpu_weight_pack for an explicit kernel set's layout (0 bytes:
+ * the set has none for w's type). */
+size_t cpu_weight_pack_bytes_impl(const struct quant_impl *impl, const struct tensor *w);
+void cpu_weight_pack_impl(struct threadpool *tp, const struct quant_impl *impl, const struct tensor *w,
+                          void *dst);
 
 /* Views of token t's quantized row inside scratch (layout above). */
 struct qact quant_act_row(void *scratch, enum dtype act, int64_t n_in, int t);
