@@ -8,7 +8,9 @@
  * CPU backend computes in submit, so ON exercises the one-step lag exactly as the CUDA
  * backend does). The forward computes every row independently (per-row activation
  * quantization, one dot per (weight row, token), KV written before attention reads it),
- * so equality is exact. Also: seeded sampling, stop strings found while the next step
+ * so equality is exact. Full prefix-cache hits (a block-aligned context whose blocks are
+ * all cached) forward one row, without a KV write, and keep tokens and logprobs exact
+ * (test_full_hit*). Also: seeded sampling, stop strings found while the next step
  * runs, per-sequence max_tokens, samplers created at admission (none while queued), a row
  * that cannot be sampled (NaN logits, TESSERA_TEST_FAULT) failing only its sequence, and
  * a backend fault failing the step.
