@@ -23,7 +23,10 @@ struct bm_seq {
     int max_blocks;          /* ceil(max_tokens / block_size) */
     int64_t max_tokens;
     int64_t num_tokens;      /* positions with a slot */
-    int64_t num_computed;    /* positions whose KV is written */
+    int64_t num_computed;    /* positions whose KV is written (or, after a full hit,
+                                every position but the last, which is still to forward) */
+    int64_t num_cached;      /* positions whose KV came from prefix-cache hits at
+                                admission: slot_mapping gives -1 for them (never written) */
     int chain_len;           /* leading blocks hashed into the chain (hits + committed) */
     uint64_t chain_hash;     /* hash of block chain_len - 1 (0 when chain_len == 0) */
     int32_t chain_block;     /* canonical cached block of that hash (-1: none) */
@@ -153,7 +156,7 @@ static int32_t cache_find(const struct block_manager *bm, uint64_t h, uint64_t p
 }
 
 /* Walks the prompt's cached chain: writes hit ids to hits[] (if non-NULL) and returns how
- * many full blocks hit, at most (n - 1) / block_size so that >= 1 token is computed.
+ * many full blocks hit, at most n / block_size (a block-aligned prompt may hit entirely).
  * *idle_hits counts hits that are currently IDLE. *last_hash gets the hash of the last hit. */
 static int cache_lookup(struct block_manager *bm, const int32_t *tokens, int64_t n,
                         const uint8_t *salt, size_t salt_len, int32_t *hits, int *idle_hits,
@@ -163,7 +166,7 @@ static int cache_lookup(struct block_manager *bm, const int32_t *tokens, int64_t
     uint64_t ph = 0;
     int32_t pb = -1;
     if (bm->caching && n > 0) {
-        int64_t max_hits = (n - 1) / bm->block_size;
+        int64_t max_hits = n / bm->block_size;
         for (int64_t i = 0; i < max_hits; i++) {
             const int32_t *t = tokens + i * bm->block_size;
             bool first = (pb < 0);
@@ -367,7 +370,7 @@ void bm_get_stats(const struct block_manager *bm, struct bm_stats *st)
 static void seq_reset(struct bm_seq *seq)
 {
     seq->num_blocks = 0;
-    seq->num_tokens = seq->num_computed = 0;
+    seq->num_tokens = seq->num_computed = seq->num_cached = 0;
     seq->chain_len = 0;
     seq->chain_hash = 0;
     seq->chain_block = -1;
@@ -444,16 +447,19 @@ int bm_seq_alloc_prompt(struct block_manager *bm, struct bm_seq *seq, const int3
                             &h);
     for (int i = 0; i < hits; i++) block_ref(bm, seq->block_table[i]);
     seq->num_blocks = hits;
-    seq->num_tokens = seq->num_computed = (int64_t)hits * bm->block_size;
+    seq->num_cached = (int64_t)hits * bm->block_size;
+    /* a full hit still forwards the last position for its logits; its KV is in the last
+     * hit block already, so its slot maps to -1 and nothing is written there */
+    seq->num_tokens = seq->num_computed = seq->num_cached < n ? seq->num_cached : n - 1;
     seq->chain_len = hits;
     seq->chain_hash = h;
     seq->chain_block = hits ? seq->block_table[hits - 1] : -1;
     seq->chain_gen = hits ? bm->gen[seq->chain_block] : 0;
     if (bm->caching) {
         bm->query_tokens += (uint64_t)n;
-        bm->hit_tokens += (uint64_t)seq->num_tokens;
+        bm->hit_tokens += (uint64_t)seq->num_cached;
     }
-    if (n_cached) *n_cached = seq->num_tokens;
+    if (n_cached) *n_cached = seq->num_cached;
     return 0;
 }
 
@@ -535,7 +541,7 @@ int bm_seq_slot_mapping(const struct block_manager *bm, const struct bm_seq *seq
     int64_t bs = bm->block_size;
     for (int64_t i = 0; i < n; i++) {
         int64_t p = pos0 + i;
-        slots[i] = (int64_t)seq->block_table[p / bs] * bs + p % bs;
+        slots[i] = p < seq->num_cached ? -1 : (int64_t)seq->block_table[p / bs] * bs + p % bs;
     }
     return 0;
 }
@@ -548,6 +554,7 @@ const int32_t *bm_seq_block_table(const struct bm_seq *seq, int *num_blocks)
 
 int64_t bm_seq_num_tokens(const struct bm_seq *seq) { return seq->num_tokens; }
 int64_t bm_seq_num_computed(const struct bm_seq *seq) { return seq->num_computed; }
+int64_t bm_seq_num_cached(const struct bm_seq *seq) { return seq->num_cached; }
 
 /* ---- introspection ------------------------------------------------------------------- */
 

@@ -24,12 +24,15 @@
  *     num_free + num_used + num_cached_idle == num_blocks.
  *   - refcount of a block == number of sequence block tables that hold it.
  *   - only full blocks whose KV is computed are cached; cached blocks are immutable.
- *     A sequence writes KV only at positions >= its num_computed, which lie in blocks it
- *     allocated itself and that are not cached, hence refcount 1. So no copy-on-write.
- *   - the last, partial block of a prompt is never shared. A prompt fully covered by the
- *     cache still leaves >= 1 token to compute (the forward needs a row to produce
- *     logits): the lookup matches at most (n - 1) / block_size blocks, so the last full
- *     block of a block-aligned prompt is recomputed into a fresh block (as vLLM does).
+ *     A sequence writes KV only at positions >= max(num_computed, num_cached), which lie
+ *     in blocks it allocated itself and that are not cached, hence refcount 1. So no
+ *     copy-on-write.
+ *   - the last, partial block of a prompt is never shared. A block-aligned prompt whose
+ *     blocks are all cached (a full hit: n = num_cached) takes every block, and only its
+ *     last position n - 1 is forwarded again (the forward needs a row to produce logits):
+ *     num_computed = n - 1, and bm_seq_slot_mapping maps that position to slot -1, so its
+ *     KV, already in the shared cached block, is read by attention and never rewritten.
+ *     The first generated token (position n) then starts a fresh block.
  *   - eviction takes the least recently released IDLE block, and only when the free list
  *     is empty. A sequence's blocks are released last-first, so a prompt's tail is
  *     evicted before its head.
@@ -56,7 +59,8 @@ struct bm_stats {
     int num_cached;          /* in the prefix cache (used or idle) */
     int num_cached_idle;     /* cached with refcount 0: reusable, evictable */
     uint64_t query_tokens;   /* prompt tokens looked up in the prefix cache */
-    uint64_t hit_tokens;     /* of those, served from cached blocks */
+    uint64_t hit_tokens;     /* of those, whose KV came from cached blocks (a full hit
+                                counts all n, though position n - 1 is forwarded again) */
     uint64_t evictions;      /* idle cached blocks reclaimed for new data */
 };
 
@@ -88,17 +92,21 @@ void bm_seq_release(struct block_manager *bm, struct bm_seq *seq);
 
 /* Admission check, no state change: looks up the prompt tokens[0, n) (borrowed) under
  * salt, and says whether a new sequence could take its cache hits and then have slots for
- * max(n_slots, hits) tokens. *n_cached (tokens served from the cache) and *n_new_blocks
- * (blocks to take from free/evictable) may be NULL. Returns true if it fits. */
+ * max(n_slots, hits) tokens. *n_cached (tokens whose KV the cache holds: n on a full hit,
+ * after which bm_seq_alloc_prompt leaves num_computed = n - 1) and *n_new_blocks (blocks
+ * to take from free/evictable) may be NULL. Returns true if it fits. */
 bool bm_can_allocate(struct block_manager *bm, const int32_t *tokens, int64_t n,
                      const void *salt, size_t salt_len, int64_t n_slots, int64_t *n_cached,
                      int *n_new_blocks);
 
 /* Starts an EMPTY sequence on the prompt tokens[0, n) (borrowed, n <= max_tokens): takes
- * the longest cached prefix (refcount++ on each hit block) and sets num_tokens =
- * num_computed = *n_cached, a multiple of block_size and < n. Never needs a free block,
- * so it cannot run out; then call bm_seq_append_slots for the tokens to compute. Counts
- * n query tokens and *n_cached hit tokens in the stats. */
+ * the longest cached prefix (refcount++ on each hit block) and writes to *n_cached the
+ * tokens whose KV came from the cache (num_cached, a multiple of block_size, <= n). Sets
+ * num_tokens = num_computed = min(*n_cached, n - 1): on a full hit (*n_cached == n) the
+ * last position is still to forward, for its logits, but its KV is not rewritten (its
+ * slot maps to -1). Never needs a free block, so it cannot run out; then call
+ * bm_seq_append_slots for the n - num_computed tokens to compute. Counts n query tokens
+ * and *n_cached hit tokens in the stats. */
 int bm_seq_alloc_prompt(struct block_manager *bm, struct bm_seq *seq, const int32_t *tokens,
                         int64_t n, int64_t *n_cached, char *err, size_t errlen);
 
@@ -119,9 +127,11 @@ int bm_seq_append_slots(struct block_manager *bm, struct bm_seq *seq, int64_t n_
 int bm_seq_commit(struct block_manager *bm, struct bm_seq *seq, const int32_t *tokens,
                   int64_t n_computed, char *err, size_t errlen);
 
-/* Writes slot_mapping entries for positions pos0 .. pos0 + n - 1 of seq:
- * slots[i] = block_table[p / block_size] * block_size + p % block_size. ERR_RANGE if a
- * position has no slot. slots is the caller's [n] array. */
+/* Writes the KV write slots of positions pos0 .. pos0 + n - 1 of seq (a batch's
+ * slot_mapping): slots[i] = block_table[p / block_size] * block_size + p % block_size,
+ * or -1 for a position < num_cached, whose KV is in a shared cached block already and
+ * must not be written (attention still reads it through the block table). ERR_RANGE if
+ * a position has no slot. slots is the caller's [n] array. */
 int bm_seq_slot_mapping(const struct block_manager *bm, const struct bm_seq *seq,
                         int64_t pos0, int64_t n, int64_t *slots, char *err, size_t errlen);
 
@@ -130,6 +140,7 @@ int bm_seq_slot_mapping(const struct block_manager *bm, const struct bm_seq *seq
 const int32_t *bm_seq_block_table(const struct bm_seq *seq, int *num_blocks);
 int64_t bm_seq_num_tokens(const struct bm_seq *seq);   /* positions with a slot */
 int64_t bm_seq_num_computed(const struct bm_seq *seq); /* positions with KV written */
+int64_t bm_seq_num_cached(const struct bm_seq *seq);   /* positions hit at admission */
 
 void bm_get_stats(const struct block_manager *bm, struct bm_stats *st);
 

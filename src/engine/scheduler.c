@@ -502,12 +502,15 @@ static int schedule(struct sched *s, struct sched_plan *p, char *err, size_t err
         salt = q->salt_len ? q->salt : NULL;
         bm_can_allocate(s->bm, q->tokens, q->n_tokens, salt, q->salt_len, q->n_tokens, &n_cached,
                         NULL);
-        int n_new = q->n_tokens - (int)n_cached;
+        /* a full hit (every token's KV cached) still forwards the last token for its
+         * logits; its KV is not rewritten (bm_seq_slot_mapping gives it slot -1) */
+        int start = n_cached < q->n_tokens ? (int)n_cached : q->n_tokens - 1;
+        int n_new = q->n_tokens - start;
         if (n_new > budget) {
             if (!s->cfg.enable_chunked_prefill) break;
             n_new = budget;
         }
-        if (!bm_can_allocate(s->bm, q->tokens, q->n_tokens, salt, q->salt_len, n_cached + n_new,
+        if (!bm_can_allocate(s->bm, q->tokens, q->n_tokens, salt, q->salt_len, start + n_new,
                              NULL, NULL))
             break;
         if ((rc = make_sampler(s, q, err, errlen))) return rc;
@@ -515,7 +518,8 @@ static int schedule(struct sched *s, struct sched_plan *p, char *err, size_t err
                                       errlen)))
             return rc;
         if ((rc = bm_seq_append_slots(s->bm, q->bs, n_new, err, errlen))) return rc;
-        q->num_computed = q->num_done = q->n_cached = (int)n_cached;
+        q->num_computed = q->num_done = start;
+        q->n_cached = (int)n_cached;
         q->status = SEQ_RUNNING;
         remove_at(s->waiting, &s->n_waiting, 0);
         s->running[s->n_running++] = q;

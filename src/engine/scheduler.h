@@ -16,7 +16,9 @@
  *     preempted;
  *   - then waiting sequences FCFS while seats (max_num_seqs), the token budget and blocks
  *     allow; the first that does not fit stops admission (no overtaking). Cached prefix
- *     blocks are taken from the prefix cache and not recomputed. A sequence's sampler
+ *     blocks are taken from the prefix cache and not recomputed; when every token is
+ *     cached (a block-aligned context), only the last one is forwarded, for its logits,
+ *     with slot -1 (its KV stays in the shared block). A sequence's sampler
  *     (about 24 bytes per vocabulary entry) is created at its first admission, kept
  *     through preemption (its history and step must survive the recompute) and freed when
  *     it finishes: a queued sequence holds none. A constrained sequence's grammar matcher
@@ -140,7 +142,9 @@ struct sched_seq {
     int num_computed;       /* positions whose KV is written or in a planned / running step
                                (0 while waiting) */
     int num_done;           /* positions whose KV is written and committed */
-    int n_cached;           /* tokens served from the prefix cache at the last admission */
+    int n_cached;           /* tokens whose KV came from the prefix cache at the last
+                               admission (all of them on a full hit, whose last token is
+                               still forwarded for its logits, without a KV write) */
     bool ignore_eos;
     bool abort_requested;   /* sched_abort: dropped at the start of the next step */
     int logprobs;           /* -1 or the number of top alternatives */

@@ -135,7 +135,7 @@ static struct bm_seq *run_prompt(struct block_manager *bm, const int32_t *tokens
     if (rc) return NULL;
     int64_t nc = -1;
     CHECK(bm_seq_alloc_prompt(bm, s, tokens, n, &nc, err, sizeof err) == 0, "%s", err);
-    CHECK(bm_seq_append_slots(bm, s, n - nc, err, sizeof err) == 0, "%s", err);
+    CHECK(bm_seq_append_slots(bm, s, n - bm_seq_num_computed(s), err, sizeof err) == 0, "%s", err);
     CHECK(bm_seq_commit(bm, s, tokens, n, err, sizeof err) == 0, "%s", err);
     if (n_cached) *n_cached = nc;
     return s;
@@ -252,24 +252,131 @@ static void test_partial_and_full_hit(void)
     bm_seq_free(bm, a);
     bm_seq_free(bm, b);
 
-    /* 8 tokens = 2 full blocks, all cached: the last block is recomputed */
+    /* 8 tokens = 2 full blocks: the first block was cached by a and b */
     struct bm_seq *c = run_prompt(bm, p, 8, NULL, &nc);
     CHECK(nc == 4, "first: %lld", (long long)nc);
+    /* now both are cached: a full hit takes both, nothing new */
     struct bm_seq *d = run_prompt(bm, p, 8, NULL, &nc);
-    CHECK(nc == 4, "full hit leaves one block to compute: %lld", (long long)nc);
+    CHECK(nc == 8, "full hit: %lld", (long long)nc);
     int64_t q = -1;
     int nnew = -1;
-    CHECK(bm_can_allocate(bm, p, 8, NULL, 0, 8, &q, &nnew) && q == 4 && nnew == 1,
+    CHECK(bm_can_allocate(bm, p, 8, NULL, 0, 8, &q, &nnew) && q == 8 && nnew == 0,
           "can_allocate %lld %d", (long long)q, nnew);
+    CHECK(bm_can_allocate(bm, p, 8, NULL, 0, 9, &q, &nnew) && q == 8 && nnew == 1,
+          "can_allocate one more %lld %d", (long long)q, nnew);
     struct bm_seq *e = run_prompt(bm, p, 9, NULL, &nc);
     CHECK(nc == 8, "one more token: both blocks hit: %lld", (long long)nc);
     struct bm_seq *f = run_prompt(bm, p, 4, NULL, &nc);
-    CHECK(nc == 0, "a one-block prompt is computed: %lld", (long long)nc);
+    CHECK(nc == 4, "a one-block prompt hits in full too: %lld", (long long)nc);
     check_ok(bm, "full hit");
     bm_seq_free(bm, c);
     bm_seq_free(bm, d);
     bm_seq_free(bm, e);
     bm_seq_free(bm, f);
+    bm_free(bm);
+}
+
+/* A block-aligned prompt whose blocks are all cached: every block is taken (refcount++),
+ * only position n - 1 is left to forward and its slot is -1 (its KV is in the shared
+ * block); commit adds nothing to the cache; the first generated token starts a fresh
+ * block; freeing gives every block back. */
+static void test_full_hit_last_token(void)
+{
+    struct block_manager *bm;
+    char err[ERR_BUF];
+    CHECK(bm_create(&bm, 16, 4, true, KEY, err, sizeof err) == 0, "%s", err);
+    int32_t p[13] = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17};
+    int64_t nc = -1;
+    struct bm_seq *a = run_prompt(bm, p, 12, NULL, &nc); /* computes and caches 3 blocks */
+    CHECK(nc == 0, "cold: %lld", (long long)nc);
+    int na;
+    const int32_t *ta = bm_seq_block_table(a, &na);
+    int32_t a_blocks[3] = {ta[0], ta[1], ta[2]};
+    struct bm_stats st0, st;
+    bm_get_stats(bm, &st0);
+    CHECK(st0.num_cached == 3 && st0.num_free == 13, "cached %d free %d", st0.num_cached,
+          st0.num_free);
+
+    int64_t q = -1;
+    int nnew = -1;
+    CHECK(bm_can_allocate(bm, p, 12, NULL, 0, 12, &q, &nnew) && q == 12 && nnew == 0,
+          "can_allocate: %lld cached, %d new blocks", (long long)q, nnew);
+    struct bm_seq *b = NULL;
+    CHECK(bm_seq_create(bm, 13, NULL, 0, &b, err, sizeof err) == 0, "%s", err);
+    CHECK(bm_seq_alloc_prompt(bm, b, p, 12, &nc, err, sizeof err) == 0, "%s", err);
+    CHECK(nc == 12, "full hit: %lld cached", (long long)nc);
+    CHECK(bm_seq_num_computed(b) == 11 && bm_seq_num_tokens(b) == 11 &&
+          bm_seq_num_cached(b) == 12, "computed %lld tokens %lld cached %lld",
+          (long long)bm_seq_num_computed(b), (long long)bm_seq_num_tokens(b),
+          (long long)bm_seq_num_cached(b));
+    int nb;
+    const int32_t *tb = bm_seq_block_table(b, &nb);
+    CHECK(nb == 3, "%d blocks", nb);
+    for (int i = 0; i < 3 && i < nb; i++) {
+        CHECK(tb[i] == a_blocks[i], "block %d: %d, a has %d", i, tb[i], a_blocks[i]);
+        CHECK(bm_block_refcount(bm, tb[i]) == 2, "block %d refcount %d", i,
+              bm_block_refcount(bm, tb[i]));
+    }
+    bm_get_stats(bm, &st);
+    CHECK(st.num_free == st0.num_free && st.num_used == st0.num_used,
+          "a full hit takes no block: free %d used %d", st.num_free, st.num_used);
+    CHECK(st.hit_tokens - st0.hit_tokens == 12 && st.query_tokens - st0.query_tokens == 12,
+          "hit %llu of %llu", (unsigned long long)(st.hit_tokens - st0.hit_tokens),
+          (unsigned long long)(st.query_tokens - st0.query_tokens));
+
+    /* the last position: a slot in no new block, mapped to -1 */
+    CHECK(bm_seq_can_append(bm, b, 1), "room for the last token");
+    CHECK(bm_seq_append_slots(bm, b, 1, err, sizeof err) == 0, "%s", err);
+    bm_get_stats(bm, &st);
+    CHECK(st.num_free == st0.num_free && bm_seq_num_tokens(b) == 12, "free %d tokens %lld",
+          st.num_free, (long long)bm_seq_num_tokens(b));
+    int64_t slot = 123;
+    CHECK(bm_seq_slot_mapping(bm, b, 11, 1, &slot, err, sizeof err) == 0 && slot == -1,
+          "slot of the cached last position: %lld", (long long)slot);
+    CHECK(bm_seq_commit(bm, b, p, 12, err, sizeof err) == 0, "%s", err);
+    bm_get_stats(bm, &st);
+    CHECK(st.num_cached == 3, "commit re-registered blocks: %d cached", st.num_cached);
+    check_ok(bm, "full hit committed");
+
+    /* the first generated token: a fresh private block */
+    CHECK(bm_seq_append_slots(bm, b, 1, err, sizeof err) == 0, "%s", err);
+    tb = bm_seq_block_table(b, &nb);
+    CHECK(nb == 4 && bm_block_refcount(bm, tb[3]) == 1 && bm_block_cached_tokens(bm, tb[3]) == NULL,
+          "decode block: %d blocks, refcount %d", nb, nb == 4 ? bm_block_refcount(bm, tb[3]) : -1);
+    CHECK(bm_seq_slot_mapping(bm, b, 12, 1, &slot, err, sizeof err) == 0 && nb == 4 &&
+          slot == (int64_t)tb[3] * 4, "decode slot %lld", (long long)slot);
+    CHECK(bm_seq_commit(bm, b, p, 13, err, sizeof err) == 0, "%s", err);
+    bm_get_stats(bm, &st);
+    CHECK(st.num_free == st0.num_free - 1 && st.num_cached == 3, "free %d cached %d",
+          st.num_free, st.num_cached);
+    check_ok(bm, "decode");
+
+    /* preempted and readmitted on prompt + the generated token: 3 hits, 1 to compute */
+    bm_seq_release(bm, b);
+    CHECK(bm_seq_alloc_prompt(bm, b, p, 13, &nc, err, sizeof err) == 0 && nc == 12 &&
+          bm_seq_num_computed(b) == 12, "readmitted: %lld cached, %lld computed",
+          (long long)nc, (long long)bm_seq_num_computed(b));
+    CHECK(bm_seq_append_slots(bm, b, 1, err, sizeof err) == 0, "%s", err);
+    CHECK(bm_seq_slot_mapping(bm, b, 12, 1, &slot, err, sizeof err) == 0 && slot >= 0,
+          "a partial block is written: %lld", (long long)slot);
+
+    bm_seq_free(bm, a);
+    bm_seq_free(bm, b);
+    bm_get_stats(bm, &st);
+    CHECK(st.num_used == 0 && st.num_free + st.num_cached_idle == 16 && st.num_cached == 3,
+          "every block back: used %d free %d idle %d", st.num_used, st.num_free,
+          st.num_cached_idle);
+    check_ok(bm, "freed");
+
+    /* without prefix caching nothing is hit, even block-aligned */
+    struct block_manager *off;
+    CHECK(bm_create(&off, 8, 4, false, KEY, err, sizeof err) == 0, "%s", err);
+    struct bm_seq *c = run_prompt(off, p, 8, NULL, &nc);
+    struct bm_seq *d = run_prompt(off, p, 8, NULL, &nc);
+    CHECK(nc == 0, "caching off: %lld", (long long)nc);
+    bm_seq_free(off, c);
+    bm_seq_free(off, d);
+    bm_free(off);
     bm_free(bm);
 }
 
@@ -531,25 +638,27 @@ struct rstate {
     uint64_t *kv;            /* shadow KV: [num_blocks * bs] prefix identity per slot */
     int *cnt, *stamp;
     struct rseq q[R_MAX_SEQS];
-    int hits, evict_ops, refusals, preempts, finishes;
+    int hits, full_hits, evict_ops, refusals, preempts, finishes;
 };
 
 /* Every position < num_computed must hold its own prefix's identity in the shadow KV. */
 static bool r_kv_ok(struct rstate *r, struct rseq *q, int64_t upto)
 {
-    int64_t slots[R_MAX_TOK];
-    char err[ERR_BUF] = "";
-    if (upto == 0) return true;
-    if (bm_seq_slot_mapping(r->bm, q->h, 0, upto, slots, err, sizeof err)) {
-        CHECK(0, "slot mapping: %s", err);
+    int nb;
+    const int32_t *bt = bm_seq_block_table(q->h, &nb);
+    if (upto > (int64_t)nb * r->bs) {
+        CHECK(0, "%lld positions in %d blocks", (long long)upto, nb);
         return false;
     }
-    for (int64_t p = 0; p < upto; p++)
-        if (r->kv[slots[p]] != q->ctx[p]) {
+    /* the physical slot of each position (slot_mapping gives -1 for cache hits) */
+    for (int64_t p = 0; p < upto; p++) {
+        int64_t slot = (int64_t)bt[p / r->bs] * r->bs + p % r->bs;
+        if (r->kv[slot] != q->ctx[p]) {
             CHECK(0, "position %lld slot %lld holds another prefix's KV", (long long)p,
-                  (long long)slots[p]);
+                  (long long)slot);
             return false;
         }
+    }
     return true;
 }
 
@@ -574,11 +683,15 @@ static bool r_invariants(struct rstate *r)
         int nb;
         const int32_t *bt = bm_seq_block_table(q->h, &nb);
         int64_t ntok = bm_seq_num_tokens(q->h), ncomp = bm_seq_num_computed(q->h);
+        int64_t ncached = bm_seq_num_cached(q->h);
+        int64_t nwritten = ncomp > ncached ? ncomp : ncached; /* KV present */
         if (!q->running && nb != 0) {
             CHECK(0, "waiting seq holds %d blocks", nb);
             return false;
         }
-        if (nb != (ntok + r->bs - 1) / r->bs || ncomp > ntok || ntok > q->max_tok) {
+        /* after a full hit ncached = ncomp + 1 = ntok + 1, a block boundary */
+        if (nb != (ntok + r->bs - 1) / r->bs || ncomp > ntok || ntok > q->max_tok ||
+            ncached % r->bs || (ncached > ncomp && ncached != ncomp + 1)) {
             CHECK(0, "seq %d: %d blocks for %lld tokens, %lld computed", i, nb,
                   (long long)ntok, (long long)ncomp);
             return false;
@@ -592,7 +705,7 @@ static bool r_invariants(struct rstate *r)
             r->stamp[b] = i + 1;
             r->cnt[b]++;
             const int32_t *ct = bm_block_cached_tokens(r->bm, b);
-            bool writable = (int64_t)(k + 1) * r->bs > ncomp; /* holds uncomputed slots */
+            bool writable = (int64_t)(k + 1) * r->bs > nwritten; /* slots still to write */
             if (ct && (writable || memcmp(ct, q->tok + k * r->bs, (size_t)r->bs * 4))) {
                 CHECK(0, "seq %d block %d (id %d): cached tokens differ or still written", i,
                       k, b);
@@ -605,7 +718,7 @@ static bool r_invariants(struct rstate *r)
             }
         }
         for (int k = 0; k < nb; k++) r->stamp[bt[k]] = 0;
-        if (!r_kv_ok(r, q, ncomp)) return false;
+        if (!r_kv_ok(r, q, nwritten < q->n_tok ? nwritten : q->n_tok)) return false;
     }
     for (int b = 0; b < r->num_blocks; b++)
         if (bm_block_refcount(r->bm, b) != r->cnt[b]) {
@@ -632,11 +745,15 @@ static void r_admit(struct rstate *r, struct rseq *q, uint64_t *rng)
     bm_get_stats(r->bm, &st0);
     CHECK(bm_seq_alloc_prompt(r->bm, q->h, q->tok, q->n_tok, &nc, err, sizeof err) == 0, "%s",
           err);
-    CHECK(nc == want_nc && nc < q->n_tok && nc % r->bs == 0, "nc %lld, predicted %lld",
-          (long long)nc, (long long)want_nc);
+    int64_t start = bm_seq_num_computed(q->h);
+    CHECK(nc == want_nc && nc <= q->n_tok && nc % r->bs == 0 &&
+          start == (nc < q->n_tok ? nc : q->n_tok - 1) && bm_seq_num_tokens(q->h) == start,
+          "nc %lld, predicted %lld, start %lld", (long long)nc, (long long)want_nc,
+          (long long)start);
     if (nc > 0) r->hits++;
+    if (nc == q->n_tok) r->full_hits++;
     r_kv_ok(r, q, nc); /* a hit must bring exactly this prefix's KV */
-    int64_t more = chunk > nc ? chunk - nc : 0;
+    int64_t more = chunk > start ? chunk - start : 0;
     CHECK(bm_seq_append_slots(r->bm, q->h, more, err, sizeof err) == 0,
           "can_allocate said yes: %s", err);
     bm_get_stats(r->bm, &st1);
@@ -652,7 +769,16 @@ static void r_compute(struct rstate *r, struct rseq *q)
     int64_t slots[R_MAX_TOK];
     CHECK(bm_seq_slot_mapping(r->bm, q->h, c0, c1 - c0, slots, err, sizeof err) == 0, "%s",
           err);
-    for (int64_t p = c0; p < c1; p++) r->kv[slots[p - c0]] = q->ctx[p];
+    for (int64_t p = c0; p < c1; p++) {
+        int64_t slot = slots[p - c0];
+        if (slot >= 0) {
+            r->kv[slot] = q->ctx[p];
+            continue;
+        }
+        /* a full hit's last position: its KV is in the shared block already */
+        CHECK(p < bm_seq_num_cached(q->h), "position %lld: slot -1 but not a cache hit",
+              (long long)p);
+    }
     CHECK(bm_seq_commit(r->bm, q->h, q->tok, c1, err, sizeof err) == 0, "%s", err);
 }
 
@@ -754,6 +880,8 @@ static void run_random(uint64_t seed, int num_blocks, int bs, bool caching, int 
         if (test_cur_failed_ || !r_invariants(&r)) break;
     }
     CHECK(k == ops, "seed %llu: stopped at op %d", (unsigned long long)seed, k);
+    printf("  seed %llu: %d hits (%d full), %d evicting ops, %d preemptions\n",
+           (unsigned long long)seed, r.hits, r.full_hits, r.evict_ops, r.preempts);
     for (int i = 0; i < R_MAX_SEQS; i++)
         if (r.q[i].live) bm_seq_free(r.bm, r.q[i].h);
     struct bm_stats st;
@@ -765,8 +893,8 @@ static void run_random(uint64_t seed, int num_blocks, int bs, bool caching, int 
     CHECK(r.preempts > 0 && r.refusals > 0 && r.finishes > 0, "preempts %d refusals %d "
           "finishes %d", r.preempts, r.refusals, r.finishes);
     if (caching)
-        CHECK(r.hits > 50 && r.evict_ops > 50 && st.hit_tokens > 0, "hits %d evictions %d",
-              r.hits, r.evict_ops);
+        CHECK(r.hits > 50 && r.full_hits > 0 && r.evict_ops > 50 && st.hit_tokens > 0,
+              "hits %d (full %d) evictions %d", r.hits, r.full_hits, r.evict_ops);
     else
         CHECK(r.hits == 0 && st.num_cached == 0, "no caching: hits %d", r.hits);
     free(r.kv);
@@ -796,6 +924,7 @@ int main(void)
     RUN(test_prefix_hits);
     RUN(test_salt_separation);
     RUN(test_partial_and_full_hit);
+    RUN(test_full_hit_last_token);
     RUN(test_lru_eviction_order);
     RUN(test_can_allocate_counts_idle_hits);
     RUN(test_duplicate_commit);

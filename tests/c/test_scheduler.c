@@ -8,7 +8,9 @@
  * CPU backend computes in submit, so ON exercises the one-step lag exactly as the CUDA
  * backend does). The forward computes every row independently (per-row activation
  * quantization, one dot per (weight row, token), KV written before attention reads it),
- * so equality is exact. Also: seeded sampling, stop strings found while the next step
+ * so equality is exact. Full prefix-cache hits (a block-aligned context whose blocks are
+ * all cached) forward one row, without a KV write, and keep tokens and logprobs exact
+ * (test_full_hit*). Also: seeded sampling, stop strings found while the next step
  * runs, per-sequence max_tokens, samplers created at admission (none while queued), a row
  * that cannot be sampled (NaN logits, TESSERA_TEST_FAULT) failing only its sequence, and
  * a backend fault failing the step.
@@ -335,6 +337,288 @@ static void test_prefix(void)
     sched_free(s);
 }
 
+/* ---- full prefix-cache hits: only the last token is forwarded ------------------------ */
+
+#define FH_MAXS 4   /* sequences per run */
+#define FH_GEN 24   /* most tokens generated per sequence */
+#define FH_TOP 5    /* top logprobs compared */
+
+/* Collector that also keeps logprobs and what each admission found in the cache. */
+struct fh_collect {
+    int64_t id[FH_MAXS];
+    int n_prompt[FH_MAXS];
+    int32_t tok[FH_MAXS][FH_GEN];
+    float lp[FH_MAXS][FH_GEN][1 + FH_TOP]; /* the sampled token's, then the top ones */
+    int32_t top[FH_MAXS][FH_GEN][FH_TOP];
+    int n[FH_MAXS];
+    enum sched_finish finish[FH_MAXS];
+    int admissions[FH_MAXS];
+    int first_cached[FH_MAXS];  /* n_cached at the first admission */
+    int full_readmits[FH_MAXS]; /* readmissions whose whole context was cached */
+};
+
+static void fh_on_output(void *ud, const struct sched_output *o)
+{
+    struct fh_collect *c = ud;
+    for (int i = 0; i < FH_MAXS; i++) {
+        if (c->id[i] != o->seq_id) continue;
+        if (o->admitted) {
+            /* tokens reported before the admitted event are the context's generated part */
+            if (c->admissions[i]++ == 0) c->first_cached[i] = o->n_cached;
+            else if (o->n_cached == c->n_prompt[i] + c->n[i]) c->full_readmits[i]++;
+        }
+        if (o->token >= 0 && c->n[i] < FH_GEN) {
+            int k = c->n[i]++;
+            c->tok[i][k] = o->token;
+            if (o->logprob) {
+                c->lp[i][k][0] = o->logprob->logprob;
+                for (int j = 0; j < FH_TOP && j < o->logprob->n_top; j++) {
+                    c->lp[i][k][1 + j] = o->logprob->top_logprobs[j];
+                    c->top[i][k][j] = o->logprob->top_ids[j];
+                }
+            }
+        }
+        if (o->finished) c->finish[i] = o->finish;
+        return;
+    }
+}
+
+static int fh_add(struct sched *s, struct fh_collect *c, int slot, const int32_t *ids, int n,
+                  int max_tokens)
+{
+    char err[ERR_BUF];
+    struct sched_seq_params sp;
+    sched_seq_params_default(&sp);
+    sp.sp.temperature = 0;
+    sp.max_tokens = max_tokens;
+    sp.ignore_eos = true; /* lengths do not depend on what is generated */
+    sp.logprobs = FH_TOP;
+    c->n_prompt[slot] = n;
+    int rc = sched_add(s, ids, n, &sp, &c->id[slot], err, sizeof err);
+    CHECK(rc == 0, "sched_add: %s", err);
+    return rc;
+}
+
+static bool fh_drain(struct sched *s, struct fh_collect *c)
+{
+    char err[ERR_BUF];
+    for (int steps = 0; sched_has_work(s); steps++) {
+        if (steps > 10000 || sched_step(s, fh_on_output, c, err, sizeof err)) {
+            CHECK(0, "sched_step: %s", err);
+            return false;
+        }
+    }
+    return true;
+}
+
+static struct sched_config fh_cfg(enum kv_dtype dt, bool caching)
+{
+    struct sched_config cfg = base_cfg();
+    cfg.enable_prefix_caching = caching;
+    cfg.backend.kv_dtype = dt;
+    return cfg;
+}
+
+/* Sequence i of got against sequence j of ref: the same tokens; logprobs bitwise on the
+ * CPU (every row is computed independently there, and a hit's KV is the very bytes the
+ * uncached run wrote and read), within rounding on the emulated GPU. There a cached block
+ * may hold KV computed by decode steps where the reference computed it in a prefill (other
+ * kernels, other rounding), so a near tie may flip: a different token is accepted only
+ * where the reference's two best logprobs are within rounding and the other run chose the
+ * second of them; the contexts part there, so the comparison stops. */
+static void fh_same(const struct fh_collect *got, int i, const struct fh_collect *ref, int j,
+                    const char *what)
+{
+    CHECK(got->n[i] == ref->n[j] && got->finish[i] == FINISH_LENGTH, "%s: %d tokens vs %d",
+          what, got->n[i], ref->n[j]);
+    bool exact = g_device != BACKEND_DEVICE_CUDA;
+    for (int k = 0; k < got->n[i] && k < ref->n[j]; k++) {
+        if (!exact && got->tok[i][k] != ref->tok[j][k] && got->tok[i][k] == ref->top[j][k][1] &&
+            ref->lp[j][k][1] - ref->lp[j][k][2] <= 0.02f) {
+            printf("  %s: token %d parts at a near tie (%d %.4f vs %d %.4f)\n", what, k,
+                   ref->top[j][k][0], ref->lp[j][k][1], ref->top[j][k][1], ref->lp[j][k][2]);
+            break;
+        }
+        CHECK(got->tok[i][k] == ref->tok[j][k], "%s: token %d: %d vs %d", what, k,
+              got->tok[i][k], ref->tok[j][k]);
+        for (int t = 0; t <= FH_TOP; t++) {
+            float a = got->lp[i][k][t], b = ref->lp[j][k][t];
+            if (exact) CHECK(memcmp(&a, &b, sizeof a) == 0, "%s: token %d logprob %d: %.9g vs %.9g", what,
+                             k, t, a, b);
+            else CHECK(fabsf(a - b) <= 0.02f, "%s: token %d logprob %d: %g vs %g", what, k, t, a, b);
+            if (exact && t < FH_TOP)
+                CHECK(got->top[i][k][t] == ref->top[j][k][t], "%s: token %d top %d", what, k, t);
+        }
+    }
+}
+
+static void fh_prompt(int32_t *ids, int n, uint32_t seed)
+{
+    for (int k = 0; k < n; k++) {
+        seed = seed * 1664525u + 1013904223u;
+        ids[k] = 300 + (int32_t)((seed >> 8) % 20000);
+    }
+}
+
+/* A repeated block-aligned prompt (16, 32, 128 tokens) forwards exactly one token on its
+ * second request, reports every token cached, and generates the same tokens and logprobs
+ * as without the cache; two copies in one step both take the hit; F16 and FP8 KV. */
+static void test_full_hit(void)
+{
+    static const int lens[] = { 16, 32, SLOW ? 64 : 128 };
+    static const enum kv_dtype dts[] = { KV_F16, KV_FP8_E4M3 };
+    char err[ERR_BUF], what[96];
+    for (int d = 0; d < 2; d++) {
+        for (int li = 0; li < 3; li++) {
+            int n = lens[li];
+            int32_t ids[128];
+            fh_prompt(ids, n, 777u + (uint32_t)n);
+            snprintf(what, sizeof what, "%d tokens, %s KV, %s", n, kv_dtype_name(dts[d]), overlap_name());
+            /* reference: no prefix caching */
+            static struct fh_collect ref, got;
+            memset(&ref, 0, sizeof ref);
+            memset(&got, 0, sizeof got);
+            struct sched *s = NULL;
+            struct sched_config cfg = fh_cfg(dts[d], false);
+            if (sched_create(&s, g_model, &cfg, err, sizeof err)) { CHECK(0, "sched_create: %s", err); return; }
+            fh_add(s, &ref, 0, ids, n, GEN);
+            fh_drain(s, &ref);
+            sched_free(s);
+
+            cfg = fh_cfg(dts[d], true);
+            if (sched_create(&s, g_model, &cfg, err, sizeof err)) { CHECK(0, "sched_create: %s", err); return; }
+            fh_add(s, &got, 0, ids, n, GEN); /* cold: computes and caches every block */
+            fh_drain(s, &got);
+            struct sched_stats st0, st1;
+            sched_get_stats(s, &st0);
+            fh_add(s, &got, 1, ids, n, GEN); /* warm: a full hit */
+            if (sched_step(s, fh_on_output, &got, err, sizeof err)) CHECK(0, "sched_step: %s", err);
+            sched_get_stats(s, &st1);
+            CHECK(st1.batched_tokens - st0.batched_tokens == 1 && st1.prefill_tokens == st0.prefill_tokens,
+                  "%s: the hit forwarded %llu rows (%llu prefill)", what,
+                  (unsigned long long)(st1.batched_tokens - st0.batched_tokens),
+                  (unsigned long long)(st1.prefill_tokens - st0.prefill_tokens));
+            CHECK(st1.bm.hit_tokens - st0.bm.hit_tokens == (uint64_t)n, "%s: %llu hit tokens", what,
+                  (unsigned long long)(st1.bm.hit_tokens - st0.bm.hit_tokens));
+            CHECK(st1.bm.num_free == st0.bm.num_free, "%s: the hit took %d blocks", what,
+                  st0.bm.num_free - st1.bm.num_free);
+            fh_drain(s, &got);
+            CHECK(got.first_cached[0] == 0 && got.first_cached[1] == n, "%s: cached %d then %d", what,
+                  got.first_cached[0], got.first_cached[1]);
+            fh_same(&got, 0, &ref, 0, what);
+            fh_same(&got, 1, &ref, 0, what);
+
+            /* two copies in one step: both full hits, two rows */
+            sched_get_stats(s, &st0);
+            fh_add(s, &got, 2, ids, n, GEN);
+            fh_add(s, &got, 3, ids, n, GEN);
+            if (sched_step(s, fh_on_output, &got, err, sizeof err)) CHECK(0, "sched_step: %s", err);
+            sched_get_stats(s, &st1);
+            CHECK(st1.batched_tokens - st0.batched_tokens == 2, "%s: two hits forwarded %llu rows", what,
+                  (unsigned long long)(st1.batched_tokens - st0.batched_tokens));
+            fh_drain(s, &got);
+            CHECK(got.first_cached[2] == n && got.first_cached[3] == n, "%s: pair cached %d %d", what,
+                  got.first_cached[2], got.first_cached[3]);
+            fh_same(&got, 2, &ref, 0, what);
+            fh_same(&got, 3, &ref, 0, what);
+            check_blocks_idle(s, what);
+            sched_free(s);
+        }
+    }
+}
+
+/* Two copies of a cold block-aligned prompt admitted in the same step both compute it (the
+ * second's blocks stay private); a third then hits in full. */
+static void test_full_hit_same_step_cold(void)
+{
+    char err[ERR_BUF];
+    int32_t ids[32];
+    fh_prompt(ids, 32, 4242u);
+    static struct fh_collect ref, got;
+    memset(&ref, 0, sizeof ref);
+    memset(&got, 0, sizeof got);
+    struct sched *s = NULL;
+    struct sched_config cfg = fh_cfg(KV_F16, false);
+    if (sched_create(&s, g_model, &cfg, err, sizeof err)) { CHECK(0, "sched_create: %s", err); return; }
+    fh_add(s, &ref, 0, ids, 32, GEN);
+    fh_drain(s, &ref);
+    sched_free(s);
+    cfg = fh_cfg(KV_F16, true);
+    if (sched_create(&s, g_model, &cfg, err, sizeof err)) { CHECK(0, "sched_create: %s", err); return; }
+    struct sched_stats st0, st1;
+    fh_add(s, &got, 0, ids, 32, GEN);
+    fh_add(s, &got, 1, ids, 32, GEN);
+    if (sched_step(s, fh_on_output, &got, err, sizeof err)) CHECK(0, "sched_step: %s", err);
+    sched_get_stats(s, &st0);
+    CHECK(st0.batched_tokens == 64, "cold pair forwarded %llu rows", (unsigned long long)st0.batched_tokens);
+    fh_drain(s, &got);
+    fh_add(s, &got, 2, ids, 32, GEN);
+    if (sched_step(s, fh_on_output, &got, err, sizeof err)) CHECK(0, "sched_step: %s", err);
+    sched_get_stats(s, &st1);
+    CHECK(st1.batched_tokens - st0.batched_tokens == 2 * (GEN - 1) + 1,
+          "the third forwarded %llu rows", (unsigned long long)(st1.batched_tokens - st0.batched_tokens - 2 * (GEN - 1)));
+    fh_drain(s, &got);
+    CHECK(got.first_cached[0] == 0 && got.first_cached[1] == 0 && got.first_cached[2] == 32,
+          "cached %d %d, third %d", got.first_cached[0], got.first_cached[1], got.first_cached[2]);
+    for (int i = 0; i < 3; i++) fh_same(&got, i, &ref, 0, "same step, cold");
+    check_blocks_idle(s, "same step, cold");
+    sched_free(s);
+}
+
+/* Preemption whose readmission finds the whole context (prompt and generated tokens) in
+ * the cache: B (prompt P, 32 tokens) is preempted when its context is P + 16 generated
+ * tokens, while D (prompt P + those 16 tokens, the reference's) holds exactly those three
+ * blocks; B comes back with a full hit and forwards only its last token. C, older, fills
+ * the 7-block pool so that it needs a block at that very step. */
+static void test_full_hit_after_preemption(void)
+{
+    char err[ERR_BUF];
+    int32_t p[32], c_ids[17], d_ids[48];
+    fh_prompt(p, 32, 99u);
+    fh_prompt(c_ids, 17, 1234u);
+    static struct fh_collect ref, got;
+    memset(&ref, 0, sizeof ref);
+    memset(&got, 0, sizeof got);
+    struct sched *s = NULL;
+    struct sched_config cfg = fh_cfg(KV_F16, false);
+    cfg.max_model_len = 112;
+    if (sched_create(&s, g_model, &cfg, err, sizeof err)) { CHECK(0, "sched_create: %s", err); return; }
+    fh_add(s, &ref, 0, p, 32, FH_GEN);      /* B's (and W's) reference */
+    fh_drain(s, &ref);
+    memcpy(d_ids, p, sizeof p);
+    memcpy(d_ids + 32, ref.tok[0], 16 * sizeof(int32_t));
+    fh_add(s, &ref, 1, d_ids, 48, 20);      /* D */
+    fh_add(s, &ref, 2, c_ids, 17, 20);      /* C */
+    fh_drain(s, &ref);
+    sched_free(s);
+
+    cfg = fh_cfg(KV_F16, true);
+    cfg.max_model_len = 112;
+    cfg.backend.num_blocks = 7;
+    cfg.overlap = SCHED_OVERLAP_OFF; /* the step arithmetic above assumes no lag */
+    if (sched_create(&s, g_model, &cfg, err, sizeof err)) { CHECK(0, "sched_create: %s", err); return; }
+    fh_add(s, &got, 3, p, 32, FH_GEN);      /* W: caches P + its first 16 tokens */
+    fh_drain(s, &got);
+    fh_add(s, &got, 2, c_ids, 17, 20);
+    fh_add(s, &got, 1, d_ids, 48, 20);
+    fh_add(s, &got, 0, p, 32, FH_GEN);
+    fh_drain(s, &got);
+    struct sched_stats st;
+    sched_get_stats(s, &st);
+    CHECK(st.preemptions > 0, "no preemption");
+    CHECK(got.full_readmits[0] >= 1, "B readmitted %d times, never with its whole context cached",
+          got.admissions[0] - 1);
+    printf("  %llu preemptions; B admitted %d times (%d full hits), D %d\n",
+           (unsigned long long)st.preemptions, got.admissions[0], got.full_readmits[0] + (got.first_cached[0] == 32),
+           got.admissions[1]);
+    fh_same(&got, 0, &ref, 0, "B");
+    fh_same(&got, 1, &ref, 1, "D");
+    fh_same(&got, 2, &ref, 2, "C");
+    fh_same(&got, 3, &ref, 0, "W");
+    check_blocks_idle(s, "full hit after preemption");
+    sched_free(s);
+}
+
 /* Aborts: one queued, one mid-prefill, one mid-decode, one at a fixed step whatever its
  * state; the others must be unaffected and every block returned. */
 static void test_abort(void)
@@ -657,8 +941,11 @@ int main(void)
         RUN(test_preemption);
         RUN(test_chunked);
         RUN(test_prefix);
+        RUN(test_full_hit);
         RUN(test_abort);
     }
+    RUN(test_full_hit_same_step_cold);
+    RUN(test_full_hit_after_preemption);
     RUN(test_seeded_overlap);
     RUN(test_samplers_at_admission);
     RUN(test_row_error);

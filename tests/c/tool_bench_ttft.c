@@ -3,12 +3,14 @@
  * cache hit) versus prefix-cache hit, side by side in one run.
  *
  *   build/tests/tool_bench_ttft [--model M] [--threads T] [--reps R] [--system-tokens N]
- *                               [--kv-mib MIB]
+ *                               [--kv-mib MIB] [--user-suffix 0|1]
  *
  * Cold and hit requests alternate in the same engine, one at a time, max_tokens 1. A cold
  * request carries a cache salt never used before, so none of its blocks can match (the
  * same as an empty cache for that request, without rebuilding the engine); a hit request
- * has no salt and finds the system prompt cached by a warm-up request. Reports the median,
+ * has no salt and finds the system prompt cached by a warm-up request. With --user-suffix 0
+ * every request is the system prompt alone, repeated exactly (a full hit when N is a
+ * multiple of the 16-token block: only the last token is forwarded). Reports the median,
  * min and max of req_output.t_first_token (submit → first token, queueing included) and
  * the cached-token counts, then the KV capacity of a memory budget for each KV dtype
  * (bytes per token from the KV layout, kv_cache_block_bytes).
@@ -65,13 +67,14 @@ static double run_one(struct engine *e, const int32_t *ids, int n, const char *s
 int main(int argc, char **argv)
 {
     const char *model_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    int threads = 2, reps = 7, sys_tokens = 1000, kv_mib = 1024;
+    int threads = 2, reps = 7, sys_tokens = 1000, kv_mib = 1024, suffix = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model")) model_path = argv[i + 1];
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--system-tokens")) sys_tokens = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--kv-mib")) kv_mib = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--user-suffix")) suffix = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "unknown option %s\n", argv[i]);
             return 2;
@@ -125,7 +128,7 @@ int main(int argc, char **argv)
             char user[96], salt[32];
             snprintf(user, sizeof user, "\nUser %d: How many items can I borrow, and for how long? (%d)\n",
                      i + 2, kind);
-            int nu = tok_encode(m->tok, user, strlen(user), false, false, ids + sys_tokens, 64);
+            int nu = suffix ? tok_encode(m->tok, user, strlen(user), false, false, ids + sys_tokens, 64) : 0;
             n = sys_tokens + nu;
             snprintf(salt, sizeof salt, "cold-%d", i + 1);
             double t = run_one(e, ids, n, kind == 0 ? salt : NULL, &nc);
@@ -136,7 +139,7 @@ int main(int argc, char **argv)
     }
     qsort(cold, (size_t)reps, sizeof *cold, cmp_double);
     qsort(hit, (size_t)reps, sizeof *hit, cmp_double);
-    printf("TTFT, %s, %d threads, %d-token shared system prompt + ~%d-token user suffix, "
+    printf("TTFT, %s, %d threads, %d-token shared prompt + %d-token user suffix, "
            "%d reps (median [min, max]):\n\n", m->name, threads, sys_tokens, n - sys_tokens, reps);
     printf("| case | cached tokens (mean) | TTFT median | min | max |\n| --- | --- | --- | --- | --- |\n");
     printf("| cold (fresh salt) | %d | %.1f ms | %.1f | %.1f |\n", cold_cached / reps,
