@@ -51,9 +51,10 @@
 
 /* ---- activations ---- */
 
-/* Quantizes one token row into its tile lane; rounding as quantize_avx2/quantize_scalar
- * (d = amax / 127, q = round-to-nearest-even(x / d) clamped to +-127). */
-static void pack_act_quant(enum dtype wt, const float *x, int64_t n, uint8_t *tile, int lane)
+/* Quantizes one token row into lane `lane` of a tile tw tokens wide (GEMM_TILE, or 1 for a
+ * lone token: then a block is 40 contiguous bytes); rounding as quantize_avx2 /
+ * quantize_scalar (d = amax / 127, q = round-to-nearest-even(x / d) clamped to +-127). */
+static void pack_act_quant(enum dtype wt, const float *x, int64_t n, uint8_t *tile, int lane, int tw)
 {
     const int o = gemm_code_offset(wt), with_min = gemm_kind_of(wt) == GEMM_MIN;
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
@@ -71,27 +72,32 @@ static void pack_act_quant(enum dtype wt, const float *x, int64_t n, uint8_t *ti
         int32_t w[8];
         _mm_storeu_si128((__m128i *)w, _mm512_cvtepi32_epi8(q0));
         _mm_storeu_si128((__m128i *)(w + 4), _mm512_cvtepi32_epi8(q1));
-        uint8_t *blk = tile + (size_t)b * GEMM_QACT_BLOCK;
+        uint8_t *blk = tile + (size_t)b * 40 * (size_t)tw;
         int32_t *q4 = (int32_t *)blk;
-        for (int j = 0; j < 8; j++) q4[j * GEMM_TILE + lane] = w[j];
-        ((float *)(blk + 32 * GEMM_TILE))[lane] = d;
+        for (int j = 0; j < 8; j++) q4[j * tw + lane] = w[j];
+        ((float *)(blk + 32 * tw))[lane] = d;
         if (with_min)
-            ((float *)(blk + 36 * GEMM_TILE))[lane] = d * (float)sum;
+            ((float *)(blk + 36 * tw))[lane] = d * (float)sum;
         else
-            ((int32_t *)(blk + 36 * GEMM_TILE))[lane] = -o * sum;
+            ((int32_t *)(blk + 36 * tw))[lane] = -o * sum;
     }
 }
 
 static void gemm_pack_act(enum dtype wt, const float *x, int64_t n, int num_tokens, int t0, int t1,
                           void *act)
 {
+    if (num_tokens == 1) { /* one token: a tile of width 1 (the decode kernels' layout) */
+        if (gemm_kind_of(wt) == GEMM_FLOAT) memcpy(act, x, sizeof(float) * (size_t)n);
+        else pack_act_quant(wt, x, n, act, 0, 1);
+        return;
+    }
     if (gemm_kind_of(wt) == GEMM_FLOAT) { /* x[n][GEMM_TILE] per tile */
         const size_t tile_floats = (size_t)n * GEMM_TILE;
         for (int t = t0; t < t1; t++) {
             float *xf = (float *)act + (size_t)(t / GEMM_TILE) * tile_floats + t % GEMM_TILE;
             for (int64_t k = 0; k < n; k++) xf[k * GEMM_TILE] = x[(size_t)t * (size_t)n + (size_t)k];
         }
-        if (t1 == num_tokens && num_tokens > 1 && num_tokens % GEMM_TILE) {
+        if (t1 == num_tokens && num_tokens % GEMM_TILE) {
             float *xf = (float *)act + (size_t)(num_tokens / GEMM_TILE) * tile_floats;
             for (int64_t k = 0; k < n; k++)
                 for (int lane = num_tokens % GEMM_TILE; lane < GEMM_TILE; lane++) xf[k * GEMM_TILE + lane] = 0.0f;
@@ -101,8 +107,8 @@ static void gemm_pack_act(enum dtype wt, const float *x, int64_t n, int num_toke
     const size_t tile_bytes = (size_t)(n / 32) * GEMM_QACT_BLOCK;
     for (int t = t0; t < t1; t++)
         pack_act_quant(wt, x + (size_t)t * (size_t)n, n, (uint8_t *)act + (size_t)(t / GEMM_TILE) * tile_bytes,
-                       t % GEMM_TILE);
-    if (t1 == num_tokens && num_tokens > 1 && num_tokens % GEMM_TILE) { /* zero tokens pad the last tile */
+                       t % GEMM_TILE, GEMM_TILE);
+    if (t1 == num_tokens && num_tokens % GEMM_TILE) { /* zero tokens pad the last tile */
         uint8_t *tile = (uint8_t *)act + (size_t)(num_tokens / GEMM_TILE) * tile_bytes;
         for (int lane = num_tokens % GEMM_TILE; lane < GEMM_TILE; lane++)
             for (int64_t b = 0; b < n / 32; b++) {
@@ -265,8 +271,8 @@ static inline __attribute__((always_inline)) __m512i block_isum(enum dtype wt, c
     _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
         __m512i wa, wb;
         step_codes(wt, pb, k, &wa, &wb);
-        a0 = _mm512_dpbusd_epi32(a0, wa, _mm512_set1_epi32(q4[2 * k * GEMM_TILE]));
-        a1 = _mm512_dpbusd_epi32(a1, wb, _mm512_set1_epi32(q4[(2 * k + 1) * GEMM_TILE]));
+        a0 = _mm512_dpbusd_epi32(a0, wa, _mm512_set1_epi32(q4[2 * k]));
+        a1 = _mm512_dpbusd_epi32(a1, wb, _mm512_set1_epi32(q4[2 * k + 1]));
     }
     return _mm512_add_epi32(a0, a1);
 }
@@ -275,12 +281,20 @@ static inline __attribute__((always_inline)) __m512 block_step(enum dtype wt, co
                                                                __m512 acc)
 {
     const int32_t *q4 = (const int32_t *)xb;
-    const float xd = ((const float *)(xb + 32 * GEMM_TILE))[0];
-    const __m512i is = block_isum(wt, pb, q4, ((const int32_t *)(xb + 36 * GEMM_TILE))[0]);
+    float xd, xs;
+    int32_t c;
+    memcpy(&xd, xb + 32, 4);
+    memcpy(&c, xb + 36, 4);
+    memcpy(&xs, xb + 36, 4);
+    const __m512i is = block_isum(wt, pb, q4, c);
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(sb_dw(pb), _mm512_set1_ps(xd)), acc);
-    if (sb_has_min(wt)) acc = _mm512_fmadd_ps(sb_mw(pb), _mm512_set1_ps(((const float *)(xb + 36 * GEMM_TILE))[0]), acc);
+    if (sb_has_min(wt)) acc = _mm512_fmadd_ps(sb_mw(pb), _mm512_set1_ps(xs), acc);
     return acc;
 }
+
+#ifndef GEMV_PAIRS
+#define GEMV_PAIRS 0
+#endif
 
 static inline __attribute__((always_inline)) void gemv_quant(enum dtype wt, int64_t nb, const uint8_t *w,
                                                              int64_t nrows, const uint8_t *xa, float *y, int64_t s0,
@@ -288,11 +302,11 @@ static inline __attribute__((always_inline)) void gemv_quant(enum dtype wt, int6
 {
     const size_t stride = (size_t)nb * (size_t)sb_bytes(wt);
     int64_t s = s0;
-    for (; s + 2 <= s1; s += 2) {
+    for (; GEMV_PAIRS && s + 2 <= s1; s += 2) {
         const uint8_t *p0 = w + (size_t)s * stride, *p1 = p0 + stride;
         __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *xb = xa + (size_t)b * GEMM_QACT_BLOCK;
+            const uint8_t *xb = xa + (size_t)b * 40;
             acc0 = block_step(wt, p0 + (size_t)b * (size_t)sb_bytes(wt), xb, acc0);
             acc1 = block_step(wt, p1 + (size_t)b * (size_t)sb_bytes(wt), xb, acc1);
         }
@@ -300,11 +314,11 @@ static inline __attribute__((always_inline)) void gemv_quant(enum dtype wt, int6
         _mm512_storeu_ps(y + r0, acc0);
         _mm512_mask_storeu_ps(y + r0 + GQ_STRIP, nv >= GQ_STRIP ? (__mmask16)0xFFFF : (__mmask16)((1u << nv) - 1), acc1);
     }
-    if (s < s1) {
+    for (; s < s1; s++) {
         const uint8_t *p0 = w + (size_t)s * stride;
         __m512 acc = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b++)
-            acc = block_step(wt, p0 + (size_t)b * (size_t)sb_bytes(wt), xa + (size_t)b * GEMM_QACT_BLOCK, acc);
+            acc = block_step(wt, p0 + (size_t)b * (size_t)sb_bytes(wt), xa + (size_t)b * 40, acc);
         const int64_t r0 = s * GQ_STRIP, nv = nrows - r0;
         _mm512_mask_storeu_ps(y + r0, nv >= GQ_STRIP ? (__mmask16)0xFFFF : (__mmask16)((1u << nv) - 1), acc);
     }
@@ -375,7 +389,7 @@ static void micro_float(const float *wp, const float *xt, int kc, float *y, int6
     }
 }
 
-/* One token over strips [s0, s1): x from the packed activations (x[k * GEMM_TILE]). */
+/* One token over strips [s0, s1): x[n] as packed for one token (a plain copy). */
 static inline __attribute__((always_inline)) void gemv_float(enum dtype wt, int64_t n, const uint8_t *w,
                                                              int64_t nrows, const float *xt, float *y, int64_t s0,
                                                              int64_t s1)
@@ -385,7 +399,7 @@ static inline __attribute__((always_inline)) void gemv_float(enum dtype wt, int6
         const uint8_t *p = w + (size_t)s * stride;
         __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
         for (int64_t k = 0; k < n; k++) {
-            const __m512 xb = _mm512_set1_ps(xt[k * GEMM_TILE]);
+            const __m512 xb = _mm512_set1_ps(xt[k]);
             a0 = _mm512_fmadd_ps(ld16_packed(wt, p + (size_t)k * GF_STRIP * es), xb, a0);
             a1 = _mm512_fmadd_ps(ld16_packed(wt, p + ((size_t)k * GF_STRIP + 16) * es), xb, a1);
         }

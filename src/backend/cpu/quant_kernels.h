@@ -64,7 +64,8 @@ typedef void (*quant_act_fn)(enum dtype act, const float *x, int64_t b0, int64_t
 /* ---- packed-weight kernels (gemm_*.c) ----
  *
  * Activations are packed once per matmul into tiles of GEMM_TILE tokens (the last tile
- * of a batch padded with zero tokens; one token fills lane 0 only), token-interleaved so a micro-kernel reads one sequential
+ * of a batch padded with zero tokens; a lone token, decode, is packed as a tile of width 1:
+ * the same fields with GEMM_TILE read as 1, so a block is 40 contiguous bytes), token-interleaved so a micro-kernel reads one sequential
  * stream with constant offsets per token:
  *   32-element quantized weights (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1): per tile, per block b of
  *     32 elements, GEMM_QACT_BLOCK bytes:
