@@ -134,31 +134,33 @@ static inline int sb_codes(enum dtype wt)
     }
 }
 
-/* Unsigned codes u[32] (element order) of one GGUF block at b (see the header). */
-static void block_codes(enum dtype wt, const uint8_t *b, uint8_t u[32])
+/* Row r of a strip-block pb (zeroed beforehand) from one GGUF block at blk. Unsigned
+ * codes u[e] (e = element): Q8_0 w + 128; 4-bit types q[e] & 15 for e < 16, q[e - 16] >> 4
+ * above (q: the block's 16 nibble bytes); Q5_? add bit e of qh as 0x10. Step j of the
+ * packed codes holds u[4j..4j+3]; 4-bit steps 2k (low nibble) and 2k+1 (high) share a
+ * byte, so for k < 2 the byte takes two low nibbles of q and for k >= 2 two high ones. */
+static void pack_row_block(enum dtype wt, const uint8_t *blk, int r, uint8_t *pb)
 {
-    uint32_t qh = 0;
-    switch (wt) {
-    case DT_Q8_0:
-        for (int i = 0; i < 32; i++) u[i] = (uint8_t)(b[2 + i] ^ 0x80);
-        return;
-    case DT_Q4_0: case DT_Q4_1: {
-        const uint8_t *q = b + (wt == DT_Q4_0 ? 2 : 4);
-        for (int i = 0; i < 16; i++) {
-            u[i] = q[i] & 0x0F;
-            u[i + 16] = q[i] >> 4;
-        }
+    memcpy(pb + 2 * r, blk, 2); /* dw (f16) */
+    if (sb_has_min(wt)) memcpy(pb + 32 + 2 * r, blk + 2, 2);
+    if (wt == DT_Q8_0) {
+        for (int j = 0; j < 8; j++)
+            for (int i = 0; i < 4; i++) pb[32 + 64 * j + 4 * r + i] = (uint8_t)(blk[2 + 4 * j + i] ^ 0x80);
         return;
     }
-    default: { /* Q5_0, Q5_1: qh (bit i = bit 4 of element i), then the nibbles */
-        const int o = wt == DT_Q5_0 ? 2 : 4;
-        memcpy(&qh, b + o, 4);
-        for (int i = 0; i < 16; i++) {
-            u[i] = (uint8_t)((b[o + 4 + i] & 0x0F) | (((qh >> i) & 1) << 4));
-            u[i + 16] = (uint8_t)((b[o + 4 + i] >> 4) | (((qh >> (i + 16)) & 1) << 4));
+    const int oq = wt == DT_Q4_0 ? 2 : wt == DT_Q4_1 ? 4 : wt == DT_Q5_0 ? 6 : 8;
+    const uint8_t *q = blk + oq;
+    uint8_t *c = pb + sb_codes(wt) + 4 * r;
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 4; i++) {
+            const uint8_t lo = q[8 * k + i], hi = q[8 * k + 4 + i];
+            c[64 * k + i] = (uint8_t)((lo & 0x0F) | (hi << 4));
+            c[64 * (k + 2) + i] = (uint8_t)((lo >> 4) | (hi & 0xF0));
         }
-        return;
-    }
+    if (sb_hbits(wt) >= 0) { /* hbits[j] bits 4r..4r+3 = qh bits 4j..4j+3 */
+        uint32_t qh;
+        memcpy(&qh, q - 4, 4);
+        for (int j = 0; j < 8; j++) pb[sb_hbits(wt) + 8 * j + r / 2] |= (uint8_t)(((qh >> (4 * j)) & 0x0F) << (4 * (r & 1)));
     }
 }
 
@@ -166,30 +168,14 @@ static void block_codes(enum dtype wt, const uint8_t *b, uint8_t u[32])
 static void pack_quant(enum dtype wt, int64_t nb, const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t s0,
                        int64_t s1, uint8_t *dst)
 {
-    const int bb = dtype_block_bytes(wt), sbb = sb_bytes(wt), oc = sb_codes(wt), oh = sb_hbits(wt);
-    const int nibbles = wt != DT_Q8_0;
+    const int bb = dtype_block_bytes(wt), sbb = sb_bytes(wt);
     for (int64_t s = s0; s < s1; s++) {
         uint8_t *ps = dst + (size_t)s * (size_t)nb * (size_t)sbb;
         memset(ps, 0, (size_t)nb * (size_t)sbb); /* padding rows: zero codes and scales */
         for (int r = 0; r < GQ_STRIP && s * GQ_STRIP + r < nrows; r++) {
             const uint8_t *row = w + (size_t)(s * GQ_STRIP + r) * row_bytes;
-            for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *blk = row + (size_t)b * (size_t)bb;
-                uint8_t *pb = ps + (size_t)b * (size_t)sbb, u[32];
-                memcpy(pb + 2 * r, blk, 2); /* dw (f16) */
-                if (sb_has_min(wt)) memcpy(pb + 32 + 2 * r, blk + 2, 2);
-                block_codes(wt, blk, u);
-                for (int j = 0; j < 8; j++)
-                    for (int i = 0; i < 4; i++) {
-                        const int c = u[4 * j + i];
-                        if (!nibbles)
-                            pb[oc + 64 * j + 4 * r + i] = (uint8_t)c;
-                        else
-                            pb[oc + 64 * (j / 2) + 4 * r + i] |= (uint8_t)((c & 0x0F) << (4 * (j % 2)));
-                        if (oh >= 0 && (c & 0x10))
-                            pb[oh + 8 * j + (4 * r + i) / 8] |= (uint8_t)(1u << ((4 * r + i) % 8));
-                    }
-            }
+            for (int64_t b = 0; b < nb; b++)
+                pack_row_block(wt, row + (size_t)b * (size_t)bb, r, ps + (size_t)b * (size_t)sbb);
         }
     }
 }
@@ -357,8 +343,13 @@ static void pack_float(enum dtype wt, int64_t n, const uint8_t *w, size_t row_by
         memset(ps, 0, (size_t)n * GF_STRIP * (size_t)es);
         for (int r = 0; r < GF_STRIP && s * GF_STRIP + r < nrows; r++) {
             const uint8_t *row = w + (size_t)(s * GF_STRIP + r) * row_bytes;
-            for (int64_t k = 0; k < n; k++)
-                memcpy(ps + ((size_t)k * GF_STRIP + (size_t)r) * (size_t)es, row + (size_t)k * (size_t)es, (size_t)es);
+            if (es == 2) {
+                uint16_t *o = (uint16_t *)ps + r;
+                for (int64_t k = 0; k < n; k++) memcpy(o + (size_t)k * GF_STRIP, row + 2 * (size_t)k, 2);
+            } else {
+                float *o = (float *)ps + r;
+                for (int64_t k = 0; k < n; k++) memcpy(o + (size_t)k * GF_STRIP, row + 4 * (size_t)k, 4);
+            }
         }
     }
 }
