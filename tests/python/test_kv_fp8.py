@@ -120,9 +120,12 @@ def test_fp8_greedy_agrees_with_f32(fp8_metrics):
 
 
 # BF16 KV (8 significant bits, f32's range): measured against f32 on the same prompts:
-# mean |dlogit| 0.018, max 0.24, mean KL 3.0e-5, max KL 4.9e-4, top-1 1.000, greedy 1.000
-# (all 4 prompts identical for 32 tokens). Bounds: ~3x headroom on KL; every greedy token
-# and top-1 must agree (a bf16 cache misread as f16, or a wrong byte order, gives KL ~ 1).
+# mean |dlogit| 0.018, max 0.18-0.24, mean KL 2.9e-5, max KL 4.5e-4, top-1 0.995-1.000.
+# Greedy: with the packed-weight matmul kernels one prompt ("capitals") meets a near-tie
+# at token 19 and differs from there (position-wise agreement 0.91; before, all 4 prompts
+# were identical for 32 tokens). Bounds: ~3x headroom on KL, top-1 >= 0.99 over the f32
+# continuation, and every prompt's first 16 greedy tokens identical (a bf16 cache misread
+# as f16, or a wrong byte order, gives KL ~ 1).
 BF16_MAX_MEAN_KL = 1e-4
 BF16_MAX_KL = 2e-3
 
@@ -135,7 +138,7 @@ def test_bf16_close_to_f32():
     print(m)
     assert m["mean_kl"] < BF16_MAX_MEAN_KL, m
     assert m["max_kl"] < BF16_MAX_KL, m
-    assert m["top1"] >= 0.99 and m["greedy"] >= 0.95, m
+    assert m["top1"] >= 0.99 and min(m["prefix"].values()) >= 16, m
 
 
 def test_fp8_alias_and_garbage_rejected():
