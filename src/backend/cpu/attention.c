@@ -276,11 +276,14 @@ static void att_load_kt(float *kt, float *kf, const struct kv_layer *kv, int64_t
     /* 16 x 16 in-register transposes */
     for (; d + 16 <= hd; d += 16) {
         __m512 r[16], t[16];
+#pragma GCC unroll 16
         for (int j = 0; j < 16; j++) r[j] = _mm512_loadu_ps(kf + (size_t)j * hd + d);
+#pragma GCC unroll 8
         for (int j = 0; j < 16; j += 2) {
             t[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
             t[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
         }
+#pragma GCC unroll 4
         for (int j = 0; j < 16; j += 4) {
             r[j] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
             r[j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
@@ -288,6 +291,7 @@ static void att_load_kt(float *kt, float *kf, const struct kv_layer *kv, int64_t
             r[j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
         }
         /* r[4a + b] holds, in each 128-bit lane c, elements d = 4c + b of rows 4a..4a+3 */
+#pragma GCC unroll 4
         for (int b = 0; b < 4; b++) {
             __m512 x0 = _mm512_shuffle_f32x4(r[b], r[4 + b], 0x88);      /* lanes 0,2 | 0,2 */
             __m512 x1 = _mm512_shuffle_f32x4(r[b], r[4 + b], 0xdd);      /* lanes 1,3 | 1,3 */
@@ -298,6 +302,7 @@ static void att_load_kt(float *kt, float *kf, const struct kv_layer *kv, int64_t
             t[4 + b] = _mm512_shuffle_f32x4(x1, y1, 0x88);   /* c = 1 */
             t[12 + b] = _mm512_shuffle_f32x4(x1, y1, 0xdd);  /* c = 3 */
         }
+#pragma GCC unroll 16
         for (int e = 0; e < 16; e++) _mm512_storeu_ps(kt + (size_t)(d + e) * ATT_KEYS, t[e]);
     }
 #endif
@@ -374,27 +379,32 @@ static void att_pv(float *const *o, const float *const *p, const float *alpha, i
 {
     int d = 0;
 #if defined(ATT_AVX512)
-    if (nr == 2) {
+    if (nr == 2) { /* 2 rows x 64 floats of o in 8 registers, each V vector loaded once */
         for (; d + 64 <= hd; d += 64) {
-            __m512 x[4], y[4];
+            float *o0 = o[0] + d, *o1 = o[1] + d;
             __m512 ax = _mm512_set1_ps(alpha[0]), ay = _mm512_set1_ps(alpha[1]);
-            for (int c = 0; c < 4; c++) {
-                x[c] = _mm512_mul_ps(_mm512_loadu_ps(o[0] + d + 16 * c), ax);
-                y[c] = _mm512_mul_ps(_mm512_loadu_ps(o[1] + d + 16 * c), ay);
-            }
+            __m512 x0 = _mm512_mul_ps(_mm512_loadu_ps(o0), ax), x1 = _mm512_mul_ps(_mm512_loadu_ps(o0 + 16), ax);
+            __m512 x2 = _mm512_mul_ps(_mm512_loadu_ps(o0 + 32), ax), x3 = _mm512_mul_ps(_mm512_loadu_ps(o0 + 48), ax);
+            __m512 y0 = _mm512_mul_ps(_mm512_loadu_ps(o1), ay), y1 = _mm512_mul_ps(_mm512_loadu_ps(o1 + 16), ay);
+            __m512 y2 = _mm512_mul_ps(_mm512_loadu_ps(o1 + 32), ay), y3 = _mm512_mul_ps(_mm512_loadu_ps(o1 + 48), ay);
             for (int j = 0; j < n; j++) {
                 const float *v = vf + (size_t)j * hd + d;
                 __m512 px = _mm512_set1_ps(p[0][j]), py = _mm512_set1_ps(p[1][j]);
-                for (int c = 0; c < 4; c++) {
-                    __m512 vv = _mm512_loadu_ps(v + 16 * c);
-                    x[c] = _mm512_fmadd_ps(px, vv, x[c]);
-                    y[c] = _mm512_fmadd_ps(py, vv, y[c]);
-                }
+                __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16);
+                __m512 v2 = _mm512_loadu_ps(v + 32), v3 = _mm512_loadu_ps(v + 48);
+                x0 = _mm512_fmadd_ps(px, v0, x0);
+                y0 = _mm512_fmadd_ps(py, v0, y0);
+                x1 = _mm512_fmadd_ps(px, v1, x1);
+                y1 = _mm512_fmadd_ps(py, v1, y1);
+                x2 = _mm512_fmadd_ps(px, v2, x2);
+                y2 = _mm512_fmadd_ps(py, v2, y2);
+                x3 = _mm512_fmadd_ps(px, v3, x3);
+                y3 = _mm512_fmadd_ps(py, v3, y3);
             }
-            for (int c = 0; c < 4; c++) {
-                _mm512_storeu_ps(o[0] + d + 16 * c, x[c]);
-                _mm512_storeu_ps(o[1] + d + 16 * c, y[c]);
-            }
+            _mm512_storeu_ps(o0, x0), _mm512_storeu_ps(o0 + 16, x1);
+            _mm512_storeu_ps(o0 + 32, x2), _mm512_storeu_ps(o0 + 48, x3);
+            _mm512_storeu_ps(o1, y0), _mm512_storeu_ps(o1 + 16, y1);
+            _mm512_storeu_ps(o1 + 32, y2), _mm512_storeu_ps(o1 + 48, y3);
         }
     }
     for (int r = 0; r < nr; r++)
