@@ -9,7 +9,8 @@
  * query heads, 3 KV heads, head_dim 64) with an f16 cache, as `tessera bench` runs it. For
  * each (ctx, threads) the two kernels alternate for --reps rounds; the table shows the
  * median time of each per layer call, the speedup (median of per-round ratios), and the
- * blocked kernel's GFLOP/s counting 4 * head_dim flops per (query row, head, visible key).
+ * blocked kernel's GFLOP/s counting 4 * head_dim flops per (query row, head, visible key);
+ * then the same for one decode token at position ctx (the medians of 20 calls per round).
  * It also checks that both agree within the test tolerance and prints the worst error.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -135,9 +136,30 @@ static int run_case(const struct bench_case *c, struct threadpool *tp, int reps)
         ratio[r] = t_old[r] / t_new[r];
     }
     double flops = 4.0 * D * H * (double)T * (T + 1) / 2.0;
-    double mn = median(t_new, reps), mo = median(t_old, reps);
-    printf("| %d | %d | %s | %.3f | %.3f | %.2fx | %.1f | %.3f |\n", T, nth, kv_dtype_name(c->dt), mo * 1e3,
-           mn * 1e3, median(ratio, reps), flops / mn * 1e-9, worst);
+    double mn = median(t_new, reps), mo = median(t_old, reps), rp = median(ratio, reps);
+
+    /* decode: the last token alone */
+    int32_t dqs[2] = { 0, 1 };
+    an.query_start = ao.query_start = dqs;
+    an.num_tokens = ao.num_tokens = 1;
+    an.q = ao.q = q + (size_t)(T - 1) * H * D;
+    for (int r = 0; r < reps; r++) {
+        enum { CALLS = 20 };
+        double d_old[CALLS], d_new[CALLS];
+        for (int i = 0; i < CALLS; i++) {
+            double t0 = now_s();
+            ref_paged_attention(tp, &ao);
+            double t1 = now_s();
+            cpu_paged_attention(tp, &an);
+            double t2 = now_s();
+            d_old[i] = t1 - t0;
+            d_new[i] = t2 - t1;
+        }
+        t_old[r] = median(d_old, CALLS);
+        t_new[r] = median(d_new, CALLS);
+    }
+    printf("| %d | %d | %s | %.3f | %.3f | %.2fx | %.1f | %.1f | %.1f | %.3f |\n", T, nth, kv_dtype_name(c->dt),
+           mo * 1e3, mn * 1e3, rp, flops / mn * 1e-9, median(t_old, reps) * 1e6, median(t_new, reps) * 1e6, worst);
     rc = 0;
 fail:
     free(pool), free(q), free(k), free(v), free(out_new), free(out_old), free(scratch), free(bt), free(slots);
@@ -172,8 +194,9 @@ int main(int argc, char **argv)
     }
     printf("prefill attention, one sequence from an empty context: %d heads, %d kv heads, head_dim %d, "
            "block_size 16; median of %d alternating rounds\n", heads[0], heads[1], head_dim, reps);
-    printf("| ctx | threads | kv | per-row ms | blocked ms | speedup | blocked GFLOP/s | max err / tol |\n");
-    printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    printf("| ctx | threads | kv | prefill per-row ms | blocked ms | speedup | blocked GFLOP/s "
+           "| decode per-row us | blocked us | max err / tol |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (int t = 0; t < n_thr; t++) {
         struct threadpool *tp = threads[t] > 1 ? tp_create(threads[t]) : NULL;
         if (threads[t] > 1 && !tp) {

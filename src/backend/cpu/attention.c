@@ -2,11 +2,11 @@
  *
  * Flash-style and blocked. A work unit is a tile of query rows that share one KV head:
  * up to a few dozen consecutive query tokens of one sequence x the query heads of that
- * head's GQA group. The tile walks its context one key chunk at a time (16 keys, or what is
- * left of a KV block when block_size is not a multiple of 16): the chunk's K and V rows are
- * read from the pool and converted to f32 once per tile, K transposed to kt[head_dim][16]
- * so that a row's 16 scores are one vector (lane = key) built by head_dim broadcast FMAs
- * with no horizontal sum. Every row then keeps an online softmax (running max m, running
+ * head's GQA group. The tile walks its context one chunk of 16 key positions at a time
+ * ([16c, 16c + 16), gathered across KV blocks when block_size is not a multiple of 16):
+ * the chunk's K and V rows are read from the pool and converted to f32 once per tile, K
+ * transposed to kt[head_dim][16] so that a row's 16 scores are one vector (lane = key)
+ * built by head_dim broadcast FMAs with no horizontal sum. Every row then keeps an online softmax (running max m, running
  * sum l) and an f32 output accumulator o, rescaled by exp(m_old - m_new) when the max
  * grows; out = o / l at the end. Memory is O(tile): no T x T score matrix, no per-row
  * context-length buffer.
@@ -15,8 +15,8 @@
  * depend on its batch" tests): the sequence of float operations applied to one query row
  * depends only on that row (its q, its context length, the pool), never on the tile it
  * lands in, its place in the tile, the thread count or the other sequences. So:
- *   - chunks are fixed by context positions (block boundaries and multiples of 16 inside
- *     a block), not by the tile;
+ *   - chunks are fixed by context positions (multiples of 16), not by the tile nor by the
+ *     pool's block size;
  *   - a score lane is its own FMA chain over head_dim (two chains per row, even and odd d,
  *     summed once), the same in the 4-row and 1-row kernels;
  *   - keys past a row's context are masked by selection (-inf score, 0 weight) and skipped
@@ -265,11 +265,18 @@ static void att_convert_row(float *dst, const struct kv_layer *kv, int64_t off, 
     }
 }
 
-/* kt[d][j] = K row j, element d, for j < nv; 0 for nv <= j < 16. kf is [16][hd] scratch. */
-static void att_load_kt(float *kt, float *kf, const struct kv_layer *kv, int64_t off, int nv)
+/* Element offset of context position p's row (k or v) for kv head h of a sequence. */
+static inline int64_t att_row_off(const struct kv_layer *kv, const int32_t *bt, int p, int which, int h)
+{
+    return att_kv_off(kv, bt[p / kv->block_size], which, h) + (int64_t)(p % kv->block_size) * kv->head_dim;
+}
+
+/* kt[d][j] = key at position p0 + j, element d, for j < nv; 0 for nv <= j < 16. kf is
+ * [16][hd] scratch. */
+static void att_load_kt(float *kt, float *kf, const struct kv_layer *kv, const int32_t *bt, int kvh, int p0, int nv)
 {
     int hd = kv->head_dim;
-    for (int j = 0; j < nv; j++) att_convert_row(kf + (size_t)j * hd, kv, off + (int64_t)j * hd, hd);
+    for (int j = 0; j < nv; j++) att_convert_row(kf + (size_t)j * hd, kv, att_row_off(kv, bt, p0 + j, 0, kvh), hd);
     if (nv < ATT_KEYS) memset(kf + (size_t)nv * hd, 0, sizeof(float) * (size_t)(ATT_KEYS - nv) * hd);
     int d = 0;
 #if defined(ATT_AVX512)
@@ -470,17 +477,16 @@ static void att_run_tile(const struct paged_attention_args *a, const struct att_
 
     float alpha[ATT_MAX_ROWS];
     for (int p0 = 0; p0 < ctx_end;) {
-        int64_t blk = bt[p0 / bs];
-        int off = p0 % bs;
-        int cn = bs - off < ATT_KEYS ? bs - off : ATT_KEYS; /* chunk: fixed by position only */
-        int nv = ctx_end - p0 < cn ? ctx_end - p0 : cn;     /* keys the tile's last row sees */
-        att_load_kt(w->kt, w->kf, kv, att_kv_off(kv, blk, 0, u->kvh) + (int64_t)off * hd, nv);
+        /* keys [p0, p0 + 16): fixed by position alone, not by the tile or the block size */
+        int nv = ctx_end - p0 < ATT_KEYS ? ctx_end - p0 : ATT_KEYS; /* keys the tile's last row sees */
+        att_load_kt(w->kt, w->kf, kv, bt, u->kvh, p0, nv);
         const float *vf;
-        int64_t voff = att_kv_off(kv, blk, 1, u->kvh) + (int64_t)off * hd;
-        if (kv->dtype == KV_F32) {
+        int64_t voff = att_row_off(kv, bt, p0, 1, u->kvh);
+        if (kv->dtype == KV_F32 && p0 % bs + nv <= bs) { /* one block: read in place */
             vf = (const float *)kv->data + voff;
         } else {
-            for (int j = 0; j < nv; j++) att_convert_row(w->vf + (size_t)j * hd, kv, voff + (int64_t)j * hd, hd);
+            for (int j = 0; j < nv; j++)
+                att_convert_row(w->vf + (size_t)j * hd, kv, att_row_off(kv, bt, p0 + j, 1, u->kvh), hd);
             vf = w->vf;
         }
         /* rows of tokens whose context ends at or before p0 are done */
@@ -490,27 +496,27 @@ static void att_run_tile(const struct paged_attention_args *a, const struct att_
             v16 s[4];
             att_scores4(s, q + r, w->kt, hd);
             for (int i = 0; i < 4; i++) {
-                int ctx = ctx0 + (r + i) / nh, n = ctx - p0 < cn ? ctx - p0 : cn;
+                int ctx = ctx0 + (r + i) / nh, n = ctx - p0 < ATT_KEYS ? ctx - p0 : ATT_KEYS;
                 alpha[r + i] = att_softmax_step(s[i], sm, n, &w->m[r + i], &w->l[r + i], w->p + (size_t)(r + i) * ATT_KEYS);
             }
         }
         for (; r < nrows; r++) {
-            int ctx = ctx0 + r / nh, n = ctx - p0 < cn ? ctx - p0 : cn;
+            int ctx = ctx0 + r / nh, n = ctx - p0 < ATT_KEYS ? ctx - p0 : ATT_KEYS;
             alpha[r] = att_softmax_step(att_scores1(q[r], w->kt, hd), sm, n, &w->m[r], &w->l[r],
                                         w->p + (size_t)r * ATT_KEYS);
         }
         for (r = ti0 * nh; r < nrows;) {
-            int ctx = ctx0 + r / nh, n = ctx - p0 < cn ? ctx - p0 : cn;
+            int ctx = ctx0 + r / nh, n = ctx - p0 < ATT_KEYS ? ctx - p0 : ATT_KEYS;
             int nr = 1;
             if (r + 1 < nrows) {
-                int ctx1 = ctx0 + (r + 1) / nh, n1 = ctx1 - p0 < cn ? ctx1 - p0 : cn;
+                int ctx1 = ctx0 + (r + 1) / nh, n1 = ctx1 - p0 < ATT_KEYS ? ctx1 - p0 : ATT_KEYS;
                 if (n1 == n) nr = 2;
             }
             const float *pp[2] = { w->p + (size_t)r * ATT_KEYS, w->p + (size_t)(r + nr - 1) * ATT_KEYS };
             att_pv(o + r, pp, alpha + r, nr, vf, n, hd);
             r += nr;
         }
-        p0 += cn;
+        p0 += ATT_KEYS;
     }
 
     for (int r = 0; r < nrows; r++) {
