@@ -371,7 +371,8 @@ static inline float att_softmax_step(v16 raw, float sm, int n, float *m, float *
     v16 s = v16_keep(v16_scale(raw, sm), n, -INFINITY);
     float bm = v16_max(s), m_old = *m;
     float m_new = bm > m_old ? bm : m_old;
-    float alpha = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
+    /* exp(0) is exactly 1, so an unchanged max skips the call with the same result */
+    float alpha = m_new == m_old ? 1.0f : m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
     v16 e = v16_keep(v16_exp(v16_sub1(s, m_new)), n, 0.0f);
     *l = *l * alpha + v16_sum(e);
     *m = m_new;
