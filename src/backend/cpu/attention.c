@@ -17,8 +17,8 @@
  * lands in, its place in the tile, the thread count or the other sequences. So:
  *   - chunks are fixed by context positions (multiples of 16), not by the tile nor by the
  *     pool's block size;
- *   - a score lane is its own FMA chain over head_dim (two chains per row, even and odd d,
- *     summed once), the same in the 4-row and 1-row kernels;
+ *   - a score lane is its own FMA chains over head_dim (two per row, even and odd d, summed
+ *     once); rows run four at a time, padded with a repeated row, never mixed;
  *   - keys past a row's context are masked by selection (-inf score, 0 weight) and skipped
  *     in P V, never multiplied in, so stale pool contents cannot leak in;
  *   - P V is elementwise in d and accumulates keys in position order.
@@ -319,21 +319,9 @@ static void att_load_kt(float *kt, float *kf, const struct kv_layer *kv, const i
 
 /* ---- per-row math ------------------------------------------------------------------------- */
 
-/* Raw scores of one row against the chunk: lane j = sum_d q[d] kt[d][j], as two FMA chains
- * (even and odd d) added once. att_scores4 applies exactly the same operations to four
- * rows at a time (independent chains keep the FMA units busy). */
-static inline v16 att_scores1(const float *q, const float *kt, int hd)
-{
-    v16 a0 = v16_zero(), a1 = v16_zero();
-    int d = 0;
-    for (; d + 2 <= hd; d += 2) {
-        a0 = v16_fma1(q[d], kt + (size_t)d * ATT_KEYS, a0);
-        a1 = v16_fma1(q[d + 1], kt + (size_t)(d + 1) * ATT_KEYS, a1);
-    }
-    if (d < hd) a0 = v16_fma1(q[d], kt + (size_t)d * ATT_KEYS, a0);
-    return v16_add(a0, a1);
-}
-
+/* Raw scores of four rows against the chunk: lane j of s[i] = sum_d q[i][d] kt[d][j], as
+ * two FMA chains per row (even and odd d) added once. Rows never mix, so a row's result does
+ * not depend on the other three (callers pad with a repeated row). */
 static inline void att_scores4(v16 *s, const float *const *q, const float *kt, int hd)
 {
     v16 a0 = v16_zero(), a1 = v16_zero(), b0 = v16_zero(), b1 = v16_zero();
@@ -415,6 +403,23 @@ static void att_pv(float *const *o, const float *const *p, const float *alpha, i
             _mm512_storeu_ps(o1 + 32, y2), _mm512_storeu_ps(o1 + 48, y3);
         }
     }
+    if (nr == 1) /* 64 floats of o in 4 registers */
+        for (; d + 64 <= hd; d += 64) {
+            float *o0 = o[0] + d;
+            __m512 ax = _mm512_set1_ps(alpha[0]);
+            __m512 x0 = _mm512_mul_ps(_mm512_loadu_ps(o0), ax), x1 = _mm512_mul_ps(_mm512_loadu_ps(o0 + 16), ax);
+            __m512 x2 = _mm512_mul_ps(_mm512_loadu_ps(o0 + 32), ax), x3 = _mm512_mul_ps(_mm512_loadu_ps(o0 + 48), ax);
+            for (int j = 0; j < n; j++) {
+                const float *v = vf + (size_t)j * hd + d;
+                __m512 px = _mm512_set1_ps(p[0][j]);
+                x0 = _mm512_fmadd_ps(px, _mm512_loadu_ps(v), x0);
+                x1 = _mm512_fmadd_ps(px, _mm512_loadu_ps(v + 16), x1);
+                x2 = _mm512_fmadd_ps(px, _mm512_loadu_ps(v + 32), x2);
+                x3 = _mm512_fmadd_ps(px, _mm512_loadu_ps(v + 48), x3);
+            }
+            _mm512_storeu_ps(o0, x0), _mm512_storeu_ps(o0 + 16, x1);
+            _mm512_storeu_ps(o0 + 32, x2), _mm512_storeu_ps(o0 + 48, x3);
+        }
     for (int r = 0; r < nr; r++)
         for (int d1 = d; d1 + 16 <= hd; d1 += 16) {
             __m512 x = _mm512_mul_ps(_mm512_loadu_ps(o[r] + d1), _mm512_set1_ps(alpha[r]));
@@ -501,10 +506,15 @@ static void att_run_tile(const struct paged_attention_args *a, const struct att_
                 alpha[r + i] = att_softmax_step(s[i], sm, n, &w->m[r + i], &w->l[r + i], w->p + (size_t)(r + i) * ATT_KEYS);
             }
         }
-        for (; r < nrows; r++) {
-            int ctx = ctx0 + r / nh, n = ctx - p0 < ATT_KEYS ? ctx - p0 : ATT_KEYS;
-            alpha[r] = att_softmax_step(att_scores1(q[r], w->kt, hd), sm, n, &w->m[r], &w->l[r],
-                                        w->p + (size_t)r * ATT_KEYS);
+        if (r < nrows) { /* 1-3 rows left: the 4-row kernel with the last row repeated */
+            const float *qr[4];
+            v16 s[4];
+            for (int i = 0; i < 4; i++) qr[i] = q[r + i < nrows ? r + i : nrows - 1];
+            att_scores4(s, qr, w->kt, hd);
+            for (int i = 0; r + i < nrows; i++) {
+                int ctx = ctx0 + (r + i) / nh, n = ctx - p0 < ATT_KEYS ? ctx - p0 : ATT_KEYS;
+                alpha[r + i] = att_softmax_step(s[i], sm, n, &w->m[r + i], &w->l[r + i], w->p + (size_t)(r + i) * ATT_KEYS);
+            }
         }
         for (r = ti0 * nh; r < nrows;) {
             int ctx = ctx0 + r / nh, n = ctx - p0 < ATT_KEYS ? ctx - p0 : ATT_KEYS;
@@ -537,6 +547,8 @@ static void att_tile_shape(const struct paged_attention_args *a, int *nh, int *t
     if (rows > ATT_MAX_ROWS) rows = ATT_MAX_ROWS;
     *nh = group < rows ? group : rows;
     *tq = rows / *nh;
+    while (*tq > 1 && (*tq * *nh) % 4) /* whole groups of 4 rows for att_scores4 */
+        (*tq)--;
 }
 
 /* Units in a fixed order: sequence, kv head, head subgroup, token tile. att_first_unit
