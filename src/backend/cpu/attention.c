@@ -52,7 +52,7 @@
 /* Per-thread scratch, in floats: kt [head_dim][16], kf and vf [16][head_dim] (chunk rows
  * converted to f32), o [rows][head_dim], p [rows][16], m and l [rows]. */
 #define ATT_SCRATCH_PER_THREAD \
-    (3 * ATT_KEYS * ATT_MAX_HEAD_DIM + ATT_O_FLOATS + ATT_MAX_ROWS * ATT_KEYS + 2 * ATT_MAX_ROWS + 16)
+    (3 * ATT_KEYS * ATT_MAX_HEAD_DIM + ATT_O_FLOATS + ATT_MAX_ROWS * ATT_KEYS + 2 * ATT_MAX_ROWS)
 
 size_t cpu_paged_attention_scratch_floats(int n_threads, int max_ctx)
 {
