@@ -157,8 +157,9 @@ static void test_default_chunked_equals_oneshot(void)
     double d = max_abs_diff(one, ch, LEN_A * V);
     CHECK(d > 0 && d < 2.5, "f16 kv differs by %g", d);
     /* Same argmax wherever the F32-KV top-2 margin is clear of that noise (0.5, a fifth of
-     * the bound above); at near-ties (position 11 of this prompt has a margin of 0.03–0.16
-     * depending on kernel rounding) either winner is correct, but at most one may flip. */
+     * the bound above); at near-ties either winner is correct, but at most two may flip.
+     * Which positions are near-ties depends on kernel rounding: position 11 of this prompt
+     * has a margin of 0.0002–0.16, position 5 of 0.02 with the blocked attention. */
     int flips = 0;
     for (int t = 0; t < LEN_A; t++) {
         int a1 = 0, a2 = 0;
@@ -173,7 +174,7 @@ static void test_default_chunked_equals_oneshot(void)
         if (a1 != a2) flips++;
         CHECK(a1 == a2 || margin < 0.5f, "position %d argmax %d vs %d (margin %g)", t, a1, a2, margin);
     }
-    CHECK(flips <= 1, "%d positions changed argmax with F16 KV", flips);
+    CHECK(flips <= 2, "%d positions changed argmax with F16 KV", flips);
     free(one);
     free(ch);
 }

@@ -1,8 +1,12 @@
 /* test_ops.c — every CPU op in backend/cpu/ops.c against a naive double-precision
  * reference: rmsnorm, softmax, silu·mul, SIMD dot/axpy, RoPE (both layouts and the
  * Q/K row permutation that makes them equivalent), llama3/linear frequency scaling,
- * KV writes, and paged attention vs dense attention over random block tables. */
+ * KV writes, paged attention vs dense attention over random block tables, the blocked
+ * attention vs the previous per-row kernel (attention_ref.h), and its batch invariance:
+ * a row's output bitwise the same alone, whole, chunked and next to other sequences. */
 #include "test.h"
+
+#include "attention_ref.h"
 
 #include "backend/cpu/ops.h"
 #include "util/fp8.h"
@@ -513,6 +517,172 @@ static void test_paged_attention_fp8(void)
     CHECK(kv_dtype_size(KV_FP8_E4M3) == 1, "1 byte");
 }
 
+/* ---- batch invariance of paged attention ------------------------------------------------ */
+
+/* A sequence of the invariance test: len tokens, q [len][H][D], its block table. */
+struct inv_seq {
+    int len;
+    const float *q;
+    const int32_t *bt;
+};
+
+/* One cpu_paged_attention call over rows [from[i], to[i]) of each sequence i (so sequence i
+ * holds to[i] tokens after the step). out: [sum of rows][H][D]. */
+static void inv_attend(struct threadpool *tp, const struct kv_layer *kv, int H, int max_blocks, int nseq,
+                       const struct inv_seq *seqs, const int *from, const int *to, float *out,
+                       float *qbuf, int32_t *btbuf, float *scratch, int max_ctx)
+{
+    int D = kv->head_dim, rows = 0;
+    int32_t qs[8], lens[8];
+    for (int i = 0; i < nseq; i++) {
+        qs[i] = rows;
+        lens[i] = to[i];
+        memcpy(qbuf + (size_t)rows * H * D, seqs[i].q + (size_t)from[i] * H * D,
+               sizeof(float) * (size_t)(to[i] - from[i]) * H * D);
+        memcpy(btbuf + (size_t)i * max_blocks, seqs[i].bt, sizeof(int32_t) * max_blocks);
+        rows += to[i] - from[i];
+    }
+    qs[nseq] = rows;
+    struct paged_attention_args a = { .out = out, .q = qbuf, .kv = kv, .query_start = qs, .seq_lens = lens,
+                                      .block_tables = btbuf, .max_blocks_per_seq = max_blocks,
+                                      .num_seqs = nseq, .num_tokens = rows, .n_heads = H,
+                                      .scale = 1.0f / sqrtf((float)D), .scratch = scratch, .max_ctx = max_ctx };
+    cpu_paged_attention(tp, &a);
+}
+
+/* A target sequence of L tokens and two neighbours in one pool whose unused slots hold NaN
+ * bit patterns; the data come from seed, so they do not depend on BS. The target's rows
+ * computed as one prefill are the baseline (copied to whole_out, [L][H][D]); each other
+ * way of batching them must reproduce them bit for bit. Returns the mismatching calls. */
+static int run_invariance_case(enum kv_dtype dt, int H, int HKV, int D, int BS, int L, struct threadpool *tp,
+                               uint64_t seed, float *whole_out, double *max_ref_err)
+{
+    rng_state = seed;
+    enum { NB1 = 23, NB2 = 40 };
+    int lens[3] = { NB1, L, NB2 }, maxlen = L > NB2 ? L : NB2;
+    int max_blocks = (maxlen + BS - 1) / BS, num_blocks = 3 * max_blocks + 2;
+    size_t esz = kv_dtype_size(dt), pool_elems = (size_t)num_blocks * 2 * HKV * BS * D;
+    void *pool = malloc(pool_elems * esz);
+    memset(pool, 0xff, pool_elems * esz); /* NaN in every dtype: stale slots must never be read */
+    struct kv_layer kv = { .data = pool, .dtype = dt, .num_blocks = num_blocks, .block_size = BS,
+                           .n_kv_heads = HKV, .head_dim = D, .k_scale = dt == KV_FP8_E4M3 ? 0.02f : 1.0f,
+                           .v_scale = dt == KV_FP8_E4M3 ? 0.01f : 1.0f };
+    int32_t *perm = malloc(sizeof(int32_t) * num_blocks), *bt = malloc(sizeof(int32_t) * 3 * max_blocks);
+    for (int i = 0; i < num_blocks; i++) perm[i] = i;
+    for (int i = num_blocks - 1; i > 0; i--) {
+        int j = irand(i + 1), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (int i = 0; i < 3 * max_blocks; i++) bt[i] = perm[i];
+    rng_state = seed ^ 0x5bd1e995u; /* the values: the same for every block size */
+
+    struct inv_seq seqs[3];
+    float *qs[3];
+    for (int s = 0; s < 3; s++) {
+        size_t n = (size_t)lens[s] * HKV * D;
+        float *K = malloc(sizeof(float) * n), *V = malloc(sizeof(float) * n);
+        fill(K, n, 2.0f);
+        fill(V, n, 1.0f);
+        int64_t *slots = malloc(sizeof(int64_t) * lens[s]);
+        for (int p = 0; p < lens[s]; p++)
+            slots[p] = (int64_t)bt[s * max_blocks + p / BS] * BS + p % BS;
+        cpu_kv_write(&kv, K, V, slots, lens[s]);
+        free(K), free(V), free(slots);
+        qs[s] = malloc(sizeof(float) * (size_t)lens[s] * H * D);
+        fill(qs[s], (size_t)lens[s] * H * D, 1.5f);
+        seqs[s] = (struct inv_seq){ .len = lens[s], .q = qs[s], .bt = bt + s * max_blocks };
+    }
+
+    size_t row_floats = (size_t)H * D, all_rows = (size_t)NB1 + L + NB2;
+    float *whole = malloc(sizeof(float) * L * row_floats), *ref = malloc(sizeof(float) * L * row_floats);
+    float *out = malloc(sizeof(float) * all_rows * row_floats), *qbuf = malloc(sizeof(float) * all_rows * row_floats);
+    int32_t *btbuf = malloc(sizeof(int32_t) * 3 * max_blocks);
+    int nth = tp ? tp_size(tp) : 1;
+    size_t sf = cpu_paged_attention_scratch_floats(nth, maxlen), rf = ref_paged_attention_scratch_floats(nth, maxlen);
+    float *scratch = malloc(sizeof(float) * (sf > rf ? sf : rf));
+    int bad = 0;
+
+    /* baseline: the whole prompt in one prefill; and the previous kernel within tolerance */
+    int f0 = 0;
+    inv_attend(tp, &kv, H, max_blocks, 1, &seqs[1], &f0, &L, whole, qbuf, btbuf, scratch, maxlen);
+    {
+        int32_t q2[2] = { 0, L }, l1[1] = { L };
+        struct paged_attention_args a = { .out = ref, .q = qs[1], .kv = &kv, .query_start = q2, .seq_lens = l1,
+                                          .block_tables = seqs[1].bt, .max_blocks_per_seq = max_blocks,
+                                          .num_seqs = 1, .num_tokens = L, .n_heads = H,
+                                          .scale = 1.0f / sqrtf((float)D), .scratch = scratch, .max_ctx = maxlen };
+        ref_paged_attention(tp, &a);
+        /* error in units of the tolerance the dense-reference tests use (|V| < 1) */
+        for (size_t i = 0; i < (size_t)L * row_floats; i++) {
+            double e = fabs((double)whole[i] - ref[i]) / (2e-5 + 2e-4 * fabs((double)ref[i]));
+            if (!(e <= *max_ref_err)) *max_ref_err = isnan(e) ? INFINITY : e;
+        }
+    }
+
+    /* one token at a time (decode), on the calling thread only */
+    for (int t = 0; t < L; t++) {
+        int f = t, e = t + 1;
+        inv_attend(NULL, &kv, H, max_blocks, 1, &seqs[1], &f, &e, out, qbuf, btbuf, scratch, maxlen);
+        bad += memcmp(out, whole + (size_t)t * row_floats, sizeof(float) * row_floats) != 0;
+    }
+    /* chunked prefill, several chunk sizes; the target between two other sequences (one
+     * prefilling its last 7 tokens, one decoding) */
+    const int chunks[] = { 1, 3, 16, 29 };
+    for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++)
+        for (int t = 0; t < L; t += chunks[c]) {
+            int e = t + chunks[c] < L ? t + chunks[c] : L;
+            inv_attend(tp, &kv, H, max_blocks, 1, &seqs[1], &t, &e, out, qbuf, btbuf, scratch, maxlen);
+            bad += memcmp(out, whole + (size_t)t * row_floats, sizeof(float) * (e - t) * row_floats) != 0;
+            int from[3] = { NB1 - 7, t, NB2 - 1 }, to[3] = { NB1, e, NB2 };
+            inv_attend(tp, &kv, H, max_blocks, 3, seqs, from, to, out, qbuf, btbuf, scratch, maxlen);
+            bad += memcmp(out + 7 * row_floats, whole + (size_t)t * row_floats,
+                          sizeof(float) * (e - t) * row_floats) != 0;
+        }
+
+    memcpy(whole_out, whole, sizeof(float) * L * row_floats);
+    free(scratch), free(btbuf), free(qbuf), free(out), free(ref), free(whole);
+    for (int s = 0; s < 3; s++) free(qs[s]);
+    free(bt), free(perm), free(pool);
+    return bad;
+}
+
+static void test_paged_attention_batch_invariance(void)
+{
+    struct threadpool *tp = tp_create(2);
+    const enum kv_dtype dts[] = { KV_F32, KV_F16, KV_BF16, KV_FP8_E4M3 };
+    const int groups[][2] = { { 2, 2 }, { 9, 3 }, { 8, 2 } }; /* (n_heads, n_kv_heads): GQA 1, 3, 4 */
+    const int dims[] = { 64, 128 }, lens[] = { 1, 16, 37, 100 }, block_sizes[] = { 16, 5, 32 };
+    float *base = malloc(sizeof(float) * 100 * 9 * 128), *other = malloc(sizeof(float) * 100 * 9 * 128);
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+        double max_ref_err = 0;
+        for (size_t g = 0; g < 3; g++)
+            for (size_t h = 0; h < 2; h++)
+                for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++)
+                    /* and the pool's block size must not matter either (the model tests compare
+                     * prefills over different block sizes) */
+                    for (size_t b = 0; b < sizeof block_sizes / sizeof block_sizes[0]; b++) {
+                        int H = groups[g][0], HKV = groups[g][1], D = dims[h], L = lens[l], bs = block_sizes[b];
+                        uint64_t seed = 0x9e3779b97f4a7c15ull + 977 * (d * 100 + g * 10 + h) + l;
+                        int bad = run_invariance_case(dts[d], H, HKV, D, bs, L, tp, seed, b ? other : base,
+                                                      &max_ref_err);
+                        CHECK(bad == 0, "dtype %s H %d HKV %d D %d BS %d L %d: %d batchings differ from the whole prefill",
+                              kv_dtype_name(dts[d]), H, HKV, D, bs, L, bad);
+                        CHECK(!b || !memcmp(base, other, sizeof(float) * L * H * D),
+                              "dtype %s H %d HKV %d D %d L %d: block size %d differs from block size 16",
+                              kv_dtype_name(dts[d]), H, HKV, D, L, bs);
+                    }
+        /* both f32 with different summation orders and exp: |new - previous| within
+         * 2e-5 + 2e-4 |previous| */
+        CHECK(max_ref_err <= 1.0, "dtype %s: difference to the per-row kernel %.3g x tolerance",
+              kv_dtype_name(dts[d]), max_ref_err);
+        printf("     %s: largest difference to the per-row kernel %.3f x tolerance\n", kv_dtype_name(dts[d]),
+               max_ref_err);
+    }
+    free(base), free(other);
+    tp_free(tp);
+}
+
 int main(void)
 {
     RUN(test_rmsnorm);
@@ -528,5 +698,6 @@ int main(void)
     RUN(test_paged_attention_bf16);
     RUN(test_kv_write_bf16);
     RUN(test_paged_attention_fp8);
+    RUN(test_paged_attention_batch_invariance);
     return test_summary();
 }

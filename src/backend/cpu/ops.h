@@ -1,6 +1,6 @@
 /* ops.h — the CPU twins of the transformer's non-matmul ops: RMSNorm, RoPE (both
  * layouts, with llama3/linear frequency scaling), softmax, SiLU·mul, KV-cache writes
- * and varlen paged attention.
+ * and varlen paged attention (attention.c).
  *
  * Every op is stateless: it takes plain arrays, positions, slot mappings and block
  * tables, and owns no memory. These are the references future CUDA kernels are tested
@@ -67,9 +67,17 @@ void cpu_kv_write(const struct kv_layer *kv, const float *k, const float *v,
  * sees context positions [0, seq_lens[s] - (query_start[s+1] - i) + 1). Context position
  * p lives in block block_tables[s * max_blocks_per_seq + p / block_size] at offset
  * p % block_size. GQA: query head h reads kv head h / (n_heads / n_kv_heads).
- *   out = softmax(q k^T * scale) v, softmax in F32 with max subtraction.
- * Parallel over (token, head) pairs; scratch is nth * max_ctx floats, where max_ctx bounds
- * every seq_lens[s]. */
+ *   out = softmax(q k^T * scale) v, in F32 (online softmax: running max and sum).
+ * head_dim <= 1024 (the loader's bound), n_heads a multiple of n_kv_heads.
+ *
+ * Blocked, flash-style (attention.c): tiles of query tokens x one GQA group's heads walk
+ * the context 16 keys at a time; memory is O(tile), not O(context).
+ * Batch invariant: each output row is bitwise the same whatever else is in the call
+ * (other tokens of its prompt, chunking of the prefill, other sequences, thread count);
+ * decode and prefill run the same arithmetic per row.
+ * Parallel over (sequence, kv head, query tile) units; scratch holds
+ * cpu_paged_attention_scratch_floats(nth, max_ctx) floats for nth threads (a fixed
+ * per-thread tile area: max_ctx no longer changes it). */
 struct paged_attention_args {
     float *out;                 /* [num_tokens][n_heads][head_dim] */
     const float *q;             /* [num_tokens][n_heads][head_dim] */
@@ -82,10 +90,12 @@ struct paged_attention_args {
     int num_tokens;
     int n_heads;
     float scale;                /* usually 1/sqrt(head_dim) */
-    float *scratch;             /* [nth][max_ctx] */
-    int max_ctx;
+    float *scratch;             /* cpu_paged_attention_scratch_floats(nth, max_ctx) floats */
+    int max_ctx;                /* bounds every seq_lens[s] */
 };
 
+/* Scratch floats for n_threads threads (>= 1 used when <= 0); max_ctx is accepted for
+ * callers that size by context, the blocked kernel does not need it. */
 size_t cpu_paged_attention_scratch_floats(int n_threads, int max_ctx);
 /* tp may be NULL (runs on the caller). Called by the forward's thread only. */
 void cpu_paged_attention(struct threadpool *tp, const struct paged_attention_args *a);
