@@ -67,6 +67,18 @@ static void test_silu_mul(void)
     fill(u, 29, 2.0f);
     cpu_silu_mul(o, g, u, 29);
     for (int i = 0; i < 29; i++) CHECK_CLOSE(o[i], g[i] / (1.0 + exp(-(double)g[i])) * u[i], 1e-6, 1e-5);
+    /* the ends of the range (exp over- and underflow), and each element alone gives the
+     * bits it gave inside the run (no tail path of its own) */
+    const float big[] = { -200.0f, -88.0f, -30.0f, -1e-8f, 0.0f, 1e-8f, 30.0f, 88.0f, 200.0f };
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) g[i] = big[i];
+    cpu_silu_mul(o, g, u, 29);
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
+        CHECK_CLOSE(o[i], g[i] / (1.0 + exp(-(double)g[i])) * u[i], 1e-6, 1e-5);
+    for (int i = 0; i < 29; i++) {
+        float one;
+        cpu_silu_mul(&one, &g[i], &u[i], 1);
+        CHECK(memcmp(&one, &o[i], sizeof one) == 0, "element %d alone: %g vs %g", i, one, o[i]);
+    }
 }
 
 static void test_dot_axpy(void)
