@@ -37,7 +37,7 @@
 #include <string.h>
 
 #if defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#include <immintrin.h>
+#include "backend/cpu/simd_exp.h"
 #define ATT_AVX512 1
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -82,23 +82,8 @@ static inline v16 v16_keep(v16 a, int n, float fill)
 }
 static inline float v16_max(v16 a) { return _mm512_reduce_max_ps(a); }
 static inline float v16_sum(v16 a) { return _mm512_reduce_add_ps(a); }
-/* exp(x) for x <= 0 (Cephes' expf polynomial, ~2 ulp); below -87.3 it returns ~1e-38 */
-static inline v16 v16_exp(v16 x)
-{
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
-    v16 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    v16 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    v16 y = _mm512_set1_ps(1.9875691500e-4f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(y, n);
-}
+/* exp(x), x <= 0 here (simd_exp.h; below -87.3 it returns ~1e-38) */
+static inline v16 v16_exp(v16 x) { return exp16_ps(x); }
 #elif defined(ATT_AVX2)
 typedef struct { __m256 lo, hi; } v16;
 static inline v16 v16_zero(void) { return (v16){ _mm256_setzero_ps(), _mm256_setzero_ps() }; }

@@ -248,7 +248,7 @@ static inline __attribute__((always_inline)) void micro_quant(enum dtype wt, con
 /* ---- quantized weights: one token (decode) ----
  * Per strip the tile kernel's arithmetic with one token: the block's integer sum (two
  * vpdpbusd chains added; integer, so the split does not change it), then the same float
- * chain. Two strips per pass give the float chains something to overlap with. */
+ * chain. The token's activations are a tile of width 1 (40 contiguous bytes a block). */
 
 static inline __attribute__((always_inline)) __m512i block_isum(enum dtype wt, const uint8_t *pb, const int32_t *q4,
                                                                 int32_t c)
@@ -278,29 +278,14 @@ static inline __attribute__((always_inline)) __m512 block_step(enum dtype wt, co
     return acc;
 }
 
-#ifndef GEMV_PAIRS
-#define GEMV_PAIRS 0
-#endif
-
+/* Strips [s0, s1), one after another: each is one sequential stream, and consecutive
+ * strips' chains are independent, so the core overlaps them on its own. */
 static inline __attribute__((always_inline)) void gemv_quant(enum dtype wt, int64_t nb, const uint8_t *w,
                                                              int64_t nrows, const uint8_t *xa, float *y, int64_t s0,
                                                              int64_t s1)
 {
     const size_t stride = (size_t)nb * (size_t)sb_bytes(wt);
-    int64_t s = s0;
-    for (; GEMV_PAIRS && s + 2 <= s1; s += 2) {
-        const uint8_t *p0 = w + (size_t)s * stride, *p1 = p0 + stride;
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *xb = xa + (size_t)b * 40;
-            acc0 = block_step(wt, p0 + (size_t)b * (size_t)sb_bytes(wt), xb, acc0);
-            acc1 = block_step(wt, p1 + (size_t)b * (size_t)sb_bytes(wt), xb, acc1);
-        }
-        const int64_t r0 = s * GQ_STRIP, nv = nrows - r0 - GQ_STRIP;
-        _mm512_storeu_ps(y + r0, acc0);
-        _mm512_mask_storeu_ps(y + r0 + GQ_STRIP, nv >= GQ_STRIP ? (__mmask16)0xFFFF : (__mmask16)((1u << nv) - 1), acc1);
-    }
-    for (; s < s1; s++) {
+    for (int64_t s = s0; s < s1; s++) {
         const uint8_t *p0 = w + (size_t)s * stride;
         __m512 acc = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b++)

@@ -14,6 +14,9 @@
 #include <math.h>
 #include <string.h>
 
+#ifdef __AVX512F__
+#include "backend/cpu/simd_exp.h"
+#endif
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define OPS_AVX2 1
@@ -207,27 +210,6 @@ void cpu_softmax(float *x, int n)
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
-#ifdef __AVX512F__
-/* exp(x) for 16 lanes: x = n ln2 + r, |r| <= ln2 / 2, exp(r) by Cephes' expf polynomial
- * (~1 ulp), times 2^n with vscalefps (which saturates to 0 / inf itself). */
-static inline __m512 exp16(__m512 x)
-{
-    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-103.9f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504089f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
-}
-#endif
-
 /* Every element goes through the same arithmetic (16 lanes, the tail masked), so an
  * element's result does not depend on n or on where a row starts. */
 void cpu_silu_mul(float *out, const float *gate, const float *up, int64_t n)
@@ -237,7 +219,7 @@ void cpu_silu_mul(float *out, const float *gate, const float *up, int64_t n)
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
         const __m512 g = _mm512_maskz_loadu_ps(m, gate + i), u = _mm512_maskz_loadu_ps(m, up + i);
-        const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
+        const __m512 e = exp16_ps(_mm512_sub_ps(_mm512_setzero_ps(), g));
         _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), u));
     }
 #else
