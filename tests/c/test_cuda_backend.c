@@ -561,7 +561,10 @@ static void run_case(const struct mcase *mc)
  * needed an ensemble tolerance for the same reason: docs/correctness.md). Its logit bounds
  * are therefore multiples of that baseline, measured in the same run on the same
  * history: the GPU must stay within 3x its NMSE and 2.5x its largest error. Greedy tokens
- * must all be the CPU's (measured: every one is, with the text prompts); seeded draws
+ * must be the CPU's except at near-ties (check_tokens with exact 0: the CPU's own margin
+ * within twice the largest logit error, at most 1 token in 5). Every one was equal until
+ * the CPU's SiLU moved to a polynomial exp; then 1 of 27 decode-shaped tokens parted, at
+ * a CPU margin of 0.024 row std (prompt 4, token 3). Seeded draws
  * move with any logit change of that size, so here they are checked against the CPU
  * sampler on the device's own logits (exact), and against the CPU forward on the tiny
  * models whose GPU and CPU arithmetic agree to rounding. */
@@ -571,8 +574,8 @@ static void test_forward_smollm2(void)
         SKIP("SmolLM2 through the emulator under a sanitizer takes too long (make test runs it)");
         return;
     }
-    struct mcase decode = { "models/SmolLM2-135M-Instruct.Q4_1.gguf", false, KV_BF16, true, 1, 3, -3, -2.5 };
-    struct mcase prefill = { "models/SmolLM2-135M-Instruct.Q4_1.gguf", false, KV_F16, false, 1, 3, -3, -2.5 };
+    struct mcase decode = { "models/SmolLM2-135M-Instruct.Q4_1.gguf", false, KV_BF16, true, 0, 3, -3, -2.5 };
+    struct mcase prefill = { "models/SmolLM2-135M-Instruct.Q4_1.gguf", false, KV_F16, false, 0, 3, -3, -2.5 };
     run_case(&decode);
     run_case(&prefill);
 }
