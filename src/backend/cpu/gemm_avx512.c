@@ -87,6 +87,7 @@ static void gemm_pack_act(enum dtype wt, const float *x, int64_t n, int num_toke
                           void *act)
 {
     if (num_tokens == 1) { /* one token: a tile of width 1 (the decode kernels' layout) */
+        if (t0 >= t1) return; /* another thread's share has the token */
         if (gemm_kind_of(wt) == GEMM_FLOAT) memcpy(act, x, sizeof(float) * (size_t)n);
         else pack_act_quant(wt, x, n, act, 0, 1);
         return;

@@ -96,8 +96,6 @@ struct mm_job {
     void *scratch;
 };
 
-static quant_dot_fn mm_dot(const struct quant_impl *impl, enum dtype type) { return impl->dot[type]; }
-
 static void mm_quantize_range(const struct mm_job *j, int64_t begin, int64_t end)
 {
     int64_t nb = j->n_in / quant_act_block(j->act);
@@ -301,7 +299,7 @@ void cpu_matmul_impl(struct threadpool *tp, const struct quant_impl *impl,
 
     struct mm_job j = {
         .impl = impl,
-        .dot = mm_dot(impl, w->type),
+        .dot = impl->dot[w->type],
         .act = quant_act_type(w->type),
         .w = w->data,
         .n_in = w->ne[0],
@@ -377,7 +375,7 @@ void cpu_matmul_multi_impl(struct threadpool *tp, const struct quant_impl *impl,
         struct mm_job *j = &m.j[k];
         *j = (struct mm_job){
             .impl = impl,
-            .dot = mm_dot(impl, ws[k]->type),
+            .dot = impl->dot[ws[k]->type],
             .act = quant_act_type(ws[k]->type),
             .w = ws[k]->data,
             .n_in = ws[k]->ne[0],
