@@ -9,7 +9,9 @@
  * built by head_dim broadcast FMAs with no horizontal sum. Every row then keeps an online softmax (running max m, running
  * sum l) and an f32 output accumulator o, rescaled by exp(m_old - m_new) when the max
  * grows; out = o / l at the end. Memory is O(tile): no T x T score matrix, no per-row
- * context-length buffer.
+ * context-length buffer. With AVX-512, the tile's rows in whole groups of 16 run the same
+ * arithmetic with one lane per row instead (see "row groups" below): no horizontal
+ * reductions, and prefill tiles are shaped to hold only whole groups.
  *
  * Batch invariance (a hard contract, relied on by the engine's "a token's logits do not
  * depend on its batch" tests): the sequence of float operations applied to one query row
@@ -45,14 +47,15 @@
 #endif
 
 #define ATT_KEYS 16          /* keys per chunk: one score vector */
-#define ATT_MAX_ROWS 64      /* query rows per tile */
+#define ATT_MAX_ROWS 128     /* query rows per tile */
 #define ATT_O_FLOATS 16384   /* o accumulators of a tile: rows * head_dim */
 #define ATT_MAX_HEAD_DIM 1024 /* the loader's bound (model/config.c) */
 
 /* Per-thread scratch, in floats: kt [head_dim][16], kf and vf [16][head_dim] (chunk rows
- * converted to f32), o [rows][head_dim], p [rows][16], m and l [rows]. */
+ * converted to f32), o [rows][head_dim], p [rows][16], m and l [rows], qt (row groups'
+ * queries transposed, as many floats as o). */
 #define ATT_SCRATCH_PER_THREAD \
-    (3 * ATT_KEYS * ATT_MAX_HEAD_DIM + ATT_O_FLOATS + ATT_MAX_ROWS * ATT_KEYS + 2 * ATT_MAX_ROWS)
+    (3 * ATT_KEYS * ATT_MAX_HEAD_DIM + 2 * ATT_O_FLOATS + ATT_MAX_ROWS * ATT_KEYS + 2 * ATT_MAX_ROWS)
 
 size_t cpu_paged_attention_scratch_floats(int n_threads, int max_ctx)
 {
@@ -81,7 +84,18 @@ static inline v16 v16_keep(v16 a, int n, float fill)
     return _mm512_mask_mov_ps(_mm512_set1_ps(fill), k, a);
 }
 static inline float v16_max(v16 a) { return _mm512_reduce_max_ps(a); }
-static inline float v16_sum(v16 a) { return _mm512_reduce_add_ps(a); }
+/* The sum of the 16 lanes as the tree ((j + j+8) + (j+4)) + (j+2)) + (j+1) (j = 0), the
+ * order the row-group kernel adds its 16 key vectors in (att_group_chunk). */
+static inline float v16_sum(v16 a)
+{
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+}
+/* exp(x) for one x <= 0, by the vector polynomial (the row-group kernel's alpha) */
+static inline float att_expf(float x) { return _mm512_cvtss_f32(exp16_ps(_mm512_set1_ps(x))); }
 /* exp(x), x <= 0 here (simd_exp.h; below -87.3 it returns ~1e-38) */
 static inline v16 v16_exp(v16 x) { return exp16_ps(x); }
 #elif defined(ATT_AVX2)
@@ -152,6 +166,7 @@ static inline __m256 exp8(__m256 x)
     return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 static inline v16 v16_exp(v16 x) { return (v16){ exp8(x.lo), exp8(x.hi) }; }
+static inline float att_expf(float x) { return expf(x); }
 #else
 typedef struct { float v[16]; } v16;
 static inline v16 v16_zero(void) { return (v16){ { 0 } }; }
@@ -204,6 +219,7 @@ static inline v16 v16_exp(v16 a)
     for (int i = 0; i < 16; i++) a.v[i] = expf(a.v[i]);
     return a;
 }
+static inline float att_expf(float x) { return expf(x); }
 #endif
 
 /* ---- chunk loading ----------------------------------------------------------------------- */
@@ -256,13 +272,17 @@ static inline int64_t att_row_off(const struct kv_layer *kv, const int32_t *bt, 
     return att_kv_off(kv, bt[p / kv->block_size], which, h) + (int64_t)(p % kv->block_size) * kv->head_dim;
 }
 
-/* kt[d][j] = key at position p0 + j, element d, for j < nv; 0 for nv <= j < 16. kf is
- * [16][hd] scratch. */
-static void att_load_kt(float *kt, float *kf, const struct kv_layer *kv, const int32_t *bt, int kvh, int p0, int nv)
+/* kf[j][d] = key at position p0 + j, element d, for j < nv; 0 for nv <= j < 16. */
+static void att_load_kf(float *kf, const struct kv_layer *kv, const int32_t *bt, int kvh, int p0, int nv)
 {
     int hd = kv->head_dim;
     for (int j = 0; j < nv; j++) att_convert_row(kf + (size_t)j * hd, kv, att_row_off(kv, bt, p0 + j, 0, kvh), hd);
     if (nv < ATT_KEYS) memset(kf + (size_t)nv * hd, 0, sizeof(float) * (size_t)(ATT_KEYS - nv) * hd);
+}
+
+/* kt[d][j] = kf[j][d]: the chunk's keys transposed for the lane-per-key kernel. */
+static void att_transpose_kt(float *kt, const float *kf, int hd)
+{
     int d = 0;
 #if defined(ATT_AVX512)
     /* 16 x 16 in-register transposes */
@@ -345,7 +365,7 @@ static inline float att_softmax_step(v16 raw, float sm, int n, float *m, float *
     float bm = v16_max(s), m_old = *m;
     float m_new = bm > m_old ? bm : m_old;
     /* exp(0) is exactly 1, so an unchanged max skips the call with the same result */
-    float alpha = m_new == m_old ? 1.0f : m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
+    float alpha = m_new == m_old ? 1.0f : m_old == -INFINITY ? 0.0f : att_expf(m_old - m_new);
     v16 e = v16_keep(v16_exp(v16_sub1(s, m_new)), n, 0.0f);
     *l = *l * alpha + v16_sum(e);
     *m = m_new;
@@ -431,16 +451,133 @@ static void att_pv(float *const *o, const float *const *p, const float *alpha, i
         }
 }
 
+/* ---- row groups: 16 query rows per vector (lane = row) --------------------------------------
+ *
+ * In a prefill tile most rows are in whole groups of 16 consecutive rows, and those run
+ * with one vector lane per row instead of one per key: a score vector holds one key's score
+ * for 16 rows, so the running max, the exp and the sum are plain vertical operations (no
+ * horizontal reduction, no scalar exp per row), a key's K and V elements are broadcast from
+ * the converted chunk (no transpose), and every broadcast feeds 16 rows. The arithmetic per
+ * row is exactly the lane-per-key kernel's, so a row's result does not depend on which
+ * kernel ran it (the batch invariance above):
+ *   scores: two FMA chains over even and odd d, added once (att_scores4);
+ *   max as att_softmax_step (m_new = bm > m_old ? bm : m_old); alpha as there, with the
+ *     same vector exp; weights exp(s - m_new), 0 for masked keys;
+ *   l = l * alpha + (the chunk's weights summed in v16_sum's tree order);
+ *   o = o * alpha, then one FMA per valid key in key order (a masked key's weight is 0 and
+ *     its V row finite, so its FMA leaves o unchanged: the lane-per-key kernel skips it).
+ * The group's o is kept transposed, ot[d][16], in the rows' own place of the o scratch. */
+
+#if defined(ATT_AVX512)
+#define ATT_GROUP 16
+
+/* qt[d][i] = q[r0 + i][d] */
+static void att_gather_qt(float *qt, const float *const *q, int hd)
+{
+    for (int i = 0; i < ATT_GROUP; i++)
+        for (int d = 0; d < hd; d++) qt[(size_t)d * ATT_GROUP + i] = q[i][d];
+}
+
+/* Raw scores of the group against keys [j0, j0 + 8) of the chunk: s[j] lane i = q_i . k_j. */
+static inline __attribute__((always_inline)) void att_group_scores8(__m512 *s, const float *qt, const float *kf,
+                                                                    int j0, int hd)
+{
+    __m512 e[8], o[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) e[j] = o[j] = _mm512_setzero_ps();
+    const float *k = kf + (size_t)j0 * hd;
+    int d = 0;
+    for (; d + 2 <= hd; d += 2) {
+        const __m512 q0 = _mm512_loadu_ps(qt + (size_t)d * ATT_GROUP), q1 = _mm512_loadu_ps(qt + (size_t)(d + 1) * ATT_GROUP);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            e[j] = _mm512_fmadd_ps(q0, _mm512_set1_ps(k[(size_t)j * hd + d]), e[j]);
+            o[j] = _mm512_fmadd_ps(q1, _mm512_set1_ps(k[(size_t)j * hd + d + 1]), o[j]);
+        }
+    }
+    if (d < hd) {
+        const __m512 q0 = _mm512_loadu_ps(qt + (size_t)d * ATT_GROUP);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) e[j] = _mm512_fmadd_ps(q0, _mm512_set1_ps(k[(size_t)j * hd + d]), e[j]);
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) s[j] = _mm512_add_ps(e[j], o[j]);
+}
+
+/* One chunk [p0, p0 + nv) for a group: ctx lane i = the context length of row i (keys at
+ * positions < ctx are visible); m, l: the rows' running max and sum; ot [hd][16]. */
+static void att_group_chunk(const float *qt, const float *kf, const float *vf, int nv, int p0, __m512i ctx,
+                            float sm, float *m, float *l, float *ot, int hd)
+{
+    __m512 s[ATT_KEYS];
+    att_group_scores8(s, qt, kf, 0, hd);
+    if (nv > 8) att_group_scores8(s + 8, qt, kf, 8, hd);
+    else
+        for (int j = 8; j < ATT_KEYS; j++) s[j] = _mm512_setzero_ps(); /* masked below */
+
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __mmask16 valid[ATT_KEYS];
+    __m512 bm = ninf;
+#pragma GCC unroll 16
+    for (int j = 0; j < ATT_KEYS; j++) {
+        valid[j] = _mm512_cmplt_epi32_mask(_mm512_set1_epi32(p0 + j), ctx);
+        s[j] = _mm512_mask_mov_ps(ninf, valid[j], _mm512_mul_ps(s[j], _mm512_set1_ps(sm)));
+        bm = _mm512_max_ps(bm, s[j]);
+    }
+    const __m512 m_old = _mm512_loadu_ps(m);
+    const __m512 m_new = _mm512_max_ps(bm, m_old); /* bm > m_old ? bm : m_old */
+    __m512 alpha = exp16_ps(_mm512_sub_ps(m_old, m_new));
+    alpha = _mm512_mask_mov_ps(alpha, _mm512_cmp_ps_mask(m_old, ninf, _CMP_EQ_OQ), _mm512_setzero_ps());
+    alpha = _mm512_mask_mov_ps(alpha, _mm512_cmp_ps_mask(m_new, m_old, _CMP_EQ_OQ), _mm512_set1_ps(1.0f));
+#pragma GCC unroll 16
+    for (int j = 0; j < ATT_KEYS; j++) s[j] = _mm512_maskz_mov_ps(valid[j], exp16_ps(_mm512_sub_ps(s[j], m_new)));
+    __m512 t[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) t[j] = _mm512_add_ps(s[j], s[j + 8]);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) t[j] = _mm512_add_ps(t[j], t[j + 4]);
+    t[0] = _mm512_add_ps(t[0], t[2]);
+    t[1] = _mm512_add_ps(t[1], t[3]);
+    const __m512 sum = _mm512_add_ps(t[0], t[1]);
+    _mm512_storeu_ps(l, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(l), alpha), sum));
+    _mm512_storeu_ps(m, m_new);
+
+    /* o = o * alpha + sum_j p_j v_j, 8 elements of d at a time (8 accumulators, 16 weights) */
+    int d = 0;
+    for (; d + 8 <= hd; d += 8) {
+        __m512 x[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) x[i] = _mm512_mul_ps(_mm512_loadu_ps(ot + (size_t)(d + i) * ATT_GROUP), alpha);
+#pragma GCC unroll 16
+        for (int j = 0; j < ATT_KEYS; j++) {
+            if (j >= nv) break;
+            const float *v = vf + (size_t)j * hd + d;
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) x[i] = _mm512_fmadd_ps(s[j], _mm512_set1_ps(v[i]), x[i]);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) _mm512_storeu_ps(ot + (size_t)(d + i) * ATT_GROUP, x[i]);
+    }
+    for (; d < hd; d++) {
+        __m512 x = _mm512_mul_ps(_mm512_loadu_ps(ot + (size_t)d * ATT_GROUP), alpha);
+        for (int j = 0; j < nv; j++) x = _mm512_fmadd_ps(s[j], _mm512_set1_ps(vf[(size_t)j * hd + d]), x);
+        _mm512_storeu_ps(ot + (size_t)d * ATT_GROUP, x);
+    }
+}
+#else
+#define ATT_GROUP 0 /* no row groups: every row runs lane-per-key */
+#endif
+
 /* ---- tiles --------------------------------------------------------------------------------- */
 
 /* A work unit: query tokens [t0, t0 + nt) of sequence s x query heads [h0, h0 + nh), all
- * reading kv head kvh. */
+ * reading kv head kvh. Rows are token-major: row r is token t0 + r / nh, head h0 + r % nh. */
 struct att_tile {
     int s, kvh, h0, nh, t0, nt;
 };
 
 struct att_scratch {
-    float *kt, *kf, *vf, *o, *p, *m, *l;
+    float *kt, *kf, *vf, *o, *p, *m, *l, *qt;
 };
 
 static void att_run_tile(const struct paged_attention_args *a, const struct att_tile *u,
@@ -454,6 +591,12 @@ static void att_run_tile(const struct paged_attention_args *a, const struct att_
     /* token t0 + i sees ctx0 + i positions */
     int ctx0 = a->seq_lens[u->s] - (a->query_start[u->s + 1] - u->t0) + 1;
     int ctx_end = ctx0 + u->nt - 1;
+    /* rows [0, r1) run as row groups of 16, the rest lane per key */
+#if defined(ATT_AVX512)
+    int ng = nrows / ATT_GROUP, r1 = ng * ATT_GROUP;
+#else
+    int r1 = 0;
+#endif
 
     const float *q[ATT_MAX_ROWS];
     float *o[ATT_MAX_ROWS];
@@ -465,12 +608,15 @@ static void att_run_tile(const struct paged_attention_args *a, const struct att_
         w->l[r] = 0.0f;
     }
     memset(w->o, 0, sizeof(float) * (size_t)nrows * hd);
+#if defined(ATT_AVX512)
+    for (int g = 0; g < ng; g++) att_gather_qt(w->qt + (size_t)g * ATT_GROUP * hd, q + g * ATT_GROUP, hd);
+#endif
 
     float alpha[ATT_MAX_ROWS];
     for (int p0 = 0; p0 < ctx_end;) {
         /* keys [p0, p0 + 16): fixed by position alone, not by the tile or the block size */
         int nv = ctx_end - p0 < ATT_KEYS ? ctx_end - p0 : ATT_KEYS; /* keys the tile's last row sees */
-        att_load_kt(w->kt, w->kf, kv, bt, u->kvh, p0, nv);
+        att_load_kf(w->kf, kv, bt, u->kvh, p0, nv);
         const float *vf;
         int64_t voff = att_row_off(kv, bt, p0, 1, u->kvh);
         if (kv->dtype == KV_F32 && p0 % bs + nv <= bs) { /* one block: read in place */
@@ -480,9 +626,21 @@ static void att_run_tile(const struct paged_attention_args *a, const struct att_
                 att_convert_row(w->vf + (size_t)j * hd, kv, att_row_off(kv, bt, p0 + j, 1, u->kvh), hd);
             vf = w->vf;
         }
-        /* rows of tokens whose context ends at or before p0 are done */
+#if defined(ATT_AVX512)
+        for (int g = 0; g < ng; g++) {
+            int r0 = g * ATT_GROUP;
+            if (ctx0 + (r0 + ATT_GROUP - 1) / nh <= p0) continue; /* every row's context ends before p0 */
+            int32_t ctxs[ATT_GROUP];
+            for (int i = 0; i < ATT_GROUP; i++) ctxs[i] = ctx0 + (r0 + i) / nh;
+            const __m512i ctx = _mm512_loadu_si512((const void *)ctxs);
+            att_group_chunk(w->qt + (size_t)r0 * hd, w->kf, vf, nv, p0, ctx, sm, w->m + r0, w->l + r0,
+                            w->o + (size_t)r0 * hd, hd);
+        }
+#endif
+        /* the other rows, lane per key; rows of tokens whose context ends at or before p0 are done */
         int ti0 = p0 + 1 - ctx0 > 0 ? p0 + 1 - ctx0 : 0;
-        int r = ti0 * nh;
+        int r = ti0 * nh > r1 ? ti0 * nh : r1;
+        if (r < nrows) att_transpose_kt(w->kt, w->kf, hd);
         for (; r + 4 <= nrows; r += 4) {
             v16 s[4];
             att_scores4(s, q + r, w->kt, hd);
@@ -501,7 +659,7 @@ static void att_run_tile(const struct paged_attention_args *a, const struct att_
                 alpha[r + i] = att_softmax_step(s[i], sm, n, &w->m[r + i], &w->l[r + i], w->p + (size_t)(r + i) * ATT_KEYS);
             }
         }
-        for (r = ti0 * nh; r < nrows;) {
+        for (r = ti0 * nh > r1 ? ti0 * nh : r1; r < nrows;) {
             int ctx = ctx0 + r / nh, n = ctx - p0 < ATT_KEYS ? ctx - p0 : ATT_KEYS;
             int nr = 1;
             if (r + 1 < nrows) {
@@ -519,6 +677,13 @@ static void att_run_tile(const struct paged_attention_args *a, const struct att_
         int t = u->t0 + r / nh, h = u->h0 + r % nh;
         float *dst = a->out + ((int64_t)t * a->n_heads + h) * hd;
         float inv = (fp8 ? kv->v_scale : 1.0f) / w->l[r];
+#if defined(ATT_AVX512)
+        if (r < r1) { /* a row group's o is [d][16] */
+            const float *ot = w->o + (size_t)(r - r % ATT_GROUP) * hd + r % ATT_GROUP;
+            for (int d = 0; d < hd; d++) dst[d] = ot[(size_t)d * ATT_GROUP] * inv;
+            continue;
+        }
+#endif
         for (int d = 0; d < hd; d++) dst[d] = o[r][d] * inv;
     }
 }
@@ -532,6 +697,14 @@ static void att_tile_shape(const struct paged_attention_args *a, int *nh, int *t
     if (rows > ATT_MAX_ROWS) rows = ATT_MAX_ROWS;
     *nh = group < rows ? group : rows;
     *tq = rows / *nh;
+#if defined(ATT_AVX512)
+    /* whole row groups of 16 when some token count gives them (then no lane-per-key rows) */
+    for (int t = *tq; t >= 1; t--)
+        if ((t * *nh) % ATT_GROUP == 0) {
+            *tq = t;
+            return;
+        }
+#endif
     while (*tq > 1 && (*tq * *nh) % 4) /* whole groups of 4 rows for att_scores4 */
         (*tq)--;
 }
@@ -604,6 +777,7 @@ static void attention_worker(void *arg, int ith, int nth)
         .p = base + 3 * ATT_KEYS * hdmax + ATT_O_FLOATS,
         .m = base + 3 * ATT_KEYS * hdmax + ATT_O_FLOATS + ATT_MAX_ROWS * ATT_KEYS,
         .l = base + 3 * ATT_KEYS * hdmax + ATT_O_FLOATS + ATT_MAX_ROWS * ATT_KEYS + ATT_MAX_ROWS,
+        .qt = base + 3 * ATT_KEYS * hdmax + ATT_O_FLOATS + ATT_MAX_ROWS * ATT_KEYS + 2 * ATT_MAX_ROWS,
     };
 
     /* Unit u goes to the thread whose share of the total cost holds u's midpoint: contiguous,
