@@ -59,6 +59,8 @@ int forward_create(struct forward_state **out, const struct model_config *cfg,
     size_t dim = (size_t)cfg->dim, qd = (size_t)cfg->n_heads * cfg->head_dim,
            kvd = (size_t)cfg->n_kv_heads * cfg->head_dim, ffn = (size_t)cfg->ffn_dim;
     fs->inv_freq = malloc(sizeof(float) * (size_t)(cfg->head_dim / 2));
+    fs->rope_cs = malloc(sizeof(float) * T * (size_t)(cfg->head_dim / 2));
+    fs->rope_sn = malloc(sizeof(float) * T * (size_t)(cfg->head_dim / 2));
     fs->x = malloc(sizeof(float) * T * dim);
     fs->xb = malloc(sizeof(float) * T * dim);
     fs->q = malloc(sizeof(float) * T * qd);
@@ -82,7 +84,7 @@ int forward_create(struct forward_state **out, const struct model_config *cfg,
         }
     }
     fs->mm_scratch = malloc(mm ? mm : 1);
-    if (!fs->inv_freq || !fs->x || !fs->xb || !fs->q || !fs->k || !fs->v || !fs->att || !fs->hb ||
+    if (!fs->inv_freq || !fs->rope_cs || !fs->rope_sn || !fs->x || !fs->xb || !fs->q || !fs->k || !fs->v || !fs->att || !fs->hb ||
         !fs->hb2 || !fs->xl || !fs->logits || !fs->att_scratch || !fs->mm_scratch) {
         forward_free(fs);
         return err_set(err, errlen, ERR_NOMEM, "forward: cannot allocate buffers for %d tokens",
@@ -99,6 +101,8 @@ void forward_free(struct forward_state *fs)
     if (fs->own_tp) tp_free(fs->tp);
     packed_weights_free(fs->packed);
     free(fs->inv_freq);
+    free(fs->rope_cs);
+    free(fs->rope_sn);
     free(fs->x);
     free(fs->xb);
     free(fs->q);
@@ -116,7 +120,7 @@ void forward_free(struct forward_state *fs)
 
 /* ---- row-parallel helpers ------------------------------------------------------------- */
 
-enum rows_op { ROWS_RMSNORM, ROWS_SILU_MUL, ROWS_ADD, ROWS_ROPE };
+enum rows_op { ROWS_RMSNORM, ROWS_SILU_MUL, ROWS_ADD, ROWS_ROPE_ANGLES, ROWS_ROPE };
 
 struct rows_job {
     enum rows_op op;
@@ -125,6 +129,7 @@ struct rows_job {
     float *out;        /* ROPE: x in place */
     const float *a, *b;
     const float *w;    /* rmsnorm weight / rope inv_freq */
+    float *cs, *sn;    /* RoPE cos / sin per row (ROPE reads, ROPE_ANGLES writes) */
     float eps;
     const int32_t *positions;
     int head_dim;
@@ -140,10 +145,17 @@ static void rows_range(const struct rows_job *j, int r0, int r1)
     case ROWS_ADD:
         for (int64_t i = r0 * n; i < r1 * n; i++) j->out[i] += j->a[i];
         break;
-    case ROWS_ROPE:
-        cpu_rope(j->out + r0 * n * j->head_dim, j->positions + r0, r1 - r0, j->n, j->head_dim, j->w,
-                 j->layout);
+    case ROWS_ROPE_ANGLES: {
+        int64_t half = j->head_dim / 2;
+        cpu_rope_angles(j->cs + r0 * half, j->sn + r0 * half, j->positions + r0, r1 - r0, j->head_dim, j->w);
         break;
+    }
+    case ROWS_ROPE: {
+        int64_t half = j->head_dim / 2;
+        cpu_rope_rotate(j->out + r0 * n * j->head_dim, j->cs + r0 * half, j->sn + r0 * half, r1 - r0, j->n,
+                        j->head_dim, j->layout);
+        break;
+    }
     }
 }
 
@@ -249,6 +261,11 @@ int model_forward(struct forward_state *fs, struct kv_cache *kv, const struct ba
                           (const uint8_t *)w->token_embd->data + (size_t)b->token_ids[t] * row_bytes,
                           fs->x + (int64_t)t * dim, dim);
 
+    /* RoPE angles of this step's positions, once for every layer */
+    struct rows_job ra = { .op = ROWS_ROPE_ANGLES, .rows = T, .w = fs->inv_freq, .cs = fs->rope_cs,
+                           .sn = fs->rope_sn, .positions = b->positions, .head_dim = hd };
+    rows_run(fs, &ra);
+
     for (int l = 0; l < c->n_layers; l++) {
         const struct layer_weights *lw = &w->layers[l];
 
@@ -269,7 +286,7 @@ int model_forward(struct forward_state *fs, struct kv_cache *kv, const struct ba
             rmsnorm_rows(fs, fs->k, fs->k, lw->k_norm, T * c->n_kv_heads, hd);
         }
         struct rows_job rq = { .op = ROWS_ROPE, .rows = T, .n = c->n_heads, .out = fs->q,
-                               .w = fs->inv_freq, .positions = b->positions, .head_dim = hd,
+                               .cs = fs->rope_cs, .sn = fs->rope_sn, .head_dim = hd,
                                .layout = c->rope_layout };
         rows_run(fs, &rq);
         struct rows_job rk = rq;

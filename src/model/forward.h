@@ -34,6 +34,7 @@ struct forward_state {
     int own_tp;
     int max_tokens, max_logits, max_ctx;
     float *inv_freq;  /* (head_dim / 2,) RoPE frequencies after scaling */
+    float *rope_cs, *rope_sn; /* (max_tokens, head_dim / 2) one step's RoPE cos / sin */
     float *x;         /* (max_tokens, dim) residual stream */
     float *xb;        /* (max_tokens, dim) normed input / projection output */
     float *q;         /* (max_tokens, n_heads * head_dim) */

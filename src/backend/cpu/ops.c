@@ -232,35 +232,53 @@ void cpu_silu_mul(float *out, const float *gate, const float *up, int64_t n)
 
 /* ---- RoPE ----------------------------------------------------------------------------- */
 
-void cpu_rope(float *x, const int32_t *positions, int num_tokens, int n_heads, int head_dim,
-              const float *inv_freq, enum rope_layout layout)
+void cpu_rope_angles(float *cs, float *sn, const int32_t *positions, int num_tokens, int head_dim,
+                     const float *inv_freq)
 {
-    float cs[512], sn[512];
     int half = head_dim / 2;
-    assert(half <= 512);
     for (int t = 0; t < num_tokens; t++) {
         double pos = (double)positions[t];
         for (int i = 0; i < half; i++) {
             double a = pos * (double)inv_freq[i];
-            cs[i] = (float)cos(a);
-            sn[i] = (float)sin(a);
+            cs[(int64_t)t * half + i] = (float)cos(a);
+            sn[(int64_t)t * half + i] = (float)sin(a);
         }
+    }
+}
+
+void cpu_rope_rotate(float *x, const float *cs, const float *sn, int num_tokens, int n_heads, int head_dim,
+                     enum rope_layout layout)
+{
+    int half = head_dim / 2;
+    for (int t = 0; t < num_tokens; t++) {
+        const float *c = cs + (int64_t)t * half, *s = sn + (int64_t)t * half;
         for (int h = 0; h < n_heads; h++) {
             float *v = x + ((int64_t)t * n_heads + h) * head_dim;
             if (layout == ROPE_NEOX) {
                 for (int i = 0; i < half; i++) {
                     float a = v[i], b = v[i + half];
-                    v[i] = a * cs[i] - b * sn[i];
-                    v[i + half] = a * sn[i] + b * cs[i];
+                    v[i] = a * c[i] - b * s[i];
+                    v[i + half] = a * s[i] + b * c[i];
                 }
             } else {
                 for (int i = 0; i < half; i++) {
                     float a = v[2 * i], b = v[2 * i + 1];
-                    v[2 * i] = a * cs[i] - b * sn[i];
-                    v[2 * i + 1] = a * sn[i] + b * cs[i];
+                    v[2 * i] = a * c[i] - b * s[i];
+                    v[2 * i + 1] = a * s[i] + b * c[i];
                 }
             }
         }
+    }
+}
+
+void cpu_rope(float *x, const int32_t *positions, int num_tokens, int n_heads, int head_dim,
+              const float *inv_freq, enum rope_layout layout)
+{
+    float cs[512], sn[512];
+    assert(head_dim / 2 <= 512);
+    for (int t = 0; t < num_tokens; t++) {
+        cpu_rope_angles(cs, sn, positions + t, 1, head_dim, inv_freq);
+        cpu_rope_rotate(x + (int64_t)t * n_heads * head_dim, cs, sn, 1, n_heads, head_dim, layout);
     }
 }
 

@@ -51,6 +51,15 @@ void cpu_silu_mul(float *out, const float *gate, const float *up, int64_t n);
 void cpu_rope(float *x, const int32_t *positions, int num_tokens, int n_heads, int head_dim,
               const float *inv_freq, enum rope_layout layout);
 
+/* cpu_rope in two steps, so a forward pass computes the angles once for all its layers:
+ *   cpu_rope_angles: cs[t][i] = cos(positions[t] * inv_freq[i]), sn likewise with sin, for
+ *     i < head_dim / 2 (evaluated in double, rounded once to float);
+ *   cpu_rope_rotate: x rotated by those angles, bitwise what cpu_rope gives. */
+void cpu_rope_angles(float *cs, float *sn, const int32_t *positions, int num_tokens, int head_dim,
+                     const float *inv_freq);
+void cpu_rope_rotate(float *x, const float *cs, const float *sn, int num_tokens, int n_heads, int head_dim,
+                     enum rope_layout layout);
+
 /* ---- KV cache write (vLLM's reshape_and_cache) ---------------------------------------- */
 
 /* Stores token t's K and V rows in slot slot_mapping[t] (= block * block_size + offset) of
