@@ -190,15 +190,30 @@ def test_schema_stop_rate(schema_answers):
     assert stopped >= STOP_FRACTION * len(reasons), f"{stopped} of {len(reasons)} stopped"
 
 
+def check_json_object_answers(server, constraint):
+    """An unbounded object. Whether greedy SmolLM2 closes it depends on the prompt and on
+    the last bits of the kernels (it can nest objects or repeat an array item up to
+    max_tokens), so: every answer must open an object, an answer that stops must parse as
+    one, and at least one of three prompts that name their fields must stop."""
+    prompts = ["Describe a cat as a JSON object with a name and a colour.",
+               'Return a JSON object with the key "answer" set to 42.',
+               "Give a JSON object with the fields city and country for Paris."]
+    stopped = 0
+    for prompt in prompts:
+        body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": MAX_TOKENS,
+                "temperature": 0, **constraint}
+        ch = ask(server, body)["choices"][0]
+        text = ch["message"]["content"]
+        assert text.lstrip().startswith("{"), ch
+        assert ch["finish_reason"] in ("stop", "length"), ch
+        if ch["finish_reason"] == "stop":
+            assert isinstance(json.loads(text), dict), ch
+            stopped += 1
+    assert stopped >= 1
+
+
 def test_json_object(server):
-    # An unbounded object: the prompt names the fields, so greedy SmolLM2 closes it (with
-    # "Describe a cat as JSON." it nests objects and repeats one array item to max_tokens)
-    body = {"messages": [{"role": "user", "content": "Describe a cat as a JSON object with a name and a colour."}],
-            "max_tokens": MAX_TOKENS,
-            "temperature": 0, "response_format": {"type": "json_object"}}
-    ch = ask(server, body)["choices"][0]
-    assert ch["finish_reason"] == "stop", ch
-    assert isinstance(json.loads(ch["message"]["content"]), dict)
+    check_json_object_answers(server, {"response_format": {"type": "json_object"}})
 
 
 def test_response_format_text_is_unconstrained(server):
@@ -252,11 +267,7 @@ def test_guided_json_forms(server):
 
 
 def test_structured_outputs_json_object(server):
-    body = {"messages": [{"role": "user", "content": "A dog as JSON."}], "max_tokens": MAX_TOKENS, "temperature": 0,
-            "structured_outputs": {"json_object": True}}
-    ch = ask(server, body)["choices"][0]
-    assert ch["finish_reason"] == "stop"
-    assert isinstance(json.loads(ch["message"]["content"]), dict)
+    check_json_object_answers(server, {"structured_outputs": {"json_object": True}})
 
 
 def test_streaming(server):
