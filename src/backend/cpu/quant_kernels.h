@@ -132,6 +132,12 @@ struct quant_gemm {
     defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && defined(__F16C__) && defined(__FMA__)
 #define GEMM_HAVE_AVX512 1
 extern const struct quant_gemm quant_gemm_avx512; /* float and 32-block quantized types */
+/* BF16 weights on vdpbf16ps (activations rounded to bf16, layout above): only where the
+ * build has AVX512_BF16 and asks for it with -DTESSERA_BF16_DOT=1 (off by default: the
+ * rounding of x exceeds the f32 tolerance of the float kernels, docs/cpu-kernels.md). */
+#if defined(__AVX512BF16__) && defined(TESSERA_BF16_DOT) && TESSERA_BF16_DOT
+#define GEMM_BF16_DOT 1
+#endif
 #endif
 
 struct quant_impl {
