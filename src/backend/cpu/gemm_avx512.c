@@ -29,7 +29,7 @@
  * operand of one vpdpbusd per token.
  *
  * Float types (F32, F16, BF16): strips of 32 rows, [k][32] in the stored type; see
- * "float weights" below. K-quants (Q4_K, Q6_K) are not packed: the per-token kernels.
+ * "float weights" below (BF16 in GEMM_BF16_DOT builds: k-pairs for vdpbf16ps). K-quants (Q4_K, Q6_K) are not packed: the per-token kernels.
  *
  * The batched path walks each strip in chunks of GQ_KC_BLOCKS blocks (10-17 KB, stays in
  * L1/L2 while every token tile passes over it); chunks after the first add to y, which
