@@ -312,6 +312,81 @@ static void test_quantize_agree(void)
     free(s2);
 }
 
+#ifdef GEMM_BF16_DOT
+/* x[i] = the bf16 nearest x[i] (ties to even), in place. */
+static void round_to_bf16(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) x[i] = bf16_to_fp32(fp32_to_bf16(x[i]));
+}
+
+/* BF16 weights on vdpbf16ps (activations rounded to bf16, the pair layout): over odd and
+ * even n_in (the padded last pair), partial strips and tiles, on 1 and 2 threads,
+ *   |y - ref(bf16(x))| <= acc                  the kernel is exact up to f32 accumulation
+ *                                              given x rounded to nearest even (n_in = 1, 2
+ *                                              would show truncation: 2^-8 |x| >> acc)
+ *   |y - ref(x)| <= sum |w_i| 2^-8 |x_i| + acc  the rounding of x, |x - bf16(x)| <= 2^-8 |x|
+ * and prints the largest |y - ref(x)| relative to sum |w_i x_i| next to the f32 kernels'
+ * tolerance (n_in + 16) 2^-24. */
+static void test_bf16_dot(void)
+{
+    struct threadpool *pools[2] = { tp_create(1), tp_create(2) };
+    struct rng r = { 0xBF16BF16ULL };
+    const int64_t n_ins[] = { 1, 2, 17, 33, 320, 577, 1056, 2048 };
+    const int n_outs[] = { 1, 17, 64, 130 }, tokens[] = { 1, 2, 13, 33 }, max_nt = 33;
+    for (size_t a = 0; a < sizeof n_ins / sizeof n_ins[0]; a++) {
+        const int64_t n_in = n_ins[a];
+        double worst = 0.0; /* max |y - ref(x)| / sum |w x| over this n_in */
+        for (size_t b = 0; b < sizeof n_outs / sizeof n_outs[0]; b++) {
+            const int64_t n_out = n_outs[b];
+            uint8_t *wd = rand_weights(DT_BF16, n_in, n_out, &r);
+            struct tensor w = { .name = "w", .type = DT_BF16, .n_dims = 2, .ne = { n_in, n_out, 1, 1 },
+                                .data = wd, .nbytes = dtype_row_bytes(DT_BF16, n_in) * (size_t)n_out };
+            void *packed = pack_weight(&w);
+            const size_t ny = (size_t)(n_out * max_nt);
+            float *x = rand_x(n_in, max_nt, 0, &r), *xb = malloc(sizeof(float) * (size_t)n_in * max_nt);
+            float *ref = malloc(sizeof(float) * ny), *refb = malloc(sizeof(float) * ny), *y = malloc(sizeof(float) * ny);
+            float *row = malloc(sizeof(float) * (size_t)n_in);
+            double *act = malloc(sizeof(double) * ny), *acc = malloc(sizeof(double) * ny), *sw = malloc(sizeof(double) * ny);
+            void *scratch = malloc(cpu_matmul_scratch_size(DT_BF16, n_in, max_nt));
+            memcpy(xb, x, sizeof(float) * (size_t)n_in * max_nt);
+            round_to_bf16(xb, n_in * max_nt);
+            cpu_matmul_ref(&w, x, ref, max_nt);
+            cpu_matmul_ref(&w, xb, refb, max_nt);
+            out_bounds(&w, xb, max_nt, act, acc); /* acc of the bf16 x; act is 0 (float weights) */
+            for (int t = 0; t < max_nt; t++)
+                for (int64_t o = 0; o < n_out; o++) {
+                    quant_dequant_row(DT_BF16, wd + (size_t)o * dtype_row_bytes(DT_BF16, n_in), row, n_in);
+                    double s = 0.0;
+                    for (int64_t i = 0; i < n_in; i++) s += fabs((double)row[i] * x[(size_t)t * (size_t)n_in + (size_t)i]);
+                    sw[t * n_out + o] = s;
+                    act[t * n_out + o] = 0x1p-8 * s;
+                }
+            for (int k = 0; k < 4; k++)
+                for (int p = 0; p < 2; p++) {
+                    const int nt = tokens[k];
+                    for (size_t i = 0; i < ny; i++) y[i] = NAN;
+                    cpu_matmul(pools[p], &w, x, y, nt, scratch);
+                    char what[64];
+                    snprintf(what, sizeof what, "bf16-dot threads=%d vs ref(bf16 x)", p + 1);
+                    CHECK(compare(what, &w, y, refb, nt, act, acc, 1.0, 0, 0) == 0, "%s n_in=%lld", what,
+                          (long long)n_in);
+                    snprintf(what, sizeof what, "bf16-dot threads=%d vs ref(x)", p + 1);
+                    CHECK(compare(what, &w, y, ref, nt, act, acc, 1.0, 1, 0) == 0, "%s n_in=%lld", what,
+                          (long long)n_in);
+                    for (int64_t i = 0; i < n_out * nt; i++)
+                        if (sw[i] > 0.0 && fabs((double)y[i] - ref[i]) / sw[i] > worst)
+                            worst = fabs((double)y[i] - ref[i]) / sw[i];
+                }
+            free(wd); free(packed); free(x); free(xb); free(ref); free(refb); free(y); free(row);
+            free(act); free(acc); free(sw); free(scratch);
+        }
+        printf("  n_in=%-5lld max |y - ref(x)| / sum|w x| = %.3g (f32 kernels' tolerance %.3g)\n", (long long)n_in,
+               worst, (double)(n_in + 16) * 0x1p-24);
+    }
+    for (int p = 0; p < 2; p++) tp_free(pools[p]);
+}
+#endif
+
 /* ---- cpu_matmul vs cpu_matmul_ref over the grid ---- */
 
 static void grid_type(enum dtype t, struct threadpool **pools, struct rng *r)
@@ -355,6 +430,12 @@ static void grid_type(enum dtype t, struct threadpool **pools, struct rng *r)
             double *acc = malloc(sizeof(double) * (size_t)(n_out * max_nt));
             for (int mode = 0; mode < 2; mode++) {
                 float *x = rand_x(n_in, max_nt, mode, r);
+#ifdef GEMM_BF16_DOT
+                /* BF16 weights on vdpbf16ps round x to bf16 (test_bf16_dot checks that
+                 * rounding and measures its error); here x is in bf16 already, so every
+                 * set sees the same x and only the acc term remains */
+                if (t == DT_BF16) round_to_bf16(x, n_in * max_nt);
+#endif
                 cpu_matmul_ref(&w, x, ref, max_nt);
                 out_bounds(&w, x, max_nt, act, acc);
                 for (int k = 0; k < 5; k++) {
@@ -619,6 +700,9 @@ int main(void)
     RUN(test_matmul_F32);
     RUN(test_matmul_F16);
     RUN(test_matmul_BF16);
+#ifdef GEMM_BF16_DOT
+    RUN(test_bf16_dot);
+#endif
     RUN(test_matmul_Q8_0);
     RUN(test_matmul_Q4_0);
     RUN(test_matmul_Q4_1);

@@ -187,7 +187,7 @@ static int run_prefill(const int *threads, int n_threads)
         fprintf(stderr, "this build has no batched kernel set\n");
         return 1;
     }
-    const enum dtype types[] = { DT_Q4_1, DT_Q8_0, DT_F16 };
+    const enum dtype types[] = { DT_Q4_1, DT_Q8_0, DT_F16, DT_BF16 };
     const struct { int64_t n_in, n_out; const char *what; } shapes[] = {
         { 576, 576, "attn q/o" }, { 576, 192, "attn k/v" }, { 576, 1536, "ffn gate/up" }, { 1536, 576, "ffn down" },
     };
@@ -198,10 +198,10 @@ static int run_prefill(const int *threads, int n_threads)
     uint64_t rng = 7;
     for (int64_t i = 0; i < 1536 * PF_TOKENS; i++) x[i] = (float)((int)(rng_next(&rng) % 2001) - 1000) / 1000.0f;
     printf("prefill: %d tokens; old = %s (per-token dots), new = %s; peak = register-only loop of the\n"
-           "new kernels' instruction on the same threads (%s for q4_1/q8_0, %s for f16), best repeat;\n"
-           "kernels: medians of %d alternating repeats\n", PF_TOKENS, old->name, gemm->name,
+           "new kernels' instruction on the same threads (%s for q4_1/q8_0, %s for f16, %s for bf16),\n"
+           "best repeat; kernels: medians of %d alternating repeats\n", PF_TOKENS, old->name, gemm->name,
            cpu_peak_kind_name(cpu_peak_kind_for(gemm, DT_Q4_1)), cpu_peak_kind_name(cpu_peak_kind_for(gemm, DT_F16)),
-           PF_REPEATS);
+           cpu_peak_kind_name(cpu_peak_kind_for(gemm, DT_BF16)), PF_REPEATS);
     printf("1-token columns: weight GB/s of one token (old dots / the packed kernels with one token), weights\n"
            "in cache (one matrix, called repeatedly): the kernels' compute rate, not DRAM\n");
     printf("%-5s %-10s %-12s %3s | %9s %9s %9s | %6s %6s | %7s %7s\n", "type", "n_in x out", "", "thr", "old GF/s",
@@ -284,7 +284,7 @@ static int run_peak(const int *threads, int n_threads)
     const struct quant_impl *sets[8];
     int ns = quant_impl_simd_list(sets, 8);
     sets[ns++] = quant_impl_scalar();
-    const enum dtype types[] = { DT_Q4_1, DT_Q8_0, DT_Q4_K, DT_F16 };
+    const enum dtype types[] = { DT_Q4_1, DT_Q8_0, DT_Q4_K, DT_F16, DT_BF16 };
     for (int i = 0; i < ns; i++) {
         printf("%s%s:", sets[i]->name, sets[i] == quant_impl_best() ? " (default)" : "");
         for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)

@@ -29,7 +29,7 @@
  * operand of one vpdpbusd per token.
  *
  * Float types (F32, F16, BF16): strips of 32 rows, [k][32] in the stored type; see
- * "float weights" below. K-quants (Q4_K, Q6_K) are not packed: the per-token kernels.
+ * "float weights" below (BF16 in GEMM_BF16_DOT builds: k-pairs for vdpbf16ps). K-quants (Q4_K, Q6_K) are not packed: the per-token kernels.
  *
  * The batched path walks each strip in chunks of GQ_KC_BLOCKS blocks (10-17 KB, stays in
  * L1/L2 while every token tile passes over it); chunks after the first add to y, which
@@ -85,26 +85,19 @@ static void pack_act_quant(enum dtype wt, const float *x, int64_t n, uint8_t *ti
     }
 }
 
+static void pack_act_float(enum dtype wt, const float *x, int64_t n, int num_tokens, int t0, int t1, void *act);
+
 static void gemm_pack_act(enum dtype wt, const float *x, int64_t n, int num_tokens, int t0, int t1,
                           void *act)
 {
     if (num_tokens == 1) { /* one token: a tile of width 1 (the decode kernels' layout) */
         if (t0 >= t1) return; /* another thread's share has the token */
-        if (gemm_kind_of(wt) == GEMM_FLOAT) memcpy(act, x, sizeof(float) * (size_t)n);
+        if (gemm_kind_of(wt) == GEMM_FLOAT) pack_act_float(wt, x, n, 1, 0, 1, act);
         else pack_act_quant(wt, x, n, act, 0, 1);
         return;
     }
-    if (gemm_kind_of(wt) == GEMM_FLOAT) { /* x[n][GEMM_TILE] per tile */
-        const size_t tile_floats = (size_t)n * GEMM_TILE;
-        for (int t = t0; t < t1; t++) {
-            float *xf = (float *)act + (size_t)(t / GEMM_TILE) * tile_floats + t % GEMM_TILE;
-            for (int64_t k = 0; k < n; k++) xf[k * GEMM_TILE] = x[(size_t)t * (size_t)n + (size_t)k];
-        }
-        if (t1 == num_tokens && num_tokens % GEMM_TILE) {
-            float *xf = (float *)act + (size_t)(num_tokens / GEMM_TILE) * tile_floats;
-            for (int64_t k = 0; k < n; k++)
-                for (int lane = num_tokens % GEMM_TILE; lane < GEMM_TILE; lane++) xf[k * GEMM_TILE + lane] = 0.0f;
-        }
+    if (gemm_kind_of(wt) == GEMM_FLOAT) {
+        pack_act_float(wt, x, n, num_tokens, t0, t1, act);
         return;
     }
     const size_t tile_bytes = (size_t)(n / 32) * GEMM_QACT_BLOCK;
@@ -389,12 +382,189 @@ static inline __attribute__((always_inline)) void gemv_float(enum dtype wt, int6
     }
 }
 
+#ifdef GEMM_BF16_DOT
+/* ---- BF16 weights on vdpbf16ps ----
+ *
+ * vdpbf16ps adds, per f32 lane, the two products of a bf16 pair: acc += a0 b0 + a1 b1
+ * (each product exact in f32, each of the two additions rounded). So a pair of columns
+ * (2j, 2j+1) of 16 rows is one zmm of weights, and the activations are rounded to bf16
+ * (round to nearest even) and taken in the same pairs.
+ *   weights: strips of 32 rows as [n2][32 rows][2] bf16, n2 = ceil(n / 2), the pair of an
+ *            odd n's last column padded with 0 (zero rows past the end);
+ *   activations: per tile u32 [n2][GEMM_TILE], each the bf16 pair (x[2j], x[2j+1]) of a
+ *            token (x[2j] in the low half); a lone token: u32 [n2].
+ * Per (row, token) one chain over the pairs in order: acc = dpbf16(acc, w_j, x_j) from 0,
+ * in the batched micro-kernel (32 rows x GEMM_TILE tokens, 24 accumulators, per pair 2
+ * weight loads and 24 vdpbf16ps with the token's pair broadcast) and in the one-token
+ * kernel alike. The strip is read straight from the packed copy in chunks of GB_KC pairs
+ * (20 KB) while every token tile passes over the chunk. */
+
+#define GB_KC 160 /* pairs per chunk: 32 rows x 160 pairs x 4 bytes = 20 KB */
+
+static inline int64_t bf16_pairs(int64_t n) { return (n + 1) / 2; }
+
+/* Strips [s0, s1) of a BF16 matrix into the pair layout. */
+static void pack_bf16_pairs(int64_t n, const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t s0, int64_t s1,
+                            uint8_t *dst)
+{
+    const int64_t n2 = bf16_pairs(n);
+    for (int64_t s = s0; s < s1; s++) {
+        uint16_t *ps = (uint16_t *)(dst + (size_t)s * (size_t)n2 * GF_STRIP * 4);
+        memset(ps, 0, (size_t)n2 * GF_STRIP * 4);
+        for (int r = 0; r < GF_STRIP && s * GF_STRIP + r < nrows; r++) {
+            const uint8_t *row = w + (size_t)(s * GF_STRIP + r) * row_bytes;
+            for (int64_t k = 0; k < n; k++) memcpy(ps + ((size_t)(k / 2) * GF_STRIP + (size_t)r) * 2 + k % 2, row + 2 * k, 2);
+        }
+    }
+}
+
+/* Rounds x[n] to bf16 pairs, pair j stored at out[j * stride]. */
+static void pack_act_bf16(const float *x, int64_t n, uint32_t *out, int stride)
+{
+    for (int64_t i = 0; i < n; i += 32) {
+        const int64_t m = n - i < 32 ? n - i : 32;
+        const __mmask16 k0 = m >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << m) - 1);
+        const __mmask16 k1 = m <= 16 ? 0 : m >= 32 ? (__mmask16)0xFFFF : (__mmask16)((1u << (m - 16)) - 1);
+        const __m512 v0 = _mm512_maskz_loadu_ps(k0, x + i), v1 = _mm512_maskz_loadu_ps(k1, x + i + 16);
+        /* low 16 bf16 from v0: x[i + 2p] is the low half of pair p */
+        const __m512i p = (__m512i)_mm512_cvtne2ps_pbh(v1, v0);
+        uint32_t *o = out + (size_t)(i / 2) * (size_t)stride;
+        if (stride == 1) {
+            _mm512_mask_storeu_epi32(o, (__mmask16)((1u << ((m + 1) / 2)) - 1), p);
+        } else {
+            uint32_t v[16];
+            _mm512_storeu_si512((void *)v, p);
+            for (int j = 0; j < (m + 1) / 2; j++) o[(size_t)j * (size_t)stride] = v[j];
+        }
+    }
+}
+
+/* 32 rows x GEMM_TILE tokens over kc pairs of a strip (wp: [kc][32][2] bf16) and a tile's
+ * pairs (xt: [kc][GEMM_TILE]). */
+static void micro_bf16(const uint32_t *wp, const uint32_t *xt, int kc, float *y, int64_t ys, int nt, __mmask16 m0,
+                       __mmask16 m1, int add)
+{
+    __m512 a0[GEMM_TILE], a1[GEMM_TILE];
+    _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++) {
+        float *yt = y + (size_t)t * (size_t)ys;
+        a0[t] = add && t < nt ? _mm512_maskz_loadu_ps(m0, yt) : _mm512_setzero_ps();
+        a1[t] = add && t < nt ? _mm512_maskz_loadu_ps(m1, yt + 16) : _mm512_setzero_ps();
+    }
+    for (int k = 0; k < kc; k++) {
+        const __m512bh w0 = (__m512bh)_mm512_loadu_si512((const void *)(wp + (size_t)k * GF_STRIP));
+        const __m512bh w1 = (__m512bh)_mm512_loadu_si512((const void *)(wp + (size_t)k * GF_STRIP + 16));
+        const uint32_t *xk = xt + (size_t)k * GEMM_TILE;
+        _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++) {
+            const __m512bh xb = (__m512bh)_mm512_set1_epi32((int)xk[t]);
+            a0[t] = _mm512_dpbf16_ps(a0[t], w0, xb);
+            a1[t] = _mm512_dpbf16_ps(a1[t], w1, xb);
+        }
+    }
+    _Pragma("GCC unroll 16") for (int t = 0; t < nt; t++) {
+        float *yt = y + (size_t)t * (size_t)ys;
+        _mm512_mask_storeu_ps(yt, m0, a0[t]);
+        _mm512_mask_storeu_ps(yt + 16, m1, a1[t]);
+    }
+}
+
+/* Batched units [u0, u1) of a BF16 matrix in the pair layout (see gemm_run). */
+static void run_bf16(int64_t n, const uint8_t *w, int64_t nrows, const void *act, int num_tokens, float *y,
+                     int64_t y_stride, long u0, long u1)
+{
+    const int64_t n2 = bf16_pairs(n);
+    const long ntiles = (num_tokens + GEMM_TILE - 1) / GEMM_TILE;
+    for (long u = u0; u < u1;) {
+        const long s = u / ntiles, tb = u % ntiles;
+        const long te = tb + (u1 - u) < ntiles ? tb + (u1 - u) : ntiles;
+        u += te - tb;
+        const int64_t r0 = (int64_t)s * GF_STRIP;
+        const int nv = nrows - r0 < GF_STRIP ? (int)(nrows - r0) : GF_STRIP;
+        const __mmask16 m0 = nv >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nv) - 1);
+        const __mmask16 m1 = nv <= 16 ? 0 : nv >= 32 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nv - 16)) - 1);
+        const uint32_t *ws = (const uint32_t *)w + (size_t)s * (size_t)n2 * GF_STRIP;
+        for (int64_t k0 = 0; k0 < n2; k0 += GB_KC) {
+            const int kc = n2 - k0 < GB_KC ? (int)(n2 - k0) : GB_KC;
+            for (long tl = tb; tl < te; tl++) {
+                const int t0 = (int)tl * GEMM_TILE;
+                const int nt = num_tokens - t0 < GEMM_TILE ? num_tokens - t0 : GEMM_TILE;
+                const uint32_t *xt = (const uint32_t *)act + ((size_t)tl * (size_t)n2 + (size_t)k0) * GEMM_TILE;
+                micro_bf16(ws + (size_t)k0 * GF_STRIP, xt, kc, y + (size_t)t0 * (size_t)y_stride + r0, y_stride, nt,
+                           m0, m1, k0 > 0);
+            }
+        }
+    }
+}
+
+/* One token over strips [s0, s1): the micro-kernel's chain with one token. */
+static void gemv_bf16(int64_t n, const uint8_t *w, int64_t nrows, const uint32_t *xp, float *y, int64_t s0,
+                      int64_t s1)
+{
+    const int64_t n2 = bf16_pairs(n);
+    for (int64_t s = s0; s < s1; s++) {
+        const uint32_t *p = (const uint32_t *)w + (size_t)s * (size_t)n2 * GF_STRIP;
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        for (int64_t k = 0; k < n2; k++) {
+            const __m512bh xb = (__m512bh)_mm512_set1_epi32((int)xp[k]);
+            a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512((const void *)(p + (size_t)k * GF_STRIP)), xb);
+            a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512((const void *)(p + (size_t)k * GF_STRIP + 16)), xb);
+        }
+        const int64_t r0 = s * GF_STRIP, nv = nrows - r0;
+        _mm512_mask_storeu_ps(y + r0, nv >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nv) - 1), a0);
+        if (nv > 16)
+            _mm512_mask_storeu_ps(y + r0 + 16, nv >= 32 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nv - 16)) - 1), a1);
+    }
+}
+#endif
+
+/* Tokens [t0, t1) of x[num_tokens][n] for a float weight type (layout in quant_kernels.h);
+ * the call with t1 == num_tokens zeroes the last tile's padding tokens. */
+static void pack_act_float(enum dtype wt, const float *x, int64_t n, int num_tokens, int t0, int t1, void *act)
+{
+#ifdef GEMM_BF16_DOT
+    if (wt == DT_BF16) { /* u32 [n2][GEMM_TILE] per tile of bf16 pairs; one token: [n2] */
+        const size_t n2 = (size_t)bf16_pairs(n), tile = n2 * GEMM_TILE;
+        if (num_tokens == 1) {
+            pack_act_bf16(x, n, act, 1);
+            return;
+        }
+        for (int t = t0; t < t1; t++)
+            pack_act_bf16(x + (size_t)t * (size_t)n, n, (uint32_t *)act + (size_t)(t / GEMM_TILE) * tile + t % GEMM_TILE,
+                          GEMM_TILE);
+        if (t1 == num_tokens && num_tokens % GEMM_TILE) {
+            uint32_t *xt = (uint32_t *)act + (size_t)(num_tokens / GEMM_TILE) * tile;
+            for (size_t k = 0; k < n2; k++)
+                for (int lane = num_tokens % GEMM_TILE; lane < GEMM_TILE; lane++) xt[k * GEMM_TILE + lane] = 0;
+        }
+        return;
+    }
+#else
+    (void)wt;
+#endif
+    if (num_tokens == 1) { /* one token: a plain copy */
+        memcpy(act, x, sizeof(float) * (size_t)n);
+        return;
+    }
+    const size_t tile_floats = (size_t)n * GEMM_TILE; /* x[n][GEMM_TILE] per tile */
+    for (int t = t0; t < t1; t++) {
+        float *xf = (float *)act + (size_t)(t / GEMM_TILE) * tile_floats + t % GEMM_TILE;
+        for (int64_t k = 0; k < n; k++) xf[k * GEMM_TILE] = x[(size_t)t * (size_t)n + (size_t)k];
+    }
+    if (t1 == num_tokens && num_tokens % GEMM_TILE) {
+        float *xf = (float *)act + (size_t)(num_tokens / GEMM_TILE) * tile_floats;
+        for (int64_t k = 0; k < n; k++)
+            for (int lane = num_tokens % GEMM_TILE; lane < GEMM_TILE; lane++) xf[k * GEMM_TILE + lane] = 0.0f;
+    }
+}
+
 /* ---- the set's entries ---- */
 
 static size_t gemm_packed_bytes(enum dtype wt, int64_t n, int64_t nrows)
 {
     switch (gemm_kind_of(wt)) {
     case GEMM_FLOAT:
+#ifdef GEMM_BF16_DOT
+        if (wt == DT_BF16) return (size_t)((nrows + GF_STRIP - 1) / GF_STRIP) * (size_t)bf16_pairs(n) * GF_STRIP * 4;
+#endif
         return (size_t)((nrows + GF_STRIP - 1) / GF_STRIP) * (size_t)n * GF_STRIP * (size_t)float_bytes(wt);
     case GEMM_OFFSET: case GEMM_MIN:
         return (size_t)((nrows + GQ_STRIP - 1) / GQ_STRIP) * (size_t)(n / 32) * (size_t)sb_bytes(wt);
@@ -405,6 +575,12 @@ static size_t gemm_packed_bytes(enum dtype wt, int64_t n, int64_t nrows)
 static void gemm_pack_weight(enum dtype wt, int64_t n, const void *w, size_t row_bytes, int64_t nrows, int64_t s0,
                              int64_t s1, void *dst)
 {
+#ifdef GEMM_BF16_DOT
+    if (wt == DT_BF16) {
+        pack_bf16_pairs(n, w, row_bytes, nrows, s0, s1, dst);
+        return;
+    }
+#endif
     if (gemm_kind_of(wt) == GEMM_FLOAT) pack_float(wt, n, w, row_bytes, nrows, s0, s1, dst);
     else pack_quant(wt, n / 32, w, row_bytes, nrows, s0, s1, dst);
 }
@@ -494,6 +670,13 @@ static void gemm_run(enum dtype wt, int64_t n, const void *packed, int64_t nrows
     case DT_Q5_0: run_q5_0(n, w, nrows, act, num_tokens, y, y_stride, u0, u1); return;
     case DT_Q5_1: run_q5_1(n, w, nrows, act, num_tokens, y, y_stride, u0, u1); return;
     default:
+#ifdef GEMM_BF16_DOT
+        if (wt == DT_BF16) {
+            if (num_tokens == 1) gemv_bf16(n, w, nrows, act, y, u0, u1);
+            else run_bf16(n, w, nrows, act, num_tokens, y, y_stride, u0, u1);
+            return;
+        }
+#endif
         if (num_tokens == 1) {
             switch (wt) { /* one instance per type */
             case DT_F32: gemv_float(DT_F32, n, w, nrows, act, y, u0, u1); return;

@@ -38,6 +38,7 @@ static const struct {
     [CPU_PEAK_F32_FMA_YMM] = { "vfmadd231ps ymm (f32)", 2.0 * 8 },
     [CPU_PEAK_F32_SCALAR] = { "scalar mul+add (f32)", 2.0 },
     [CPU_PEAK_I32_SCALAR] = { "scalar mul+add (int32)", 2.0 },
+    [CPU_PEAK_BF16_DPBF16_ZMM] = { "vdpbf16ps zmm (bf16)", 2.0 * 32 },
 };
 
 const char *cpu_peak_kind_name(enum cpu_peak_kind k)
@@ -70,6 +71,7 @@ static double now_s(void)
 #define DPBUSD(n) "vpdpbusd %[v], %[u], %[a" n "]\n\t"
 #define DPBUSD_VEX(n) "%{vex%} vpdpbusd %[v], %[u], %[a" n "]\n\t"
 #define FMA231(n) "vfmadd231ps %[v], %[u], %[a" n "]\n\t"
+#define DPBF16(n) "vdpbf16ps %[v], %[u], %[a" n "]\n\t"
 #define MADDUBS(n) "vpmaddubsw %[v], %[a" n "], %[t]\n\tvpmaddwd %[u], %[t], %[a" n "]\n\t"
 
 __attribute__((target("avx512f,avx512vnni"))) static int64_t loop_dpbusd_zmm(long iters)
@@ -126,6 +128,18 @@ __attribute__((target("avx512f"))) static int64_t loop_fma_zmm(long iters)
     __m512 a[PEAK_ACC], u = _mm512_set1_ps(1.0f), v = _mm512_set1_ps(1e-7f);
     for (int k = 0; k < PEAK_ACC; k++) a[k] = _mm512_set1_ps((float)k);
     __asm__ volatile(PEAK_LOOP(FMA231) : PEAK_OPS(PEAK_RW_V), [n] "+r"(iters) : [u] "v"(u), [v] "v"(v) : "cc");
+    __m512 s = a[0];
+    for (int k = 1; k < PEAK_ACC; k++) s = _mm512_add_ps(s, a[k]);
+    return (int64_t)_mm512_reduce_add_ps(s);
+}
+
+/* u and v are bf16 pairs of 1.0 and 1e-7 (bits 0x3F80 and 0x33D7), so the sums stay finite. */
+__attribute__((target("avx512f,avx512bf16"))) static int64_t loop_dpbf16_zmm(long iters)
+{
+    __m512 a[PEAK_ACC];
+    __m512i u = _mm512_set1_epi32(0x3F803F80), v = _mm512_set1_epi32(0x33D733D7);
+    for (int k = 0; k < PEAK_ACC; k++) a[k] = _mm512_set1_ps((float)k);
+    __asm__ volatile(PEAK_LOOP(DPBF16) : PEAK_OPS(PEAK_RW_V), [n] "+r"(iters) : [u] "v"(u), [v] "v"(v) : "cc");
     __m512 s = a[0];
     for (int k = 1; k < PEAK_ACC; k++) s = _mm512_add_ps(s, a[k]);
     return (int64_t)_mm512_reduce_add_ps(s);
@@ -195,6 +209,8 @@ bool cpu_peak_kind_available(enum cpu_peak_kind k)
         return __builtin_cpu_supports("avx512f");
     case CPU_PEAK_F32_FMA_YMM:
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case CPU_PEAK_BF16_DPBF16_ZMM:
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
 #endif
     case CPU_PEAK_F32_SCALAR:
     case CPU_PEAK_I32_SCALAR:
@@ -218,6 +234,7 @@ static int64_t run_loop(enum cpu_peak_kind k, long iters)
     case CPU_PEAK_I8_MADDUBS_YMM: return loop_maddubs_ymm(iters);
     case CPU_PEAK_F32_FMA_ZMM: return loop_fma_zmm(iters);
     case CPU_PEAK_F32_FMA_YMM: return loop_fma_ymm(iters);
+    case CPU_PEAK_BF16_DPBF16_ZMM: return loop_dpbf16_zmm(iters);
 #endif
     case CPU_PEAK_F32_SCALAR: return loop_scalar_f32(iters);
     case CPU_PEAK_I32_SCALAR: return loop_scalar_i32(iters);
@@ -233,9 +250,14 @@ enum cpu_peak_kind cpu_peak_kind_for(const struct quant_impl *impl, enum dtype w
 {
     if (!impl) impl = quant_impl_best();
     if (impl == quant_impl_scalar()) return is_float(wtype) ? CPU_PEAK_F32_SCALAR : CPU_PEAK_I32_SCALAR;
-    /* gemm_avx512.c: float tiles on vfmadd231ps zmm, 32-block quants on vpdpbusd zmm */
-    if (impl->gemm && impl->gemm->strip_rows[wtype])
+    /* gemm_avx512.c: float tiles on vfmadd231ps zmm (BF16 on vdpbf16ps zmm in builds
+     * with GEMM_BF16_DOT), 32-block quants on vpdpbusd zmm */
+    if (impl->gemm && impl->gemm->strip_rows[wtype]) {
+#ifdef GEMM_BF16_DOT
+        if (wtype == DT_BF16) return CPU_PEAK_BF16_DPBF16_ZMM;
+#endif
         return is_float(wtype) ? CPU_PEAK_F32_FMA_ZMM : CPU_PEAK_I8_DPBUSD_ZMM;
+    }
     /* quant_dot_x86.c, per-token dots: floats on ymm FMAs; K-quants on maddubs + madd;
      * Q4_1 / Q5_1 of the AVX-512 sets on zmm vpdpbusd; the other 32-block quants on ymm
      * vpdpbusd where the build has VNNI, else maddubs + madd. */

@@ -26,6 +26,7 @@ enum cpu_peak_kind {
     CPU_PEAK_F32_FMA_YMM,       /* vfmadd231ps ymm (AVX2 + FMA): 8 FMAs */
     CPU_PEAK_F32_SCALAR,        /* scalar f32 multiply + add (portable kernels, float weights) */
     CPU_PEAK_I32_SCALAR,        /* scalar int32 multiply + add (portable kernels, quantized) */
+    CPU_PEAK_BF16_DPBF16_ZMM,   /* vdpbf16ps zmm (AVX512_BF16): 32 bf16 products */
     CPU_PEAK_KIND_COUNT_
 };
 

@@ -74,7 +74,11 @@ typedef void (*quant_act_fn)(enum dtype act, const float *x, int64_t b0, int64_t
  *       c[GEMM_TILE]            offset weights (Q8_0, Q4_0, Q5_0): int32 -o * sum(q),
  *                               o = the weight code offset (128, 8, 16); weights with a
  *                               min (Q4_1, Q5_1): f32 d * sum(q)
- *   float weights (F32, F16, BF16): per tile f32 x[n][GEMM_TILE].
+ *   float weights (F32, F16, BF16): per tile f32 x[n][GEMM_TILE]; except BF16 weights in
+ *     builds with GEMM_BF16_DOT (below): per tile u32 x2[ceil(n / 2)][GEMM_TILE], each the
+ *     pair (bf16(x[2j]), bf16(x[2j+1])) of a token, x[2j] in the low half, rounded to
+ *     nearest even, an odd n's last pair padded with 0 (one token: u32 x2[ceil(n / 2)]).
+ *     gemm_act_bytes' f32 size holds it.
  * The codes and scales are bitwise those of the per-token path's activations, so the
  * two paths differ only in the order of the f32 accumulation. */
 #define GEMM_TILE 12
@@ -132,6 +136,12 @@ struct quant_gemm {
     defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && defined(__F16C__) && defined(__FMA__)
 #define GEMM_HAVE_AVX512 1
 extern const struct quant_gemm quant_gemm_avx512; /* float and 32-block quantized types */
+/* BF16 weights on vdpbf16ps (activations rounded to bf16, layout above): only where the
+ * build has AVX512_BF16 and asks for it with -DTESSERA_BF16_DOT=1 (off by default: the
+ * rounding of x exceeds the f32 tolerance of the float kernels, docs/cpu-kernels.md). */
+#if defined(__AVX512BF16__) && defined(TESSERA_BF16_DOT) && TESSERA_BF16_DOT
+#define GEMM_BF16_DOT 1
+#endif
 #endif
 
 struct quant_impl {
