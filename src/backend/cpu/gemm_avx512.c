@@ -47,9 +47,7 @@
 #include <string.h>
 
 #define GQ_STRIP 16
-#ifndef GQ_KC_BLOCKS
 #define GQ_KC_BLOCKS 32 /* blocks per chunk of a strip in the batched path */
-#endif
 
 /* ---- activations ---- */
 
