@@ -142,9 +142,7 @@ static void rows_range(const struct rows_job *j, int r0, int r1)
     switch (j->op) {
     case ROWS_RMSNORM: cpu_rmsnorm(j->out + r0 * n, j->a + r0 * n, j->w, r1 - r0, j->n, j->eps); break;
     case ROWS_SILU_MUL: cpu_silu_mul(j->out + r0 * n, j->a + r0 * n, j->b + r0 * n, (r1 - r0) * n); break;
-    case ROWS_ADD:
-        for (int64_t i = r0 * n; i < r1 * n; i++) j->out[i] += j->a[i];
-        break;
+    case ROWS_ADD: cpu_add(j->out + r0 * n, j->a + r0 * n, (r1 - r0) * n); break;
     case ROWS_ROPE_ANGLES: {
         int64_t half = j->head_dim / 2;
         cpu_rope_angles(j->cs + r0 * half, j->sn + r0 * half, j->positions + r0, r1 - r0, j->head_dim, j->w);

@@ -46,6 +46,16 @@ static void test_rmsnorm(void)
     for (int i = 0; i < rows * n; i++) CHECK(x[i] == out[i], "in-place differs at %d", i);
 }
 
+static void test_add(void)
+{
+    float y[53], x[53], want[53];
+    fill(y, 53, 3.0f);
+    fill(x, 53, 1.0f);
+    for (int i = 0; i < 53; i++) want[i] = y[i] + x[i];
+    cpu_add(y, x, 53); /* 3 vectors and a tail of 5 */
+    for (int i = 0; i < 53; i++) CHECK(y[i] == want[i], "add differs at %d", i);
+}
+
 static void test_softmax(void)
 {
     for (int n = 1; n <= 33; n += 8) {
@@ -698,6 +708,7 @@ static void test_paged_attention_batch_invariance(void)
 int main(void)
 {
     RUN(test_rmsnorm);
+    RUN(test_add);
     RUN(test_softmax);
     RUN(test_silu_mul);
     RUN(test_dot_axpy);

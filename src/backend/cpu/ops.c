@@ -192,8 +192,24 @@ void cpu_rmsnorm(float *out, const float *x, const float *w, int num_rows, int n
         float *o = out + (int64_t)r * n;
         float ss = cpu_dot_f32(xr, xr, n);
         float inv = 1.0f / sqrtf(ss / (float)n + eps);
-        for (int i = 0; i < n; i++) o[i] = xr[i] * inv * w[i];
+        int i = 0;
+#ifdef __AVX512F__ /* (x * inv) * w per element, as the loop below; out may be x */
+        const __m512 vinv = _mm512_set1_ps(inv);
+        for (; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(o + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(xr + i), vinv), _mm512_loadu_ps(w + i)));
+#endif
+        for (; i < n; i++) o[i] = xr[i] * inv * w[i];
     }
+}
+
+void cpu_add(float *y, const float *x, int64_t n)
+{
+    int64_t i = 0;
+#ifdef __AVX512F__
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(y + i), _mm512_loadu_ps(x + i)));
+#endif
+    for (; i < n; i++) y[i] += x[i];
 }
 
 void cpu_softmax(float *x, int n)

@@ -42,6 +42,9 @@ void cpu_softmax(float *x, int n);
 /* out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i]; may alias. */
 void cpu_silu_mul(float *out, const float *gate, const float *up, int64_t n);
 
+/* y[i] += x[i] (the residual add). */
+void cpu_add(float *y, const float *x, int64_t n);
+
 /* ---- rotary position embedding ------------------------------------------------------- */
 
 /* In place: rotate every head of token t by angle positions[t] * inv_freq[i].
