@@ -21,7 +21,11 @@ BUILD    ?= build
 OPT      ?= -O2
 ARCH     ?= -march=native
 SAN      ?=
-CFLAGS   += -std=c11 $(OPT) -g $(ARCH) -Wall -Wextra -Werror -pthread -Isrc -MMD -MP $(SAN)
+# BF16_DOT=1: BF16 weights on vdpbf16ps where the CPU has AVX512_BF16 (activations rounded
+# to bf16; off by default, docs/cpu-kernels.md). Use its own BUILD directory.
+BF16_DOT ?= 0
+CFLAGS   += -std=c11 $(OPT) -g $(ARCH) -Wall -Wextra -Werror -pthread -Isrc -MMD -MP $(SAN) \
+            -DTESSERA_BF16_DOT=$(BF16_DOT)
 LDFLAGS  += -pthread $(SAN)
 LDLIBS   += -lmicrohttpd -lcjson -lyaml -lpcre2-8 -lutf8proc -lsystemd -lm -ldl
 
@@ -256,6 +260,10 @@ TESTMODELS = $(VENV)/bin/python scripts/make-test-models.py --out $(BUILD)/testm
 
 test: all $(VENV)/.ok $(MODEL) $(TESTDATA_OK)
 	@$(TESTMODELS)
+	@# the opt-in BF16_DOT kernels must keep compiling (where the CPU can run them, build
+	@# them with BF16_DOT=1 and run test_quant: docs/cpu-kernels.md)
+	@$(CC) $(filter-out -MMD -MP,$(CFLAGS)) -UTESSERA_BF16_DOT -DTESSERA_BF16_DOT=1 -fsyntax-only \
+		src/backend/cpu/gemm_avx512.c
 	@BUILD=$(BUILD) TESSERA_CUDA=$(CUDA_ON) scripts/run-tests.sh
 
 # The sanitizer run: every C test, and the Python tests that feed the binary untrusted
