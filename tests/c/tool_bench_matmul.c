@@ -1,7 +1,7 @@
 /* tool_bench_matmul.c — cpu_matmul throughput against the machine's memory-read
  * bandwidth, measured side by side in one process.
  *
- *   tool_bench_matmul [--quick] [--prefill] [--peak] [--threads 1,2] [--mb 256] [--scalar]
+ *   tool_bench_matmul [--quick] [--prefill [--type Q4_K]] [--peak] [--threads 1,2] [--mb 256] [--scalar]
  *
  * For each case (type, n_in x n_out) and thread count it alternates rounds of (a) a plain
  * AVX2 read (sum) over a --mb MB buffer split across the same pool — the roofline, since
@@ -15,7 +15,8 @@
  * --scalar uses the portable kernel set instead of the SIMD one. Default run < 30 s.
  * --prefill instead times the model's shapes at 512 tokens: the batched kernels against
  * the per-token path and a register-only peak of the same instruction (run_prefill); the
- * K-quants (n_in a multiple of 256) on ffn down and on a 2048-wide layer's shapes.
+ * K-quants (n_in a multiple of 256) on ffn down and on a 2048-wide layer's shapes;
+ * --type (a name as printed, e.g. Q6_K) times that weight type only.
  * --peak prints the register-only peak of every instruction this CPU has (peak.h) per
  * thread count, and which one each kernel set uses for Q4_1, Q8_0, Q4_K and F16.
  */
@@ -176,7 +177,7 @@ static double time_prefill(struct threadpool *tp, const struct quant_impl *impl,
  * register-only peak of the instruction the batched kernels use, per thread count.
  * Repeats alternate old / new / peak (other processes share the cores) and the medians
  * are printed. */
-static int run_prefill(const int *threads, int n_threads)
+static int run_prefill(const int *threads, int n_threads, const char *only)
 {
     const struct quant_impl *sets[8], *gemm = NULL, *old = NULL;
     int ns = quant_impl_simd_list(sets, 8);
@@ -216,6 +217,7 @@ static int run_prefill(const int *threads, int n_threads)
         struct threadpool *tp = tp_create(threads[ti]);
         for (size_t c = 0; c < sizeof types / sizeof types[0]; c++) {
             enum dtype t = types[c];
+            if (only && strcmp(only, dtype_name(t))) continue;
             double layer_old = 0, layer_new = 0, layer_flops = 0, layer_peak = 0;
             for (int sh = 0; sh < n_shapes; sh++) {
                 int64_t n_in = shapes[sh].n_in, n_out = shapes[sh].n_out;
@@ -306,6 +308,7 @@ static int run_peak(const int *threads, int n_threads)
 int main(int argc, char **argv)
 {
     int quick = 0, use_scalar = 0, prefill = 0, peak = 0, threads[8] = { 1, 2 }, n_threads = 2;
+    const char *only = NULL;
     size_t mb = 256;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -313,17 +316,18 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--peak")) peak = 1;
         else if (!strcmp(argv[i], "--scalar")) use_scalar = 1;
         else if (!strcmp(argv[i], "--mb") && i + 1 < argc) mb = (size_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "--type") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             n_threads = 0;
             for (char *s = strtok(argv[++i], ","); s && n_threads < 8; s = strtok(NULL, ","))
                 threads[n_threads++] = atoi(s);
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--prefill] [--peak] [--threads 1,2] [--mb 256] [--scalar]\n",
+            fprintf(stderr, "usage: %s [--quick] [--prefill [--type Q4_K]] [--peak] [--threads 1,2] [--mb 256] [--scalar]\n",
                     argv[0]);
             return 2;
         }
     }
-    if (prefill) return run_prefill(threads, n_threads);
+    if (prefill) return run_prefill(threads, n_threads, only);
     if (peak) return run_peak(threads, n_threads);
     const struct bcase all[] = {
         { DT_Q8_0, 576, 49152, "output head" },

@@ -28,8 +28,21 @@
  * So one 64-byte load (plus a nibble split) gives one step's codes for 16 rows, the
  * operand of one vpdpbusd per token.
  *
+ * K-quants: one strip-block per 256-element super-block (layouts at Q4K_* / Q6K_*),
+ * activations scaled per 256 as Q8_K (the per-token path's codes, bitwise).
+ *   Q4_K: per 32-element sub-block j the Q4_1 chain above with dw = d * sc_j and
+ *         mw = -(dmin * m_j), formed per sub-block from the fp16 d, dmin and the 6-bit
+ *         sc, m; both products are exact in f32 (11-bit x 6-bit significands).
+ *   Q6_K: u = q + 32 (6 bits), per 16-element group g the integer sum
+ *         i_g = sum u q - 32 sum q (accumulator started at -32 sum q, packed with the
+ *         activations per 16) and acc = fma((float)i_g, (d * sc_g) * dx, acc), d * sc_g
+ *         exact (11 x 8 bits). A vpmulld by sc_g with one float step per 32 would need
+ *         a third set of 12 accumulators per tile, more than the 32 zmm registers;
+ *         decoding each chunk once into an L1 buffer for all token tiles measured no
+ *         faster than unpacking per tile.
+ *
  * Float types (F32, F16, BF16): strips of 32 rows, [k][32] in the stored type; see
- * "float weights" below. K-quants (Q4_K, Q6_K) are not packed: the per-token kernels.
+ * "float weights" below.
  *
  * The batched path walks each strip in chunks of GQ_KC_BLOCKS blocks (10-17 KB, stays in
  * L1/L2 while every token tile passes over it); chunks after the first add to y, which
