@@ -88,7 +88,8 @@ static void pack_act_quant(enum dtype wt, const float *x, int64_t n, uint8_t *ti
             v1 = _mm512_roundscale_ps(_mm512_mul_ps(v1, vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
             __m512i q0 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(v0, lo), hi));
             __m512i q1 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(v1, lo), hi));
-            const int s0 = _mm512_reduce_add_epi32(q0), s1 = _mm512_reduce_add_epi32(q1), sum = s0 + s1;
+            const int s0 = kind == GEMM_K16 ? _mm512_reduce_add_epi32(q0) : 0;
+            const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)), s1 = sum - s0;
             int32_t w[8];
             _mm_storeu_si128((__m128i *)w, _mm512_cvtepi32_epi8(q0));
             _mm_storeu_si128((__m128i *)(w + 4), _mm512_cvtepi32_epi8(q1));
