@@ -35,11 +35,12 @@
  *         sc, m; both products are exact in f32 (11-bit x 6-bit significands).
  *   Q6_K: u = q + 32 (6 bits), per 16-element group g the integer sum
  *         i_g = sum u q - 32 sum q (accumulator started at -32 sum q, packed with the
- *         activations per 16) and acc = fma((float)i_g, (d * sc_g) * dx, acc), d * sc_g
- *         exact (11 x 8 bits). A vpmulld by sc_g with one float step per 32 would need
- *         a third set of 12 accumulators per tile, more than the 32 zmm registers;
- *         decoding each chunk once into an L1 buffer for all token tiles measured no
- *         faster than unpacking per tile.
+ *         activations per 16), scaled by the int8 sc_g in int32 (vpmulld) and summed
+ *         over the super-block, I = sum_g sc_g i_g (|I| < 2^29, exact), then one float
+ *         step per super-block: acc = fma((float)I, d * dx, acc). Against a float step
+ *         per group (fma((float)i_g, (d * sc_g) * dx, acc)) it measured 5-15% faster
+ *         batched and ~8% with one token; decoding each chunk once into an L1 buffer
+ *         for all token tiles measured no faster than unpacking per tile.
  *
  * Float types (F32, F16, BF16): strips of 32 rows, [k][32] in the stored type; see
  * "float weights" below.
@@ -420,9 +421,10 @@ static inline __attribute__((always_inline)) void micro_q4k(const uint8_t *wp, c
     _Pragma("GCC unroll 16") for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + (size_t)t * (size_t)ys, rmask, acc[t]);
 }
 
-/* Q6_K over nsb super-blocks: per 16-element group g (in order) the integer sum
- * i_g = sum u q - 32 sum q (the accumulator starts at the packed -32 sum q), then
- *   acc = fma((float)i_g, (d * sc_g) * dx, acc)      (d * sc_g exact: 11 x 8 bits) */
+/* Q6_K over nsb super-blocks: per 16-element group g the integer sum
+ * i_g = sum u q - 32 sum q (the accumulator starts at the packed -32 sum q), scaled in
+ * int32 and summed over the super-block, I = sum_g sc_g i_g (|I| < 2^29), then one float
+ * step per super-block: acc = fma((float)I, d * dx, acc). */
 static inline __attribute__((always_inline)) void micro_q6k(const uint8_t *wp, const uint8_t *xa, int nsb, float *y,
                                                             int64_t ys, int nt, __mmask16 rmask, int add)
 {
@@ -431,20 +433,24 @@ static inline __attribute__((always_inline)) void micro_q6k(const uint8_t *wp, c
         acc[t] = add && t < nt ? _mm512_maskz_loadu_ps(rmask, y + (size_t)t * (size_t)ys) : _mm512_setzero_ps();
     for (int s = 0; s < nsb; s++) {
         const uint8_t *pb = wp + (size_t)s * Q6K_BYTES;
-        const __m512 d = sb_dw(pb);
+        __m512i isb[GEMM_TILE];
+        _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++) isb[t] = _mm512_setzero_si512();
         for (int b = 0; b < 8; b++) {
             const uint8_t *xb = xa + (size_t)(8 * s + b) * GEMM_QACT16_BLOCK;
-            const float *xd = (const float *)(xb + 32 * GEMM_TILE);
             _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
                 const int32_t *c = (const int32_t *)(xb + (36 + 4 * h) * GEMM_TILE);
                 __m512i ai[GEMM_TILE];
                 _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++) ai[t] = _mm512_set1_epi32(c[t]);
                 tile_isum(DT_Q6_K, pb + Q6K_CODES + Q6K_BLOCK * b, (const int32_t *)xb, 2 * h, 2 * h + 2, ai);
-                const __m512 sw = _mm512_mul_ps(d, u8x16_ps(pb + Q6K_SC + 16 * (2 * b + h), 1));
+                const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(pb + Q6K_SC + 16 * (2 * b + h))));
                 _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++)
-                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[t]), _mm512_mul_ps(sw, _mm512_set1_ps(xd[t])), acc[t]);
+                    isb[t] = _mm512_add_epi32(isb[t], _mm512_mullo_epi32(ai[t], sc));
             }
         }
+        const __m512 d = sb_dw(pb);
+        const float *xd = (const float *)(xa + (size_t)(8 * s) * GEMM_QACT16_BLOCK + 32 * GEMM_TILE);
+        _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++)
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isb[t]), _mm512_mul_ps(d, _mm512_set1_ps(xd[t])), acc[t]);
     }
     _Pragma("GCC unroll 16") for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + (size_t)t * (size_t)ys, rmask, acc[t]);
 }
@@ -500,18 +506,17 @@ static inline __attribute__((always_inline)) __m512 block_step(enum dtype wt, co
         return acc;
     }
     if (wt == DT_Q6_K) { /* micro_q6k's chain */
-        const __m512 d = sb_dw(pb);
+        __m512i isb = _mm512_setzero_si512();
         for (int b = 0; b < 8; b++) {
             const uint8_t *x = xb + 44 * b;
-            const __m512 xd = _mm512_set1_ps(ld_f32(x + 32));
             for (int h = 0; h < 2; h++) {
                 const __m512i is = block_isum(wt, pb + Q6K_CODES + Q6K_BLOCK * b, (const int32_t *)x,
                                               _mm512_set1_epi32(ld_i32(x + 36 + 4 * h)), 2 * h, 2 * h + 2);
-                const __m512 sw = _mm512_mul_ps(d, u8x16_ps(pb + Q6K_SC + 16 * (2 * b + h), 1));
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(sw, xd), acc);
+                const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(pb + Q6K_SC + 16 * (2 * b + h))));
+                isb = _mm512_add_epi32(isb, _mm512_mullo_epi32(is, sc));
             }
         }
-        return acc;
+        return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isb), _mm512_mul_ps(sb_dw(pb), _mm512_set1_ps(ld_f32(xb + 32))), acc);
     }
     const int32_t c = ld_i32(xb + 36);
     const __m512i is = block_isum(wt, pb, (const int32_t *)xb,
