@@ -4,8 +4,9 @@
  * struct packed_weights holds a struct model_weights that the forward reads in place of
  * the loader's: every matrix the kernels have a packed layout for is an owned copy of its
  * view with .cpu_packed set (its .data still the mapped bytes); the rest (norms, biases,
- * the embedding table's rows, K-quant matrices) are the loader's, borrowed. With tied
- * embeddings the output head is packed and the embedding lookup keeps reading the file.
+ * the embedding table's rows, matrices of a type without a packed layout) are the
+ * loader's, borrowed. With tied embeddings the output head is packed and the embedding
+ * lookup keeps reading the file.
  * The source weights must outlive the packed ones.
  */
 #ifndef TESSERA_MODEL_WEIGHTS_PACK_H

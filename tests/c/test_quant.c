@@ -678,7 +678,10 @@ static void test_scratch_size(void)
     CHECK(gemm_act_bytes(DT_Q4_1, 576, 13) == 2 * (size_t)18 * GEMM_QACT_BLOCK, "q4_1 tiles");
     CHECK(cpu_matmul_scratch_size(DT_Q4_1, 576, 13) >= gemm_act_bytes(DT_Q4_1, 576, 13), "q4_1 batch");
     CHECK(cpu_matmul_scratch_size(DT_Q8_0, 1536, 512) >= gemm_act_bytes(DT_Q8_0, 1536, 512), "q8_0 batch");
-    CHECK(gemm_act_bytes(DT_Q4_K, 256, 13) == 0, "no batched q4_k");
+    /* K-quants: 32-element blocks with the super-block's scale; Q6_K with two offset sums */
+    CHECK(gemm_act_bytes(DT_Q4_K, 512, 13) == 2 * (size_t)16 * GEMM_QACT_BLOCK, "q4_k tiles");
+    CHECK(gemm_act_bytes(DT_Q6_K, 512, 13) == 2 * (size_t)16 * GEMM_QACT16_BLOCK, "q6_k tiles");
+    CHECK(cpu_matmul_scratch_size(DT_Q6_K, 1536, 512) >= gemm_act_bytes(DT_Q6_K, 1536, 512), "q6_k batch");
     size_t a = cpu_matmul_scratch_size(DT_Q4_1, 576, 1), b = cpu_matmul_scratch_size(DT_Q4_1, 576, 2);
     CHECK(a >= gemm_act_bytes(DT_Q4_1, 576, 1) && b >= a && b >= 2 * (576 + 18 * 8), "q4_1 %zu %zu", a, b);
     CHECK(cpu_matmul_scratch_size(DT_Q6_K, 4096, 1) >= 4096 + 16 * 4 + 256 * 2, "q6_k");

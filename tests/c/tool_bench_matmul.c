@@ -1,7 +1,7 @@
 /* tool_bench_matmul.c — cpu_matmul throughput against the machine's memory-read
  * bandwidth, measured side by side in one process.
  *
- *   tool_bench_matmul [--quick] [--prefill] [--peak] [--threads 1,2] [--mb 256] [--scalar]
+ *   tool_bench_matmul [--quick] [--prefill [--type Q4_K]] [--peak] [--threads 1,2] [--mb 256] [--scalar]
  *
  * For each case (type, n_in x n_out) and thread count it alternates rounds of (a) a plain
  * AVX2 read (sum) over a --mb MB buffer split across the same pool — the roofline, since
@@ -14,7 +14,9 @@
  * >= 0.8), prefill GFLOP/s (2 * n_in * n_out * 64 per call) and its weight GB/s.
  * --scalar uses the portable kernel set instead of the SIMD one. Default run < 30 s.
  * --prefill instead times the model's shapes at 512 tokens: the batched kernels against
- * the per-token path and a register-only peak of the same instruction (run_prefill).
+ * the per-token path and a register-only peak of the same instruction (run_prefill); the
+ * K-quants (n_in a multiple of 256) on ffn down and on a 2048-wide layer's shapes;
+ * --type (a name as printed, e.g. Q6_K) times that weight type only.
  * --peak prints the register-only peak of every instruction this CPU has (peak.h) per
  * thread count, and which one each kernel set uses for Q4_1, Q8_0, Q4_K and F16.
  */
@@ -175,7 +177,7 @@ static double time_prefill(struct threadpool *tp, const struct quant_impl *impl,
  * register-only peak of the instruction the batched kernels use, per thread count.
  * Repeats alternate old / new / peak (other processes share the cores) and the medians
  * are printed. */
-static int run_prefill(const int *threads, int n_threads)
+static int run_prefill(const int *threads, int n_threads, const char *only)
 {
     const struct quant_impl *sets[8], *gemm = NULL, *old = NULL;
     int ns = quant_impl_simd_list(sets, 8);
@@ -187,16 +189,21 @@ static int run_prefill(const int *threads, int n_threads)
         fprintf(stderr, "this build has no batched kernel set\n");
         return 1;
     }
-    const enum dtype types[] = { DT_Q4_1, DT_Q8_0, DT_F16, DT_BF16 };
+    const enum dtype types[] = { DT_Q4_1, DT_Q8_0, DT_Q4_K, DT_Q6_K, DT_F16, DT_BF16 };
+    /* SmolLM2-135M's shapes; K-quants need n_in % 256 == 0, so of those only ffn down
+     * (a Q4_K_M file stores the others as other types), plus a 2048-wide layer's shapes
+     * for them */
     const struct { int64_t n_in, n_out; const char *what; } shapes[] = {
         { 576, 576, "attn q/o" }, { 576, 192, "attn k/v" }, { 576, 1536, "ffn gate/up" }, { 1536, 576, "ffn down" },
+        { 2048, 2048, "2k attn q/o" }, { 2048, 5632, "2k ffn up" }, { 5632, 2048, "2k ffn down" },
     };
-    const int n_shapes = 4;
-    const int weight_of_shape[] = { 2, 2, 2, 1 }; /* per layer: q+o, k+v, gate+up, down */
-    float *x = malloc(sizeof(float) * 1536 * PF_TOKENS), *y = malloc(sizeof(float) * 1536 * PF_TOKENS);
-    uint8_t *wbuf = malloc(1536 * 576 * 4);
+    const int n_shapes = 7;
+    /* per layer: q+o, k+v, gate+up, down (the 2048-wide shapes are not in the layer sum) */
+    const int weight_of_shape[] = { 2, 2, 2, 1, 0, 0, 0 };
+    float *x = malloc(sizeof(float) * 5632 * PF_TOKENS), *y = malloc(sizeof(float) * 5632 * PF_TOKENS);
+    uint8_t *wbuf = malloc((size_t)5632 * 2048 * 4);
     uint64_t rng = 7;
-    for (int64_t i = 0; i < 1536 * PF_TOKENS; i++) x[i] = (float)((int)(rng_next(&rng) % 2001) - 1000) / 1000.0f;
+    for (int64_t i = 0; i < 5632 * PF_TOKENS; i++) x[i] = (float)((int)(rng_next(&rng) % 2001) - 1000) / 1000.0f;
     printf("prefill: %d tokens; old = %s (per-token dots), new = %s; peak = register-only loop of the\n"
            "new kernels' instruction on the same threads (%s for q4_1/q8_0, %s for f16, %s for bf16),\n"
            "best repeat; kernels: medians of %d alternating repeats\n", PF_TOKENS, old->name, gemm->name,
@@ -210,9 +217,12 @@ static int run_prefill(const int *threads, int n_threads)
         struct threadpool *tp = tp_create(threads[ti]);
         for (size_t c = 0; c < sizeof types / sizeof types[0]; c++) {
             enum dtype t = types[c];
+            if (only && strcmp(only, dtype_name(t))) continue;
             double layer_old = 0, layer_new = 0, layer_flops = 0, layer_peak = 0;
             for (int sh = 0; sh < n_shapes; sh++) {
                 int64_t n_in = shapes[sh].n_in, n_out = shapes[sh].n_out;
+                if (n_in % dtype_block_elems(t)) continue;
+                if (dtype_block_elems(t) < 256 && !weight_of_shape[sh]) continue; /* 2048-wide: K-quants only */
                 fill_weights(t, wbuf, n_in * n_out, &rng);
                 struct tensor w = { .name = "w", .type = t, .n_dims = 2, .ne = { n_in, n_out, 1, 1 },
                                     .data = wbuf, .nbytes = dtype_row_bytes(t, n_in) * (size_t)n_out };
@@ -249,9 +259,10 @@ static int run_prefill(const int *threads, int n_threads)
                 free(scratch);
                 free(packed);
             }
-            printf("%-5s %-10s %-12s %3d | %9.1f %9.1f %9.1f | %6.2f %6.2fx\n", dtype_name(t), "layer", "(7 matmuls)",
-                   threads[ti], layer_flops / layer_old / 1e9, layer_flops / layer_new / 1e9, layer_peak,
-                   layer_flops / layer_new / 1e9 / layer_peak, layer_old / layer_new);
+            if (dtype_block_elems(t) < 256) /* the K-quants ran only some of the layer's shapes */
+                printf("%-5s %-10s %-12s %3d | %9.1f %9.1f %9.1f | %6.2f %6.2fx\n", dtype_name(t), "layer", "(7 matmuls)",
+                       threads[ti], layer_flops / layer_old / 1e9, layer_flops / layer_new / 1e9, layer_peak,
+                       layer_flops / layer_new / 1e9 / layer_peak, layer_old / layer_new);
         }
         tp_free(tp);
     }
@@ -297,6 +308,7 @@ static int run_peak(const int *threads, int n_threads)
 int main(int argc, char **argv)
 {
     int quick = 0, use_scalar = 0, prefill = 0, peak = 0, threads[8] = { 1, 2 }, n_threads = 2;
+    const char *only = NULL;
     size_t mb = 256;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -304,17 +316,18 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--peak")) peak = 1;
         else if (!strcmp(argv[i], "--scalar")) use_scalar = 1;
         else if (!strcmp(argv[i], "--mb") && i + 1 < argc) mb = (size_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "--type") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             n_threads = 0;
             for (char *s = strtok(argv[++i], ","); s && n_threads < 8; s = strtok(NULL, ","))
                 threads[n_threads++] = atoi(s);
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--prefill] [--peak] [--threads 1,2] [--mb 256] [--scalar]\n",
+            fprintf(stderr, "usage: %s [--quick] [--prefill [--type Q4_K]] [--peak] [--threads 1,2] [--mb 256] [--scalar]\n",
                     argv[0]);
             return 2;
         }
     }
-    if (prefill) return run_prefill(threads, n_threads);
+    if (prefill) return run_prefill(threads, n_threads, only);
     if (peak) return run_peak(threads, n_threads);
     const struct bcase all[] = {
         { DT_Q8_0, 576, 49152, "output head" },

@@ -69,7 +69,8 @@ size_t gemm_act_bytes(enum dtype wtype, int64_t n, int num_tokens)
 {
     size_t tiles = (size_t)((num_tokens + GEMM_TILE - 1) / GEMM_TILE);
     switch (gemm_kind_of(wtype)) {
-    case GEMM_OFFSET: case GEMM_MIN: return tiles * (size_t)(n / 32) * GEMM_QACT_BLOCK;
+    case GEMM_OFFSET: case GEMM_MIN: case GEMM_KMIN: return tiles * (size_t)(n / 32) * GEMM_QACT_BLOCK;
+    case GEMM_K16: return tiles * (size_t)(n / 32) * GEMM_QACT16_BLOCK;
     case GEMM_FLOAT: return tiles * (size_t)n * GEMM_TILE * sizeof(float);
     default: return 0;
     }

@@ -251,7 +251,7 @@ enum cpu_peak_kind cpu_peak_kind_for(const struct quant_impl *impl, enum dtype w
     if (!impl) impl = quant_impl_best();
     if (impl == quant_impl_scalar()) return is_float(wtype) ? CPU_PEAK_F32_SCALAR : CPU_PEAK_I32_SCALAR;
     /* gemm_avx512.c: float tiles on vfmadd231ps zmm (BF16 on vdpbf16ps zmm in builds
-     * with GEMM_BF16_DOT), 32-block quants on vpdpbusd zmm */
+     * with GEMM_BF16_DOT), quantized types (32-block and K-quants) on vpdpbusd zmm */
     if (impl->gemm && impl->gemm->strip_rows[wtype]) {
 #ifdef GEMM_BF16_DOT
         if (wtype == DT_BF16) return CPU_PEAK_BF16_DPBF16_ZMM;

@@ -52,7 +52,8 @@ void cpu_matmul_multi(struct threadpool *tp, const struct tensor *const *ws, int
  * token's result does not depend on its batch. Unpacked matrices use the per-token
  * kernels (also batch-independent, slower for prefill).
  *   cpu_weight_pack_bytes: bytes for w's packed copy; 0 when this build has no packed
- *     layout for its type (K-quants, or no AVX-512 VNNI/VBMI), then w stays unpacked.
+ *     layout for its type (no AVX-512 VNNI/VBMI, or a type without one), then w stays
+ *     unpacked.
  *   cpu_weight_pack: fills dst (64-byte aligned, that many bytes) from w->data, split over
  *     the pool; then a view with .cpu_packed = dst uses it (dst must outlive the view).
  * The packed copy has the same size as the stored matrix (plus padding to whole strips). */

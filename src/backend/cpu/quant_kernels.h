@@ -65,15 +65,20 @@ typedef void (*quant_act_fn)(enum dtype act, const float *x, int64_t b0, int64_t
  *
  * Activations are packed once per matmul into tiles of GEMM_TILE tokens (the last tile
  * of a batch padded with zero tokens; a lone token, decode, is packed as a tile of width 1:
- * the same fields with GEMM_TILE read as 1, so a block is 40 contiguous bytes), token-interleaved so a micro-kernel reads one sequential
+ * the same fields with GEMM_TILE read as 1, so a block is 40 (Q6_K: 44) contiguous bytes),
+ * token-interleaved so a micro-kernel reads one sequential
  * stream with constant offsets per token:
- *   32-element quantized weights (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1): per tile, per block b of
- *     32 elements, GEMM_QACT_BLOCK bytes:
+ *   quantized weights: per tile, per block b of 32 elements, GEMM_QACT_BLOCK bytes
+ *   (GEMM_QACT16_BLOCK for Q6_K):
  *       int32 q4[8][GEMM_TILE]  token t's codes 4j..4j+3 of the block (int8, packed)
- *       f32   d[GEMM_TILE]      the block's scale (amax / 127, as the Q8_0 activations)
+ *       f32   d[GEMM_TILE]      the activation scale (amax / 127) of the block's scale
+ *                               group: the block itself for 32-element weights (as the
+ *                               Q8_0 activations), its 256-element super-block for Q4_K
+ *                               and Q6_K (as Q8_K, repeated in each of the 8 blocks)
  *       c[GEMM_TILE]            offset weights (Q8_0, Q4_0, Q5_0): int32 -o * sum(q),
  *                               o = the weight code offset (128, 8, 16); weights with a
- *                               min (Q4_1, Q5_1): f32 d * sum(q)
+ *                               min (Q4_1, Q5_1, Q4_K): f32 d * sum(q)
+ *       Q6_K instead: int32 c[2][GEMM_TILE], -32 * sum(q) of elements 0-15 / 16-31
  *   float weights (F32, F16, BF16): per tile f32 x[n][GEMM_TILE]; except BF16 weights in
  *     builds with GEMM_BF16_DOT (below): per tile u32 x2[ceil(n / 2)][GEMM_TILE], each the
  *     pair (bf16(x[2j]), bf16(x[2j+1])) of a token, x[2j] in the low half, rounded to
@@ -83,19 +88,30 @@ typedef void (*quant_act_fn)(enum dtype act, const float *x, int64_t b0, int64_t
  * two paths differ only in the order of the f32 accumulation. */
 #define GEMM_TILE 12
 #define GEMM_QACT_BLOCK (40 * GEMM_TILE)
+#define GEMM_QACT16_BLOCK (44 * GEMM_TILE)
 
-/* Kind of packed activations a weight type takes in the batched path. */
-enum gemm_kind { GEMM_NONE, GEMM_OFFSET, GEMM_MIN, GEMM_FLOAT };
+/* Kind of packed activations a weight type takes in the batched path:
+ *   GEMM_OFFSET  32-element scales, int32 offset sum per block (Q8_0, Q4_0, Q5_0)
+ *   GEMM_MIN     32-element scales, f32 d * sum(q) per block (Q4_1, Q5_1)
+ *   GEMM_KMIN    as GEMM_MIN with one scale per 256 elements (Q4_K)
+ *   GEMM_K16     one scale per 256, int32 offset sums per 16 elements (Q6_K)
+ *   GEMM_FLOAT   f32 activations (F32, F16, BF16) */
+enum gemm_kind { GEMM_NONE, GEMM_OFFSET, GEMM_MIN, GEMM_KMIN, GEMM_K16, GEMM_FLOAT };
 
 static inline enum gemm_kind gemm_kind_of(enum dtype t)
 {
     switch (t) {
     case DT_Q8_0: case DT_Q4_0: case DT_Q5_0: return GEMM_OFFSET;
     case DT_Q4_1: case DT_Q5_1: return GEMM_MIN;
+    case DT_Q4_K: return GEMM_KMIN;
+    case DT_Q6_K: return GEMM_K16;
     case DT_F32: case DT_F16: case DT_BF16: return GEMM_FLOAT;
     default: return GEMM_NONE;
     }
 }
+
+/* Bytes per token of one packed 32-element activation block of a quantized kind. */
+static inline int gemm_qact_token_bytes(enum gemm_kind k) { return k == GEMM_K16 ? 44 : 40; }
 
 /* Code offset o of an offset type: stored code u = w + o is unsigned (Q8_0: w + 128). */
 static inline int gemm_code_offset(enum dtype t)
@@ -135,7 +151,7 @@ struct quant_gemm {
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && defined(__F16C__) && defined(__FMA__)
 #define GEMM_HAVE_AVX512 1
-extern const struct quant_gemm quant_gemm_avx512; /* float and 32-block quantized types */
+extern const struct quant_gemm quant_gemm_avx512; /* float, 32-block and K-quant types */
 /* BF16 weights on vdpbf16ps (activations rounded to bf16, layout above): only where the
  * build has AVX512_BF16 and asks for it with -DTESSERA_BF16_DOT=1 (off by default: the
  * rounding of x exceeds the f32 tolerance of the float kernels, docs/cpu-kernels.md). */
