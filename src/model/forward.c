@@ -120,7 +120,7 @@ void forward_free(struct forward_state *fs)
 
 /* ---- row-parallel helpers ------------------------------------------------------------- */
 
-enum rows_op { ROWS_RMSNORM, ROWS_SILU_MUL, ROWS_ADD, ROWS_ROPE_ANGLES, ROWS_ROPE };
+enum rows_op { ROWS_RMSNORM, ROWS_SILU_MUL, ROWS_ADD, ROWS_ROPE_ANGLES, ROWS_ROPE, ROWS_KV_WRITE };
 
 struct rows_job {
     enum rows_op op;
@@ -130,6 +130,8 @@ struct rows_job {
     const float *a, *b;
     const float *w;    /* rmsnorm weight / rope inv_freq */
     float *cs, *sn;    /* RoPE cos / sin per row (ROPE reads, ROPE_ANGLES writes) */
+    const struct kv_layer *kv; /* KV_WRITE: rows a (K) and b (V), n floats each, to their slots */
+    const int64_t *slots;
     float eps;
     const int32_t *positions;
     int head_dim;
@@ -143,6 +145,7 @@ static void rows_range(const struct rows_job *j, int r0, int r1)
     case ROWS_RMSNORM: cpu_rmsnorm(j->out + r0 * n, j->a + r0 * n, j->w, r1 - r0, j->n, j->eps); break;
     case ROWS_SILU_MUL: cpu_silu_mul(j->out + r0 * n, j->a + r0 * n, j->b + r0 * n, (r1 - r0) * n); break;
     case ROWS_ADD: cpu_add(j->out + r0 * n, j->a + r0 * n, (r1 - r0) * n); break;
+    case ROWS_KV_WRITE: cpu_kv_write(j->kv, j->a + r0 * n, j->b + r0 * n, j->slots + r0, r1 - r0); break;
     case ROWS_ROPE_ANGLES: {
         int64_t half = j->head_dim / 2;
         cpu_rope_angles(j->cs + r0 * half, j->sn + r0 * half, j->positions + r0, r1 - r0, j->head_dim, j->w);
@@ -293,7 +296,9 @@ int model_forward(struct forward_state *fs, struct kv_cache *kv, const struct ba
         rows_run(fs, &rk);
 
         struct kv_layer kl = kv_cache_layer(kv, l);
-        cpu_kv_write(&kl, fs->k, fs->v, b->slot_mapping, T);
+        struct rows_job kvw = { .op = ROWS_KV_WRITE, .rows = T, .n = kvd, .a = fs->k, .b = fs->v, .kv = &kl,
+                                .slots = b->slot_mapping }; /* every row its own slot */
+        rows_run(fs, &kvw);
         struct paged_attention_args pa = {
             .out = fs->att, .q = fs->q, .kv = &kl, .query_start = b->query_start,
             .seq_lens = b->seq_lens, .block_tables = b->block_tables,
