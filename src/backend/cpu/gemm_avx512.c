@@ -57,6 +57,7 @@
 
 #include "util/half.h"
 
+#include <assert.h>
 #include <immintrin.h>
 #include <string.h>
 
@@ -158,10 +159,20 @@ static void gemm_pack_act(enum dtype wt, const float *x, int64_t n, int num_toke
 #define Q6K_BLOCK 384 /* codes of one 32-element block */
 #define Q6K_BYTES 3360 /* 16 x 210, as the file */
 
-/* Bytes of one packed block of a 16-row strip, and the offsets inside it. */
+/* Bytes of one packed block of a 16-row strip, and the offsets inside it. A constant for
+ * each type (GGUF's block bytes x 16), so the per-type kernels fold it: no call per block. */
 static inline int sb_bytes(enum dtype wt)
 {
-    return wt == DT_Q4_K ? Q4K_BYTES : wt == DT_Q6_K ? Q6K_BYTES : GQ_STRIP * dtype_block_bytes(wt);
+    switch (wt) {
+    case DT_Q8_0: return GQ_STRIP * 34;
+    case DT_Q4_0: return GQ_STRIP * 18;
+    case DT_Q4_1: return GQ_STRIP * 20;
+    case DT_Q5_0: return GQ_STRIP * 22;
+    case DT_Q5_1: return GQ_STRIP * 24;
+    case DT_Q4_K: return Q4K_BYTES;
+    case DT_Q6_K: return Q6K_BYTES;
+    default: return 0; /* not a packed quantized type */
+    }
 }
 /* Elements per strip-block (the GGUF block size: 32, or 256 for the K-quants). */
 static inline int sb_elems(enum dtype wt) { return wt == DT_Q4_K || wt == DT_Q6_K ? 256 : 32; }
@@ -268,6 +279,7 @@ static void pack_quant(enum dtype wt, int64_t nb, const uint8_t *w, size_t row_b
                        int64_t s1, uint8_t *dst)
 {
     const int bb = dtype_block_bytes(wt), sbb = sb_bytes(wt);
+    assert(wt == DT_Q4_K || wt == DT_Q6_K || sbb == GQ_STRIP * bb);
     for (int64_t s = s0; s < s1; s++) {
         uint8_t *ps = dst + (size_t)s * (size_t)nb * (size_t)sbb;
         memset(ps, 0, (size_t)nb * (size_t)sbb); /* padding rows: zero codes and scales */
