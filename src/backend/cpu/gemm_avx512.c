@@ -368,6 +368,28 @@ static inline __m512 u8x16_ps(const uint8_t *p, int sgn)
     return _mm512_cvtepi32_ps(sgn ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v));
 }
 
+/* The tile's accumulators: from y (chunks after the first continue the chain) or 0; and back. */
+static inline __attribute__((always_inline)) void tile_acc_load(__m512 *acc, const float *y, int64_t ys, int nt,
+                                                                __mmask16 rmask, int add)
+{
+    _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++)
+        acc[t] = add && t < nt ? _mm512_maskz_loadu_ps(rmask, y + (size_t)t * (size_t)ys) : _mm512_setzero_ps();
+}
+
+static inline __attribute__((always_inline)) void tile_acc_store(const __m512 *acc, float *y, int64_t ys, int nt,
+                                                                 __mmask16 rmask)
+{
+    _Pragma("GCC unroll 16") for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + (size_t)t * (size_t)ys, rmask, acc[t]);
+}
+
+/* acc[t] = fma((float)isum[t], dw * dx[t], acc[t]): a block's (or super-block's) scaled sum. */
+static inline __attribute__((always_inline)) void tile_scaled_fma(__m512 *acc, const __m512i *isum, __m512 dw,
+                                                                  const float *dx)
+{
+    _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++)
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, _mm512_set1_ps(dx[t])), acc[t]);
+}
+
 static inline __attribute__((always_inline)) void micro_quant(enum dtype wt, const uint8_t *wp, const uint8_t *xa,
                                                               int nbk, float *y, int64_t ys, int nt,
                                                               __mmask16 rmask, int add)
@@ -375,8 +397,7 @@ static inline __attribute__((always_inline)) void micro_quant(enum dtype wt, con
     const int with_min = sb_has_min(wt), sbb = sb_bytes(wt);
     /* every loop over tokens is unrolled so acc[] and ai[] live in registers */
     __m512 acc[GEMM_TILE];
-    _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++)
-        acc[t] = add && t < nt ? _mm512_maskz_loadu_ps(rmask, y + (size_t)t * (size_t)ys) : _mm512_setzero_ps();
+    tile_acc_load(acc, y, ys, nt, rmask, add);
     for (int b = 0; b < nbk; b++) {
         const uint8_t *wb = wp + (size_t)b * (size_t)sbb, *xb = xa + (size_t)b * GEMM_QACT_BLOCK;
         const float *xd = (const float *)(xb + 32 * GEMM_TILE);
@@ -385,16 +406,14 @@ static inline __attribute__((always_inline)) void micro_quant(enum dtype wt, con
             ai[t] = with_min ? _mm512_setzero_si512()
                              : _mm512_set1_epi32(((const int32_t *)(xb + 36 * GEMM_TILE))[t]);
         tile_isum(wt, wb, (const int32_t *)xb, 0, 4, ai);
-        const __m512 dw = sb_dw(wb);
-        _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++)
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[t]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[t])), acc[t]);
+        tile_scaled_fma(acc, ai, sb_dw(wb), xd);
         if (with_min) {
             const __m512 mw = sb_mw(wb);
             const float *xs = (const float *)(xb + 36 * GEMM_TILE);
             _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++) acc[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xs[t]), acc[t]);
         }
     }
-    _Pragma("GCC unroll 16") for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + (size_t)t * (size_t)ys, rmask, acc[t]);
+    tile_acc_store(acc, y, ys, nt, rmask);
 }
 
 /* Q4_K over nsb super-blocks: per 32-element sub-block j the Q4_1 chain with
@@ -404,8 +423,7 @@ static inline __attribute__((always_inline)) void micro_q4k(const uint8_t *wp, c
                                                             int64_t ys, int nt, __mmask16 rmask, int add)
 {
     __m512 acc[GEMM_TILE];
-    _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++)
-        acc[t] = add && t < nt ? _mm512_maskz_loadu_ps(rmask, y + (size_t)t * (size_t)ys) : _mm512_setzero_ps();
+    tile_acc_load(acc, y, ys, nt, rmask, add);
     for (int s = 0; s < nsb; s++) {
         const uint8_t *pb = wp + (size_t)s * Q4K_BYTES;
         const __m512 d = sb_dw(pb), dmin = sb_mw(pb);
@@ -417,13 +435,12 @@ static inline __attribute__((always_inline)) void micro_q4k(const uint8_t *wp, c
             tile_isum(DT_Q4_K, pb + Q4K_CODES + 256 * j, (const int32_t *)xb, 0, 4, ai);
             const __m512 dw = _mm512_mul_ps(d, u8x16_ps(pb + Q4K_SC + 16 * j, 0));
             const __m512 mw = _mm512_mul_ps(dmin, u8x16_ps(pb + Q4K_M + 16 * j, 0));
-            _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++)
-                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[t]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[t])), acc[t]);
+            tile_scaled_fma(acc, ai, dw, xd);
             _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++)
                 acc[t] = _mm512_fnmadd_ps(mw, _mm512_set1_ps(xs[t]), acc[t]);
         }
     }
-    _Pragma("GCC unroll 16") for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + (size_t)t * (size_t)ys, rmask, acc[t]);
+    tile_acc_store(acc, y, ys, nt, rmask);
 }
 
 /* Q6_K over nsb super-blocks: per 16-element group g the integer sum
@@ -434,8 +451,7 @@ static inline __attribute__((always_inline)) void micro_q6k(const uint8_t *wp, c
                                                             int64_t ys, int nt, __mmask16 rmask, int add)
 {
     __m512 acc[GEMM_TILE];
-    _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++)
-        acc[t] = add && t < nt ? _mm512_maskz_loadu_ps(rmask, y + (size_t)t * (size_t)ys) : _mm512_setzero_ps();
+    tile_acc_load(acc, y, ys, nt, rmask, add);
     for (int s = 0; s < nsb; s++) {
         const uint8_t *pb = wp + (size_t)s * Q6K_BYTES;
         __m512i isb[GEMM_TILE];
@@ -452,12 +468,9 @@ static inline __attribute__((always_inline)) void micro_q6k(const uint8_t *wp, c
                     isb[t] = _mm512_add_epi32(isb[t], _mm512_mullo_epi32(ai[t], sc));
             }
         }
-        const __m512 d = sb_dw(pb);
-        const float *xd = (const float *)(xa + (size_t)(8 * s) * GEMM_QACT16_BLOCK + 32 * GEMM_TILE);
-        _Pragma("GCC unroll 16") for (int t = 0; t < GEMM_TILE; t++)
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isb[t]), _mm512_mul_ps(d, _mm512_set1_ps(xd[t])), acc[t]);
+        tile_scaled_fma(acc, isb, sb_dw(pb), (const float *)(xa + (size_t)(8 * s) * GEMM_QACT16_BLOCK + 32 * GEMM_TILE));
     }
-    _Pragma("GCC unroll 16") for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + (size_t)t * (size_t)ys, rmask, acc[t]);
+    tile_acc_store(acc, y, ys, nt, rmask);
 }
 
 /* ---- quantized weights: one token (decode) ----
