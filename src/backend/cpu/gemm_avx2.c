@@ -389,31 +389,33 @@ static inline __attribute__((always_inline)) void run_quant(enum dtype wt, int64
     }
 }
 
+/* Software prefetch GV_PF bytes ahead in each strip stream of the one-token kernels: with
+ * the integer work this short, the out-of-order window alone keeps too few lines in
+ * flight to cover DRAM latency (as for the per-token dots, quant_dot_x86.c). */
+#ifndef GV_PF
+#define GV_PF 384
+#endif
+
+static inline __attribute__((always_inline)) void prefetch_block(const uint8_t *p, int bytes)
+{
+    for (int off = 0; off < bytes; off += 64) _mm_prefetch((const char *)p + GV_PF + off, _MM_HINT_T0);
+}
+
 /* One token over strips [s0, s1): per strip the tile kernel's chain with one token column
- * (activations: a group of width 1). Two strips go side by side (two independent chains,
- * two weight streams); each row's arithmetic is the same either way. */
+ * (activations: a group of width 1), strips one after another — one sequential stream,
+ * which from DRAM measured faster than two strips side by side. */
 static inline __attribute__((always_inline)) void gemv_quant(enum dtype wt, int64_t nb, const uint8_t *w,
                                                              int64_t nrows, const uint8_t *xa, float *y, int64_t s0,
                                                              int64_t s1)
 {
     const size_t sbb = (size_t)sb_bytes(wt), stride = (size_t)nb * sbb;
-    int64_t s = s0;
-    for (; s + 2 <= s1; s += 2) {
-        const uint8_t *p0 = w + (size_t)s * stride, *p1 = p0 + stride;
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-        for (int64_t b = 0; b < nb; b++) {
-            block_step(wt, p0 + (size_t)b * sbb, xa + (size_t)b * 40, 1, 1, &acc0);
-            block_step(wt, p1 + (size_t)b * sbb, xa + (size_t)b * 40, 1, 1, &acc1);
-        }
-        const int64_t r0 = s * GQ_STRIP, nv = nrows - r0 - GQ_STRIP;
-        _mm256_storeu_ps(y + r0, acc0);
-        if (nv >= GQ_STRIP) _mm256_storeu_ps(y + r0 + GQ_STRIP, acc1);
-        else _mm256_maskstore_ps(y + r0 + GQ_STRIP, lane_mask((int)nv), acc1);
-    }
-    if (s < s1) {
+    for (int64_t s = s0; s < s1; s++) {
         const uint8_t *p0 = w + (size_t)s * stride;
         __m256 acc = _mm256_setzero_ps();
-        for (int64_t b = 0; b < nb; b++) block_step(wt, p0 + (size_t)b * sbb, xa + (size_t)b * 40, 1, 1, &acc);
+        for (int64_t b = 0; b < nb; b++) {
+            prefetch_block(p0 + (size_t)b * sbb, (int)sbb);
+            block_step(wt, p0 + (size_t)b * sbb, xa + (size_t)b * 40, 1, 1, &acc);
+        }
         const int64_t r0 = s * GQ_STRIP, nv = nrows - r0;
         if (nv >= GQ_STRIP) _mm256_storeu_ps(y + r0, acc);
         else _mm256_maskstore_ps(y + r0, lane_mask((int)nv), acc);
@@ -534,24 +536,32 @@ static inline void store_strip(float *y, int64_t nv, __m256 a0, __m256 a1)
     if (nv > 8) _mm256_maskstore_ps(y + 8, lane_mask((int)nv - 8), a1);
 }
 
-/* One token over strips [s0, s1): x[n] as packed for one token (a plain copy). */
+/* One token over strips [s0, s1): x[n] as packed for one token (a plain copy). GF_SIDE
+ * strips go side by side (2 * GF_SIDE independent chains, as the FMA latency needs), each
+ * stream prefetched GV_PF bytes ahead; each row's chain is the batched kernel's. */
+#ifndef GF_SIDE
+#define GF_SIDE 4
+#endif
 static inline __attribute__((always_inline)) void gemv_float(enum dtype wt, int64_t n, const uint8_t *w,
                                                              int64_t nrows, const float *xt, float *y, int64_t s0,
                                                              int64_t s1)
 {
     const size_t es = (size_t)float_bytes(wt), stride = (size_t)n * GF_STRIP * es;
     int64_t s = s0;
-    for (; s + 4 <= s1; s += 4) {
+    for (; s + GF_SIDE <= s1; s += GF_SIDE) {
         const uint8_t *p = w + (size_t)s * stride;
-        __m256 a[8];
-        _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+        __m256 a[2 * GF_SIDE];
+        _Pragma("GCC unroll 8") for (int i = 0; i < 2 * GF_SIDE; i++) a[i] = _mm256_setzero_ps();
         for (int64_t k = 0; k < n; k++) {
             const __m256 xb = _mm256_broadcast_ss(xt + k);
-            _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++)
-                a[i] = _mm256_fmadd_ps(ld8_packed(wt, p + (size_t)(i / 2) * stride + ((size_t)k * GF_STRIP + 8 * (i % 2)) * es),
-                                       xb, a[i]);
+            _Pragma("GCC unroll 8") for (int i = 0; i < GF_SIDE; i++) {
+                const uint8_t *pk = p + (size_t)i * stride + (size_t)k * GF_STRIP * es;
+                _mm_prefetch((const char *)pk + GV_PF, _MM_HINT_T0);
+                a[2 * i] = _mm256_fmadd_ps(ld8_packed(wt, pk), xb, a[2 * i]);
+                a[2 * i + 1] = _mm256_fmadd_ps(ld8_packed(wt, pk + 8 * es), xb, a[2 * i + 1]);
+            }
         }
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < GF_SIDE; i++)
             store_strip(y + (s + i) * GF_STRIP, nrows - (s + i) * GF_STRIP, a[2 * i], a[2 * i + 1]);
     }
     for (; s < s1; s++) {
@@ -559,8 +569,10 @@ static inline __attribute__((always_inline)) void gemv_float(enum dtype wt, int6
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
         for (int64_t k = 0; k < n; k++) {
             const __m256 xb = _mm256_broadcast_ss(xt + k);
-            a0 = _mm256_fmadd_ps(ld8_packed(wt, p + (size_t)k * GF_STRIP * es), xb, a0);
-            a1 = _mm256_fmadd_ps(ld8_packed(wt, p + ((size_t)k * GF_STRIP + 8) * es), xb, a1);
+            const uint8_t *pk = p + (size_t)k * GF_STRIP * es;
+            _mm_prefetch((const char *)pk + GV_PF, _MM_HINT_T0);
+            a0 = _mm256_fmadd_ps(ld8_packed(wt, pk), xb, a0);
+            a1 = _mm256_fmadd_ps(ld8_packed(wt, pk + 8 * es), xb, a1);
         }
         store_strip(y + s * GF_STRIP, nrows - s * GF_STRIP, a0, a1);
     }
