@@ -58,7 +58,8 @@
 #define GQ_STRIP 8       /* rows per quantized strip: one ymm of lanes */
 #define GQ_GROUP 4       /* tokens per quantized micro-kernel */
 #define GQ_KC_BLOCKS 32  /* blocks per chunk of a strip in the batched path */
-#define GF_STRIP 16      /* rows per float strip: two ymm */
+#define GF_STRIP 16      /* rows per float strip (work unit): two ymm */
+#define GF_PANEL 4       /* float strips stored interleaved: a panel of 64 rows */
 #define GF_GROUP 6       /* tokens per float micro-kernel */
 #define GF_KC 256        /* columns per float chunk: 16 x 256 f32 = 16 KB */
 
@@ -442,18 +443,38 @@ static inline __m256 ld8_packed(enum dtype wt, const uint8_t *p)
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
+/* Bytes of one float panel (GF_PANEL strips, [n][GF_PANEL * GF_STRIP] in the stored type)
+ * and the address of strip s's 16 values of column k. */
+static inline size_t panel_bytes(enum dtype wt, int64_t n)
+{
+    return (size_t)n * GF_PANEL * GF_STRIP * (size_t)float_bytes(wt);
+}
+
+static inline const uint8_t *strip_col(enum dtype wt, const uint8_t *w, int64_t n, int64_t s, int64_t k)
+{
+    return w + (size_t)(s / GF_PANEL) * panel_bytes(wt, n) +
+           ((size_t)k * GF_PANEL * GF_STRIP + (size_t)(s % GF_PANEL) * GF_STRIP) * (size_t)float_bytes(wt);
+}
+
+/* Packs strips [s0, s1) of a float matrix; rows past nrows (to the panel's end) are zero. */
 static void pack_float(enum dtype wt, int64_t n, const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t s0,
                        int64_t s1, uint8_t *dst)
 {
     const size_t es = (size_t)float_bytes(wt);
     for (int64_t s = s0; s < s1; s++) {
-        uint8_t *ps = dst + (size_t)s * (size_t)n * GF_STRIP * es;
-        memset(ps, 0, (size_t)n * GF_STRIP * es);
+        for (int64_t k = 0; k < n; k++) memset((uint8_t *)strip_col(wt, dst, n, s, k), 0, GF_STRIP * es);
         for (int r = 0; r < GF_STRIP && s * GF_STRIP + r < nrows; r++) {
             const uint8_t *row = w + (size_t)(s * GF_STRIP + r) * row_bytes;
-            for (int64_t k = 0; k < n; k++) memcpy(ps + ((size_t)k * GF_STRIP + (size_t)r) * es, row + (size_t)k * es, es);
+            for (int64_t k = 0; k < n; k++)
+                memcpy((uint8_t *)strip_col(wt, dst, n, s, k) + (size_t)r * es, row + (size_t)k * es, es);
         }
     }
+    /* strips past the matrix's last one, in its panel: zeroed so the copy holds no
+     * uninitialised bytes (no kernel reads them) */
+    const int64_t ns = (nrows + GF_STRIP - 1) / GF_STRIP;
+    if (s1 == ns)
+        for (int64_t s = ns; s % GF_PANEL; s++)
+            for (int64_t k = 0; k < n; k++) memset((uint8_t *)strip_col(wt, dst, n, s, k), 0, GF_STRIP * es);
 }
 
 /* 16 rows x GF_GROUP tokens over kc columns of a chunk (f32 [k][16]) and a group's
@@ -505,11 +526,14 @@ static void run_float(enum dtype wt, int64_t n, const uint8_t *w, int64_t nrows,
         const int64_t r0 = (int64_t)s * GF_STRIP;
         const int nv = nrows - r0 < GF_STRIP ? (int)(nrows - r0) : GF_STRIP;
         const __m256i m0 = lane_mask(nv < 8 ? nv : 8), m1 = lane_mask(nv > 8 ? nv - 8 : 0);
-        const uint8_t *ws = w + (size_t)s * (size_t)n * GF_STRIP * es;
         for (int64_t k0 = 0; k0 < n; k0 += GF_KC) {
             const int kc = n - k0 < GF_KC ? (int)(n - k0) : GF_KC;
-            const uint8_t *src = ws + (size_t)k0 * GF_STRIP * es;
-            for (int i = 0; i < kc * GF_STRIP; i += 8) _mm256_store_ps(chunk + i, ld8_packed(wt, src + (size_t)i * es));
+            const uint8_t *src = strip_col(wt, w, n, s, k0);
+            for (int k = 0; k < kc; k++) { /* the strip's 16 values of a column, a panel row apart */
+                const uint8_t *c = src + (size_t)k * GF_PANEL * GF_STRIP * es;
+                _mm256_store_ps(chunk + k * GF_STRIP, ld8_packed(wt, c));
+                _mm256_store_ps(chunk + k * GF_STRIP + 8, ld8_packed(wt, c + 8 * es));
+            }
             for (long tl = tb; tl < te; tl++)
                 for (int g = 0; g < GEMM_TILE / GF_GROUP; g++) {
                     const int t0 = (int)tl * GEMM_TILE + g * GF_GROUP;
@@ -536,45 +560,42 @@ static inline void store_strip(float *y, int64_t nv, __m256 a0, __m256 a1)
     if (nv > 8) _mm256_maskstore_ps(y + 8, lane_mask((int)nv - 8), a1);
 }
 
-/* One token over strips [s0, s1): x[n] as packed for one token (a plain copy). GF_SIDE
- * strips go side by side (2 * GF_SIDE independent chains, as the FMA latency needs), each
- * stream prefetched GV_PF bytes ahead; each row's chain is the batched kernel's. */
-#ifndef GF_SIDE
-#define GF_SIDE 4
-#endif
+/* One token over strips [s0, s1): x[n] as packed for one token (a plain copy). A whole
+ * panel in range runs its 4 strips side by side — 8 independent chains, as the FMA
+ * latency needs, over one sequential stream (prefetched GV_PF bytes ahead); strips of a
+ * panel cut by the range run alone. Each row's chain is the batched kernel's. */
 static inline __attribute__((always_inline)) void gemv_float(enum dtype wt, int64_t n, const uint8_t *w,
                                                              int64_t nrows, const float *xt, float *y, int64_t s0,
                                                              int64_t s1)
 {
-    const size_t es = (size_t)float_bytes(wt), stride = (size_t)n * GF_STRIP * es;
-    int64_t s = s0;
-    for (; s + GF_SIDE <= s1; s += GF_SIDE) {
-        const uint8_t *p = w + (size_t)s * stride;
-        __m256 a[2 * GF_SIDE];
-        _Pragma("GCC unroll 8") for (int i = 0; i < 2 * GF_SIDE; i++) a[i] = _mm256_setzero_ps();
-        for (int64_t k = 0; k < n; k++) {
-            const __m256 xb = _mm256_broadcast_ss(xt + k);
-            _Pragma("GCC unroll 8") for (int i = 0; i < GF_SIDE; i++) {
-                const uint8_t *pk = p + (size_t)i * stride + (size_t)k * GF_STRIP * es;
-                _mm_prefetch((const char *)pk + GV_PF, _MM_HINT_T0);
-                a[2 * i] = _mm256_fmadd_ps(ld8_packed(wt, pk), xb, a[2 * i]);
-                a[2 * i + 1] = _mm256_fmadd_ps(ld8_packed(wt, pk + 8 * es), xb, a[2 * i + 1]);
+    const size_t es = (size_t)float_bytes(wt), row = GF_PANEL * GF_STRIP * es;
+    for (int64_t s = s0; s < s1;) {
+        if (s % GF_PANEL == 0 && s + GF_PANEL <= s1) {
+            const uint8_t *p = strip_col(wt, w, n, s, 0);
+            __m256 a[2 * GF_PANEL];
+            _Pragma("GCC unroll 8") for (int i = 0; i < 2 * GF_PANEL; i++) a[i] = _mm256_setzero_ps();
+            for (int64_t k = 0; k < n; k++) {
+                const __m256 xb = _mm256_broadcast_ss(xt + k);
+                const uint8_t *pk = p + (size_t)k * row;
+                for (size_t off = 0; off < row; off += 64) _mm_prefetch((const char *)pk + GV_PF + off, _MM_HINT_T0);
+                _Pragma("GCC unroll 8") for (int i = 0; i < 2 * GF_PANEL; i++)
+                    a[i] = _mm256_fmadd_ps(ld8_packed(wt, pk + (size_t)i * 8 * es), xb, a[i]);
             }
+            for (int i = 0; i < GF_PANEL; i++)
+                store_strip(y + (s + i) * GF_STRIP, nrows - (s + i) * GF_STRIP, a[2 * i], a[2 * i + 1]);
+            s += GF_PANEL;
+            continue;
         }
-        for (int i = 0; i < GF_SIDE; i++)
-            store_strip(y + (s + i) * GF_STRIP, nrows - (s + i) * GF_STRIP, a[2 * i], a[2 * i + 1]);
-    }
-    for (; s < s1; s++) {
-        const uint8_t *p = w + (size_t)s * stride;
+        const uint8_t *p = strip_col(wt, w, n, s, 0);
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
         for (int64_t k = 0; k < n; k++) {
             const __m256 xb = _mm256_broadcast_ss(xt + k);
-            const uint8_t *pk = p + (size_t)k * GF_STRIP * es;
-            _mm_prefetch((const char *)pk + GV_PF, _MM_HINT_T0);
+            const uint8_t *pk = p + (size_t)k * row;
             a0 = _mm256_fmadd_ps(ld8_packed(wt, pk), xb, a0);
             a1 = _mm256_fmadd_ps(ld8_packed(wt, pk + 8 * es), xb, a1);
         }
         store_strip(y + s * GF_STRIP, nrows - s * GF_STRIP, a0, a1);
+        s++;
     }
 }
 
@@ -584,7 +605,7 @@ static size_t gemm_packed_bytes(enum dtype wt, int64_t n, int64_t nrows)
 {
     switch (gemm_kind_of(wt)) {
     case GEMM_FLOAT:
-        return (size_t)((nrows + GF_STRIP - 1) / GF_STRIP) * (size_t)n * GF_STRIP * (size_t)float_bytes(wt);
+        return (size_t)((nrows + GF_PANEL * GF_STRIP - 1) / (GF_PANEL * GF_STRIP)) * panel_bytes(wt, n);
     case GEMM_OFFSET: case GEMM_MIN:
         return (size_t)((nrows + GQ_STRIP - 1) / GQ_STRIP) * (size_t)(n / 32) * (size_t)sb_bytes(wt);
     default: return 0;
