@@ -39,8 +39,10 @@
  * A lone token is one group of width 1 (40 bytes a block). Codes and scales are bitwise
  * those of the per-token path (quantize_avx2), so the two differ only in float order.
  *
- * Float types (F32, F16, BF16): strips of 16 rows, [k][16] in the stored type; the
- * micro-kernel is 16 rows x 6 tokens (12 accumulators, 2 weight vectors, 1 broadcast).
+ * Float types (F32, F16, BF16): work units are strips of 16 rows, stored four to a panel
+ * of 64 rows, [k][64] in the stored type (zero rows pad the last panel), so decode reads
+ * one sequential stream with 8 independent chains; the batched micro-kernel is 16 rows x
+ * 6 tokens (12 accumulators, 2 weight vectors, 1 broadcast).
  * K-quants (Q4_K, Q6_K) are not packed: the per-token kernels run them.
  *
  * The batched path walks each strip in chunks of K (stays in L1 while every token tile of
@@ -397,6 +399,13 @@ static inline __attribute__((always_inline)) void run_quant(enum dtype wt, int64
 #define GV_PF 384
 #endif
 
+/* Float panels stream 2-4x more bytes per instruction than quantized strips, so their
+ * prefetch reaches further ahead (384..4096 measured within noise here; 1 KB is about
+ * the bandwidth x latency product of one core). */
+#ifndef GF_PF
+#define GF_PF 1024
+#endif
+
 static inline __attribute__((always_inline)) void prefetch_block(const uint8_t *p, int bytes)
 {
     for (int off = 0; off < bytes; off += 64) _mm_prefetch((const char *)p + GV_PF + off, _MM_HINT_T0);
@@ -562,7 +571,7 @@ static inline void store_strip(float *y, int64_t nv, __m256 a0, __m256 a1)
 
 /* One token over strips [s0, s1): x[n] as packed for one token (a plain copy). A whole
  * panel in range runs its 4 strips side by side — 8 independent chains, as the FMA
- * latency needs, over one sequential stream (prefetched GV_PF bytes ahead); strips of a
+ * latency needs, over one sequential stream (prefetched GF_PF bytes ahead); strips of a
  * panel cut by the range run alone. Each row's chain is the batched kernel's. */
 static inline __attribute__((always_inline)) void gemv_float(enum dtype wt, int64_t n, const uint8_t *w,
                                                              int64_t nrows, const float *xt, float *y, int64_t s0,
@@ -577,7 +586,7 @@ static inline __attribute__((always_inline)) void gemv_float(enum dtype wt, int6
             for (int64_t k = 0; k < n; k++) {
                 const __m256 xb = _mm256_broadcast_ss(xt + k);
                 const uint8_t *pk = p + (size_t)k * row;
-                for (size_t off = 0; off < row; off += 64) _mm_prefetch((const char *)pk + GV_PF + off, _MM_HINT_T0);
+                for (size_t off = 0; off < row; off += 64) _mm_prefetch((const char *)pk + GF_PF + off, _MM_HINT_T0);
                 _Pragma("GCC unroll 8") for (int i = 0; i < 2 * GF_PANEL; i++)
                     a[i] = _mm256_fmadd_ps(ld8_packed(wt, pk + (size_t)i * 8 * es), xb, a[i]);
             }
