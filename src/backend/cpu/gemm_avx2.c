@@ -284,6 +284,7 @@ static inline __attribute__((always_inline)) void block_isums(enum dtype wt, con
             _Pragma("GCC unroll 4") for (int t = 0; t < nt_reg; t++) {
                 const __m256i sq = _mm256_sign_epi8(bcast32(q4 + j * gw + t), w);
                 is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sq), ones));
+                __asm__("" : "+x"(is[t])); /* a chain, as below */
             }
         }
         return;
@@ -298,6 +299,9 @@ static inline __attribute__((always_inline)) void block_isums(enum dtype wt, con
                 const __m256i pa = _mm256_maddubs_epi16(a, bcast32(q4 + 2 * k * gw + t));
                 const __m256i pbb = _mm256_maddubs_epi16(b, bcast32(q4 + (2 * k + 1) * gw + t));
                 s16[t] = _mm256_add_epi16(s16[t], _mm256_add_epi16(pa, pbb));
+                /* keep the sum a chain: GCC otherwise re-balances it across the steps,
+                 * holds every product live and spills (measured 1.5x slower) */
+                __asm__("" : "+x"(s16[t]));
             }
         }
         _Pragma("GCC unroll 4") for (int t = 0; t < nt_reg; t++) {
@@ -316,6 +320,7 @@ static inline __attribute__((always_inline)) void block_isums(enum dtype wt, con
             const __m256i pa = _mm256_maddubs_epi16(a, bcast32(q4 + 2 * k * gw + t));
             const __m256i pbb = _mm256_maddubs_epi16(b, bcast32(q4 + (2 * k + 1) * gw + t));
             is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(_mm256_add_epi16(pa, pbb), ones));
+            __asm__("" : "+x"(is[t])); /* a chain, as above */
         }
     }
 }
@@ -585,7 +590,7 @@ static inline __attribute__((always_inline)) void gemv_float(enum dtype wt, int6
                 _Pragma("GCC unroll 8") for (int i = 0; i < 2 * GF_PANEL; i++)
                     a[i] = _mm256_fmadd_ps(ld8_packed(wt, pk + (size_t)i * 8 * es), xb, a[i]);
             }
-            for (int i = 0; i < GF_PANEL; i++)
+            _Pragma("GCC unroll 4") for (int i = 0; i < GF_PANEL; i++) /* unrolled: a[] stays in registers */
                 store_strip(y + (s + i) * GF_STRIP, nrows - (s + i) * GF_STRIP, a[2 * i], a[2 * i + 1]);
             s += GF_PANEL;
             continue;
