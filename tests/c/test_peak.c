@@ -106,7 +106,8 @@ static void test_kind_follows_kernel_set_and_type(void)
         enum cpu_peak_kind kf = cpu_peak_kind_for(sets[i], DT_F16);
         CHECK(kf == CPU_PEAK_F32_FMA_YMM || kf == CPU_PEAK_F32_FMA_ZMM, "%s F16 -> %s", sets[i]->name,
               cpu_peak_kind_name(kf));
-        if (sets[i]->gemm) { /* the batched kernels: zmm for what they cover */
+#ifdef GEMM_HAVE_AVX512
+        if (sets[i]->gemm == &quant_gemm_avx512) { /* the AVX-512 batched kernels: zmm */
             CHECK(cpu_peak_kind_for(sets[i], DT_Q4_1) == CPU_PEAK_I8_DPBUSD_ZMM, "%s Q4_1", sets[i]->name);
             CHECK(kf == CPU_PEAK_F32_FMA_ZMM, "%s F16", sets[i]->name);
 #ifdef GEMM_BF16_DOT
@@ -115,6 +116,13 @@ static void test_kind_follows_kernel_set_and_type(void)
             CHECK(cpu_peak_kind_for(sets[i], DT_BF16) == CPU_PEAK_F32_FMA_ZMM, "%s BF16", sets[i]->name);
 #endif
         }
+#endif
+#ifdef GEMM_HAVE_AVX2
+        if (sets[i]->gemm == &quant_gemm_avx2) { /* the AVX2 batched kernels: maddubs, ymm FMAs */
+            CHECK(cpu_peak_kind_for(sets[i], DT_Q4_1) == CPU_PEAK_I8_MADDUBS_YMM, "%s Q4_1", sets[i]->name);
+            CHECK(kf == CPU_PEAK_F32_FMA_YMM, "%s F16", sets[i]->name);
+        }
+#endif
     }
 }
 

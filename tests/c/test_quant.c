@@ -253,13 +253,28 @@ static void test_dequant_known(void)
     CHECK(y[0] == 1.0f && y[1] == -3.0f, "bf16 %g %g", y[0], y[1]);
 }
 
-/* Packs w (in place: sets w->cpu_packed) for the kernel set of this build that has a
- * packed layout for its type, as the model loader does; the other sets ignore it. Returns
- * the buffer to free, or NULL when no set packs this type. */
-static void *pack_weight(struct tensor *w)
+/* A matrix packed for every kernel set of this build that has a packed layout for its
+ * type (each set its own layout), so each set's packed kernels are tested, not only the
+ * best set's. packs_make leaves w->cpu_packed at the best set's copy, as the model loader
+ * does; packs_use points it at impl's copy (NULL: impl runs the per-token dots). */
+struct packs {
+    const struct quant_gemm *gemm[8];
+    void *buf[8];
+    int n;
+};
+
+static void packs_use(const struct packs *pk, struct tensor *w, const struct quant_impl *impl)
+{
+    w->cpu_packed = NULL;
+    for (int i = 0; i < pk->n; i++)
+        if (impl->gemm == pk->gemm[i]) w->cpu_packed = pk->buf[i];
+}
+
+static void packs_make(struct packs *pk, struct tensor *w)
 {
     const struct quant_impl *sets[8];
     int n = quant_impl_simd_list(sets, 8);
+    pk->n = 0;
     for (int i = 0; i < n; i++) {
         size_t b = cpu_weight_pack_bytes_impl(sets[i], w);
         if (!b) continue;
@@ -268,10 +283,16 @@ static void *pack_weight(struct tensor *w)
         if (!tp || !p) abort();
         cpu_weight_pack_impl(tp, sets[i], w, p);
         tp_free(tp);
-        w->cpu_packed = p;
-        return p;
+        pk->gemm[pk->n] = sets[i]->gemm;
+        pk->buf[pk->n++] = p;
     }
-    return NULL;
+    packs_use(pk, w, quant_impl_best());
+}
+
+static void packs_free(struct packs *pk)
+{
+    for (int i = 0; i < pk->n; i++) free(pk->buf[i]);
+    pk->n = 0;
 }
 
 /* ---- activation quantization: scalar and SIMD write identical bytes ---- */
@@ -341,7 +362,8 @@ static void test_bf16_dot(void)
             uint8_t *wd = rand_weights(DT_BF16, n_in, n_out, &r);
             struct tensor w = { .name = "w", .type = DT_BF16, .n_dims = 2, .ne = { n_in, n_out, 1, 1 },
                                 .data = wd, .nbytes = dtype_row_bytes(DT_BF16, n_in) * (size_t)n_out };
-            void *packed = pack_weight(&w);
+            struct packs pk;
+            packs_make(&pk, &w); /* w runs the best set's packed copy: the vdpbf16ps kernels */
             const size_t ny = (size_t)(n_out * max_nt);
             float *x = rand_x(n_in, max_nt, 0, &r), *xb = malloc(sizeof(float) * (size_t)n_in * max_nt);
             float *ref = malloc(sizeof(float) * ny), *refb = malloc(sizeof(float) * ny), *y = malloc(sizeof(float) * ny);
@@ -377,7 +399,8 @@ static void test_bf16_dot(void)
                         if (sw[i] > 0.0 && fabs((double)y[i] - ref[i]) / sw[i] > worst)
                             worst = fabs((double)y[i] - ref[i]) / sw[i];
                 }
-            free(wd); free(packed); free(x); free(xb); free(ref); free(refb); free(y); free(row);
+            packs_free(&pk);
+            free(wd); free(x); free(xb); free(ref); free(refb); free(y); free(row);
             free(act); free(acc); free(sw); free(scratch);
         }
         printf("  n_in=%-5lld max |y - ref(x)| / sum|w x| = %.3g (f32 kernels' tolerance %.3g)\n", (long long)n_in,
@@ -420,7 +443,8 @@ static void grid_type(enum dtype t, struct threadpool **pools, struct rng *r)
             uint8_t *wd = rand_weights(t, n_in, n_out, r);
             struct tensor w = { .name = "w", .type = t, .n_dims = 2, .ne = { n_in, n_out, 1, 1 },
                                 .data = wd, .nbytes = dtype_row_bytes(t, n_in) * (size_t)n_out };
-            void *packed = pack_weight(&w);
+            struct packs pk;
+            packs_make(&pk, &w);
             size_t ssz = cpu_matmul_scratch_size(t, n_in, max_nt);
             uint8_t *scratch = malloc(ssz + 1);
             float *ref = malloc(sizeof(float) * (size_t)(n_out * max_nt));
@@ -447,6 +471,7 @@ static void grid_type(enum dtype t, struct threadpool **pools, struct rng *r)
                         float *out = p ? y2 : y;
                         for (int64_t i = 0; i < n_out * nt; i++) out[i] = NAN;
                         /* misaligned scratch of exactly the stated size + 1 */
+                        packs_use(&pk, &w, impls[0]);
                         cpu_matmul_impl(pools[p], impls[0], &w, x, out, nt, scratch + 1);
                         char what[64];
                         snprintf(what, sizeof what, "%s x%s threads=%d", impls[0]->name,
@@ -461,6 +486,7 @@ static void grid_type(enum dtype t, struct threadpool **pools, struct rng *r)
                      * order differs) */
                     for (int m = 1; m < n_impls; m++) {
                         for (int64_t i = 0; i < n_out * nt; i++) y2[i] = NAN;
+                        packs_use(&pk, &w, impls[m]);
                         cpu_matmul_impl(pools[0], impls[m], &w, x, y2, nt, scratch + 1);
                         char what[64];
                         snprintf(what, sizeof what, "%s x%s", impls[m]->name, mode ? "exact" : "random");
@@ -474,7 +500,7 @@ static void grid_type(enum dtype t, struct threadpool **pools, struct rng *r)
                 free(x);
             }
             free(wd);
-            free(packed);
+            packs_free(&pk);
             free(scratch);
             free(ref);
             free(y);
@@ -530,7 +556,7 @@ static void test_matmul_multi(void)
         int64_t n_in = cases[c].n_in;
         struct tensor w[3];
         uint8_t *wd[3];
-        void *packed[3];
+        struct packs pk[3];
         float *ref[3], *y1[3], *y2[3];
         double *act[3], *acc[3];
         size_t ssz = 64;
@@ -541,7 +567,7 @@ static void test_matmul_multi(void)
             wd[k] = rand_weights(t, n_in, n_out, &r);
             w[k] = (struct tensor){ .name = "w", .type = t, .n_dims = 2, .ne = { n_in, n_out, 1, 1 },
                                     .data = wd[k], .nbytes = dtype_row_bytes(t, n_in) * (size_t)n_out };
-            packed[k] = pack_weight(&w[k]);
+            packs_make(&pk[k], &w[k]);
             size_t s = cpu_matmul_scratch_size(t, n_in, max_nt);
             if (s > ssz) ssz = s;
             ref[k] = malloc(sizeof(float) * (size_t)(n_out * max_nt));
@@ -554,7 +580,8 @@ static void test_matmul_multi(void)
         }
         uint8_t *scratch = malloc(ssz + 1);
         const struct tensor *wp[3] = { &w[0], &w[1], &w[2] };
-        for (int m = 0; m < n_impls; m++)
+        for (int m = 0; m < n_impls; m++) {
+            for (int k = 0; k < nw; k++) packs_use(&pk[k], &w[k], impls[m]);
             for (int ti = 0; ti < 3; ti++)
                 for (int p = 0; p < 3; p++) {
                     int nt = tokens[ti];
@@ -573,7 +600,9 @@ static void test_matmul_multi(void)
                               "%s: vs ref", what);
                     }
                 }
+        }
         if (impls[0] == quant_impl_best()) { /* the public entry point */
+            for (int k = 0; k < nw; k++) packs_use(&pk[k], &w[k], impls[0]);
             cpu_matmul_multi(pools[1], wp, nw, x, y2, 1, scratch + 1);
             for (int k = 0; k < nw; k++) {
                 cpu_matmul(pools[0], &w[k], x, y1[k], 1, scratch + 1);
@@ -581,7 +610,7 @@ static void test_matmul_multi(void)
             }
         }
         for (int k = 0; k < nw; k++) {
-            free(wd[k]); free(packed[k]); free(ref[k]); free(y1[k]); free(y2[k]); free(act[k]); free(acc[k]);
+            free(wd[k]); packs_free(&pk[k]); free(ref[k]); free(y1[k]); free(y2[k]); free(act[k]); free(acc[k]);
         }
         free(scratch);
         free(x);
@@ -609,13 +638,15 @@ static void test_batch_invariant(void)
         uint8_t *wd = rand_weights(t, n_in, n_out, &r);
         struct tensor w = { .name = "w", .type = t, .n_dims = 2, .ne = { n_in, n_out, 1, 1 },
                             .data = wd, .nbytes = dtype_row_bytes(t, n_in) * (size_t)n_out };
-        void *packed = pack_weight(&w);
+        struct packs pk;
+        packs_make(&pk, &w);
         float *x = rand_x(n_in, nt, 0, &r);
         float *yb = malloc(sizeof(float) * (size_t)(n_out * nt)), *y1 = malloc(sizeof(float) * (size_t)(n_out * nt));
         float *y2 = malloc(sizeof(float) * (size_t)(n_out * nt));
         void *scratch = malloc(cpu_matmul_scratch_size(t, n_in, nt));
         for (int m = 0; m < n_impls; m++)
             for (int p = 0; p < 2; p++) {
+                packs_use(&pk, &w, impls[m]);
                 cpu_matmul_impl(pools[p], impls[m], &w, x, yb, nt, scratch);
                 if (p == 0) memcpy(y2, yb, sizeof(float) * (size_t)(n_out * nt));
                 else CHECK(memcmp(yb, y2, sizeof(float) * (size_t)(n_out * nt)) == 0,
@@ -628,7 +659,7 @@ static void test_batch_invariant(void)
                       dtype_name(t), p + 1, nt);
             }
         free(wd);
-        free(packed);
+        packs_free(&pk);
         free(x);
         free(yb);
         free(y1);
@@ -636,6 +667,61 @@ static void test_batch_invariant(void)
         free(scratch);
     }
     for (int p = 0; p < 2; p++) tp_free(pools[p]);
+}
+
+/* Every SIMD set that has packed kernels runs them, for one token and for a batch: with
+ * its packed copy zeroed (the GGUF bytes untouched) its outputs are all zero, so the
+ * packed path, not the per-token dots, produced the results the grid checks. The AVX2
+ * set has a layout for every float and 32-block type. */
+static void test_packed_path_used(void)
+{
+    const struct quant_impl *sets[8];
+    int n = quant_impl_simd_list(sets, 8), with_gemm = 0;
+    const enum dtype types[] = { DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1 };
+    const int tokens[] = { 1, GEMM_TILE + 1 };
+    struct threadpool *tp = tp_create(2);
+    struct rng r = { 0x5EED };
+    for (int i = 0; i < n; i++) {
+        if (!strncmp(sets[i]->name, "avx2", 4))
+            for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
+                CHECK(sets[i]->gemm && sets[i]->gemm->strip_rows[types[k]], "%s has no packed %s", sets[i]->name,
+                      dtype_name(types[k]));
+        if (!sets[i]->gemm) continue;
+        with_gemm++;
+        for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+            enum dtype t = types[k];
+            int64_t n_in = 96, n_out = 21;
+            uint8_t *wd = rand_weights(t, n_in, n_out, &r);
+            struct tensor w = { .name = "w", .type = t, .n_dims = 2, .ne = { n_in, n_out, 1, 1 },
+                                .data = wd, .nbytes = dtype_row_bytes(t, n_in) * (size_t)n_out };
+            size_t b = cpu_weight_pack_bytes_impl(sets[i], &w);
+            if (!b) { free(wd); continue; }
+            uint8_t *p = aligned_alloc(64, (b + 63) & ~(size_t)63);
+            cpu_weight_pack_impl(tp, sets[i], &w, p);
+            w.cpu_packed = p;
+            float *x = rand_x(n_in, GEMM_TILE + 1, 0, &r);
+            float *y = malloc(sizeof(float) * (size_t)(n_out * (GEMM_TILE + 1)));
+            void *scratch = malloc(cpu_matmul_scratch_size(t, n_in, GEMM_TILE + 1));
+            size_t pb = sets[i]->gemm->packed_bytes(t, n_in, n_out);
+            for (int z = 0; z < 2; z++) {
+                if (z) memset(p + (b - pb), 0, pb); /* the packed copy only, past its header */
+                for (int ti = 0; ti < 2; ti++) {
+                    cpu_matmul_impl(tp, sets[i], &w, x, y, tokens[ti], scratch);
+                    int nonzero = 0;
+                    for (int64_t e = 0; e < n_out * tokens[ti]; e++) nonzero += y[e] != 0.0f;
+                    CHECK(z ? nonzero == 0 : nonzero > 0, "%s %s nt=%d: %d nonzero outputs with the packed copy %s",
+                          sets[i]->name, dtype_name(t), tokens[ti], nonzero, z ? "zeroed" : "intact");
+                }
+            }
+            free(scratch);
+            free(y);
+            free(x);
+            free(p);
+            free(wd);
+        }
+    }
+    if (n) CHECK(with_gemm > 0, "no SIMD set has packed kernels");
+    tp_free(tp);
 }
 
 static void test_compare_detects_errors(void)
@@ -699,6 +785,7 @@ int main(void)
     RUN(test_matmul_multi);
     RUN(test_scratch_size);
     RUN(test_batch_invariant);
+    RUN(test_packed_path_used);
     RUN(test_compare_detects_errors);
     RUN(test_matmul_F32);
     RUN(test_matmul_F16);

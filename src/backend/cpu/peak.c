@@ -8,7 +8,7 @@
  * these instructions, 5 x 2), so the compiler can neither hoist, merge nor spill the
  * work; the accumulators are summed at the end into a sink the caller keeps. The scalar
  * loops stay in C (they stand for the portable kernels, which are C too). Which instruction a kernel set uses for a weight
- * type mirrors quant_dot_x86.c and gemm_avx512.c (cpu_peak_kind_for).
+ * type mirrors quant_dot_x86.c, gemm_avx512.c and gemm_avx2.c (cpu_peak_kind_for).
  */
 #include "backend/cpu/peak.h"
 #include "backend/cpu/quant_kernels.h"
@@ -250,14 +250,21 @@ enum cpu_peak_kind cpu_peak_kind_for(const struct quant_impl *impl, enum dtype w
 {
     if (!impl) impl = quant_impl_best();
     if (impl == quant_impl_scalar()) return is_float(wtype) ? CPU_PEAK_F32_SCALAR : CPU_PEAK_I32_SCALAR;
+#ifdef GEMM_HAVE_AVX512
     /* gemm_avx512.c: float tiles on vfmadd231ps zmm (BF16 on vdpbf16ps zmm in builds
      * with GEMM_BF16_DOT), quantized types (32-block and K-quants) on vpdpbusd zmm */
-    if (impl->gemm && impl->gemm->strip_rows[wtype]) {
+    if (impl->gemm == &quant_gemm_avx512 && impl->gemm->strip_rows[wtype]) {
 #ifdef GEMM_BF16_DOT
         if (wtype == DT_BF16) return CPU_PEAK_BF16_DPBF16_ZMM;
 #endif
         return is_float(wtype) ? CPU_PEAK_F32_FMA_ZMM : CPU_PEAK_I8_DPBUSD_ZMM;
     }
+#endif
+#ifdef GEMM_HAVE_AVX2
+    /* gemm_avx2.c: float tiles on vfmadd231ps ymm, 32-block quants on vpmaddubsw + vpmaddwd */
+    if (impl->gemm == &quant_gemm_avx2 && impl->gemm->strip_rows[wtype])
+        return is_float(wtype) ? CPU_PEAK_F32_FMA_YMM : CPU_PEAK_I8_MADDUBS_YMM;
+#endif
     /* quant_dot_x86.c, per-token dots: floats on ymm FMAs; K-quants on maddubs + madd;
      * Q4_1 / Q5_1 of the AVX-512 sets on zmm vpdpbusd; the other 32-block quants on ymm
      * vpdpbusd where the build has VNNI, else maddubs + madd. */

@@ -569,6 +569,7 @@ static const struct quant_impl impl_avx2 = {
         [DT_Q6_K] = dot_q6_k,
     },
     .quantize = quantize_avx2,
+    .gemm = &quant_gemm_avx2, /* gemm_avx2.c: packed-weight kernels where no AVX-512 set is */
 };
 
 #ifdef QK_HAVE_AVX512

@@ -160,6 +160,14 @@ extern const struct quant_gemm quant_gemm_avx512; /* float, 32-block and K-quant
 #endif
 #endif
 
+/* The AVX2 + FMA + F16C batched set (gemm_avx2.c; its own strip layout and tiles for 16
+ * ymm registers, pure AVX2 integer path); defined in every build with those extensions
+ * (GEMM_HAVE_AVX2), the packed set of x86-64-v3 builds. */
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define GEMM_HAVE_AVX2 1
+extern const struct quant_gemm quant_gemm_avx2; /* float and 32-block quantized types */
+#endif
+
 struct quant_impl {
     const char *name;                 /* "scalar", "avx2", "avx2+vnni" */
     quant_dot_fn dot[DT_COUNT_];      /* indexed by weight type; NULL = unsupported */
