@@ -8,10 +8,12 @@
  * margin (ymm FMA and the int8 pair by 4x and 8x, half their lane counts; zmm FMA by 4x
  * only, because CPUs that split 512-bit operations in two run it at the ymm rate); the
  * int8 dot beats the f32 FMA of the same width by 1.5x (4 products per lane against 1:
- * ~3.8x when the machine is quiet; each loop is measured at another moment, so a busy
- * machine can halve one of them), and the bf16 pair dot beats it by 1.2x (2 products per
- * lane: 2.0x on a quiet Zen 4). The best of 5 short runs counts, so a preempted run
- * does not decide.
+ * ~3.8x on a quiet machine), and the bf16 pair dot reaches at least 0.8x of it (2 products
+ * per lane: 2.0x on Zen 4; CPUs that issue it at half the FMA rate give 1.0x).
+ * Each loop is measured at another moment, and a hypervisor that takes the core for a
+ * few tens of milliseconds halves one figure, so a ratio that misses is measured again
+ * (both loops, up to four rounds, keeping each loop's best): noise passes on a later
+ * round, a wrong count misses in every round.
  */
 #include "backend/cpu/peak.h"
 #include "backend/cpu/quant_kernels.h"
@@ -58,16 +60,29 @@ static void test_every_available_loop_is_plausible(void)
         printf("  %-32s %8.1f G(FL)OP/s (1 thread)\n", cpu_peak_kind_name((enum cpu_peak_kind)k), g[k]);
     }
     CHECK(g[CPU_PEAK_F32_SCALAR] > 0 && g[CPU_PEAK_I32_SCALAR] > 0, "the scalar loops always run");
-    if (g[CPU_PEAK_F32_FMA_YMM] > 0) CHECK(g[CPU_PEAK_F32_FMA_YMM] > 4 * g[CPU_PEAK_F32_SCALAR], "ymm FMA vs scalar");
-    if (g[CPU_PEAK_F32_FMA_ZMM] > 0) CHECK(g[CPU_PEAK_F32_FMA_ZMM] > 4 * g[CPU_PEAK_F32_SCALAR], "zmm FMA vs scalar");
-    if (g[CPU_PEAK_I8_DPBUSD_YMM] > 0 && g[CPU_PEAK_F32_FMA_YMM] > 0)
-        CHECK(g[CPU_PEAK_I8_DPBUSD_YMM] > 1.5 * g[CPU_PEAK_F32_FMA_YMM], "int8 dot vs f32 FMA, ymm");
-    if (g[CPU_PEAK_I8_DPBUSD_ZMM] > 0 && g[CPU_PEAK_F32_FMA_ZMM] > 0)
-        CHECK(g[CPU_PEAK_I8_DPBUSD_ZMM] > 1.5 * g[CPU_PEAK_F32_FMA_ZMM], "int8 dot vs f32 FMA, zmm");
-    if (g[CPU_PEAK_BF16_DPBF16_ZMM] > 0 && g[CPU_PEAK_F32_FMA_ZMM] > 0)
-        CHECK(g[CPU_PEAK_BF16_DPBF16_ZMM] > 1.2 * g[CPU_PEAK_F32_FMA_ZMM], "bf16 dot vs f32 FMA, zmm");
-    if (g[CPU_PEAK_I8_MADDUBS_YMM] > 0)
-        CHECK(g[CPU_PEAK_I8_MADDUBS_YMM] > 8 * g[CPU_PEAK_I32_SCALAR], "maddubs pair vs scalar int32");
+    const struct {
+        enum cpu_peak_kind fast, slow;
+        double factor;
+        const char *what;
+    } ratios[] = {
+        { CPU_PEAK_F32_FMA_YMM, CPU_PEAK_F32_SCALAR, 4, "ymm FMA vs scalar" },
+        { CPU_PEAK_F32_FMA_ZMM, CPU_PEAK_F32_SCALAR, 4, "zmm FMA vs scalar" },
+        { CPU_PEAK_I8_DPBUSD_YMM, CPU_PEAK_F32_FMA_YMM, 1.5, "int8 dot vs f32 FMA, ymm" },
+        { CPU_PEAK_I8_DPBUSD_ZMM, CPU_PEAK_F32_FMA_ZMM, 1.5, "int8 dot vs f32 FMA, zmm" },
+        { CPU_PEAK_BF16_DPBF16_ZMM, CPU_PEAK_F32_FMA_ZMM, 0.8, "bf16 dot vs f32 FMA, zmm" },
+        { CPU_PEAK_I8_MADDUBS_YMM, CPU_PEAK_I32_SCALAR, 8, "maddubs pair vs scalar int32" },
+    };
+    for (size_t i = 0; i < sizeof ratios / sizeof ratios[0]; i++) {
+        enum cpu_peak_kind a = ratios[i].fast, b = ratios[i].slow;
+        if (g[a] <= 0 || g[b] <= 0) continue; /* not on this CPU or build */
+        for (int round = 1; round < 4 && !(g[a] > ratios[i].factor * g[b]); round++) {
+            double ga = measure(tp, a), gb = measure(tp, b);
+            if (ga > g[a]) g[a] = ga;
+            if (gb > g[b]) g[b] = gb;
+        }
+        CHECK(g[a] > ratios[i].factor * g[b], "%s: %.1f vs %.1f G(FL)OP/s, wanted %.1fx", ratios[i].what, g[a],
+              g[b], ratios[i].factor);
+    }
     tp_free(tp);
 }
 
