@@ -529,6 +529,14 @@ const struct tensor *hf_tensor(const struct hf_dir *d, int64_t i)
     return d->tensors[i].t;
 }
 
+int hf_n_maps(const struct hf_dir *d) { return d->n_shards; }
+
+const struct mapped_file *hf_map(const struct hf_dir *d, int i)
+{
+    if (i < 0 || i >= d->n_shards) return NULL;
+    return &d->shards[i].map;
+}
+
 /* Binary search over all shards; NULL if absent. The view is owned by d. */
 const struct tensor *hf_find_tensor(const struct hf_dir *d, const char *name)
 {

@@ -66,6 +66,10 @@ const struct tensor *hf_find_tensor(const struct hf_dir *d, const char *name);
 int64_t hf_n_tensors(const struct hf_dir *d);
 /* i-th tensor across all shards in name (strcmp) order; NULL when out of range. */
 const struct tensor *hf_tensor(const struct hf_dir *d, int64_t i);
+/* The weight files' read-only mappings, one per shard (none after hf_open_config_only);
+ * every tensor view points into one of them. NULL when i is out of range. */
+int hf_n_maps(const struct hf_dir *d);
+const struct mapped_file *hf_map(const struct hf_dir *d, int i);
 
 /* tokenizer.json path inside the directory (may not exist: the caller's load reports). */
 const char *hf_tokenizer_json_path(const struct hf_dir *d);

@@ -1,6 +1,8 @@
 /* model.c — model_load / model_free: opens a GGUF file or an HF directory and assembles
  * config, weights, tokenizer, chat template, end-of-generation ids and generation
  * defaults. Everything opened here is owned by struct model and released by model_free.
+ * The weights list the file mappings their matrices live in (model_weights.maps), so
+ * that packing can give back the pages it copied; random dummy weights list none.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "model/model.h"
@@ -78,6 +80,7 @@ static int load_gguf(struct model *m, unsigned flags, char *err, size_t errlen)
     if ((rc = gguf_parse(m->map.data, m->map.size, m->path, &m->gguf, err, errlen))) return rc;
     if ((rc = config_from_gguf(m->gguf, m->path, &m->cfg, err, errlen))) return rc;
     if ((rc = weights_from_gguf(m->gguf, m->path, &m->cfg, &m->w, err, errlen))) return rc;
+    if (weights_add_map(&m->w, &m->map)) return err_set(err, errlen, ERR_NOMEM, "%s: out of memory", m->path);
 
     struct gguf_str s;
     if (!gguf_get_str(m->gguf, "general.name", &s, NULL, 0) && s.len > 0)
@@ -132,6 +135,9 @@ static int load_hf(struct model *m, unsigned flags, char *err, size_t errlen)
         bool has_head = hf_find_tensor(m->hf, "lm_head.weight") != NULL;
         if ((rc = config_from_hf(hf_config(m->hf), m->path, has_head, &m->cfg, err, errlen))) return rc;
         if ((rc = weights_from_hf(m->hf, m->path, &m->cfg, &m->w, err, errlen))) return rc;
+        for (int i = 0; i < hf_n_maps(m->hf); i++)
+            if (weights_add_map(&m->w, hf_map(m->hf, i)))
+                return err_set(err, errlen, ERR_NOMEM, "%s: out of memory", m->path);
     }
 
     /* display name: the directory's last component */

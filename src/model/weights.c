@@ -208,6 +208,15 @@ int weights_from_dummy(const struct dummy_weights *dm, const char *name, const s
     return rc;
 }
 
+int weights_add_map(struct model_weights *w, const struct mapped_file *map)
+{
+    const struct mapped_file **v = realloc(w->maps, sizeof *v * (size_t)(w->n_maps + 1));
+    if (!v) return ERR_NOMEM;
+    v[w->n_maps++] = map;
+    w->maps = v;
+    return 0;
+}
+
 void weights_free(struct model_weights *w)
 {
     if (w->layers) {
@@ -225,5 +234,6 @@ void weights_free(struct model_weights *w)
     }
     free(w->output_norm);
     free(w->rope_freq_factors);
+    free(w->maps);
     memset(w, 0, sizeof *w);
 }

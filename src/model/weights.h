@@ -14,6 +14,7 @@
 
 struct gguf_file;
 struct hf_dir;
+struct mapped_file;
 
 struct layer_weights {
     float *attn_norm;         /* (dim,) */
@@ -40,6 +41,12 @@ struct model_weights {
     struct layer_weights *layers;    /* [n_layers] */
     int n_layers;
     size_t matrix_bytes;             /* bytes of all matrices as stored (roofline numerator) */
+    /* The read-only file mappings the matrix views point into, borrowed from the loader
+     * (the array is owned; weights_add_map). Packing hands the pages of each matrix it
+     * copied back to the kernel through them (map_release); none listed (--load-format
+     * dummy, hand-built weights) means nothing is released. */
+    const struct mapped_file **maps; /* [n_maps] */
+    int n_maps;
 };
 
 /* Finds and checks every tensor; errors name the file and tensor ("file: tensor
@@ -53,7 +60,12 @@ int weights_from_hf(const struct hf_dir *d, const char *name, const struct model
 struct dummy_weights;
 int weights_from_dummy(const struct dummy_weights *dm, const char *name, const struct model_config *cfg,
                        struct model_weights *w, char *err, size_t errlen);
-/* Frees the owned F32 arrays and the layer array (not the views). Safe on a zeroed struct. */
+/* Lists map (borrowed: it must outlive w and every copy of w) as a mapping the matrix
+ * views may point into. Only for read-only mappings from map_open. Returns 0 or
+ * ERR_NOMEM. Called by the model loader after weights_from_gguf / weights_from_hf. */
+int weights_add_map(struct model_weights *w, const struct mapped_file *map);
+/* Frees the owned F32 arrays, the layer array and the map list (not the views or the
+ * mappings). Safe on a zeroed struct. */
 void weights_free(struct model_weights *w);
 
 #endif

@@ -1,9 +1,11 @@
 /* weights_pack.c — see weights_pack.h. Two passes over the model's matrices: one sizes
- * every packed copy (one allocation for all), one packs them. */
+ * every packed copy (one allocation for all), one packs them and gives the file pages
+ * of each packed matrix back to the kernel. */
 #include "model/weights_pack.h"
 
 #include "backend/cpu/quant.h"
 #include "util/err.h"
+#include "util/mapfile.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -43,13 +45,28 @@ struct pack_pass {
     int next;
 };
 
+/* Drops t's file pages from the process once its packed copy is made, so the weights
+ * are not resident twice (RSS ~ 2x the model otherwise). Only ranges inside one of the
+ * loader's read-only mappings are released (map_release checks); a matrix in allocated
+ * memory (dummy weights) is left alone. Nothing relies on the pages staying resident
+ * (nothing mlocks or registers them): whatever still reads the original bytes faults
+ * them back from the page cache, unchanged. Readers after packing are the embedding
+ * lookup when the output head is tied (only the rows of the tokens seen come back), a
+ * second forward state packing the same model, a kernel set without this packed layout,
+ * and the CUDA backend's upload. */
+static void release_source(struct packed_weights *p, const struct tensor *t)
+{
+    for (int i = 0; i < p->w.n_maps; i++) p->released += map_release(p->w.maps[i], t->data, t->nbytes);
+}
+
 static void pack_slot(struct packed_weights *p, const struct tensor **slot, void *arg)
 {
     struct pack_pass *pp = arg;
     size_t b = cpu_weight_pack_bytes(*slot);
     if (!b) return;
     uint8_t *dst = (uint8_t *)p->data + pp->off;
-    cpu_weight_pack(pp->tp, *slot, dst);
+    cpu_weight_pack(pp->tp, *slot, dst); /* returns when every thread is done reading */
+    release_source(p, *slot);
     struct tensor *v = &p->views[pp->next++];
     *v = **slot;
     v->cpu_packed = dst;

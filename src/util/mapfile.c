@@ -49,6 +49,21 @@ void map_close(struct mapped_file *m)
     m->size = 0;
 }
 
+size_t map_release(const struct mapped_file *m, const void *p, size_t n)
+{
+    uintptr_t base = (uintptr_t)m->data, a = (uintptr_t)p;
+    /* inside [data, data + size), written so that nothing overflows */
+    if (!m->data || n == 0 || a < base || a - base > m->size || n > m->size - (a - base)) return 0;
+    long ps = sysconf(_SC_PAGESIZE);
+    if (ps <= 0) return 0;
+    uintptr_t page = (uintptr_t)ps;
+    /* mmap returns a page-aligned base, so the rounded range stays inside the mapping */
+    uintptr_t lo = (a + page - 1) & ~(page - 1), hi = (a + n) & ~(page - 1);
+    if (lo >= hi) return 0;
+    if (madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) return 0;
+    return hi - lo;
+}
+
 int read_text_file(const char *path, char **out, size_t *len, char *err, size_t errlen)
 {
     *out = NULL;

@@ -10,11 +10,13 @@
  * skipped, and returns the exit status. test_path() resolves paths relative to the
  * repository root (TESSERA_ROOT, default "."), test_data_path() inside the reference data
  * scripts/get-testdata.py provisions (TESSERA_TESTDATA, default ROOT/build/testdata).
+ * test_pages_present() counts the pages of a range that are in this process's RSS.
  */
 #ifndef TESSERA_TEST_H
 #define TESSERA_TEST_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +99,26 @@ static inline const char *test_data_path(const char *rel)
     else
         snprintf(b, sizeof buf[0], "%s/build/testdata/%s", root ? root : ".", rel);
     return b;
+}
+
+/* How many of the whole pages inside [p, p + n) are mapped into this process (count in
+ * its RSS), by the present bit of /proc/self/pagemap; -1 when pagemap cannot be read.
+ * page: the page size. mincore() cannot tell this for a file mapping: it reports
+ * whether the file's page is in the page cache, which MADV_DONTNEED leaves alone. */
+static inline long test_pages_present(const void *p, size_t n, size_t page)
+{
+    uintptr_t lo = ((uintptr_t)p + page - 1) / page, hi = ((uintptr_t)p + n) / page;
+    FILE *f = fopen("/proc/self/pagemap", "rb");
+    if (!f) return -1;
+    long present = 0;
+    if (lo < hi && fseek(f, (long)(lo * sizeof(uint64_t)), SEEK_SET) != 0) present = -1;
+    for (uintptr_t i = lo; i < hi && present >= 0; i++) {
+        uint64_t e;
+        if (fread(&e, sizeof e, 1, f) != 1) present = -1;
+        else present += (long)(e >> 63);
+    }
+    fclose(f);
+    return present;
 }
 
 #endif

@@ -1,7 +1,8 @@
 /* test_model.c — config, weights, KV cache and forward.
  *
  * Two kinds of model: the default SmolLM2 GGUF (load, config, special tokens, logits
- * finite, chunked == one-shot, 2-sequence batch == single runs, F16 KV ~ F32 KV), and tiny
+ * finite, chunked == one-shot, 2-sequence batch == single runs, F16 KV ~ F32 KV, packing
+ * gives the packed matrices' file pages back without changing a logit), and tiny
  * random F32 GGUF files written by this test (llama / qwen2 / qwen3), whose logits are
  * compared with a naive dense double-precision forward written here, and whose broken
  * variants (shape mismatch, missing tensor, unsupported architecture) must fail with
@@ -197,6 +198,79 @@ static void test_default_two_sequence_batch(void)
     CHECK(max_abs_diff(sa, ba, LEN_A * V) <= 1e-4, "seq a differs by %g", max_abs_diff(sa, ba, LEN_A * V));
     CHECK(max_abs_diff(sb, bb, LEN_B * V) <= 1e-4, "seq b differs by %g", max_abs_diff(sb, bb, LEN_B * V));
     free(sa), free(sb), free(ba), free(bb);
+}
+
+/* Pages of w's layer matrices (and, with_head, the output head) that are in this
+ * process's RSS; *total: how many whole pages they span. -1 if pagemap is unreadable. */
+static long matrix_pages_present(const struct model_weights *w, int with_head, size_t page, long *total)
+{
+    long present = 0;
+    *total = 0;
+    for (int l = 0; l < w->n_layers; l++) {
+        const struct layer_weights *L = &w->layers[l];
+        const struct tensor *ms[] = { L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down, w->output };
+        for (int i = 0; i < (l == 0 && with_head ? 8 : 7); i++) {
+            long p = test_pages_present(ms[i]->data, ms[i]->nbytes, page);
+            if (p < 0) return -1;
+            present += p;
+            uintptr_t a = (uintptr_t)ms[i]->data;
+            *total += (long)((a + ms[i]->nbytes) / page - (a + page - 1) / page);
+        }
+    }
+    return present;
+}
+
+/* Packing hands the file pages of every packed matrix back to the kernel: after
+ * forward_create they are out of RSS, a whole forward does not fault the layers' pages
+ * back (it reads the packed copies), and its logits equal bitwise those of weights that
+ * list no mapping (nothing released: the pages stay resident). The second run packs
+ * from pages faulted back in, so this also shows the file's bytes come back unchanged. */
+static void test_default_pack_releases_file_pages(void)
+{
+    struct model *m = default_model();
+    if (!m) { CHECK(0, "no model"); return; }
+    CHECK(m->w.n_maps == 1 && m->w.maps[0] == &m->map, "the GGUF mapping is not listed (%d maps)", m->w.n_maps);
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), V = (size_t)m->cfg.vocab_size;
+    struct model_weights kept = m->w; /* borrows everything; lists no mapping */
+    kept.n_maps = 0;
+    float *ref = malloc(sizeof(float) * LEN_A * V), *got = malloc(sizeof(float) * LEN_A * V);
+    const int32_t *toks[1] = { prompt_a };
+    int len[1] = { LEN_A };
+    char err[ERR_BUF];
+    struct forward_state *fs = NULL;
+    struct forward_opts fo = { .max_tokens = LEN_A, .max_ctx = LEN_A, .n_threads = 2 };
+    long total = 0, present;
+
+    CHECK(run_seqs(&m->cfg, &kept, 1, toks, len, LEN_A, KV_F32, 16, 2, &ref, err, sizeof err) == 0, "%s", err);
+    present = matrix_pages_present(&m->w, 1, page, &total);
+    if (present < 0) {
+        SKIP("/proc/self/pagemap is not readable");
+        goto out;
+    }
+    CHECK(present == total, "without release: %ld of %ld pages resident", present, total);
+
+    CHECK(forward_create(&fs, &m->cfg, &m->w, &fo, err, sizeof err) == 0, "%s", err);
+    if (!fs) goto out;
+    if (fs->packed->n_packed == 0) {
+        SKIP("this CPU has no packed layout for Q4_1: nothing is packed or released");
+        goto out;
+    }
+    CHECK(fs->packed->released > (size_t)total * page / 2, "released %zu bytes of %ld pages", fs->packed->released,
+          total);
+    present = matrix_pages_present(&m->w, 1, page, &total);
+    CHECK(present == 0, "after packing: %ld of %ld pages resident", present, total);
+
+    /* another forward state packs again from the faulted-back pages, runs, and frees */
+    CHECK(run_seqs(&m->cfg, &m->w, 1, toks, len, LEN_A, KV_F32, 16, 2, &got, err, sizeof err) == 0, "%s", err);
+    CHECK(!memcmp(ref, got, sizeof(float) * LEN_A * V), "logits differ after release (max %g)",
+          max_abs_diff(ref, got, LEN_A * V));
+    /* the embedding lookup reads rows of the (tied) head's pages; the layers stay out */
+    present = matrix_pages_present(&m->w, 0, page, &total);
+    CHECK(present == 0, "after a forward: %ld of %ld layer pages resident", present, total);
+out:
+    forward_free(fs);
+    free(ref);
+    free(got);
 }
 
 static void test_bad_batch_rejected(void)
@@ -641,6 +715,7 @@ int main(void)
     RUN(test_default_chunked_equals_oneshot);
     RUN(test_default_two_sequence_batch);
     RUN(test_bad_batch_rejected);
+    RUN(test_default_pack_releases_file_pages);
     model_free(default_model());
     return test_summary();
 }

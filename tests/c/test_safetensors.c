@@ -462,6 +462,19 @@ static void test_hf_sharded(void)
         CHECK(up && up->type == DT_F16 && up->ne[0] == 8 && up->ne[1] == 12, "up_proj");
         for (int64_t i = 1; i < hf_n_tensors(d); i++)
             CHECK(strcmp(hf_tensor(d, i - 1)->name, hf_tensor(d, i)->name) < 0, "name order");
+        /* one mapping per shard, and every tensor lies inside exactly one (packing gives
+         * pages back only through them) */
+        CHECK(hf_n_maps(d) == 2 && !hf_map(d, 2) && !hf_map(d, -1), "%d maps", hf_n_maps(d));
+        for (int64_t i = 0; i < hf_n_tensors(d); i++) {
+            const struct tensor *t = hf_tensor(d, i);
+            int in = 0;
+            for (int k = 0; k < hf_n_maps(d); k++) {
+                const struct mapped_file *mf = hf_map(d, k);
+                uintptr_t a = (uintptr_t)t->data, base = (uintptr_t)mf->data;
+                in += a >= base && a + t->nbytes <= base + mf->size;
+            }
+            CHECK(in == 1, "%s lies in %d mappings", t->name, in);
+        }
         const struct hf_tokenizer_config *tc = hf_tokenizer_config(d);
         CHECK(tc->chat_template && !strcmp(tc->chat_template, "DEFAULT"), "list template");
         CHECK(!tc->bos_token && tc->eos_token && !strcmp(tc->eos_token, "<|im_end|>"), "null bos");

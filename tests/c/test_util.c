@@ -1,11 +1,16 @@
-/* test_util.c — util/: fp16/bf16 conversion, dtype traits, thread pool. */
+/* test_util.c — util/: fp16/bf16 conversion, dtype traits, thread pool, growth of
+ * arrays, and map_release (pages of a file mapping leave RSS, data reads back the same;
+ * anything outside the mapping is never touched). */
+#define _POSIX_C_SOURCE 200809L
 #include "test.h"
 #include "util/grow.h"
 #include "util/half.h"
+#include "util/mapfile.h"
 #include "util/tensor.h"
 #include "util/threadpool.h"
 
 #include <stdatomic.h>
+#include <unistd.h>
 
 static void test_fp16_roundtrip(void)
 {
@@ -85,6 +90,93 @@ static void test_grow_array(void)
     free(a);
 }
 
+/* ---- map_release ---------------------------------------------------------------------- */
+
+#define MAP_PAGES 16
+
+static uint8_t map_byte(size_t i, size_t page) { return (uint8_t)(i * 7 + i / page); }
+
+/* Writes a MAP_PAGES-page file of map_byte values, maps it and unlinks it (the mapping
+ * keeps the file alive, and released pages must come back from it), then faults every
+ * page in. Returns 0 on success. */
+static int map_pattern(struct mapped_file *m, size_t page)
+{
+    char path[256], err[256];
+    snprintf(path, sizeof path, "/tmp/tessera_test_util_%d.bin", (int)getpid());
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    for (size_t i = 0; i < MAP_PAGES * page; i++) fputc(map_byte(i, page), f);
+    fclose(f);
+    int rc = map_open(path, m, err, sizeof err);
+    unlink(path);
+    if (rc) {
+        fprintf(stderr, "  %s\n", err);
+        return rc;
+    }
+    volatile uint8_t sink = 0;
+    for (size_t i = 0; i < m->size; i += page) sink ^= m->data[i];
+    (void)sink;
+    return 0;
+}
+
+static int pattern_intact(const uint8_t *p, size_t n, size_t page)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != map_byte(i, page)) return 0;
+    return 1;
+}
+
+static void test_map_release_drops_pages(void)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    struct mapped_file m;
+    if (map_pattern(&m, page)) { CHECK(0, "cannot map a temp file"); return; }
+    long all = test_pages_present(m.data, m.size, page);
+    if (all < 0) {
+        map_close(&m);
+        SKIP("/proc/self/pagemap is not readable");
+        return;
+    }
+    CHECK(all == MAP_PAGES, "after reading, %ld of %d pages resident", all, MAP_PAGES);
+    /* less than a whole page: rounds inward to nothing */
+    CHECK(map_release(&m, m.data + 2 * page + 1, page) == 0, "a part of a page was released");
+    CHECK(test_pages_present(m.data + 2 * page, 2 * page, page) == 2, "pages 2-3 stay");
+    /* from inside page 3 to inside page 9: pages 4..8 go, the partly covered 3 and 9 stay */
+    size_t got = map_release(&m, m.data + 3 * page + 100, 6 * page);
+    CHECK(got == 5 * page, "released %zu bytes, want %zu", got, 5 * page);
+    CHECK(test_pages_present(m.data + 4 * page, 5 * page, page) == 0, "pages 4-8 still resident");
+    CHECK(test_pages_present(m.data + 3 * page, page, page) == 1, "page 3 (partly outside) released");
+    CHECK(test_pages_present(m.data + 9 * page, page, page) == 1, "page 9 (partly outside) released");
+    CHECK(test_pages_present(m.data, m.size, page) == MAP_PAGES - 5, "other pages released");
+    /* reading faults them back from the file, unchanged */
+    CHECK(pattern_intact(m.data, m.size, page), "data changed after map_release");
+    CHECK(test_pages_present(m.data, m.size, page) == MAP_PAGES, "pages not faulted back");
+    map_close(&m);
+}
+
+static void test_map_release_outside_mapping(void)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    struct mapped_file m, none = { 0 };
+    if (map_pattern(&m, page)) { CHECK(0, "cannot map a temp file"); return; }
+    /* page-aligned heap memory: MADV_DONTNEED here would zero it */
+    uint8_t *heap = aligned_alloc(page, MAP_PAGES * page);
+    if (!heap) { map_close(&m); CHECK(0, "out of memory"); return; }
+    for (size_t i = 0; i < MAP_PAGES * page; i++) heap[i] = map_byte(i, page);
+    CHECK(map_release(&m, heap, MAP_PAGES * page) == 0, "heap range released");
+    CHECK(map_release(&m, heap + page, page) == 0, "heap page released");
+    CHECK(map_release(&none, heap, MAP_PAGES * page) == 0, "released through an empty mapping");
+    CHECK(pattern_intact(heap, MAP_PAGES * page, page), "heap memory changed");
+    /* a range that runs past the end of the mapping, and an empty one */
+    CHECK(map_release(&m, m.data + 8 * page, 9 * page) == 0, "range past the end released");
+    CHECK(map_release(&m, m.data + 8 * page, 0) == 0, "empty range released");
+    long present = test_pages_present(m.data, m.size, page);
+    CHECK(present < 0 || present == MAP_PAGES, "%ld of %d pages resident", present, MAP_PAGES);
+    CHECK(pattern_intact(m.data, m.size, page), "mapped data changed");
+    free(heap);
+    map_close(&m);
+}
+
 int main(void)
 {
     RUN(test_fp16_roundtrip);
@@ -92,5 +184,7 @@ int main(void)
     RUN(test_dtype);
     RUN(test_threadpool);
     RUN(test_grow_array);
+    RUN(test_map_release_drops_pages);
+    RUN(test_map_release_outside_mapping);
     return test_summary();
 }
