@@ -54,13 +54,17 @@ done
 # The scheduler's invariance tests again on the CUDA backend, compiled against the
 # CUDA-on-CPU emulator (make builds it in every build), with the tiny BF16 llama3 whose
 # GPU and CPU arithmetic agree to rounding (test_scheduler.c says what is exact there).
-# Then the constrained-decoding tests the same way.
+# Then the engine's and the constrained-decoding tests the same way.
 # (A partial build without test_scheduler, such as make tsan's, has no such pass.)
 emu_lib=$PWD/$BUILD/libtessera-cuda-emu.so
 if [ ! -x "$BUILD/tests/test_scheduler" ]; then
     :
 elif [ -e "$emu_lib" ]; then
     run_c "$BUILD/tests/test_scheduler" "test_scheduler (cuda, emulated)" TESSERA_TEST_DEVICE=cuda \
+        TESSERA_CUDA_LIB="$emu_lib" TESSERA_EMU_MEM_MB=1024 TESSERA_TEST_MODEL="$BUILD/testmodels/llama3-tiny-hd64"
+    # the request API (threads, preemption, prefix cache, abort storm, text deltas, stop
+    # strings): greedy ids equal the solo runs' up to near ties (test_engine.c says which)
+    run_c "$BUILD/tests/test_engine" "test_engine (cuda, emulated)" TESSERA_TEST_DEVICE=cuda \
         TESSERA_CUDA_LIB="$emu_lib" TESSERA_EMU_MEM_MB=1024 TESSERA_TEST_MODEL="$BUILD/testmodels/llama3-tiny-hd64"
     # constrained decoding: the token masks applied by the CUDA sampling kernel
     run_c "$BUILD/tests/test_sched_grammar" "test_sched_grammar (cuda, emulated)" TESSERA_TEST_DEVICE=cuda \

@@ -284,9 +284,41 @@ static void release_slots(struct slot *slots, int n)
     }
 }
 
-/* a vs b: same ids, text and finish (what = context for messages). */
+/* The first token where a leaves the reference b at a near tie, or -1: on the emulated
+ * GPU a token computed in a mixed step goes through other attention kernels than alone
+ * (prefill vs decode tiles, P rounded to 16 bits), so a run may take the reference's
+ * second-best token where b's two best logprobs are within NEAR_TIE (b must carry top-2
+ * logprobs: test_solo asks for them). Never on the CPU, where every row is exact. */
+#define NEAR_TIE 0.02f
+static int near_tie_parting(const struct result *a, const struct result *b)
+{
+    if (g_device != BACKEND_DEVICE_CUDA) return -1;
+    for (int k = 0; k < a->n_ids && k < b->n_ids; k++) {
+        if (a->ids[k] == b->ids[k]) continue;
+        if (k >= b->n_lp || b->lp[k].n_top < 2) return -1;
+        const struct req_logprob *l = &b->lp[k];
+        return a->ids[k] == l->top_ids[1] && l->top_logprobs[0] - l->top_logprobs[1] <= NEAR_TIE ? k : -1;
+    }
+    return -1;
+}
+
+/* a vs b: same ids, text and finish (what = context for messages); on the emulated GPU
+ * the same up to a near-tie parting (near_tie_parting), after which only a's own
+ * consistency is checked. */
 static void check_same(const struct result *a, const struct result *b, const char *what, int i)
 {
+    int part = near_tie_parting(a, b);
+    if (part >= 0) {
+        printf("  %s %d: token %d parts at a near tie (%d %.4f vs %d %.4f)\n", what, i, part, b->ids[part],
+               b->lp[part].top_logprobs[0], b->lp[part].top_ids[1], b->lp[part].top_logprobs[1]);
+        CHECK(!memcmp(a->ids, b->ids, sizeof(int32_t) * (size_t)part), "%s %d: ids before the parting", what, i);
+        CHECK(a->finish == REQ_FINISH_LENGTH || a->finish == REQ_FINISH_STOP, "%s %d: finish %d (%s)", what, i,
+              a->finish, a->error);
+        CHECK(!a->bad_utf8, "%s %d: invalid UTF-8 delta", what, i);
+        CHECK(a->n_final == 1 && a->n_after_final == 0, "%s %d: %d final notifies, %d after", what, i,
+              a->n_final, a->n_after_final);
+        return;
+    }
     CHECK(a->finish == b->finish, "%s %d: finish %d, alone %d (%s)", what, i, a->finish, b->finish,
           a->error);
     CHECK(a->n_ids == b->n_ids, "%s %d: %d ids, alone %d", what, i, a->n_ids, b->n_ids);
@@ -385,6 +417,7 @@ static void test_solo(void)
     CHECK(g_corpus_n > 2 * MAX_PROMPT, "corpus of %d tokens", g_corpus_n);
     for (int i = 0; i < NP; i++) {
         struct req_params p = greedy(GEN);
+        p.logprobs = 2; /* check_same's near ties on the GPU */
         run_solo(e, g_prompt[i], g_len[i], &p, &g_ref[i]);
         const struct result *r = &g_ref[i];
         CHECK(r->finish == REQ_FINISH_LENGTH || r->finish == REQ_FINISH_STOP, "prompt %d: %d", i,
@@ -395,6 +428,7 @@ static void test_solo(void)
     }
     for (int d = 0; d < NDISTINCT; d++) {
         struct req_params p = greedy(STORM_GEN);
+        p.logprobs = 2;
         run_solo(e, g_prompt[d], g_len[d], &p, &g_ref_storm[d]);
     }
     check_idle(e, "solo");
@@ -666,8 +700,12 @@ static void test_text_deltas(void)
         int len = tok_token_bytes(g_model->tok, r.ids[k], true, buf, sizeof buf);
         if (len > 0 && len <= (int)sizeof buf && !utf8_valid(buf, (size_t)len)) split = true;
     }
-    CHECK(multibyte, "no multi-byte character in \"%s\"", r.text);
-    CHECK(split, "no token split a character: the held-bytes path was not exercised");
+    if (getenv("TESSERA_TEST_MODEL")) { /* a random test model writes no real text */
+        printf("  another model: multi-byte text and split characters are covered by the default model's run\n");
+    } else {
+        CHECK(multibyte, "no multi-byte character in \"%s\"", r.text);
+        CHECK(split, "no token split a character: the held-bytes path was not exercised");
+    }
     printf("  %d tokens, %d deltas, %zu bytes: %s\n", r.n_ids, r.n_deltas, r.text_len, r.text);
     free(dec);
     free(ids);

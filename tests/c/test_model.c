@@ -264,9 +264,12 @@ static void test_default_pack_releases_file_pages(void)
     CHECK(run_seqs(&m->cfg, &m->w, 1, toks, len, LEN_A, KV_F32, 16, 2, &got, err, sizeof err) == 0, "%s", err);
     CHECK(!memcmp(ref, got, sizeof(float) * LEN_A * V), "logits differ after release (max %g)",
           max_abs_diff(ref, got, LEN_A * V));
-    /* the embedding lookup reads rows of the (tied) head's pages; the layers stay out */
+    /* the embedding lookup reads rows of the (tied) head's pages; the layers stay out. A
+     * fault may map up to fault_around_bytes (64 KB) of cached neighbours with it, so a
+     * few pages next to the embedding can come back; a forward reading the originals
+     * would bring back thousands. */
     present = matrix_pages_present(&m->w, 0, page, &total);
-    CHECK(present == 0, "after a forward: %ld of %ld layer pages resident", present, total);
+    CHECK(present <= 16, "after a forward: %ld of %ld layer pages resident", present, total);
 out:
     forward_free(fs);
     free(ref);

@@ -10,10 +10,12 @@
  * quantization, one dot per (weight row, token), KV written before attention reads it),
  * so equality is exact. Full prefix-cache hits (a block-aligned context whose blocks are
  * all cached) forward one row, without a KV write, and keep tokens and logprobs exact
- * (test_full_hit*). Also: seeded sampling, stop strings found while the next step
- * runs, per-sequence max_tokens, samplers created at admission (none while queued), a row
- * that cannot be sampled (NaN logits, TESSERA_TEST_FAULT) failing only its sequence, and
- * a backend fault failing the step.
+ * (test_full_hit*). The batch, preemption, chunking, prefix and abort tests run again over
+ * an FP8 (e4m3) KV cache, against references made alone with FP8 KV. Also: seeded
+ * sampling, stop strings found while the next step runs, per-sequence max_tokens,
+ * samplers created at admission (none while queued), a row that cannot be sampled (NaN
+ * logits, TESSERA_TEST_FAULT) failing only its sequence, and a backend fault failing the
+ * step.
  *
  * TESSERA_TEST_DEVICE=cuda (with TESSERA_CUDA_LIB=build/libtessera-cuda-emu.so) runs the
  * same tests on the emulated CUDA backend; default cpu. TESSERA_TEST_MODEL picks another
@@ -48,17 +50,22 @@
 static struct model *g_model;
 static enum backend_device g_device = BACKEND_DEVICE_CPU;
 static enum sched_overlap g_overlap = SCHED_OVERLAP_OFF; /* of run_wave and friends */
+static enum kv_dtype g_kv = KV_F16;                         /* the KV cache of base_cfg */
 static int32_t g_prompt[NALL][128];
 static int g_len[NALL];
 static int g_wave_tokens; /* prompt tokens of the first wave */
 static int32_t g_ref[NALL][GEN];
 static int g_ref_n[NALL];
+static float g_ref_lp[NALL][GEN][2];  /* the alone run's two best logprobs per token */
+static int32_t g_ref_top[NALL][GEN]; /* and the id of the second best */
 static bool g_have_ref;
 
 /* Per-run collector of step outputs, keyed by prompt index. */
 struct collect {
     int64_t id[NALL];          /* seq id of prompt i, 0 if not added */
     int32_t out[NALL][GEN];
+    float lp[NALL][GEN][2];  /* the two best logprobs */
+    int32_t second[NALL][GEN];
     int n[NALL];
     enum sched_finish finish[NALL];
     int events_after_finish;
@@ -70,7 +77,15 @@ static void on_output(void *ud, const struct sched_output *o)
     for (int i = 0; i < NALL; i++) {
         if (c->id[i] != o->seq_id) continue;
         if (c->finish[i] != FINISH_NONE) c->events_after_finish++;
-        if (o->token >= 0 && c->n[i] < GEN) c->out[i][c->n[i]++] = o->token;
+        if (o->token >= 0 && c->n[i] < GEN) {
+            int k = c->n[i]++;
+            c->out[i][k] = o->token;
+            if (o->logprob && o->logprob->n_top >= 2) {
+                c->lp[i][k][0] = o->logprob->top_logprobs[0];
+                c->lp[i][k][1] = o->logprob->top_logprobs[1];
+                c->second[i][k] = o->logprob->top_ids[1];
+            }
+        }
         if (o->finished) c->finish[i] = o->finish;
         return;
     }
@@ -91,11 +106,15 @@ static struct sched_config base_cfg(void)
     c.backend.num_blocks = 128;
     c.backend.n_threads = 2;
     c.backend.kv_dtype_auto = false;
-    c.backend.kv_dtype = KV_F16;
+    c.backend.kv_dtype = g_kv;
     return c;
 }
 
-static const char *overlap_name(void) { return g_overlap == SCHED_OVERLAP_ON ? "overlap" : "no-overlap"; }
+static const char *overlap_name(void)
+{
+    if (g_kv == KV_F16) return g_overlap == SCHED_OVERLAP_ON ? "overlap" : "no-overlap";
+    return g_overlap == SCHED_OVERLAP_ON ? "overlap, fp8 KV" : "no-overlap, fp8 KV";
+}
 
 static int add_prompt(struct sched *s, struct collect *c, int i)
 {
@@ -105,6 +124,7 @@ static int add_prompt(struct sched *s, struct collect *c, int i)
     sp.sp.temperature = 0;
     sp.max_tokens = GEN;
     sp.ignore_eos = i % 2 == 1;
+    sp.logprobs = 2; /* for check_same's near ties on the GPU */
     int rc = sched_add(s, g_prompt[i], g_len[i], &sp, &c->id[i], err, sizeof err);
     CHECK(rc == 0, "sched_add %d: %s", i, err);
     return rc;
@@ -123,16 +143,32 @@ static int drain(struct sched *s, struct collect *c)
     return steps;
 }
 
+/* Prompts [i0, i1) of c against the alone references: the same ids, exactly on the CPU.
+ * On the emulated GPU a token computed in a mixed step goes through other attention
+ * kernels than alone (prefill vs decode tiles, P rounded to 16 bits), so where the alone
+ * run's two best logprobs are within NEAR_TIE and the batch chose the second, the two
+ * runs part there and the rest is not compared (as test_full_hit's fh_same). */
+#define NEAR_TIE 0.02f
 static void check_same(const struct collect *c, int i0, int i1, const char *what)
 {
     for (int i = i0; i < i1; i++) {
         CHECK(c->finish[i] == FINISH_STOP || c->finish[i] == FINISH_LENGTH,
               "%s: prompt %d did not finish (%d)", what, i, c->finish[i]);
-        CHECK(c->n[i] == g_ref_n[i], "%s: prompt %d made %d tokens, alone %d", what, i, c->n[i],
-              g_ref_n[i]);
-        for (int k = 0; k < c->n[i] && k < g_ref_n[i]; k++)
-            CHECK(c->out[i][k] == g_ref[i][k], "%s: prompt %d token %d: %d, alone %d", what, i, k,
-                  c->out[i][k], g_ref[i][k]);
+        bool parted = false;
+        for (int k = 0; k < c->n[i] && k < g_ref_n[i] && !parted; k++) {
+            if (c->out[i][k] != g_ref[i][k] && g_device == BACKEND_DEVICE_CUDA &&
+                c->out[i][k] == g_ref_top[i][k] && g_ref_lp[i][k][0] - g_ref_lp[i][k][1] <= NEAR_TIE) {
+                printf("  %s: prompt %d token %d parts at a near tie (%d %.4f vs %d %.4f)\n", what, i, k,
+                       g_ref[i][k], g_ref_lp[i][k][0], g_ref_top[i][k], g_ref_lp[i][k][1]);
+                parted = true;
+                break;
+            }
+            CHECK(c->out[i][k] == g_ref[i][k], "%s: prompt %d token %d: %d, alone %d (logprobs %.4f, %.4f)",
+                  what, i, k, c->out[i][k], g_ref[i][k], g_ref_lp[i][k][0], g_ref_lp[i][k][1]);
+        }
+        if (!parted)
+            CHECK(c->n[i] == g_ref_n[i], "%s: prompt %d made %d tokens, alone %d", what, i, c->n[i],
+                  g_ref_n[i]);
     }
     CHECK(c->events_after_finish == 0, "%s: events after finish", what);
 }
@@ -242,6 +278,8 @@ static void test_alone(void)
         CHECK(c.finish[i] != FINISH_NONE && c.n[i] >= 1, "prompt %d: no output", i);
         CHECK(c.finish[i] == FINISH_STOP || c.n[i] == GEN, "prompt %d: length %d", i, c.n[i]);
         memcpy(g_ref[i], c.out[i], sizeof g_ref[i]);
+        memcpy(g_ref_lp[i], c.lp[i], sizeof g_ref_lp[i]);
+        memcpy(g_ref_top[i], c.second[i], sizeof g_ref_top[i]);
         g_ref_n[i] = c.n[i];
     }
     check_blocks_idle(s, "alone");
@@ -941,9 +979,36 @@ int main(void)
         RUN(test_preemption);
         RUN(test_chunked);
         RUN(test_prefix);
-        RUN(test_full_hit);
+        RUN(test_full_hit); /* F16 and FP8 KV */
         RUN(test_abort);
     }
+    /* The same invariances over an FP8 (e4m3) KV cache: KV is rounded to 8 bits when it
+     * is written and every reader (prefill, chunk, decode, a cached prefix) sees those
+     * bytes, so a sequence's ids still do not depend on its neighbours. New references:
+     * FP8 changes the ids. The overlapped loop only (it covers the plain one's work). */
+    static int32_t f16_ref[NALL][GEN], f16_ref_top[NALL][GEN];
+    static int f16_ref_n[NALL];
+    static float f16_ref_lp[NALL][GEN][2];
+    memcpy(f16_ref, g_ref, sizeof g_ref);
+    memcpy(f16_ref_n, g_ref_n, sizeof g_ref_n);
+    memcpy(f16_ref_lp, g_ref_lp, sizeof g_ref_lp);
+    memcpy(f16_ref_top, g_ref_top, sizeof g_ref_top);
+    bool f16_have_ref = g_have_ref;
+    g_kv = KV_FP8_E4M3;
+    g_overlap = SCHED_OVERLAP_ON;
+    printf("fp8 KV, overlapped scheduling on:\n");
+    RUN(test_alone);
+    RUN(test_together);
+    RUN(test_preemption);
+    RUN(test_chunked);
+    RUN(test_prefix);
+    RUN(test_abort);
+    g_kv = KV_F16; /* the F16 references again, for the tests below */
+    memcpy(g_ref, f16_ref, sizeof g_ref);
+    memcpy(g_ref_n, f16_ref_n, sizeof g_ref_n);
+    memcpy(g_ref_lp, f16_ref_lp, sizeof g_ref_lp);
+    memcpy(g_ref_top, f16_ref_top, sizeof g_ref_top);
+    g_have_ref = f16_have_ref;
     RUN(test_full_hit_same_step_cold);
     RUN(test_full_hit_after_preemption);
     RUN(test_seeded_overlap);
