@@ -36,6 +36,8 @@ run_c() {
     failed=$((failed + f))
     skipped=$((skipped + s))
     if [ "$f" -ne 0 ]; then
+        # the failed checks first (stderr, so they may sit anywhere in the output), then the tail
+        printf '%s\n' "$out" | grep -E '^ *FAIL' | head -n 20
         printf '%s\n' "$out" | grep -v '^ok ' | tail -n 40
         echo "[c] $name: $p passed, $f failed, $s skipped (exit $rc)"
     elif [ "$s" -ne 0 ]; then
