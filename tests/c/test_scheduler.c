@@ -146,18 +146,21 @@ static int drain(struct sched *s, struct collect *c)
 /* Prompts [i0, i1) of c against the alone references: the same ids, exactly on the CPU.
  * On the emulated GPU a token computed in a mixed step goes through other attention
  * kernels than alone (prefill vs decode tiles, P rounded to 16 bits), so where the alone
- * run's two best logprobs are within NEAR_TIE and the batch chose the second, the two
- * runs part there and the rest is not compared (as test_full_hit's fh_same). */
-#define NEAR_TIE 0.02f
+ * run's two best logprobs are within a near tie and the batch chose the second, the two
+ * runs part there and the rest is not compared (as test_full_hit's fh_same). A near tie
+ * is 0.02 with a 16-bit KV cache; 0.05 with FP8, where a K or V element that lands on
+ * the other side of an e4m3 rounding boundary moves by a whole 3-bit-mantissa step
+ * (measured partings: 0.004-0.008 at make test's lengths, 0.023 at the sanitizer's). */
 static void check_same(const struct collect *c, int i0, int i1, const char *what)
 {
+    const float near_tie = g_kv == KV_FP8_E4M3 ? 0.05f : 0.02f;
     for (int i = i0; i < i1; i++) {
         CHECK(c->finish[i] == FINISH_STOP || c->finish[i] == FINISH_LENGTH,
               "%s: prompt %d did not finish (%d)", what, i, c->finish[i]);
         bool parted = false;
         for (int k = 0; k < c->n[i] && k < g_ref_n[i] && !parted; k++) {
             if (c->out[i][k] != g_ref[i][k] && g_device == BACKEND_DEVICE_CUDA &&
-                c->out[i][k] == g_ref_top[i][k] && g_ref_lp[i][k][0] - g_ref_lp[i][k][1] <= NEAR_TIE) {
+                c->out[i][k] == g_ref_top[i][k] && g_ref_lp[i][k][0] - g_ref_lp[i][k][1] <= near_tie) {
                 printf("  %s: prompt %d token %d parts at a near tie (%d %.4f vs %d %.4f)\n", what, i, k,
                        g_ref[i][k], g_ref_lp[i][k][0], g_ref_top[i][k], g_ref_lp[i][k][1]);
                 parted = true;
