@@ -105,6 +105,7 @@ static inline __m256i lane_mask(int nv)
 
 /* ---- activations ---- */
 
+/* Sum of the 8 int32 lanes of s. */
 static inline int hsum_epi32(__m256i s)
 {
     __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
