@@ -135,6 +135,10 @@ static void test_kind_follows_kernel_set_and_type(void)
 #ifdef GEMM_HAVE_AVX2
         if (sets[i]->gemm == &quant_gemm_avx2) { /* the AVX2 batched kernels: maddubs, ymm FMAs */
             CHECK(cpu_peak_kind_for(sets[i], DT_Q4_1) == CPU_PEAK_I8_MADDUBS_YMM, "%s Q4_1", sets[i]->name);
+            CHECK(cpu_peak_kind_for(sets[i], DT_Q4_K) == CPU_PEAK_I8_MADDUBS_YMM, "%s Q4_K", sets[i]->name);
+            CHECK(cpu_peak_kind_for(sets[i], DT_Q6_K) == CPU_PEAK_I8_MADDUBS_YMM, "%s Q6_K", sets[i]->name);
+            CHECK(sets[i]->gemm->strip_rows[DT_Q4_K] && sets[i]->gemm->strip_rows[DT_Q6_K],
+                  "%s: K-quants packed (their kind is the packed kernels')", sets[i]->name);
             CHECK(kf == CPU_PEAK_F32_FMA_YMM, "%s F16", sets[i]->name);
         }
 #endif

@@ -672,12 +672,13 @@ static void test_batch_invariant(void)
 /* Every SIMD set that has packed kernels runs them, for one token and for a batch: with
  * its packed copy zeroed (the GGUF bytes untouched) its outputs are all zero, so the
  * packed path, not the per-token dots, produced the results the grid checks. The AVX2
- * set has a layout for every float and 32-block type. */
+ * set has a layout for every float, 32-block and K-quant type. */
 static void test_packed_path_used(void)
 {
     const struct quant_impl *sets[8];
     int n = quant_impl_simd_list(sets, 8), with_gemm = 0;
-    const enum dtype types[] = { DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1 };
+    const enum dtype types[] = { DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1,
+                                 DT_Q4_K, DT_Q6_K };
     const int tokens[] = { 1, GEMM_TILE + 1 };
     struct threadpool *tp = tp_create(2);
     struct rng r = { 0x5EED };
@@ -690,7 +691,7 @@ static void test_packed_path_used(void)
         with_gemm++;
         for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
             enum dtype t = types[k];
-            int64_t n_in = 96, n_out = 21;
+            int64_t n_in = dtype_block_elems(t) == 256 ? 512 : 96, n_out = 21;
             uint8_t *wd = rand_weights(t, n_in, n_out, &r);
             struct tensor w = { .name = "w", .type = t, .n_dims = 2, .ne = { n_in, n_out, 1, 1 },
                                 .data = wd, .nbytes = dtype_row_bytes(t, n_in) * (size_t)n_out };

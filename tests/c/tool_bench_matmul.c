@@ -14,7 +14,8 @@
  * >= 0.8), prefill GFLOP/s (2 * n_in * n_out * 64 per call) and its weight GB/s.
  * --scalar uses the portable kernel set instead of the SIMD one. Default run < 30 s.
  * --prefill instead times the model's shapes at 512 tokens: the batched kernels against
- * the per-token path and a register-only peak of the same instruction (run_prefill); the
+ * the per-token path (in an x86-64-v3 build the AVX2 set's own dots on the unpacked
+ * matrix) and a register-only peak of the same instruction (run_prefill); the
  * K-quants (n_in a multiple of 256) on ffn down and on a 2048-wide layer's shapes;
  * --type (a name as printed, e.g. Q6_K) times that weight type only.
  * --peak prints the register-only peak of every instruction this CPU has (peak.h) per
@@ -185,6 +186,9 @@ static int run_prefill(const int *threads, int n_threads, const char *only)
         if (sets[i]->gemm) gemm = sets[i];
         else old = sets[i]; /* the last per-token set: the best one before batching */
     }
+    /* an x86-64-v3 build has one SIMD set, the AVX2 one with packed kernels: its
+     * per-token dots (run on the unpacked matrix) are the old path */
+    if (!old) old = gemm;
     if (!gemm || !old) {
         fprintf(stderr, "this build has no batched kernel set\n");
         return 1;
@@ -231,13 +235,15 @@ static int run_prefill(const int *threads, int n_threads, const char *only)
                 void *packed = aligned_alloc(64, (pb + 63) & ~(size_t)63);
                 cpu_weight_pack_impl(tp, gemm, &w, packed);
                 w.cpu_packed = packed;
+                struct tensor w_old = w; /* the old path never reads a packed copy */
+                w_old.cpu_packed = NULL;
                 void *scratch = malloc(cpu_matmul_scratch_size(t, n_in, PF_TOKENS));
                 double r_old[PF_REPEATS], r_new[PF_REPEATS], r_pk[PF_REPEATS], d_old[PF_REPEATS], d_new[PF_REPEATS];
                 for (int r = 0; r < PF_REPEATS; r++) {
-                    r_old[r] = time_prefill(tp, old, &w, x, y, scratch, PF_TOKENS);
+                    r_old[r] = time_prefill(tp, old, &w_old, x, y, scratch, PF_TOKENS);
                     r_new[r] = time_prefill(tp, gemm, &w, x, y, scratch, PF_TOKENS);
                     r_pk[r] = peak_gops(tp, gemm, t);
-                    d_old[r] = time_prefill(tp, old, &w, x, y, scratch, 1);
+                    d_old[r] = time_prefill(tp, old, &w_old, x, y, scratch, 1);
                     d_new[r] = time_prefill(tp, gemm, &w, x, y, scratch, 1);
                 }
                 double flops = 2.0 * (double)n_in * (double)n_out * PF_TOKENS;

@@ -32,18 +32,37 @@
  *
  * Packed activations (this set's layout; sizes as gemm_act_bytes): a token tile of
  * GEMM_TILE tokens is GEMM_TILE / GQ_GROUP groups of GQ_GROUP tokens, group-major, each
- * group its blocks in order (a sequential stream for the micro-kernel), per block
- * 40 * GQ_GROUP bytes:
+ * group its 32-element blocks in order (a sequential stream for the micro-kernel), per
+ * block tb * GQ_GROUP bytes, tb = gemm_qact_token_bytes (40; Q6_K 44):
  *   int32 q4[8][GQ_GROUP] codes 4j..4j+3 of each token | f32 d[GQ_GROUP] |
- *   c[GQ_GROUP]: int32 -o * sum(q) (Q8_0, Q4_0, Q5_0) or f32 d * sum(q) (Q4_1, Q5_1).
- * A lone token is one group of width 1 (40 bytes a block). Codes and scales are bitwise
- * those of the per-token path (quantize_avx2), so the two differ only in float order.
+ *   c[GQ_GROUP]: int32 -o * sum(q) (Q8_0, Q4_0, Q5_0) or f32 d * sum(q) (Q4_1, Q5_1,
+ *   Q4_K); Q6_K instead int32 c[2][GQ_GROUP]: -32 * sum(q) of elements 0-15 / 16-31.
+ * A tile is then (n / 32) * tb * GEMM_TILE bytes, GEMM_QACT_BLOCK (GEMM_QACT16_BLOCK)
+ * per block as gemm_act_bytes counts. A lone token is one group of width 1 (tb bytes a
+ * block). Codes and scales are bitwise those of the per-token path (quantize_avx2), so
+ * the two differ only in float order.
+ *
+ * K-quants (Q4_K, Q6_K): one strip-block per 256-element super-block of 8 rows (layouts
+ * at Q4K_* / Q6K_*), activations scaled per 256 as Q8_K (the per-token path's codes,
+ * bitwise): the d field of each of the super-block's 8 activation blocks holds the
+ * super-block's scale. The arithmetic is gemm_avx512.c's:
+ *   Q4_K: per 32-element sub-block j the Q4_1 chain above with dw = d * sc_j and
+ *         mw = -(dmin * m_j), formed per sub-block from the fp16 d, dmin and the 6-bit
+ *         sc, m (both products exact in f32: 11-bit x 6-bit significands). The codes are
+ *         4-bit, so the 8 steps add up in int16 as for Q4_1 (<= 30480).
+ *   Q6_K: u = q + 32 (6 bits, 0..63); |q_act| <= 127 (the packer clamps to +-127, never
+ *         -128), so a vpmaddubsw pair is <= 2*63*127 = 16002 and two steps (one step
+ *         pair) add up in int16 to <= 32004 < 32767; a third would not fit (48006), so one
+ *         vpmaddwd per step pair, two per 16-element group g. The group's int32 sum
+ *         starts at -32 sum q (packed with the activations per 16), so it is
+ *         i_g = sum (u - 32) q, |i_g| <= 16*32*127 = 65024; scaled by the int8 sc_g in
+ *         int32 (vpmulld) and summed over the super-block, |I| <= 16*128*65024 < 2^27,
+ *         exact; then one float step per super-block: acc = fma((float)I, d * dx, acc).
  *
  * Float types (F32, F16, BF16): work units are strips of 16 rows, stored four to a panel
  * of 64 rows, [k][64] in the stored type (zero rows pad the last panel), so decode reads
  * one sequential stream with 8 independent chains; the batched micro-kernel is 16 rows x
  * 6 tokens (12 accumulators, 2 weight vectors, 1 broadcast).
- * K-quants (Q4_K, Q6_K) are not packed: the per-token kernels run them.
  *
  * The batched path walks each strip in chunks of K (stays in L1 while every token tile of
  * the unit range passes over it); chunks after the first reload the accumulators from y,
@@ -59,18 +78,24 @@
 
 #define GQ_STRIP 8       /* rows per quantized strip: one ymm of lanes */
 #define GQ_GROUP 4       /* tokens per quantized micro-kernel */
-#define GQ_KC_BLOCKS 32  /* blocks per chunk of a strip in the batched path */
+#define GQ_KC_BLOCKS 32  /* 32-element blocks per chunk of a strip in the batched path */
 #define GF_STRIP 16      /* rows per float strip (work unit): two ymm */
 #define GF_PANEL 4       /* float strips stored interleaved: a panel of 64 rows */
 #define GF_GROUP 6       /* tokens per float micro-kernel */
 #define GF_KC 256        /* columns per float chunk: 16 x 256 f32 = 16 KB */
 
 _Static_assert(GEMM_TILE % GQ_GROUP == 0 && GEMM_TILE % GF_GROUP == 0, "token tile splits into groups");
-_Static_assert(GEMM_QACT_BLOCK == 40 * GEMM_TILE, "activation block is 40 bytes a token");
+_Static_assert(GEMM_QACT_BLOCK == 40 * GEMM_TILE && GEMM_QACT16_BLOCK == 44 * GEMM_TILE,
+               "activation block is 40 (Q6_K: 44) bytes a token");
 
 /* Code offset o folded into the packed activations (Q8_0 is signed here: 0). */
 static inline int act_offset(enum dtype wt) { return wt == DT_Q4_0 ? 8 : wt == DT_Q5_0 ? 16 : 0; }
-static inline int has_min(enum dtype wt) { return wt == DT_Q4_1 || wt == DT_Q5_1; }
+/* Types whose activations carry f32 d * sum(q) for a min term (Q4_K: -dmin * m). */
+static inline int has_min(enum dtype wt) { return wt == DT_Q4_1 || wt == DT_Q5_1 || wt == DT_Q4_K; }
+/* Elements per strip-block (the GGUF block size: 32, or 256 for the K-quants). */
+static inline int sb_elems(enum dtype wt) { return wt == DT_Q4_K || wt == DT_Q6_K ? 256 : 32; }
+/* Packed activation bytes per token of one 32-element block (40; Q6_K 44). */
+static inline int act_tb(enum dtype wt) { return gemm_qact_token_bytes(gemm_kind_of(wt)); }
 
 /* Lane mask of the first nv (0..8) of 8 int32/f32 lanes. */
 static inline __m256i lane_mask(int nv)
@@ -80,51 +105,63 @@ static inline __m256i lane_mask(int nv)
 
 /* ---- activations ---- */
 
-/* Quantizes one token row into lane `lane` of a group gw tokens wide whose blocks are
- * 40 * gw bytes apart; rounding exactly as quantize_avx2 (d = amax / 127, q = round to
- * nearest even of x * (1/d), clamped to +-127). */
+/* Sum of the 8 int32 lanes of s. */
+static inline int hsum_epi32(__m256i s)
+{
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    return _mm_cvtsi128_si32(s4);
+}
+
+/* Quantizes one token row into lane `lane` of a group gw tokens wide whose 32-element
+ * blocks are act_tb(wt) * gw bytes apart; rounding exactly as quantize_avx2 (d = amax /
+ * 127 over the scale group: the block, or its 256-element super-block for the K-quants
+ * as Q8_K; q = round to nearest even of x * (1/d), clamped to +-127). */
 static void pack_act_quant(enum dtype wt, const float *x, int64_t n, uint8_t *grp, int lane, int gw)
 {
-    const int o = act_offset(wt), with_min = has_min(wt);
+    const int o = act_offset(wt), with_min = has_min(wt), k16 = wt == DT_Q6_K;
+    const int64_t sg = sb_elems(wt); /* elements per activation scale */
+    const size_t bstride = (size_t)act_tb(wt) * (size_t)gw;
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
-    for (int64_t b = 0; b < n / 32; b++) {
-        const float *xb = x + 32 * b;
-        __m256 v[4], mx = _mm256_setzero_ps();
-        for (int k = 0; k < 4; k++) {
-            v[k] = _mm256_loadu_ps(xb + 8 * k);
-            mx = _mm256_max_ps(mx, _mm256_and_ps(absmask, v[k]));
-        }
+    for (int64_t g = 0; g < n; g += sg) {
+        __m256 mx = _mm256_setzero_ps();
+        for (int64_t i = g; i < g + sg; i += 8) mx = _mm256_max_ps(mx, _mm256_and_ps(absmask, _mm256_loadu_ps(x + i)));
         __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
         m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
         m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
         const float amax = _mm_cvtss_f32(m4);
         const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         const __m256 vid = _mm256_set1_ps(id);
-        __m256i qi[4];
-        for (int k = 0; k < 4; k++) {
-            __m256 f = _mm256_round_ps(_mm256_mul_ps(v[k], vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            qi[k] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f, lo), hi));
+        for (int64_t b = g / 32; b < (g + sg) / 32; b++) {
+            __m256i qi[4];
+            for (int k = 0; k < 4; k++) {
+                __m256 f = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * b + 8 * k), vid),
+                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                qi[k] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f, lo), hi));
+            }
+            const int s0 = hsum_epi32(_mm256_add_epi32(qi[0], qi[1])); /* elements 0-15 */
+            const int s1 = hsum_epi32(_mm256_add_epi32(qi[2], qi[3])); /* elements 16-31 */
+            /* int32 -> int8 in element order: packs interleave the 128-bit lanes, the
+             * permute puts the dwords back in order */
+            __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
+            p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            int32_t w[8];
+            _mm256_storeu_si256((__m256i *)w, p);
+            uint8_t *blk = grp + (size_t)b * bstride;
+            int32_t *q4 = (int32_t *)blk;
+            for (int j = 0; j < 8; j++) q4[j * gw + lane] = w[j];
+            ((float *)(blk + 32 * gw))[lane] = d;
+            if (k16) {
+                ((int32_t *)(blk + 36 * gw))[lane] = -32 * s0;
+                ((int32_t *)(blk + 40 * gw))[lane] = -32 * s1;
+            } else if (with_min) {
+                ((float *)(blk + 36 * gw))[lane] = d * (float)(s0 + s1);
+            } else {
+                ((int32_t *)(blk + 36 * gw))[lane] = -o * (s0 + s1);
+            }
         }
-        __m256i s = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-        const int sum = _mm_cvtsi128_si32(s4);
-        /* int32 -> int8 in element order: packs interleave the 128-bit lanes, the permute
-         * puts the dwords back in order */
-        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
-        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        int32_t w[8];
-        _mm256_storeu_si256((__m256i *)w, p);
-        uint8_t *blk = grp + (size_t)b * 40 * (size_t)gw;
-        int32_t *q4 = (int32_t *)blk;
-        for (int j = 0; j < 8; j++) q4[j * gw + lane] = w[j];
-        ((float *)(blk + 32 * gw))[lane] = d;
-        if (with_min)
-            ((float *)(blk + 36 * gw))[lane] = d * (float)sum;
-        else
-            ((int32_t *)(blk + 36 * gw))[lane] = -o * sum;
     }
 }
 
@@ -153,7 +190,8 @@ static void gemm_pack_act(enum dtype wt, const float *x, int64_t n, int num_toke
         }
         return;
     }
-    const size_t grp_bytes = (size_t)(n / 32) * 40 * GQ_GROUP, tile_bytes = (size_t)(n / 32) * GEMM_QACT_BLOCK;
+    const int tb = act_tb(wt);
+    const size_t grp_bytes = (size_t)(n / 32) * (size_t)tb * GQ_GROUP, tile_bytes = grp_bytes * (GEMM_TILE / GQ_GROUP);
     for (int t = t0; t < t1; t++) {
         const int l = t % GEMM_TILE;
         uint8_t *grp = (uint8_t *)act + (size_t)(t / GEMM_TILE) * tile_bytes + (size_t)(l / GQ_GROUP) * grp_bytes;
@@ -164,8 +202,8 @@ static void gemm_pack_act(enum dtype wt, const float *x, int64_t n, int num_toke
         for (int l = num_tokens % GEMM_TILE; l < GEMM_TILE; l++) {
             uint8_t *grp = tile + (size_t)(l / GQ_GROUP) * grp_bytes;
             for (int64_t b = 0; b < n / 32; b++) {
-                int32_t *blk = (int32_t *)(grp + (size_t)b * 40 * GQ_GROUP);
-                for (int j = 0; j < 10; j++) blk[j * GQ_GROUP + l % GQ_GROUP] = 0; /* q4[8], d, c */
+                int32_t *blk = (int32_t *)(grp + (size_t)b * (size_t)tb * GQ_GROUP);
+                for (int j = 0; j < tb / 4; j++) blk[j * GQ_GROUP + l % GQ_GROUP] = 0; /* q4[8], d, c (Q6_K: c[2]) */
             }
         }
     }
@@ -173,8 +211,28 @@ static void gemm_pack_act(enum dtype wt, const float *x, int64_t n, int num_toke
 
 /* ---- quantized weights: packed layout ---- */
 
+/* K-quant strip-blocks (one 256-element super-block of 8 rows; offsets in bytes):
+ *   Q4_K: f16 d[8] | f16 dmin[8] | u8 sc[8][8] | u8 m[8][8] | codes [8 sub-blocks][128]
+ *   Q6_K: f16 d[8] | i8 sc[16][8] | per 32-element block [8][192]: u8 nibbles [4][8 rows][4] |
+ *         u8 high [2][8 rows][4]
+ * (sc[j][r]: sub-block or group j of row r, so one 8-byte load gives a scale for 8 rows.)
+ * A sub-block's codes are the 4-bit step layout of the 32-element types. Q6_K's high byte
+ * h (h = 0, 1) holds bits 4-5 of the codes of steps 4h..4h+3, step 4h+s at bits 2s..2s+1. */
+#define Q4K_DMIN 16
+#define Q4K_SC 32
+#define Q4K_M 96
+#define Q4K_CODES 160
+#define Q4K_BYTES 1184 /* 8 x 148: the file's 144 + 4 bytes of unpacked scales */
+#define Q6K_SC 16
+#define Q6K_CODES 144
+#define Q6K_BLOCK 192 /* codes of one 32-element block */
+#define Q6K_BYTES 1680 /* 8 x 210, as the file */
+
 /* Bytes of one packed block of an 8-row strip, and the offsets inside it. */
-static inline int sb_bytes(enum dtype wt) { return GQ_STRIP * dtype_block_bytes(wt); }
+static inline int sb_bytes(enum dtype wt)
+{
+    return wt == DT_Q4_K ? Q4K_BYTES : wt == DT_Q6_K ? Q6K_BYTES : GQ_STRIP * dtype_block_bytes(wt);
+}
 static inline int sb_hbits(enum dtype wt) { return wt == DT_Q5_0 ? 16 : wt == DT_Q5_1 ? 32 : -1; }
 static inline int sb_codes(enum dtype wt)
 {
@@ -183,6 +241,61 @@ static inline int sb_codes(enum dtype wt)
     case DT_Q5_0: return 48;
     case DT_Q5_1: return 64;
     default: return 16; /* Q8_0, Q4_0 */
+    }
+}
+
+/* Row r's 4-bit codes u[0..31] of one 32-element block in the step layout at c: byte
+ * [k][r][i] = u[8k + i] | u[8k + 4 + i] << 4 (steps 2k and 2k+1). */
+static void put_nibble_steps(const uint8_t *u, int r, uint8_t *c)
+{
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < 4; i++)
+            c[32 * k + 4 * r + i] = (uint8_t)((u[8 * k + i] & 0x0F) | (u[8 * k + 4 + i] & 0x0F) << 4);
+}
+
+/* Row r of a Q4_K strip-block pb (zeroed beforehand) from one GGUF super-block at blk:
+ * element 64k + l (l < 32) is the low nibble of qs[32k + l], 64k + 32 + l its high one. */
+static void pack_row_q4k(const uint8_t *blk, int r, uint8_t *pb)
+{
+    uint8_t sc[8], m[8], u[256];
+    memcpy(pb + 2 * r, blk, 2);
+    memcpy(pb + Q4K_DMIN + 2 * r, blk + 2, 2);
+    quant_q4k_scales(blk + 4, sc, m);
+    for (int j = 0; j < 8; j++) {
+        pb[Q4K_SC + GQ_STRIP * j + r] = sc[j];
+        pb[Q4K_M + GQ_STRIP * j + r] = m[j];
+    }
+    const uint8_t *qs = blk + 16;
+    for (int k = 0; k < 4; k++)
+        for (int l = 0; l < 32; l++) {
+            u[64 * k + l] = qs[32 * k + l] & 0x0F;
+            u[64 * k + 32 + l] = qs[32 * k + l] >> 4;
+        }
+    for (int j = 0; j < 8; j++) put_nibble_steps(u + 32 * j, r, pb + Q4K_CODES + 128 * j);
+}
+
+/* Row r of a Q6_K strip-block pb (zeroed beforehand) from one GGUF super-block at blk:
+ * unsigned codes u = q + 32 (6 bits) as quant_dequant.c's dq_q6_k reads them. */
+static void pack_row_q6k(const uint8_t *blk, int r, uint8_t *pb)
+{
+    uint8_t u[256];
+    memcpy(pb + 2 * r, blk + 208, 2);
+    for (int g = 0; g < 16; g++) pb[Q6K_SC + GQ_STRIP * g + r] = blk[192 + g];
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = blk + 64 * h, *qh = blk + 128 + 32 * h;
+        for (int l = 0; l < 32; l++) {
+            u[128 * h + l] = (uint8_t)((ql[l] & 0x0F) | (qh[l] & 3) << 4);
+            u[128 * h + l + 32] = (uint8_t)((ql[l + 32] & 0x0F) | (qh[l] >> 2 & 3) << 4);
+            u[128 * h + l + 64] = (uint8_t)((ql[l] >> 4) | (qh[l] >> 4 & 3) << 4);
+            u[128 * h + l + 96] = (uint8_t)((ql[l + 32] >> 4) | (qh[l] >> 6 & 3) << 4);
+        }
+    }
+    for (int b = 0; b < 8; b++) {
+        uint8_t *c = pb + Q6K_CODES + Q6K_BLOCK * b;
+        put_nibble_steps(u + 32 * b, r, c);
+        for (int j = 0; j < 8; j++) /* step j: high byte j / 4, bits 2 (j % 4) */
+            for (int i = 0; i < 4; i++)
+                c[128 + 32 * (j / 4) + 4 * r + i] |= (uint8_t)((u[32 * b + 4 * j + i] >> 4) << (2 * (j % 4)));
     }
 }
 
@@ -220,7 +333,7 @@ static void pack_row_block(enum dtype wt, const uint8_t *blk, int r, uint8_t *pb
     }
 }
 
-/* Packs strips [s0, s1) of a quantized matrix (rows of nb blocks at w + r * row_bytes). */
+/* Packs strips [s0, s1) of a quantized matrix (rows of nb GGUF blocks at w + r * row_bytes). */
 static void pack_quant(enum dtype wt, int64_t nb, const uint8_t *w, size_t row_bytes, int64_t nrows, int64_t s0,
                        int64_t s1, uint8_t *dst)
 {
@@ -230,8 +343,13 @@ static void pack_quant(enum dtype wt, int64_t nb, const uint8_t *w, size_t row_b
         memset(ps, 0, (size_t)nb * (size_t)sbb); /* padding rows: zero codes and scales */
         for (int r = 0; r < GQ_STRIP && s * GQ_STRIP + r < nrows; r++) {
             const uint8_t *row = w + (size_t)(s * GQ_STRIP + r) * row_bytes;
-            for (int64_t b = 0; b < nb; b++)
-                pack_row_block(wt, row + (size_t)b * (size_t)bb, r, ps + (size_t)b * (size_t)sbb);
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *blk = row + (size_t)b * (size_t)bb;
+                uint8_t *pb = ps + (size_t)b * (size_t)sbb;
+                if (wt == DT_Q4_K) pack_row_q4k(blk, r, pb);
+                else if (wt == DT_Q6_K) pack_row_q6k(blk, r, pb);
+                else pack_row_block(wt, blk, r, pb);
+            }
         }
     }
 }
@@ -246,11 +364,32 @@ static inline __m256i hbits_to_0x10(uint32_t h)
     return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
-/* Unsigned codes of steps 2k and 2k+1 of a 4/5-bit strip-block (8 rows x 4 bytes each). */
+/* Bits 4-5 of the Q6_K codes of step 4h + s from high byte vector v (see the layout).
+ * The 16-bit shifts move bits across bytes only into bits the mask clears. */
+static inline __attribute__((always_inline)) __m256i q6k_high(__m256i v, int s)
+{
+    const __m256i t = s == 0 ? _mm256_slli_epi16(v, 4) : s == 1 ? _mm256_slli_epi16(v, 2)
+                    : s == 2 ? v : _mm256_srli_epi16(v, 2);
+    return _mm256_and_si256(t, _mm256_set1_epi8(0x30));
+}
+
+/* Unsigned codes of steps 2k and 2k+1 of a 4/5-bit strip-block (8 rows x 4 bytes each),
+ * or for the K-quants of the 32-element block whose codes start at pb. */
 static inline __attribute__((always_inline)) void step_codes(enum dtype wt, const uint8_t *pb, int k, __m256i *a,
                                                              __m256i *b)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
+    if (wt == DT_Q4_K || wt == DT_Q6_K) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(pb + 32 * k));
+        *a = _mm256_and_si256(v, m4);
+        *b = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if (wt == DT_Q6_K) {
+            const __m256i h = _mm256_loadu_si256((const __m256i *)(pb + 128 + 32 * (k / 2)));
+            *a = _mm256_or_si256(*a, q6k_high(h, 2 * (k % 2)));
+            *b = _mm256_or_si256(*b, q6k_high(h, 2 * (k % 2) + 1));
+        }
+        return;
+    }
     const __m256i v = _mm256_loadu_si256((const __m256i *)(pb + sb_codes(wt) + 32 * k));
     *a = _mm256_and_si256(v, m4);
     *b = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
@@ -269,8 +408,9 @@ static inline __m256 sb_mw(const uint8_t *pb) { return _mm256_cvtph_ps(_mm_loadu
 static inline __m256i bcast32(const int32_t *p) { return _mm256_set1_epi32(*p); }
 
 /* ---- quantized weights: the block's integer sums for NT tokens ----
- * is[t] = sum_i u_ri q_ti (+ c_t for offset types) for the 8 rows of strip-block pb and
- * the tokens of a group gw wide at activation block xb (NT <= gw). Exact integers. */
+ * is[t] = sum_i u_ri q_ti (+ c_t for offset types) for the 8 rows of strip-block pb (Q4_K:
+ * of the sub-block whose codes start at pb) and the tokens of a group gw wide at
+ * activation block xb (NT <= gw). Exact integers. */
 static inline __attribute__((always_inline)) void block_isums(enum dtype wt, const uint8_t *pb, const uint8_t *xb,
                                                               int gw, int nt_reg, __m256i *is)
 {
@@ -289,7 +429,7 @@ static inline __attribute__((always_inline)) void block_isums(enum dtype wt, con
         }
         return;
     }
-    if (wt == DT_Q4_0 || wt == DT_Q4_1) { /* 8 steps in int16 (<= 30480), one vpmaddwd */
+    if (wt == DT_Q4_0 || wt == DT_Q4_1 || wt == DT_Q4_K) { /* 8 steps in int16 (<= 30480), one vpmaddwd */
         __m256i s16[GQ_GROUP];
         _Pragma("GCC unroll 4") for (int t = 0; t < nt_reg; t++) s16[t] = _mm256_setzero_si256();
         _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
@@ -342,8 +482,88 @@ static inline __attribute__((always_inline)) void block_step(enum dtype wt, cons
     }
 }
 
-/* 8 rows x GQ_GROUP tokens over nbk blocks of a strip chunk wp and a group's activations
- * xa; tokens >= nt are padding (computed, not stored). add: continue the chains in y. */
+/* 8 f32 lanes from the 8 bytes at p: one unsigned 6-bit Q4_K scale or min per row. */
+static inline __m256 u8x8_ps(const uint8_t *p)
+{
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+
+/* Q4_K, one super-block (strip-block pb; its 8 activation blocks from xb, 40 * gw bytes
+ * apart): per sub-block j the Q4_1 chain with dw = d * sc_j, mw = dmin * m_j (exact):
+ *   acc = fma((float)isum, dw * dx, acc); acc = fnmadd(mw, dx * sum(q), acc) */
+static inline __attribute__((always_inline)) void q4k_step(const uint8_t *pb, const uint8_t *xb, int gw, int nt_reg,
+                                                           __m256 *acc)
+{
+    const __m256 d = sb_dw(pb), dmin = sb_mw(pb); /* sb_mw reads offset 16 = Q4K_DMIN */
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *x = xb + (size_t)j * 40 * (size_t)gw;
+        __m256i is[GQ_GROUP];
+        block_isums(DT_Q4_K, pb + Q4K_CODES + 128 * j, x, gw, nt_reg, is);
+        const __m256 dw = _mm256_mul_ps(d, u8x8_ps(pb + Q4K_SC + GQ_STRIP * j));
+        const __m256 mw = _mm256_mul_ps(dmin, u8x8_ps(pb + Q4K_M + GQ_STRIP * j));
+        const float *xd = (const float *)(x + 32 * gw), *xs = (const float *)(x + 36 * gw);
+        _Pragma("GCC unroll 4") for (int t = 0; t < nt_reg; t++)
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), _mm256_mul_ps(dw, _mm256_broadcast_ss(xd + t)), acc[t]);
+        _Pragma("GCC unroll 4") for (int t = 0; t < nt_reg; t++)
+            acc[t] = _mm256_fnmadd_ps(mw, _mm256_broadcast_ss(xs + t), acc[t]);
+    }
+}
+
+/* Q6_K, one super-block (strip-block pb; its 8 activation blocks from xb, 44 * gw bytes
+ * apart): per 16-element group g = 2b + h (steps 4h..4h+3 of block b) the exact
+ *   i_g = -32 sum q + sum u q   (two step pairs, each one vpmaddwd: <= 32004 in int16)
+ * scaled by sc_g in int32 and summed, I = sum_g sc_g i_g; then one float step
+ *   acc = fma((float)I, d * dx, acc). */
+static inline __attribute__((always_inline)) void q6k_step(const uint8_t *pb, const uint8_t *xb, int gw, int nt_reg,
+                                                           __m256 *acc)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i isb[GQ_GROUP];
+    _Pragma("GCC unroll 4") for (int t = 0; t < nt_reg; t++) isb[t] = _mm256_setzero_si256();
+    for (int b = 0; b < 8; b++) {
+        const uint8_t *x = xb + (size_t)b * 44 * (size_t)gw, *cb = pb + Q6K_CODES + Q6K_BLOCK * b;
+        const int32_t *q4 = (const int32_t *)x;
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+            const int32_t *c = (const int32_t *)(x + (36 + 4 * h) * gw);
+            const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(pb + Q6K_SC + GQ_STRIP * (2 * b + h))));
+            __m256i a0, b0, a1, b1;
+            step_codes(DT_Q6_K, cb, 2 * h, &a0, &b0);     /* steps 4h, 4h+1 */
+            step_codes(DT_Q6_K, cb, 2 * h + 1, &a1, &b1); /* steps 4h+2, 4h+3 */
+            _Pragma("GCC unroll 4") for (int t = 0; t < nt_reg; t++) {
+                const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(a0, bcast32(q4 + 4 * h * gw + t)),
+                                                    _mm256_maddubs_epi16(b0, bcast32(q4 + (4 * h + 1) * gw + t)));
+                const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(a1, bcast32(q4 + (4 * h + 2) * gw + t)),
+                                                    _mm256_maddubs_epi16(b1, bcast32(q4 + (4 * h + 3) * gw + t)));
+                const __m256i ig = _mm256_add_epi32(_mm256_add_epi32(bcast32(c + t), _mm256_madd_epi16(p0, ones)),
+                                                    _mm256_madd_epi16(p1, ones));
+                isb[t] = _mm256_add_epi32(isb[t], _mm256_mullo_epi32(ig, sc));
+            }
+        }
+    }
+    const __m256 d = sb_dw(pb);
+    const float *xd = (const float *)(xb + 32 * gw); /* the super-block's scale, in each block */
+    _Pragma("GCC unroll 4") for (int t = 0; t < nt_reg; t++)
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isb[t]), _mm256_mul_ps(d, _mm256_broadcast_ss(xd + t)), acc[t]);
+}
+
+/* One strip-block's step of the chain: a 32-element block, or a K-quant super-block. */
+static inline __attribute__((always_inline)) void sblock_step(enum dtype wt, const uint8_t *pb, const uint8_t *xb,
+                                                              int gw, int nt_reg, __m256 *acc)
+{
+    if (wt == DT_Q4_K) q4k_step(pb, xb, gw, nt_reg, acc);
+    else if (wt == DT_Q6_K) q6k_step(pb, xb, gw, nt_reg, acc);
+    else block_step(wt, pb, xb, gw, nt_reg, acc);
+}
+
+/* Packed activation bytes of one strip-block's elements for a group gw tokens wide. */
+static inline size_t act_sb_bytes(enum dtype wt, int gw)
+{
+    return (size_t)(sb_elems(wt) / 32) * (size_t)act_tb(wt) * (size_t)gw;
+}
+
+/* 8 rows x GQ_GROUP tokens over nbk strip-blocks of a strip chunk wp and a group's
+ * activations xa; tokens >= nt are padding (computed, not stored). add: continue the
+ * chains in y. */
 static inline __attribute__((always_inline)) void micro_quant(enum dtype wt, const uint8_t *wp, const uint8_t *xa,
                                                               int nbk, float *y, int64_t ys, int nt, __m256i rmask,
                                                               int full_rows, int add)
@@ -355,7 +575,8 @@ static inline __attribute__((always_inline)) void micro_quant(enum dtype wt, con
         acc[t] = !add || t >= nt ? _mm256_setzero_ps() : full_rows ? _mm256_loadu_ps(yt) : _mm256_maskload_ps(yt, rmask);
     }
     for (int b = 0; b < nbk; b++)
-        block_step(wt, wp + (size_t)b * (size_t)sbb, xa + (size_t)b * 40 * GQ_GROUP, GQ_GROUP, GQ_GROUP, acc);
+        sblock_step(wt, wp + (size_t)b * (size_t)sbb, xa + (size_t)b * act_sb_bytes(wt, GQ_GROUP), GQ_GROUP, GQ_GROUP,
+                    acc);
     _Pragma("GCC unroll 4") for (int t = 0; t < GQ_GROUP; t++) {
         if (t >= nt) break;
         float *yt = y + (size_t)t * (size_t)ys;
@@ -369,9 +590,10 @@ static inline __attribute__((always_inline)) void run_quant(enum dtype wt, int64
                                                             int64_t nrows, const void *act, int num_tokens, float *y,
                                                             int64_t y_stride, long u0, long u1)
 {
-    const int64_t nb = n / 32;
+    const int per = sb_elems(wt) / 32; /* 32-element activation blocks per strip-block */
+    const int64_t nb = n / sb_elems(wt), kc = GQ_KC_BLOCKS / per;
     const long ntiles = (num_tokens + GEMM_TILE - 1) / GEMM_TILE;
-    const size_t tile_bytes = (size_t)nb * GEMM_QACT_BLOCK, grp_bytes = (size_t)nb * 40 * GQ_GROUP;
+    const size_t grp_bytes = (size_t)nb * act_sb_bytes(wt, GQ_GROUP), tile_bytes = grp_bytes * (GEMM_TILE / GQ_GROUP);
     const size_t stride = (size_t)nb * (size_t)sb_bytes(wt);
     for (long u = u0; u < u1;) {
         const long s = u / ntiles, tb = u % ntiles;
@@ -381,15 +603,15 @@ static inline __attribute__((always_inline)) void run_quant(enum dtype wt, int64
         const int nv = nrows - r0 < GQ_STRIP ? (int)(nrows - r0) : GQ_STRIP;
         const __m256i rmask = lane_mask(nv);
         const uint8_t *ws = w + (size_t)s * stride;
-        for (int64_t kb = 0; kb < nb; kb += GQ_KC_BLOCKS) {
-            const int nbk = nb - kb < GQ_KC_BLOCKS ? (int)(nb - kb) : GQ_KC_BLOCKS;
+        for (int64_t kb = 0; kb < nb; kb += kc) {
+            const int nbk = nb - kb < kc ? (int)(nb - kb) : (int)kc;
             for (long tl = tb; tl < te; tl++)
                 for (int g = 0; g < GEMM_TILE / GQ_GROUP; g++) {
                     const int t0 = (int)tl * GEMM_TILE + g * GQ_GROUP;
                     if (t0 >= num_tokens) break;
                     const int nt = num_tokens - t0 < GQ_GROUP ? num_tokens - t0 : GQ_GROUP;
                     const uint8_t *xa = (const uint8_t *)act + (size_t)tl * tile_bytes + (size_t)g * grp_bytes +
-                                        (size_t)kb * 40 * GQ_GROUP;
+                                        (size_t)kb * act_sb_bytes(wt, GQ_GROUP);
                     micro_quant(wt, ws + (size_t)kb * (size_t)sb_bytes(wt), xa, nbk,
                                 y + (size_t)t0 * (size_t)y_stride + r0, y_stride, nt, rmask, nv == GQ_STRIP, kb > 0);
                 }
@@ -416,13 +638,13 @@ static inline __attribute__((always_inline)) void gemv_quant(enum dtype wt, int6
                                                              int64_t nrows, const uint8_t *xa, float *y, int64_t s0,
                                                              int64_t s1)
 {
-    const size_t sbb = (size_t)sb_bytes(wt), stride = (size_t)nb * sbb;
+    const size_t sbb = (size_t)sb_bytes(wt), stride = (size_t)nb * sbb, xstep = act_sb_bytes(wt, 1);
     for (int64_t s = s0; s < s1; s++) {
         const uint8_t *p0 = w + (size_t)s * stride;
         __m256 acc = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
             prefetch_block(p0 + (size_t)b * sbb, (int)sbb);
-            block_step(wt, p0 + (size_t)b * sbb, xa + (size_t)b * 40, 1, 1, &acc);
+            sblock_step(wt, p0 + (size_t)b * sbb, xa + (size_t)b * xstep, 1, 1, &acc);
         }
         const int64_t r0 = s * GQ_STRIP, nv = nrows - r0;
         if (nv >= GQ_STRIP) _mm256_storeu_ps(y + r0, acc);
@@ -615,8 +837,8 @@ static size_t gemm_packed_bytes(enum dtype wt, int64_t n, int64_t nrows)
     switch (gemm_kind_of(wt)) {
     case GEMM_FLOAT:
         return (size_t)((nrows + GF_PANEL * GF_STRIP - 1) / (GF_PANEL * GF_STRIP)) * panel_bytes(wt, n);
-    case GEMM_OFFSET: case GEMM_MIN:
-        return (size_t)((nrows + GQ_STRIP - 1) / GQ_STRIP) * (size_t)(n / 32) * (size_t)sb_bytes(wt);
+    case GEMM_OFFSET: case GEMM_MIN: case GEMM_KMIN: case GEMM_K16:
+        return (size_t)((nrows + GQ_STRIP - 1) / GQ_STRIP) * (size_t)(n / sb_elems(wt)) * (size_t)sb_bytes(wt);
     default: return 0;
     }
 }
@@ -625,7 +847,7 @@ static void gemm_pack_weight(enum dtype wt, int64_t n, const void *w, size_t row
                              int64_t s1, void *dst)
 {
     if (gemm_kind_of(wt) == GEMM_FLOAT) pack_float(wt, n, w, row_bytes, nrows, s0, s1, dst);
-    else pack_quant(wt, n / 32, w, row_bytes, nrows, s0, s1, dst);
+    else pack_quant(wt, n / sb_elems(wt), w, row_bytes, nrows, s0, s1, dst);
 }
 
 /* One instance per quantized type, so the type's branches fold away. */
@@ -633,7 +855,7 @@ static void gemm_pack_weight(enum dtype wt, int64_t n, const void *w, size_t row
     static void run_##NAME(int64_t n, const uint8_t *w, int64_t nrows, const void *act, int num_tokens,  \
                            float *y, int64_t y_stride, long u0, long u1)                                 \
     {                                                                                                    \
-        if (num_tokens == 1) gemv_quant(T, n / 32, w, nrows, act, y, u0, u1);                            \
+        if (num_tokens == 1) gemv_quant(T, n / sb_elems(T), w, nrows, act, y, u0, u1);                   \
         else run_quant(T, n, w, nrows, act, num_tokens, y, y_stride, u0, u1);                            \
     }
 QUANT_TYPE_FNS(q8_0, DT_Q8_0)
@@ -641,6 +863,8 @@ QUANT_TYPE_FNS(q4_0, DT_Q4_0)
 QUANT_TYPE_FNS(q4_1, DT_Q4_1)
 QUANT_TYPE_FNS(q5_0, DT_Q5_0)
 QUANT_TYPE_FNS(q5_1, DT_Q5_1)
+QUANT_TYPE_FNS(q4_k, DT_Q4_K)
+QUANT_TYPE_FNS(q6_k, DT_Q6_K)
 
 /* Work units are (strip, token tile), strip-major; one token: units are strips. */
 static void gemm_run(enum dtype wt, int64_t n, const void *packed, int64_t nrows, const void *act, int num_tokens,
@@ -653,6 +877,8 @@ static void gemm_run(enum dtype wt, int64_t n, const void *packed, int64_t nrows
     case DT_Q4_1: run_q4_1(n, w, nrows, act, num_tokens, y, y_stride, u0, u1); return;
     case DT_Q5_0: run_q5_0(n, w, nrows, act, num_tokens, y, y_stride, u0, u1); return;
     case DT_Q5_1: run_q5_1(n, w, nrows, act, num_tokens, y, y_stride, u0, u1); return;
+    case DT_Q4_K: run_q4_k(n, w, nrows, act, num_tokens, y, y_stride, u0, u1); return;
+    case DT_Q6_K: run_q6_k(n, w, nrows, act, num_tokens, y, y_stride, u0, u1); return;
     default:
         if (num_tokens == 1) {
             switch (wt) { /* one instance per type */
@@ -669,7 +895,7 @@ const struct quant_gemm quant_gemm_avx2 = {
     .strip_rows = {
         [DT_F32] = GF_STRIP, [DT_F16] = GF_STRIP, [DT_BF16] = GF_STRIP,
         [DT_Q8_0] = GQ_STRIP, [DT_Q4_0] = GQ_STRIP, [DT_Q4_1] = GQ_STRIP,
-        [DT_Q5_0] = GQ_STRIP, [DT_Q5_1] = GQ_STRIP,
+        [DT_Q5_0] = GQ_STRIP, [DT_Q5_1] = GQ_STRIP, [DT_Q4_K] = GQ_STRIP, [DT_Q6_K] = GQ_STRIP,
     },
     .packed_bytes = gemm_packed_bytes,
     .pack_weight = gemm_pack_weight,

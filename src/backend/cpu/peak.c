@@ -261,7 +261,8 @@ enum cpu_peak_kind cpu_peak_kind_for(const struct quant_impl *impl, enum dtype w
     }
 #endif
 #ifdef GEMM_HAVE_AVX2
-    /* gemm_avx2.c: float tiles on vfmadd231ps ymm, 32-block quants on vpmaddubsw + vpmaddwd */
+    /* gemm_avx2.c: float tiles on vfmadd231ps ymm, quantized types (32-block and K-quants)
+     * on vpmaddubsw + vpmaddwd */
     if (impl->gemm == &quant_gemm_avx2 && impl->gemm->strip_rows[wtype])
         return is_float(wtype) ? CPU_PEAK_F32_FMA_YMM : CPU_PEAK_I8_MADDUBS_YMM;
 #endif

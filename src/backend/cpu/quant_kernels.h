@@ -165,7 +165,7 @@ extern const struct quant_gemm quant_gemm_avx512; /* float, 32-block and K-quant
  * (GEMM_HAVE_AVX2), the packed set of x86-64-v3 builds. */
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define GEMM_HAVE_AVX2 1
-extern const struct quant_gemm quant_gemm_avx2; /* float and 32-block quantized types */
+extern const struct quant_gemm quant_gemm_avx2; /* float, 32-block and K-quant types */
 #endif
 
 struct quant_impl {
