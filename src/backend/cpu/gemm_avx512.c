@@ -210,12 +210,7 @@ static void pack_row_q4k(const uint8_t *blk, int r, uint8_t *pb)
         pb[Q4K_SC + 16 * j + r] = sc[j];
         pb[Q4K_M + 16 * j + r] = m[j];
     }
-    const uint8_t *qs = blk + 16;
-    for (int k = 0; k < 4; k++)
-        for (int l = 0; l < 32; l++) {
-            u[64 * k + l] = qs[32 * k + l] & 0x0F;
-            u[64 * k + 32 + l] = qs[32 * k + l] >> 4;
-        }
+    quant_q4k_codes(blk, u);
     for (int j = 0; j < 8; j++) put_nibble_steps(u + 32 * j, r, pb + Q4K_CODES + 256 * j);
 }
 
@@ -226,15 +221,7 @@ static void pack_row_q6k(const uint8_t *blk, int r, uint8_t *pb)
     uint8_t u[256];
     memcpy(pb + 2 * r, blk + 208, 2);
     for (int g = 0; g < 16; g++) pb[Q6K_SC + 16 * g + r] = blk[192 + g];
-    for (int h = 0; h < 2; h++) {
-        const uint8_t *ql = blk + 64 * h, *qh = blk + 128 + 32 * h;
-        for (int l = 0; l < 32; l++) {
-            u[128 * h + l] = (uint8_t)((ql[l] & 0x0F) | (qh[l] & 3) << 4);
-            u[128 * h + l + 32] = (uint8_t)((ql[l + 32] & 0x0F) | (qh[l] >> 2 & 3) << 4);
-            u[128 * h + l + 64] = (uint8_t)((ql[l] >> 4) | (qh[l] >> 4 & 3) << 4);
-            u[128 * h + l + 96] = (uint8_t)((ql[l + 32] >> 4) | (qh[l] >> 6 & 3) << 4);
-        }
-    }
+    quant_q6k_codes(blk, u);
     for (int b = 0; b < 8; b++) {
         uint8_t *c = pb + Q6K_CODES + Q6K_BLOCK * b;
         put_nibble_steps(u + 32 * b, r, c);

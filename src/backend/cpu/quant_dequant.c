@@ -41,6 +41,29 @@ void quant_q4k_scales(const uint8_t *q, uint8_t sc[8], uint8_t m[8])
     }
 }
 
+void quant_q4k_codes(const uint8_t *blk, uint8_t u[256])
+{
+    const uint8_t *qs = blk + 16;
+    for (int k = 0; k < 4; k++)
+        for (int l = 0; l < 32; l++) {
+            u[64 * k + l] = qs[32 * k + l] & 0x0F;
+            u[64 * k + 32 + l] = qs[32 * k + l] >> 4;
+        }
+}
+
+void quant_q6k_codes(const uint8_t *blk, uint8_t u[256])
+{
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = blk + 64 * h, *qh = blk + 128 + 32 * h;
+        for (int l = 0; l < 32; l++) {
+            u[128 * h + l] = (uint8_t)((ql[l] & 0x0F) | (qh[l] & 3) << 4);
+            u[128 * h + l + 32] = (uint8_t)((ql[l + 32] & 0x0F) | (qh[l] >> 2 & 3) << 4);
+            u[128 * h + l + 64] = (uint8_t)((ql[l] >> 4) | (qh[l] >> 4 & 3) << 4);
+            u[128 * h + l + 96] = (uint8_t)((ql[l + 32] >> 4) | (qh[l] >> 6 & 3) << 4);
+        }
+    }
+}
+
 static void dq_q8_0(const uint8_t *b, float *y)
 {
     float d = fp16_to_fp32(rd16(b));

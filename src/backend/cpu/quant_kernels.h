@@ -194,6 +194,12 @@ int quant_act_block(enum dtype act);
 /* Scalar helper shared by both kernel sets: unpacks the 6-bit scales and mins of a Q4_K
  * block (12 bytes) into sc[8], m[8]. */
 void quant_q4k_scales(const uint8_t *packed, uint8_t sc[8], uint8_t m[8]);
+/* Scalar helpers of the packed sets' weight packing: the 256 codes of one GGUF super-block
+ * in element order. Q4_K: the 4-bit codes (element 64k + l, l < 32, is the low nibble of
+ * qs[32k + l], 64k + 32 + l its high one). Q6_K: u = q + 32 (6 bits), as dequantization
+ * reads them. */
+void quant_q4k_codes(const uint8_t *blk, uint8_t u[256]);
+void quant_q6k_codes(const uint8_t *blk, uint8_t u[256]);
 
 /* cpu_matmul with an explicit kernel set (tests run the scalar set through the same
  * driver). Same contract as cpu_matmul. */
