@@ -40,6 +40,11 @@ void runner_free(struct runner *r);
 int runner_feed(struct runner *r, const int32_t *ids, int n, struct sampler *smp, int32_t *token, char *err,
                 size_t errlen);
 
+/* Forgets the sequence: the next runner_feed starts again at position 0 and overwrites the
+ * cache. The backend and its buffers are kept (allocated and already touched, as a server's
+ * are between requests). */
+static inline void runner_restart(struct runner *r) { r->len = 0; }
+
 /* Tokens held so far. */
 static inline int runner_len(const struct runner *r) { return r->len; }
 

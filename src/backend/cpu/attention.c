@@ -236,6 +236,10 @@ static void att_convert_row(float *dst, const struct kv_layer *kv, int64_t off, 
     int i = 0;
     if (kv->dtype == KV_F16) {
         const uint16_t *s = (const uint16_t *)kv->data + off;
+#if defined(ATT_AVX512)
+        for (; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + i))));
+#endif
 #if defined(ATT_AVX512) || defined(ATT_AVX2)
         for (; i + 8 <= n; i += 8)
             _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
@@ -243,6 +247,12 @@ static void att_convert_row(float *dst, const struct kv_layer *kv, int64_t off, 
         for (; i < n; i++) dst[i] = fp16_to_fp32(s[i]);
     } else if (kv->dtype == KV_BF16) {
         const uint16_t *s = (const uint16_t *)kv->data + off;
+#if defined(ATT_AVX512)
+        for (; i + 16 <= n; i += 16) {
+            __m256i h = _mm256_loadu_si256((const __m256i *)(s + i));
+            _mm512_storeu_si512((void *)(dst + i), _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        }
+#endif
 #if defined(ATT_AVX512) || defined(ATT_AVX2)
         for (; i + 8 <= n; i += 8) {
             __m128i h = _mm_loadu_si128((const __m128i *)(s + i));
@@ -276,46 +286,59 @@ static inline int64_t att_row_off(const struct kv_layer *kv, const int32_t *bt, 
 static void att_load_kf(float *kf, const struct kv_layer *kv, const int32_t *bt, int kvh, int p0, int nv)
 {
     int hd = kv->head_dim;
-    for (int j = 0; j < nv; j++) att_convert_row(kf + (size_t)j * hd, kv, att_row_off(kv, bt, p0 + j, 0, kvh), hd);
+    if (p0 % kv->block_size + nv <= kv->block_size) /* one block: the rows are contiguous */
+        att_convert_row(kf, kv, att_row_off(kv, bt, p0, 0, kvh), nv * hd);
+    else
+        for (int j = 0; j < nv; j++) att_convert_row(kf + (size_t)j * hd, kv, att_row_off(kv, bt, p0 + j, 0, kvh), hd);
     if (nv < ATT_KEYS) memset(kf + (size_t)nv * hd, 0, sizeof(float) * (size_t)(ATT_KEYS - nv) * hd);
 }
+
+#if defined(ATT_AVX512)
+/* In-register 16 x 16 transpose: on return lane j of r[e] is what lane e of r[j] was. */
+static inline __attribute__((always_inline)) void att_transpose16(__m512 *r)
+{
+    __m512 t[16];
+#pragma GCC unroll 8
+    for (int j = 0; j < 16; j += 2) {
+        t[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
+        t[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 16; j += 4) {
+        r[j] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
+        r[j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
+        r[j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
+        r[j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
+    }
+    /* r[4a + b] holds, in each 128-bit lane c, elements e = 4c + b of rows 4a..4a+3 */
+#pragma GCC unroll 4
+    for (int b = 0; b < 4; b++) {
+        __m512 x0 = _mm512_shuffle_f32x4(r[b], r[4 + b], 0x88);      /* lanes 0,2 | 0,2 */
+        __m512 x1 = _mm512_shuffle_f32x4(r[b], r[4 + b], 0xdd);      /* lanes 1,3 | 1,3 */
+        __m512 y0 = _mm512_shuffle_f32x4(r[8 + b], r[12 + b], 0x88);
+        __m512 y1 = _mm512_shuffle_f32x4(r[8 + b], r[12 + b], 0xdd);
+        t[b] = _mm512_shuffle_f32x4(x0, y0, 0x88);       /* c = 0 */
+        t[8 + b] = _mm512_shuffle_f32x4(x0, y0, 0xdd);   /* c = 2 */
+        t[4 + b] = _mm512_shuffle_f32x4(x1, y1, 0x88);   /* c = 1 */
+        t[12 + b] = _mm512_shuffle_f32x4(x1, y1, 0xdd);  /* c = 3 */
+    }
+#pragma GCC unroll 16
+    for (int e = 0; e < 16; e++) r[e] = t[e];
+}
+#endif
 
 /* kt[d][j] = kf[j][d]: the chunk's keys transposed for the lane-per-key kernel. */
 static void att_transpose_kt(float *kt, const float *kf, int hd)
 {
     int d = 0;
 #if defined(ATT_AVX512)
-    /* 16 x 16 in-register transposes */
     for (; d + 16 <= hd; d += 16) {
-        __m512 r[16], t[16];
+        __m512 r[16];
 #pragma GCC unroll 16
         for (int j = 0; j < 16; j++) r[j] = _mm512_loadu_ps(kf + (size_t)j * hd + d);
-#pragma GCC unroll 8
-        for (int j = 0; j < 16; j += 2) {
-            t[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
-            t[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
-        }
-#pragma GCC unroll 4
-        for (int j = 0; j < 16; j += 4) {
-            r[j] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
-            r[j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j]), _mm512_castps_pd(t[j + 2])));
-            r[j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
-            r[j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[j + 1]), _mm512_castps_pd(t[j + 3])));
-        }
-        /* r[4a + b] holds, in each 128-bit lane c, elements d = 4c + b of rows 4a..4a+3 */
-#pragma GCC unroll 4
-        for (int b = 0; b < 4; b++) {
-            __m512 x0 = _mm512_shuffle_f32x4(r[b], r[4 + b], 0x88);      /* lanes 0,2 | 0,2 */
-            __m512 x1 = _mm512_shuffle_f32x4(r[b], r[4 + b], 0xdd);      /* lanes 1,3 | 1,3 */
-            __m512 y0 = _mm512_shuffle_f32x4(r[8 + b], r[12 + b], 0x88);
-            __m512 y1 = _mm512_shuffle_f32x4(r[8 + b], r[12 + b], 0xdd);
-            t[b] = _mm512_shuffle_f32x4(x0, y0, 0x88);       /* c = 0 */
-            t[8 + b] = _mm512_shuffle_f32x4(x0, y0, 0xdd);   /* c = 2 */
-            t[4 + b] = _mm512_shuffle_f32x4(x1, y1, 0x88);   /* c = 1 */
-            t[12 + b] = _mm512_shuffle_f32x4(x1, y1, 0xdd);  /* c = 3 */
-        }
+        att_transpose16(r);
 #pragma GCC unroll 16
-        for (int e = 0; e < 16; e++) _mm512_storeu_ps(kt + (size_t)(d + e) * ATT_KEYS, t[e]);
+        for (int e = 0; e < 16; e++) _mm512_storeu_ps(kt + (size_t)(d + e) * ATT_KEYS, r[e]);
     }
 #endif
     for (; d < hd; d++)
@@ -471,11 +494,38 @@ static void att_pv(float *const *o, const float *const *p, const float *alpha, i
 #if defined(ATT_AVX512)
 #define ATT_GROUP 16
 
-/* qt[d][i] = q[r0 + i][d] */
+/* qt[d][i] = q[i][d] for the group's 16 rows */
 static void att_gather_qt(float *qt, const float *const *q, int hd)
 {
-    for (int i = 0; i < ATT_GROUP; i++)
-        for (int d = 0; d < hd; d++) qt[(size_t)d * ATT_GROUP + i] = q[i][d];
+    int d = 0;
+    for (; d + 16 <= hd; d += 16) {
+        __m512 r[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < ATT_GROUP; i++) r[i] = _mm512_loadu_ps(q[i] + d);
+        att_transpose16(r);
+#pragma GCC unroll 16
+        for (int e = 0; e < 16; e++) _mm512_storeu_ps(qt + (size_t)(d + e) * ATT_GROUP, r[e]);
+    }
+    for (; d < hd; d++)
+        for (int i = 0; i < ATT_GROUP; i++) qt[(size_t)d * ATT_GROUP + i] = q[i][d];
+}
+
+/* dst[i][d] = ot[d][i] * inv[i] for the group's 16 rows (the same product per element as
+ * the lane-per-key rows' o[d] * inv) */
+static void att_scatter_out(float *const *dst, const float *ot, const float *inv, int hd)
+{
+    const __m512 vinv = _mm512_loadu_ps(inv);
+    int d = 0;
+    for (; d + 16 <= hd; d += 16) {
+        __m512 r[16];
+#pragma GCC unroll 16
+        for (int e = 0; e < 16; e++) r[e] = _mm512_mul_ps(_mm512_loadu_ps(ot + (size_t)(d + e) * ATT_GROUP), vinv);
+        att_transpose16(r);
+#pragma GCC unroll 16
+        for (int i = 0; i < ATT_GROUP; i++) _mm512_storeu_ps(dst[i] + d, r[i]);
+    }
+    for (; d < hd; d++)
+        for (int i = 0; i < ATT_GROUP; i++) dst[i][d] = ot[(size_t)d * ATT_GROUP + i] * inv[i];
 }
 
 /* Raw scores of the group against keys [j0, j0 + 8) of the chunk: s[j] lane i = q_i . k_j. */
@@ -505,8 +555,9 @@ static inline __attribute__((always_inline)) void att_group_scores8(__m512 *s, c
 }
 
 /* One chunk [p0, p0 + nv) for a group: ctx lane i = the context length of row i (keys at
- * positions < ctx are visible); m, l: the rows' running max and sum; ot [hd][16]. */
-static void att_group_chunk(const float *qt, const float *kf, const float *vf, int nv, int p0, __m512i ctx,
+ * positions < ctx are visible); m, l: the rows' running max and sum; ot [hd][16]. Inlined
+ * into att_group_chunk with head_dim a constant for the common sizes. */
+static inline __attribute__((always_inline)) void att_group_chunk_hd(const float *qt, const float *kf, const float *vf, int nv, int p0, __m512i ctx,
                             float sm, float *m, float *l, float *ot, int hd)
 {
     __m512 s[ATT_KEYS];
@@ -548,12 +599,19 @@ static void att_group_chunk(const float *qt, const float *kf, const float *vf, i
         __m512 x[8];
 #pragma GCC unroll 8
         for (int i = 0; i < 8; i++) x[i] = _mm512_mul_ps(_mm512_loadu_ps(ot + (size_t)(d + i) * ATT_GROUP), alpha);
+        if (nv == ATT_KEYS) { /* a whole chunk: no bound checks */
 #pragma GCC unroll 16
-        for (int j = 0; j < ATT_KEYS; j++) {
-            if (j >= nv) break;
-            const float *v = vf + (size_t)j * hd + d;
+            for (int j = 0; j < ATT_KEYS; j++) {
+                const float *v = vf + (size_t)j * hd + d;
 #pragma GCC unroll 8
-            for (int i = 0; i < 8; i++) x[i] = _mm512_fmadd_ps(s[j], _mm512_set1_ps(v[i]), x[i]);
+                for (int i = 0; i < 8; i++) x[i] = _mm512_fmadd_ps(s[j], _mm512_set1_ps(v[i]), x[i]);
+            }
+        } else {
+            for (int j = 0; j < nv; j++) {
+                const float *v = vf + (size_t)j * hd + d;
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++) x[i] = _mm512_fmadd_ps(s[j], _mm512_set1_ps(v[i]), x[i]);
+            }
         }
 #pragma GCC unroll 8
         for (int i = 0; i < 8; i++) _mm512_storeu_ps(ot + (size_t)(d + i) * ATT_GROUP, x[i]);
@@ -563,6 +621,14 @@ static void att_group_chunk(const float *qt, const float *kf, const float *vf, i
         for (int j = 0; j < nv; j++) x = _mm512_fmadd_ps(s[j], _mm512_set1_ps(vf[(size_t)j * hd + d]), x);
         _mm512_storeu_ps(ot + (size_t)d * ATT_GROUP, x);
     }
+}
+
+static void att_group_chunk(const float *qt, const float *kf, const float *vf, int nv, int p0, __m512i ctx,
+                            float sm, float *m, float *l, float *ot, int hd)
+{
+    if (hd == 64) att_group_chunk_hd(qt, kf, vf, nv, p0, ctx, sm, m, l, ot, 64);
+    else if (hd == 128) att_group_chunk_hd(qt, kf, vf, nv, p0, ctx, sm, m, l, ot, 128);
+    else att_group_chunk_hd(qt, kf, vf, nv, p0, ctx, sm, m, l, ot, hd);
 }
 #else
 #define ATT_GROUP 0 /* no row groups: every row runs lane-per-key */
@@ -610,6 +676,8 @@ static void att_run_tile(const struct paged_attention_args *a, const struct att_
     memset(w->o, 0, sizeof(float) * (size_t)nrows * hd);
 #if defined(ATT_AVX512)
     for (int g = 0; g < ng; g++) att_gather_qt(w->qt + (size_t)g * ATT_GROUP * hd, q + g * ATT_GROUP, hd);
+    int32_t row_ctx[ATT_MAX_ROWS]; /* row r sees keys at positions < row_ctx[r] */
+    for (int r = 0; r < r1; r++) row_ctx[r] = ctx0 + r / nh;
 #endif
 
     float alpha[ATT_MAX_ROWS];
@@ -622,17 +690,18 @@ static void att_run_tile(const struct paged_attention_args *a, const struct att_
         if (kv->dtype == KV_F32 && p0 % bs + nv <= bs) { /* one block: read in place */
             vf = (const float *)kv->data + voff;
         } else {
-            for (int j = 0; j < nv; j++)
-                att_convert_row(w->vf + (size_t)j * hd, kv, att_row_off(kv, bt, p0 + j, 1, u->kvh), hd);
+            if (p0 % bs + nv <= bs) /* one block: the rows are contiguous */
+                att_convert_row(w->vf, kv, voff, nv * hd);
+            else
+                for (int j = 0; j < nv; j++)
+                    att_convert_row(w->vf + (size_t)j * hd, kv, att_row_off(kv, bt, p0 + j, 1, u->kvh), hd);
             vf = w->vf;
         }
 #if defined(ATT_AVX512)
         for (int g = 0; g < ng; g++) {
             int r0 = g * ATT_GROUP;
-            if (ctx0 + (r0 + ATT_GROUP - 1) / nh <= p0) continue; /* every row's context ends before p0 */
-            int32_t ctxs[ATT_GROUP];
-            for (int i = 0; i < ATT_GROUP; i++) ctxs[i] = ctx0 + (r0 + i) / nh;
-            const __m512i ctx = _mm512_loadu_si512((const void *)ctxs);
+            if (row_ctx[r0 + ATT_GROUP - 1] <= p0) continue; /* every row's context ends before p0 */
+            const __m512i ctx = _mm512_loadu_si512((const void *)(row_ctx + r0));
             att_group_chunk(w->qt + (size_t)r0 * hd, w->kf, vf, nv, p0, ctx, sm, w->m + r0, w->l + r0,
                             w->o + (size_t)r0 * hd, hd);
         }
@@ -673,19 +742,18 @@ static void att_run_tile(const struct paged_attention_args *a, const struct att_
         p0 += ATT_KEYS;
     }
 
+    float *dst[ATT_MAX_ROWS], inv[ATT_MAX_ROWS];
     for (int r = 0; r < nrows; r++) {
         int t = u->t0 + r / nh, h = u->h0 + r % nh;
-        float *dst = a->out + ((int64_t)t * a->n_heads + h) * hd;
-        float inv = (fp8 ? kv->v_scale : 1.0f) / w->l[r];
-#if defined(ATT_AVX512)
-        if (r < r1) { /* a row group's o is [d][16] */
-            const float *ot = w->o + (size_t)(r - r % ATT_GROUP) * hd + r % ATT_GROUP;
-            for (int d = 0; d < hd; d++) dst[d] = ot[(size_t)d * ATT_GROUP] * inv;
-            continue;
-        }
-#endif
-        for (int d = 0; d < hd; d++) dst[d] = o[r][d] * inv;
+        dst[r] = a->out + ((int64_t)t * a->n_heads + h) * hd;
+        inv[r] = (fp8 ? kv->v_scale : 1.0f) / w->l[r];
     }
+#if defined(ATT_AVX512)
+    for (int g = 0; g < ng; g++) /* a row group's o is [d][16] */
+        att_scatter_out(dst + g * ATT_GROUP, w->o + (size_t)g * ATT_GROUP * hd, inv + g * ATT_GROUP, hd);
+#endif
+    for (int r = r1; r < nrows; r++)
+        for (int d = 0; d < hd; d++) dst[r][d] = o[r][d] * inv[r];
 }
 
 /* Tile shape: heads of one GQA group per tile (all of them when they fit) and as many
