@@ -441,6 +441,59 @@ static void test_kv_write_layout(void)
     CHECK(kv_dtype_parse("bf8", &t) != 0, "parse bf8 must fail");
 }
 
+/* The f16 and bf16 KV stores (vectorized) write exactly util/half.h's conversions: round to
+ * nearest even at ties, subnormals, overflow to inf, signed zeros, infinities, and NaNs
+ * (payloads dropped to the canonical quiet NaN). head_dim 21: vector body and scalar tail. */
+static void test_kv_write_16bit_bitwise(void)
+{
+    enum { NB = 2, BS = 4, HKV = 2, D = 21, N = 2 * BS };
+    const uint32_t special[] = {
+        0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u,
+        0x7fbfffffu, 0x477fefffu, 0x477ff000u, 0x477fffffu, 0xc77ff000u, 0x38800000u, 0x387fffffu,
+        0x33800000u, 0x33000000u, 0x33000001u, 0x00000001u, 0x3f801000u, 0x3f803000u, 0x3f800800u,
+        0x3f818000u, 0x3f808000u, 0x3f828000u, 0x7f7fffffu, 0xff7fffffu, 0x3c000000u,
+    };
+    const size_t n_special = sizeof special / sizeof special[0];
+    float k[N * HKV * D], v[N * HKV * D];
+    uint64_t st = 0x1234567u;
+    for (int i = 0; i < N * HKV * D; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t bits = (uint32_t)(st >> 32);
+        if (i % 3 == 0) bits = special[(size_t)(i / 3) % n_special] ^ (i % 2 ? 0x80000000u : 0);
+        else if (i % 3 == 1) bits = (bits & 0x807fffffu) | ((uint32_t)(100 + (st >> 20) % 56) << 23); /* near f16 range */
+        memcpy(&k[i], &bits, 4);
+        bits ^= 0x00012345u;
+        memcpy(&v[i], &bits, 4);
+    }
+    int64_t slots[N];
+    for (int t = 0; t < N; t++) slots[t] = (t * 5) % N; /* a permutation of both blocks */
+    const enum kv_dtype dts[] = { KV_F16, KV_BF16 };
+    for (int d = 0; d < 2; d++) {
+        uint16_t pool[NB * 2 * HKV * BS * D];
+        memset(pool, 0xAB, sizeof pool);
+        struct kv_layer kv = { .data = pool, .dtype = dts[d], .num_blocks = NB, .block_size = BS,
+                               .n_kv_heads = HKV, .head_dim = D, .k_scale = 1, .v_scale = 1 };
+        cpu_kv_write(&kv, k, v, slots, N);
+        int bad = 0;
+        for (int t = 0; t < N; t++)
+            for (int h = 0; h < HKV; h++)
+                for (int e = 0; e < D; e++) {
+                    int64_t b = slots[t] / BS, off = slots[t] % BS;
+                    size_t ko = (size_t)((((b * 2 + 0) * HKV + h) * BS + off) * D + e);
+                    size_t vo = (size_t)((((b * 2 + 1) * HKV + h) * BS + off) * D + e);
+                    float kx = k[(t * HKV + h) * D + e], vx = v[(t * HKV + h) * D + e];
+                    uint16_t kw = dts[d] == KV_F16 ? fp32_to_fp16(kx) : fp32_to_bf16(kx);
+                    uint16_t vw = dts[d] == KV_F16 ? fp32_to_fp16(vx) : fp32_to_bf16(vx);
+                    if (pool[ko] != kw || pool[vo] != vw) {
+                        if (bad++ < 5)
+                            printf("  %s t%d h%d e%d: k %04x want %04x, v %04x want %04x\n", kv_dtype_name(dts[d]), t,
+                                   h, e, pool[ko], kw, pool[vo], vw);
+                    }
+                }
+        CHECK(bad == 0, "%s: %d stored elements differ from util/half.h", kv_dtype_name(dts[d]), bad);
+    }
+}
+
 /* ---- FP8 KV cache ------------------------------------------------------------------------ */
 
 /* FP8 pool vs dense attention over the values the pool holds: K and V are first
@@ -716,6 +769,7 @@ int main(void)
     RUN(test_rope_permutation_equivalence);
     RUN(test_rope_llama3_scaling);
     RUN(test_kv_write_layout);
+    RUN(test_kv_write_16bit_bitwise);
     RUN(test_paged_attention_f32);
     RUN(test_paged_attention_f16);
     RUN(test_paged_attention_bf16);

@@ -306,6 +306,45 @@ static inline int64_t kv_off(const struct kv_layer *kv, int64_t block, int which
     return ((block * 2 + which) * kv->n_kv_heads + h) * (int64_t)kv->block_size * kv->head_dim;
 }
 
+/* dst[i] = fp32_to_fp16(src[i]), bitwise (round to nearest even; a NaN becomes the quiet
+ * NaN 0x7e00 with its sign, where the instruction would keep payload bits). */
+static void store_f16(uint16_t *dst, const float *src, int n)
+{
+    int i = 0;
+#if defined(OPS_AVX2) && defined(__F16C__)
+    const __m128i sign = _mm_set1_epi16((short)0x8000), qnan = _mm_set1_epi16(0x7e00);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(src + i);
+        __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m256i nan32 = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+        const __m128i nan16 = _mm_packs_epi32(_mm256_castsi256_si128(nan32), _mm256_extracti128_si256(nan32, 1));
+        h = _mm_blendv_epi8(h, _mm_or_si128(_mm_and_si128(h, sign), qnan), nan16);
+        _mm_storeu_si128((__m128i *)(dst + i), h);
+    }
+#endif
+    for (; i < n; i++) dst[i] = fp32_to_fp16(src[i]);
+}
+
+/* dst[i] = fp32_to_bf16(src[i]), bitwise (round to nearest even, NaN quieted). */
+static void store_bf16(uint16_t *dst, const float *src, int n)
+{
+    int i = 0;
+#ifdef OPS_AVX2
+    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff), absm = _mm256_set1_epi32(0x7fffffff);
+    const __m256i inf = _mm256_set1_epi32(0x7f800000), quiet = _mm256_set1_epi32(0x40);
+    for (; i + 8 <= n; i += 8) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(src + i));
+        const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(x, 16), one))), 16);
+        const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, absm), inf);
+        const __m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), quiet);
+        const __m256i h = _mm256_blendv_epi8(r, q, nan); /* 16-bit values in 32-bit lanes */
+        const __m128i p = _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        _mm_storeu_si128((__m128i *)(dst + i), p);
+    }
+#endif
+    for (; i < n; i++) dst[i] = fp32_to_bf16(src[i]);
+}
+
 void cpu_kv_write(const struct kv_layer *kv, const float *k, const float *v,
                   const int64_t *slot_mapping, int num_tokens)
 {
@@ -332,17 +371,11 @@ void cpu_kv_write(const struct kv_layer *kv, const float *k, const float *v,
                     vd[i] = fp32_to_fp8_e4m3(vs[i] / kv->v_scale);
                 }
             } else if (kv->dtype == KV_BF16) {
-                uint16_t *kd = (uint16_t *)kv->data + ko, *vd = (uint16_t *)kv->data + vo;
-                for (int i = 0; i < hd; i++) {
-                    kd[i] = fp32_to_bf16(ks[i]);
-                    vd[i] = fp32_to_bf16(vs[i]);
-                }
+                store_bf16((uint16_t *)kv->data + ko, ks, hd);
+                store_bf16((uint16_t *)kv->data + vo, vs, hd);
             } else {
-                uint16_t *kd = (uint16_t *)kv->data + ko, *vd = (uint16_t *)kv->data + vo;
-                for (int i = 0; i < hd; i++) {
-                    kd[i] = fp32_to_fp16(ks[i]);
-                    vd[i] = fp32_to_fp16(vs[i]);
-                }
+                store_f16((uint16_t *)kv->data + ko, ks, hd);
+                store_f16((uint16_t *)kv->data + vo, vs, hd);
             }
         }
     }
