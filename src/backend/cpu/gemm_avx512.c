@@ -111,7 +111,7 @@ static void pack_act_quant32(enum dtype wt, const float *x, int64_t n, uint8_t *
                                            _mm512_and_ps(_mm512_loadu_ps(xb + 32 * i + 16), absmask))
                            : _mm512_setzero_ps();
         const __m512 d = _mm512_div_ps(reduce16(v, 0), _mm512_set1_ps(127.0f));
-        const __m512 id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_OQ),
+        const __m512 id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ),
                                               _mm512_set1_ps(1.0f), d);
         float dv[16], idv[16];
         _mm512_storeu_ps(dv, d);
