@@ -25,8 +25,10 @@ count() { printf '%s\n' "$1" | grep -oE "[0-9]+ $2" | grep -oE '[0-9]+' | head -
 run_c() {
     local t=$1 name=$2
     shift 2
+    local t0=$SECONDS
     out=$(env "$@" "$t" 2>&1)
     rc=$?
+    local took="$((SECONDS - t0)) s"
     last=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1)
     p=$(count "$last" passed) f=$(count "$last" failed) s=$(count "$last" skipped)
     p=${p:-0} f=${f:-0} s=${s:-0}
@@ -39,12 +41,12 @@ run_c() {
         # the failed checks first (stderr, so they may sit anywhere in the output), then the tail
         printf '%s\n' "$out" | grep -E '^ *FAIL' | head -n 20
         printf '%s\n' "$out" | grep -v '^ok ' | tail -n 40
-        echo "[c] $name: $p passed, $f failed, $s skipped (exit $rc)"
+        echo "[c] $name: $p passed, $f failed, $s skipped (exit $rc; $took)"
     elif [ "$s" -ne 0 ]; then
         printf '%s\n' "$out" | grep -E '^(skip |  skip: )'
-        echo "[c] $name: $p passed, $s skipped"
+        echo "[c] $name: $p passed, $s skipped ($took)"
     else
-        echo "[c] $name: $p passed"
+        echo "[c] $name: $p passed ($took)"
     fi
 }
 
@@ -78,12 +80,14 @@ fi
 
 PYTEST_FILES=${PYTEST_FILES:-tests/python}
 if [ -n "$PYTEST_FILES" ]; then
-    # -rs lists each skip with its reason; an empty parametrisation is a collection error
+    # -rs lists each skip with its reason; an empty parametrisation is a collection error;
+    # --durations lists the slowest tests (make test must stay inside the CI budget)
+    t0=$SECONDS
     # shellcheck disable=SC2086
-    out=$(.venv/bin/python -m pytest -q -rs -p no:cacheprovider -o empty_parameter_set_mark=fail_at_collect \
-          ${PYTEST_ARGS:-} $PYTEST_FILES 2>&1)
+    out=$(.venv/bin/python -m pytest -q -rs --durations=12 -p no:cacheprovider \
+          -o empty_parameter_set_mark=fail_at_collect ${PYTEST_ARGS:-} $PYTEST_FILES 2>&1)
     rc=$?
-    printf '%s\n' "$out" | tail -n 60
+    printf '%s\n' "$out" | tail -n 80
     summary=$(printf '%s\n' "$out" | grep -E '[0-9]+ (passed|failed|skipped|errors?)' | tail -n 1)
     p=$(count "$summary" passed) f=$(count "$summary" failed) s=$(count "$summary" skipped)
     e=$(count "$summary" 'errors?')
@@ -93,7 +97,7 @@ if [ -n "$PYTEST_FILES" ]; then
     passed=$((passed + p))
     failed=$((failed + f))
     skipped=$((skipped + s))
-    echo "[python] pytest: $p passed, $f failed, $s skipped (exit $rc)"
+    echo "[python] pytest: $p passed, $f failed, $s skipped (exit $rc; $((SECONDS - t0)) s)"
 fi
 
 echo "$passed passed, $failed failed, $skipped skipped"
