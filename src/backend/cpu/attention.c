@@ -282,14 +282,23 @@ static inline int64_t att_row_off(const struct kv_layer *kv, const int32_t *bt, 
     return att_kv_off(kv, bt[p / kv->block_size], which, h) + (int64_t)(p % kv->block_size) * kv->head_dim;
 }
 
+/* dst[j][d] = row (k: which 0, v: which 1) of position p0 + j, element d, for j < nv: in
+ * one pass when the nv positions lie in one block (their rows are contiguous there). */
+static void att_load_rows(float *dst, const struct kv_layer *kv, const int32_t *bt, int which, int kvh, int p0,
+                          int nv)
+{
+    int hd = kv->head_dim;
+    if (p0 % kv->block_size + nv <= kv->block_size)
+        att_convert_row(dst, kv, att_row_off(kv, bt, p0, which, kvh), nv * hd);
+    else
+        for (int j = 0; j < nv; j++) att_convert_row(dst + (size_t)j * hd, kv, att_row_off(kv, bt, p0 + j, which, kvh), hd);
+}
+
 /* kf[j][d] = key at position p0 + j, element d, for j < nv; 0 for nv <= j < 16. */
 static void att_load_kf(float *kf, const struct kv_layer *kv, const int32_t *bt, int kvh, int p0, int nv)
 {
     int hd = kv->head_dim;
-    if (p0 % kv->block_size + nv <= kv->block_size) /* one block: the rows are contiguous */
-        att_convert_row(kf, kv, att_row_off(kv, bt, p0, 0, kvh), nv * hd);
-    else
-        for (int j = 0; j < nv; j++) att_convert_row(kf + (size_t)j * hd, kv, att_row_off(kv, bt, p0 + j, 0, kvh), hd);
+    att_load_rows(kf, kv, bt, 0, kvh, p0, nv);
     if (nv < ATT_KEYS) memset(kf + (size_t)nv * hd, 0, sizeof(float) * (size_t)(ATT_KEYS - nv) * hd);
 }
 
@@ -557,8 +566,9 @@ static inline __attribute__((always_inline)) void att_group_scores8(__m512 *s, c
 /* One chunk [p0, p0 + nv) for a group: ctx lane i = the context length of row i (keys at
  * positions < ctx are visible); m, l: the rows' running max and sum; ot [hd][16]. Inlined
  * into att_group_chunk with head_dim a constant for the common sizes. */
-static inline __attribute__((always_inline)) void att_group_chunk_hd(const float *qt, const float *kf, const float *vf, int nv, int p0, __m512i ctx,
-                            float sm, float *m, float *l, float *ot, int hd)
+static inline __attribute__((always_inline)) void att_group_chunk_hd(const float *qt, const float *kf, const float *vf,
+                                                                     int nv, int p0, __m512i ctx, float sm, float *m,
+                                                                     float *l, float *ot, int hd)
 {
     __m512 s[ATT_KEYS];
     att_group_scores8(s, qt, kf, 0, hd);
@@ -686,15 +696,10 @@ static void att_run_tile(const struct paged_attention_args *a, const struct att_
         int nv = ctx_end - p0 < ATT_KEYS ? ctx_end - p0 : ATT_KEYS; /* keys the tile's last row sees */
         att_load_kf(w->kf, kv, bt, u->kvh, p0, nv);
         const float *vf;
-        int64_t voff = att_row_off(kv, bt, p0, 1, u->kvh);
         if (kv->dtype == KV_F32 && p0 % bs + nv <= bs) { /* one block: read in place */
-            vf = (const float *)kv->data + voff;
+            vf = (const float *)kv->data + att_row_off(kv, bt, p0, 1, u->kvh);
         } else {
-            if (p0 % bs + nv <= bs) /* one block: the rows are contiguous */
-                att_convert_row(w->vf, kv, voff, nv * hd);
-            else
-                for (int j = 0; j < nv; j++)
-                    att_convert_row(w->vf + (size_t)j * hd, kv, att_row_off(kv, bt, p0 + j, 1, u->kvh), hd);
+            att_load_rows(w->vf, kv, bt, 1, u->kvh, p0, nv);
             vf = w->vf;
         }
 #if defined(ATT_AVX512)

@@ -66,10 +66,25 @@
 
 /* ---- activations ---- */
 
-/* Quantizes one token row into lane `lane` of a tile tw tokens wide (GEMM_TILE, or 1 for a
- * lone token: then a block is 40 or 44 contiguous bytes); rounding as quantize_avx2 /
- * quantize_scalar (d = amax / 127 over the scale group: 32 elements, or 256 for the
- * K-quants as Q8_K; q = round-to-nearest-even(x / d) clamped to +-127). */
+/* Codes of one 32-element block, q = round-to-nearest-even(x * id) clamped to +-127, as
+ * int32 in *q0 (elements 0-15) and *q1 (16-31), and as int8 in the block's q4 words of
+ * lane `lane` (blk: the block's packed bytes in a tile tw tokens wide). */
+static inline __attribute__((always_inline)) void quant_block32(const float *x, __m512 vid, uint8_t *blk, int lane,
+                                                                int tw, __m512i *q0, __m512i *q1)
+{
+    const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    v0 = _mm512_roundscale_ps(_mm512_mul_ps(v0, vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v1 = _mm512_roundscale_ps(_mm512_mul_ps(v1, vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    *q0 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(v0, lo), hi));
+    *q1 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(v1, lo), hi));
+    int32_t w[8];
+    _mm_storeu_si128((__m128i *)w, _mm512_cvtepi32_epi8(*q0));
+    _mm_storeu_si128((__m128i *)(w + 4), _mm512_cvtepi32_epi8(*q1));
+    int32_t *q4 = (int32_t *)blk;
+    for (int j = 0; j < 8; j++) q4[j * tw + lane] = w[j];
+}
+
 /* Horizontal max (or int32 sum, when add) of 16 vectors at once: lane b of the result is
  * the reduction of v[b]'s 16 lanes (v is clobbered). A tree of 128-bit and in-lane shuffles,
  * 46 operations for all 16 instead of a dependent chain of 8 per vector; max and integer
@@ -93,15 +108,14 @@ static inline __attribute__((always_inline)) __m512 reduce16(__m512 *v, int add)
     return _mm512_permutexvar_ps(idx, r);
 }
 
-/* pack_act_quant for the 32-element types (scale per block): up to 16 blocks at a time, so
- * the maxima, scales and sums of 16 blocks come out of one reduce16 each instead of a
- * dependent horizontal chain per block. Same values, bitwise, as one block at a time. */
+/* The 32-element types (a scale per block), up to 16 blocks at a time: the maxima, the
+ * scales and the code sums of 16 blocks come out of one reduce16 / one vector division
+ * each, instead of a dependent horizontal chain and two scalar divisions per block. */
 static void pack_act_quant32(enum dtype wt, const float *x, int64_t n, uint8_t *tile, int lane, int tw)
 {
     const int o = gemm_code_offset(wt), with_min = gemm_kind_of(wt) == GEMM_MIN;
     const size_t bstride = (size_t)gemm_qact_token_bytes(gemm_kind_of(wt)) * (size_t)tw;
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-    const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
     for (int64_t b0 = 0; b0 < n / 32; b0 += 16) {
         const int nbk = n / 32 - b0 < 16 ? (int)(n / 32 - b0) : 16;
         const float *xb = x + 32 * b0;
@@ -110,6 +124,7 @@ static void pack_act_quant32(enum dtype wt, const float *x, int64_t n, uint8_t *
             v[i] = i < nbk ? _mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(xb + 32 * i), absmask),
                                            _mm512_and_ps(_mm512_loadu_ps(xb + 32 * i + 16), absmask))
                            : _mm512_setzero_ps();
+        /* d = amax / 127, id = d != 0 ? 1 / d : 0 (unordered: a NaN d gives a NaN id, as in C) */
         const __m512 d = _mm512_div_ps(reduce16(v, 0), _mm512_set1_ps(127.0f));
         const __m512 id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ),
                                               _mm512_set1_ps(1.0f), d);
@@ -117,23 +132,12 @@ static void pack_act_quant32(enum dtype wt, const float *x, int64_t n, uint8_t *
         _mm512_storeu_ps(dv, d);
         _mm512_storeu_ps(idv, id);
         _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {
-            if (i >= nbk) {
-                v[i] = _mm512_setzero_ps();
-                continue;
-            }
-            const __m512 vid = _mm512_set1_ps(idv[i]);
-            __m512 v0 = _mm512_loadu_ps(xb + 32 * i), v1 = _mm512_loadu_ps(xb + 32 * i + 16);
-            v0 = _mm512_roundscale_ps(_mm512_mul_ps(v0, vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            v1 = _mm512_roundscale_ps(_mm512_mul_ps(v1, vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            __m512i q0 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(v0, lo), hi));
-            __m512i q1 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(v1, lo), hi));
-            v[i] = _mm512_castsi512_ps(_mm512_add_epi32(q0, q1));
-            int32_t w[8];
-            _mm_storeu_si128((__m128i *)w, _mm512_cvtepi32_epi8(q0));
-            _mm_storeu_si128((__m128i *)(w + 4), _mm512_cvtepi32_epi8(q1));
+            v[i] = _mm512_setzero_ps();
+            if (i >= nbk) continue;
             uint8_t *blk = tile + (size_t)(b0 + i) * bstride;
-            int32_t *q4 = (int32_t *)blk;
-            for (int j = 0; j < 8; j++) q4[j * tw + lane] = w[j];
+            __m512i q0, q1;
+            quant_block32(xb + 32 * i, _mm512_set1_ps(idv[i]), blk, lane, tw, &q0, &q1);
+            v[i] = _mm512_castsi512_ps(_mm512_add_epi32(q0, q1));
             ((float *)(blk + 32 * tw))[lane] = dv[i];
         }
         int32_t sum[16];
@@ -146,49 +150,43 @@ static void pack_act_quant32(enum dtype wt, const float *x, int64_t n, uint8_t *
     }
 }
 
-static void pack_act_quant(enum dtype wt, const float *x, int64_t n, uint8_t *tile, int lane, int tw)
+/* The K-quants: one scale per 256 elements, as Q8_K. */
+static void pack_act_quant_k(enum dtype wt, const float *x, int64_t n, uint8_t *tile, int lane, int tw)
 {
     const enum gemm_kind kind = gemm_kind_of(wt);
-    if (kind == GEMM_OFFSET || kind == GEMM_MIN) {
-        pack_act_quant32(wt, x, n, tile, lane, tw);
-        return;
-    }
-    const int o = gemm_code_offset(wt), with_min = kind == GEMM_MIN || kind == GEMM_KMIN;
-    const int64_t group = kind == GEMM_KMIN || kind == GEMM_K16 ? 256 : 32;
     const size_t bstride = (size_t)gemm_qact_token_bytes(kind) * (size_t)tw;
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-    const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
-    for (int64_t g = 0; g < n; g += group) {
+    for (int64_t g = 0; g < n; g += 256) {
         __m512 mx = _mm512_setzero_ps();
-        for (int64_t i = g; i < g + group; i += 16) mx = _mm512_max_ps(mx, _mm512_and_ps(_mm512_loadu_ps(x + i), absmask));
+        for (int64_t i = g; i < g + 256; i += 16) mx = _mm512_max_ps(mx, _mm512_and_ps(_mm512_loadu_ps(x + i), absmask));
         const float amax = _mm512_reduce_max_ps(mx);
         const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        const __m512 vid = _mm512_set1_ps(id);
-        for (int64_t b = g / 32; b < (g + group) / 32; b++) {
-            __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
-            v0 = _mm512_roundscale_ps(_mm512_mul_ps(v0, vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            v1 = _mm512_roundscale_ps(_mm512_mul_ps(v1, vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            __m512i q0 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(v0, lo), hi));
-            __m512i q1 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(v1, lo), hi));
+        for (int64_t b = g / 32; b < (g + 256) / 32; b++) {
+            uint8_t *blk = tile + (size_t)b * bstride;
+            __m512i q0, q1;
+            quant_block32(x + 32 * b, _mm512_set1_ps(id), blk, lane, tw, &q0, &q1);
             const int s0 = kind == GEMM_K16 ? _mm512_reduce_add_epi32(q0) : 0;
             const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)), s1 = sum - s0;
-            int32_t w[8];
-            _mm_storeu_si128((__m128i *)w, _mm512_cvtepi32_epi8(q0));
-            _mm_storeu_si128((__m128i *)(w + 4), _mm512_cvtepi32_epi8(q1));
-            uint8_t *blk = tile + (size_t)b * bstride;
-            int32_t *q4 = (int32_t *)blk;
-            for (int j = 0; j < 8; j++) q4[j * tw + lane] = w[j];
             ((float *)(blk + 32 * tw))[lane] = d;
             if (kind == GEMM_K16) {
                 ((int32_t *)(blk + 36 * tw))[lane] = -32 * s0;
                 ((int32_t *)(blk + 40 * tw))[lane] = -32 * s1;
-            } else if (with_min) {
+            } else { /* GEMM_KMIN */
                 ((float *)(blk + 36 * tw))[lane] = d * (float)sum;
-            } else {
-                ((int32_t *)(blk + 36 * tw))[lane] = -o * sum;
             }
         }
     }
+}
+
+/* Quantizes one token row into lane `lane` of a tile tw tokens wide (GEMM_TILE, or 1 for a
+ * lone token: then a block is 40 or 44 contiguous bytes); rounding as quantize_avx2 /
+ * quantize_scalar (d = amax / 127 over the scale group: 32 elements, or 256 for the
+ * K-quants as Q8_K; q = round-to-nearest-even(x / d) clamped to +-127). */
+static void pack_act_quant(enum dtype wt, const float *x, int64_t n, uint8_t *tile, int lane, int tw)
+{
+    const enum gemm_kind kind = gemm_kind_of(wt);
+    if (kind == GEMM_KMIN || kind == GEMM_K16) pack_act_quant_k(wt, x, n, tile, lane, tw);
+    else pack_act_quant32(wt, x, n, tile, lane, tw);
 }
 
 static void pack_act_float(enum dtype wt, const float *x, int64_t n, int num_tokens, int t0, int t1, void *act);
