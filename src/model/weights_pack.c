@@ -4,6 +4,7 @@
 #include "model/weights_pack.h"
 
 #include "backend/cpu/quant.h"
+#include "util/bigalloc.h"
 #include "util/err.h"
 #include "util/mapfile.h"
 
@@ -88,7 +89,7 @@ int packed_weights_create(struct packed_weights **out, const struct model_weight
     for_each_slot(p, count_slot, NULL);
     if (p->n_packed > 0) {
         p->views = calloc((size_t)p->n_packed, sizeof *p->views);
-        p->data = aligned_alloc(64, p->bytes); /* bytes: a sum of multiples of 64 */
+        p->data = big_alloc(p->bytes); /* 2 MiB pages where the system gives them (bigalloc.h) */
         if (!p->views || !p->data) {
             double mib = (double)p->bytes / 1048576.0;
             packed_weights_free(p);
@@ -107,7 +108,7 @@ nomem:
 void packed_weights_free(struct packed_weights *p)
 {
     if (!p) return;
-    free(p->data);
+    big_free(p->data, p->bytes);
     free(p->views);
     free(p->layers);
     free(p);

@@ -2,6 +2,7 @@
  * 4 independent accumulators (enough loads in flight to saturate a core's share). */
 #define _GNU_SOURCE
 #include "util/membw.h"
+#include "util/bigalloc.h"
 #include "util/threadpool.h"
 
 #include <stdint.h>
@@ -59,7 +60,7 @@ double membw_read(struct threadpool *tp, size_t bytes, int reps)
 {
     if (bytes == 0) bytes = (size_t)256 << 20;
     bytes &= ~(size_t)255;
-    uint64_t *buf = aligned_alloc(64, bytes);
+    uint64_t *buf = big_alloc(bytes); /* the page size of the weights it is compared with */
     if (!buf) return -1.0;
     memset(buf, 1, bytes); /* fault every page in before timing */
     struct membw_job job = { .buf = buf, .n = bytes / sizeof(uint64_t) };
@@ -70,6 +71,6 @@ double membw_read(struct threadpool *tp, size_t bytes, int reps)
         double dt = now_s() - t0;
         if (dt > 0 && (double)bytes / dt > best) best = (double)bytes / dt;
     }
-    free(buf);
+    big_free(buf, bytes);
     return best;
 }

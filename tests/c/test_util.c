@@ -1,8 +1,10 @@
 /* test_util.c — util/: fp16/bf16 conversion, dtype traits, thread pool, growth of
- * arrays, and map_release (pages of a file mapping leave RSS, data reads back the same;
- * anything outside the mapping is never touched). */
+ * arrays, map_release (pages of a file mapping leave RSS, data reads back the same;
+ * anything outside the mapping is never touched) and big_alloc (zeroed, aligned, whole,
+ * huge pages advised). */
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
+#include "util/bigalloc.h"
 #include "util/grow.h"
 #include "util/half.h"
 #include "util/mapfile.h"
@@ -10,6 +12,8 @@
 #include "util/threadpool.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 static void test_fp16_roundtrip(void)
@@ -177,6 +181,62 @@ static void test_map_release_outside_mapping(void)
     map_close(&m);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_BIG_MMAP 0 /* big_alloc is calloc under ASan */
+#else
+#define TEST_BIG_MMAP 1
+#endif
+
+/* 1 if /proc/self/smaps lists the mapping holding p with the hugepage advice (VmFlags
+ * "hg"), 0 if without, -1 if it cannot tell (no /proc, no such mapping). */
+static int huge_advised(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return -1;
+    char line[512];
+    int inside = 0, found = -1;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) /* a mapping's header line */
+            inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (inside && !strncmp(line, "VmFlags:", 8)) {
+            found = strstr(line, " hg") != NULL;
+            break;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+static void test_big_alloc(void)
+{
+    const size_t mib2 = (size_t)2 << 20;
+    const size_t sizes[] = { 0, 100, mib2 - 64, mib2, 5 * mib2 + 123 };
+    for (int round = 0; round < 2; round++) /* the second round gets memory the first freed */
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+            size_t n = sizes[k];
+            uint8_t *p = big_alloc(n);
+            CHECK(p != NULL, "big_alloc(%zu)", n);
+            if (!p) continue;
+            CHECK((uintptr_t)p % 64 == 0, "big_alloc(%zu) at %p: not 64-byte aligned", n, (void *)p);
+            size_t nonzero = 0;
+            for (size_t i = 0; i < n; i++) nonzero += p[i] != 0;
+            CHECK(nonzero == 0, "big_alloc(%zu): %zu bytes not zero", n, nonzero);
+            for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(i * 7 + 1);
+            size_t wrong = 0;
+            for (size_t i = 0; i < n; i++) wrong += p[i] != (uint8_t)(i * 7 + 1);
+            CHECK(wrong == 0, "big_alloc(%zu): %zu bytes read back wrong", n, wrong);
+            if (TEST_BIG_MMAP && n >= mib2) {
+                CHECK((uintptr_t)p % mib2 == 0, "big_alloc(%zu) at %p: not 2 MiB aligned", n, (void *)p);
+                int hg = huge_advised(p);
+                CHECK(hg != 0, "big_alloc(%zu): no MADV_HUGEPAGE on its mapping", n);
+            }
+            big_free(p, n);
+        }
+    big_free(NULL, 5 * mib2); /* nothing */
+    big_free(NULL, 10);
+}
+
 int main(void)
 {
     RUN(test_fp16_roundtrip);
@@ -186,5 +246,6 @@ int main(void)
     RUN(test_grow_array);
     RUN(test_map_release_drops_pages);
     RUN(test_map_release_outside_mapping);
+    RUN(test_big_alloc);
     return test_summary();
 }
