@@ -354,6 +354,28 @@ static void att_transpose_kt(float *kt, const float *kf, int hd)
         for (int j = 0; j < ATT_KEYS; j++) kt[(size_t)d * ATT_KEYS + j] = kf[(size_t)j * hd + d];
 }
 
+#if defined(ATT_AVX512)
+/* kt[d][j] = f16 key at position p0 + j, element d, for j < nv; 0 for nv <= j < 16: the
+ * conversion and the transpose in registers, without the kf rows (tiles with no row
+ * group, i.e. decode, need only kt). The nv positions lie in one block; hd % 16 == 0.
+ * The same values as att_load_kf + att_transpose_kt. */
+static void att_load_kt_f16(float *kt, const struct kv_layer *kv, const int32_t *bt, int kvh, int p0, int nv)
+{
+    const int hd = kv->head_dim;
+    const uint16_t *src = (const uint16_t *)kv->data + att_row_off(kv, bt, p0, 0, kvh);
+    for (int d = 0; d < hd; d += 16) {
+        __m512 r[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++)
+            r[j] = j < nv ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + (size_t)j * hd + d)))
+                          : _mm512_setzero_ps();
+        att_transpose16(r);
+#pragma GCC unroll 16
+        for (int e = 0; e < 16; e++) _mm512_storeu_ps(kt + (size_t)(d + e) * ATT_KEYS, r[e]);
+    }
+}
+#endif
+
 /* ---- per-row math ------------------------------------------------------------------------- */
 
 /* Raw scores of four rows against the chunk: lane j of s[i] = sum_d q[i][d] kt[d][j], as
@@ -694,7 +716,15 @@ static void att_run_tile(const struct paged_attention_args *a, const struct att_
     for (int p0 = 0; p0 < ctx_end;) {
         /* keys [p0, p0 + 16): fixed by position alone, not by the tile or the block size */
         int nv = ctx_end - p0 < ATT_KEYS ? ctx_end - p0 : ATT_KEYS; /* keys the tile's last row sees */
+#if defined(ATT_AVX512)
+        /* no row group (decode): f16 keys straight to kt when the chunk lies in one block */
+        const int kt_direct = ng == 0 && kv->dtype == KV_F16 && hd % 16 == 0 && p0 % bs + nv <= bs;
+        if (kt_direct) att_load_kt_f16(w->kt, kv, bt, u->kvh, p0, nv);
+        else att_load_kf(w->kf, kv, bt, u->kvh, p0, nv);
+#else
+        const int kt_direct = 0;
         att_load_kf(w->kf, kv, bt, u->kvh, p0, nv);
+#endif
         const float *vf;
         if (kv->dtype == KV_F32 && p0 % bs + nv <= bs) { /* one block: read in place */
             vf = (const float *)kv->data + att_row_off(kv, bt, p0, 1, u->kvh);
@@ -714,7 +744,7 @@ static void att_run_tile(const struct paged_attention_args *a, const struct att_
         /* the other rows, lane per key; rows of tokens whose context ends at or before p0 are done */
         int ti0 = p0 + 1 - ctx0 > 0 ? p0 + 1 - ctx0 : 0;
         int r = ti0 * nh > r1 ? ti0 * nh : r1;
-        if (r < nrows) att_transpose_kt(w->kt, w->kf, hd);
+        if (r < nrows && !kt_direct) att_transpose_kt(w->kt, w->kf, hd);
         for (; r + 4 <= nrows; r += 4) {
             v16 s[4];
             att_scores4(s, q + r, w->kt, hd);
