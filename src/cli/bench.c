@@ -139,11 +139,6 @@ static int parse_prompt_list(const char *flag, const char *s, int *out, int *n)
     }
 }
 
-/* Seconds of the fastest prefill of ids[0, n) into an empty cache: up to reps runs, fewer
- * once this length has taken 3 s (long prompts are slow and steadier). The runs share one
- * backend, restarted between them, as a server's requests do: the first run also pays for
- * first-touch page faults in the fresh buffers (thousands at 512 tokens), the best one does
- * not. */
 /* *peak = the larger of *peak and the compute peak of kind pk on `threads` threads (best
  * of 5 runs of 50 ms). */
 static int measure_peak(int threads, enum cpu_peak_kind pk, double *peak, char *err, size_t errlen)
@@ -157,6 +152,11 @@ static int measure_peak(int threads, enum cpu_peak_kind pk, double *peak, char *
     return rc;
 }
 
+/* Seconds of the fastest prefill of ids[0, n) into an empty cache: up to reps runs, fewer
+ * once this length has taken 3 s (long prompts are slow and steadier). The runs share one
+ * backend, restarted between them, as a server's requests do: the first run also pays for
+ * first-touch page faults in the fresh buffers (thousands at 512 tokens), the best one does
+ * not. */
 static int time_prefill(const struct model *m, const struct backend_config *bc, const int32_t *ids, int n,
                         struct sampler *smp, int reps, double *best, char *err, size_t errlen)
 {
