@@ -87,10 +87,15 @@ void oai_parse_reasoning(const struct oai_ctx *ctx, const struct cJSON *root,
  * constrained output is all content. Call after oai_parse_structured. */
 void oai_defer_grammar_for_reasoning(const struct oai_ctx *ctx, struct oai_request *r);
 /* Checks the tool_calls of assistant messages (an array of {id, type "function",
- * function: {name, arguments}}) and, when m's template renders arguments with tojson,
- * returns a copy of messages whose string arguments holding a JSON object are parsed into
- * that object (what the template expects, as Hugging Face and vLLM do). *copy is NULL
- * when messages can be used as they are. Returns 0 or a negative code with *e filled. */
+ * function: {name, arguments}}) and returns in *copy the messages as m's template should
+ * see them, or NULL when they can be used as they are:
+ *   - content null or left out: "" (vLLM's rendering), or null on a message with tool
+ *     calls when the template reads tool_calls (Hugging Face passes null there, and
+ *     R1-Distill's template tests `content is none`);
+ *   - a tool_calls that is null or [] dropped (the template's plain-message path);
+ *   - when the template renders arguments with tojson, string arguments holding a JSON
+ *     object parsed into that object (as Hugging Face and vLLM do).
+ * Returns 0 or a negative code with *e filled. */
 int oai_messages_for_template(const struct model *m, const struct cJSON *messages,
                               struct cJSON **copy, struct api_error *e);
 

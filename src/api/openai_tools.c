@@ -269,17 +269,76 @@ static bool template_wants_object_args(const char *src)
     return false;
 }
 
+/* The content a template sees for a message that gives none (null, or absent beside tool
+ * calls): null when the message carries calls and the template reads tool_calls (it renders
+ * them, and some test `content is none` to choose that branch: R1-Distill's), else "" (as
+ * vLLM renders it; a template that cannot show the calls would only fail on a null). */
+static bool content_stays_null(const cJSON *msg, bool template_reads_calls)
+{
+    const cJSON *calls = oai_opt(msg, "tool_calls");
+    return template_reads_calls && cJSON_GetArraySize(calls) > 0;
+}
+
+/* True if msg needs a change before the template sees it: content null or absent (and not
+ * to stay null), or a tool_calls that is null or empty (dropped, as vLLM drops it, so that
+ * the template takes its plain-message path). */
+static bool message_needs_normalizing(const cJSON *msg, bool template_reads_calls)
+{
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
+    const cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls");
+    if (calls && (cJSON_IsNull(calls) || cJSON_GetArraySize(calls) == 0)) return true;
+    if (content && !cJSON_IsNull(content)) return false;
+    return !content_stays_null(msg, template_reads_calls) || !content;
+}
+
+static int normalize_message(cJSON *msg, bool template_reads_calls)
+{
+    const cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls");
+    if (calls && (cJSON_IsNull(calls) || cJSON_GetArraySize(calls) == 0))
+        cJSON_DeleteItemFromObjectCaseSensitive(msg, "tool_calls");
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
+    if (content && !cJSON_IsNull(content)) return 0;
+    cJSON *v = content_stays_null(msg, template_reads_calls) ? cJSON_CreateNull() : cJSON_CreateString("");
+    if (!v) return ERR_NOMEM;
+    if (content) cJSON_ReplaceItemInObjectCaseSensitive(msg, "content", v);
+    else cJSON_AddItemToObject(msg, "content", v);
+    return 0;
+}
+
+/* String arguments holding a JSON object become that object (others stay as sent). */
+static void parse_string_arguments(cJSON *msg)
+{
+    cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg, "tool_calls");
+    if (!cJSON_IsArray(calls)) return;
+    cJSON *c;
+    cJSON_ArrayForEach(c, calls) {
+        cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        if (!cJSON_IsString(args)) continue;
+        cJSON *obj = cJSON_Parse(args->valuestring);
+        if (!cJSON_IsObject(obj)) { /* not an object: left as the client sent it */
+            cJSON_Delete(obj);
+            continue;
+        }
+        cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", obj);
+    }
+}
+
 int oai_messages_for_template(const struct model *m, const cJSON *messages, cJSON **copy,
                               struct api_error *e)
 {
     *copy = NULL;
     if (!cJSON_IsArray(messages)) return 0; /* chat_validate_messages says what is wrong */
-    bool convert = template_wants_object_args(m ? m->chat_template : NULL), any = false;
+    const char *src = m ? m->chat_template : NULL;
+    bool convert = template_wants_object_args(src), reads_calls = src && strstr(src, "tool_calls");
+    bool any_args = false, any_normalize = false;
     char param[96], msg[256];
     int i = 0;
     const cJSON *msg_it;
     cJSON_ArrayForEach(msg_it, messages) {
-        const cJSON *calls = cJSON_IsObject(msg_it) ? oai_opt(msg_it, "tool_calls") : NULL;
+        if (!cJSON_IsObject(msg_it)) { i++; continue; }
+        any_normalize |= message_needs_normalizing(msg_it, reads_calls);
+        const cJSON *calls = oai_opt(msg_it, "tool_calls");
         if (!calls) { i++; continue; }
         snprintf(param, sizeof param, "messages[%d].tool_calls", i);
         if (!cJSON_IsArray(calls)) {
@@ -297,29 +356,22 @@ int oai_messages_for_template(const struct model *m, const cJSON *messages, cJSO
                          "\"function\": {\"name\": string, \"arguments\": string}}", param, j);
                 return oai_bad(e, param, "%s", msg);
             }
-            any |= cJSON_IsString(args);
+            any_args |= cJSON_IsString(args);
             j++;
         }
         i++;
     }
-    if (!convert || !any) return 0;
+    if (!(convert && any_args) && !any_normalize) return 0;
     if (!(*copy = cJSON_Duplicate(messages, 1))) return oai_nomem(e);
     cJSON *mi;
     cJSON_ArrayForEach(mi, *copy) {
-        cJSON *calls = cJSON_GetObjectItemCaseSensitive(mi, "tool_calls");
-        if (!cJSON_IsArray(calls)) continue;
-        cJSON *c;
-        cJSON_ArrayForEach(c, calls) {
-            cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
-            cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
-            if (!cJSON_IsString(args)) continue;
-            cJSON *obj = cJSON_Parse(args->valuestring);
-            if (!cJSON_IsObject(obj)) { /* not an object: left as the client sent it */
-                cJSON_Delete(obj);
-                continue;
-            }
-            cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", obj);
+        if (!cJSON_IsObject(mi)) continue;
+        if (normalize_message(mi, reads_calls)) {
+            cJSON_Delete(*copy);
+            *copy = NULL;
+            return oai_nomem(e);
         }
+        if (convert) parse_string_arguments(mi);
     }
     return 0;
 }

@@ -29,9 +29,10 @@ int chat_render(const struct jinja_template *tpl, const struct chat_specials *sp
                 size_t *out_len, char *err, size_t errlen);
 
 /* Checks a messages array: non-empty, each an object with a known string role (system,
- * user, assistant, tool, developer) and content that is a string, null (assistant with
- * tool_calls) or an array of {"type":"text","text":...} parts. Writes what is wrong,
- * naming the index, into err. */
+ * user, assistant, tool, developer) and content that is a string, null or an array of
+ * {"type":"text","text":...} parts (left out only beside tool_calls). Writes what is
+ * wrong, naming the index, into err. What a template sees for a null content is the API
+ * layer's choice (api/openai_internal.h, oai_messages_for_template). */
 int chat_validate_messages(const struct cJSON *messages, char *err, size_t errlen);
 
 #endif

@@ -472,7 +472,8 @@ static void test_messages_for_template(void)
     CHECK(cJSON_IsObject(args) && !strcmp(cJSON_GetObjectItemCaseSensitive(args, "city")->valuestring, "Paris"),
           "arguments parsed into an object");
     cJSON_Delete(copy);
-    mo.chat_template = "{{ tool['function']['arguments'] }}"; /* R1-Distill concatenates strings */
+    /* R1-Distill concatenates strings */
+    mo.chat_template = "{% for tool in message['tool_calls'] %}{{ tool['function']['arguments'] }}{% endfor %}";
     rc = oai_messages_for_template(&mo, m, &copy, &e);
     CHECK(rc == 0 && copy == NULL, "left as strings");
     cJSON_Delete(m);
@@ -480,6 +481,56 @@ static void test_messages_for_template(void)
     rc = oai_messages_for_template(&mo, m, &copy, &e);
     CHECK(rc == ERR_INVALID && e.status == 400 && !strcmp(e.param, "messages[0].tool_calls"),
           "a call without a name: rc %d param %s", rc, e.param);
+    cJSON_Delete(m);
+}
+
+/* 1 if item i of msgs has content "" (want_null 0) or null (want_null 1). */
+static int content_is(const cJSON *msgs, int i, int want_null)
+{
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(msgs, i), "content");
+    return want_null ? cJSON_IsNull(c) : cJSON_IsString(c) && c->valuestring[0] == 0;
+}
+
+/* Content null or left out, tool_calls null or []: what the template sees. */
+static void test_messages_null_content(void)
+{
+    const char *msgs =
+        "[{\"role\": \"user\", \"content\": null},"
+        " {\"role\": \"assistant\", \"content\": null, \"tool_calls\": []},"
+        " {\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": \"{}\"}}]},"
+        " {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"function\": {\"name\": \"f\"}}]},"
+        " {\"role\": \"assistant\", \"content\": \"hi\", \"tool_calls\": null}]";
+    struct model mo;
+    memset(&mo, 0, sizeof mo);
+    struct api_error e;
+    cJSON *copy = NULL;
+    int rc;
+    cJSON *m = cJSON_Parse(msgs);
+    CHECK(m != NULL, "messages JSON");
+    for (int reads = 0; reads < 2; reads++) {
+        /* SmolLM2-like (concatenates content, no tool calls) / one that renders the calls */
+        mo.chat_template = reads ? "{% for c in message.tool_calls %}{{ c.function.name }}{% endfor %}"
+                                 : "{{ message['content'] }}";
+        rc = oai_messages_for_template(&mo, m, &copy, &e);
+        CHECK(rc == 0 && copy, "reads %d: a copy, rc %d", reads, rc);
+        if (!copy) continue;
+        CHECK(content_is(copy, 0, 0), "reads %d: user null -> \"\"", reads);
+        CHECK(content_is(copy, 1, 0) && !cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(copy, 1), "tool_calls"),
+              "reads %d: tool_calls [] dropped, content \"\"", reads);
+        CHECK(content_is(copy, 2, reads), "reads %d: content left out beside calls", reads);
+        CHECK(content_is(copy, 3, reads), "reads %d: content null beside calls", reads);
+        const cJSON *last = cJSON_GetArrayItem(copy, 4);
+        CHECK(!strcmp(cJSON_GetObjectItemCaseSensitive(last, "content")->valuestring, "hi") &&
+                  !cJSON_GetObjectItemCaseSensitive(last, "tool_calls"),
+              "reads %d: tool_calls null dropped, content kept", reads);
+        cJSON_Delete(copy);
+    }
+    cJSON_Delete(m);
+    /* nothing to change: no copy */
+    m = cJSON_Parse("[{\"role\": \"user\", \"content\": \"x\"},"
+                    " {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"function\": {\"name\": \"f\"}}]}]");
+    rc = oai_messages_for_template(&mo, m, &copy, &e);
+    CHECK(rc == 0 && copy == NULL, "null beside calls the template renders: used as sent");
     cJSON_Delete(m);
 }
 
@@ -496,5 +547,6 @@ int main(void)
     RUN(test_detect_templates);
     RUN(test_grammar_spec);
     RUN(test_messages_for_template);
+    RUN(test_messages_null_content);
     return test_summary();
 }

@@ -188,6 +188,29 @@ def test_round_trip_messages_accepted(r1, plain):
         assert body["choices"][0]["finish_reason"] in ("stop", "length")
 
 
+def test_null_content_renders_as_empty(plain):
+    # content null, what the OpenAI SDK sends beside tool_calls, reaches SmolLM2's template
+    # (which concatenates content and never reads tool_calls) as "", as vLLM renders it;
+    # so does a tool_calls of [] with a null content. Same prompt tokens as the "" forms.
+    def tokens(messages):
+        r = plain.post_json("/tokenize", {"messages": messages})
+        assert r.status == 200, (r.status, r.body[:500])
+        return r.json()["tokens"]
+
+    call = {"id": "call_abc123", "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}
+    result = {"role": "tool", "tool_call_id": "call_abc123", "content": "sunny"}
+    with_null = CHAT + [{"role": "assistant", "content": None, "tool_calls": [call]}, result]
+    assert tokens(with_null) == tokens(CHAT + [{"role": "assistant", "content": "", "tool_calls": [call]}, result])
+    again = [{"role": "user", "content": "And tomorrow?"}]
+    assert (tokens(CHAT + [{"role": "assistant", "content": None, "tool_calls": []}] + again)
+            == tokens(CHAT + [{"role": "assistant", "content": ""}] + again))
+    # the real client, tool-call history with null content
+    out = client_of(plain).chat.completions.create(model=plain.get_json("/v1/models")["data"][0]["id"],
+                                                   messages=with_null, max_tokens=4, temperature=0)
+    assert out.choices[0].finish_reason in ("stop", "length")
+
+
 # ------------------------------------------------------------------------ reasoning
 
 
