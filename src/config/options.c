@@ -16,6 +16,7 @@
 #include "config/keyfile.h"
 #include "util/err.h"
 
+#include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -41,6 +42,8 @@ struct opt_def {
     const char *arg;      /* metavar in --help */
     const char *section;  /* --help and --print-config group */
     const char *help;
+    bool json_list;       /* OPT_LIST: a value starting with '[' is a JSON array of strings
+                             (vLLM's form: --allowed-origins '["*"]') */
 };
 
 #define OFF(f) offsetof(struct server_options, f)
@@ -60,6 +63,9 @@ struct opt_def {
 #define LIST(n, f, a, s, h) \
     { .name = n, .type = OPT_LIST, .offset = OFF(f), .count_offset = OFF(n_##f), .arg = a, \
       .section = s, .help = h }
+#define JLIST(n, f, a, s, h) \
+    { .name = n, .type = OPT_LIST, .offset = OFF(f), .count_offset = OFF(n_##f), .arg = a, \
+      .section = s, .help = h, .json_list = true }
 #define ENUM(n, f, d, c, s, h) \
     { .name = n, .type = OPT_ENUM, .offset = OFF(f), .def = d, .choices = c, .arg = c, \
       .section = s, .help = h }
@@ -114,6 +120,17 @@ static const struct opt_def opt_table[] = {
     INT64("max-stream-queue-bytes", max_stream_queue_bytes, "4194304", 4096, 1099511627776.0,
           "http", "bytes a stream may have queued for a slow client; past it the request is "
           "aborted (4 MiB)"),
+    JLIST("allowed-origins", allowed_origins, "ORIGIN", "http",
+          "origins whose web pages may call the API from a browser (CORS), e.g. "
+          "http://localhost:3000, or \"*\" for any (vLLM's default); repeatable or a JSON list; "
+          "none = CORS off"),
+    JLIST("allowed-methods", allowed_methods, "METHOD", "http",
+          "CORS: methods a page may use (default: every method a path serves)"),
+    JLIST("allowed-headers", allowed_headers, "NAME", "http",
+          "CORS: request headers a page may send (default: any)"),
+    BOOL("allow-credentials", allow_credentials, "false", "http",
+         "CORS: let pages send credentials (cookies, HTTP auth); the origin is then named, "
+         "never \"*\""),
     DBL("drain-timeout", drain_timeout, "30", 0, false, 86400, "http",
         "seconds live requests get to finish after SIGTERM/SIGINT; then they are aborted "
         "(streams get an error event and [DONE])"),
@@ -269,6 +286,27 @@ static void range_reason(const struct opt_def *d, char *why, size_t whylen)
                  (long long)d->max);
 }
 
+static int opt_set(struct server_options *o, const struct opt_def *d, const char *v,
+                   bool is_null, char *why, size_t whylen);
+
+/* A list option's value given as a JSON array of non-empty strings: each one is added. */
+static int list_add_json(struct server_options *o, const struct opt_def *d, const char *v, char *why,
+                         size_t whylen)
+{
+    cJSON *arr = cJSON_Parse(v);
+    int rc = cJSON_IsArray(arr) ? 0 : err_set(why, whylen, ERR_INVALID, "not a JSON list of strings: '%s'", v);
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr) {
+        if (rc) break;
+        if (!cJSON_IsString(it) || *it->valuestring == '[')
+            rc = err_set(why, whylen, ERR_INVALID, "not a JSON list of strings: '%s'", v);
+        else
+            rc = opt_set(o, d, it->valuestring, false, why, whylen);
+    }
+    cJSON_Delete(arr);
+    return rc;
+}
+
 /* Sets option d of o from the text v (is_null: the YAML null, which only options that
  * can be unset accept). Lists append v. Returns 0, or a negative code with the reason
  * (no location, no key) in why. */
@@ -354,6 +392,7 @@ static int opt_set(struct server_options *o, const struct opt_def *d, const char
     }
     case OPT_LIST: {
         if (!*v) return err_set(why, whylen, ERR_INVALID, "must not be empty");
+        if (d->json_list && *v == '[') return list_add_json(o, d, v, why, whylen);
         int *n = list_count(o, d);
         if (*n >= OPTS_MAX_LIST)
             return err_set(why, whylen, ERR_RANGE, "more than %d values", OPTS_MAX_LIST);

@@ -60,6 +60,13 @@ struct server_options {
     int http_threads;                  /* 1 */
     int api_threads;                   /* parse / template / tokenize workers, 2 */
     int64_t max_stream_queue_bytes;    /* SSE bytes queued per slow client, 4 MiB */
+    char *allowed_origins[OPTS_MAX_LIST]; /* CORS (http/cors.h): none = off; "*" = any */
+    int n_allowed_origins;
+    char *allowed_methods[OPTS_MAX_LIST]; /* none = every method a path serves */
+    int n_allowed_methods;
+    char *allowed_headers[OPTS_MAX_LIST]; /* none = any */
+    int n_allowed_headers;
+    bool allow_credentials;            /* false */
     double drain_timeout;              /* seconds live requests get after SIGTERM, 30 */
     /* engine */
     int max_num_seqs;                  /* 64 */

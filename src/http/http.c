@@ -26,6 +26,7 @@
  */
 #define _GNU_SOURCE
 #include "http/http.h"
+#include "http/cors.h"
 #include "api/error.h"
 #include "http/auth.h"
 #include "util/err.h"
@@ -118,6 +119,7 @@ struct http_conn {
     char method[16];
     char *path;                   /* normalised (malloc'd) */
     const struct http_route *route;
+    bool cors_done;               /* a preflight answer: it carries its own CORS headers */
     char *body;                   /* [body_cap] NUL-terminated */
     size_t body_len, body_cap;
     size_t body_seen;             /* bytes received, kept or not */
@@ -299,11 +301,24 @@ static struct MHD_Response *make_response(const char *content_type, const char *
     return resp;
 }
 
+/* The CORS headers of the answer to c's request (cors.h): none unless CORS is on and the
+ * request's Origin is allowed. */
+static void add_cors_headers(struct http_conn *c, struct MHD_Response *resp)
+{
+    if (c->srv->cfg.cors.n_origins == 0 || c->cors_done) return;
+    char buf[1024];
+    const char *hdrs[CORS_MAX_HEADERS + 1];
+    const char *origin = MHD_lookup_connection_value(c->mhd, MHD_HEADER_KIND, "Origin");
+    if (cors_response_headers(&c->srv->cfg.cors, origin, buf, sizeof buf, hdrs) > 0)
+        add_extra_headers(resp, hdrs);
+}
+
 /* Queues resp with status on c (MHD thread, access handler) and records it for the log. */
 static enum MHD_Result conn_queue(struct http_conn *c, int status, struct MHD_Response *resp,
                                   size_t len)
 {
     if (!resp) return MHD_NO;
+    add_cors_headers(c, resp);
     enum MHD_Result ok = MHD_queue_response(c->mhd, (unsigned)status, resp);
     MHD_destroy_response(resp);
     if (ok == MHD_YES) {
@@ -559,6 +574,23 @@ static bool is_json_type(const char *ct)
     return *ct == 0 || *ct == ';';
 }
 
+/* A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method) for a path
+ * serving path_methods: 204 with the CORS headers, or 403 saying what is not allowed.
+ * Answered before authentication: a browser never sends the API key with a preflight. */
+static enum MHD_Result conn_preflight(struct http_conn *c, const char *origin, const char *method,
+                                      const char *path_methods)
+{
+    char buf[4096], err[256];
+    const char *hdrs[CORS_MAX_HEADERS + 1];
+    const char *req_headers = MHD_lookup_connection_value(c->mhd, MHD_HEADER_KIND,
+                                                          "Access-Control-Request-Headers");
+    if (!cors_preflight(&c->srv->cfg.cors, origin, method, req_headers, path_methods, buf, sizeof buf,
+                        hdrs, err, sizeof err))
+        return conn_error(c, 403, API_ERR_INVALID_REQUEST, "cors_not_allowed", NULL, "%s", err);
+    c->cors_done = true;
+    return conn_queue(c, 204, make_response(NULL, "", 0, hdrs), 0);
+}
+
 /* The first access-handler call (headers complete, no body yet): routing, authentication,
  * content type and declared size. Queues an error response (MHD then skips the body and
  * closes the connection) or returns MHD_YES to receive the body. */
@@ -584,6 +616,12 @@ static enum MHD_Result conn_begin(struct http_conn *c, const char *url, const ch
     if (!path_known)
         return conn_error(c, 404, API_ERR_INVALID_REQUEST, NULL, NULL, "Invalid URL (%s %s)",
                           method, c->path);
+    if (!c->route && strcmp(method, "OPTIONS") == 0 && s->cfg.cors.n_origins > 0) {
+        const char *origin = MHD_lookup_connection_value(c->mhd, MHD_HEADER_KIND, "Origin");
+        const char *want = MHD_lookup_connection_value(c->mhd, MHD_HEADER_KIND,
+                                                       "Access-Control-Request-Method");
+        if (origin && want) return conn_preflight(c, origin, want, allow);
+    }
     if (!c->route) {
         char allow_hdr[160];
         snprintf(allow_hdr, sizeof allow_hdr, "Allow: %s", allow);
@@ -682,6 +720,7 @@ static enum MHD_Result conn_queue_stream(struct http_conn *c, struct http_reply 
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    add_cors_headers(c, resp);
     enum MHD_Result ok = MHD_queue_response(c->mhd, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
     c->status = 200;

@@ -15,6 +15,10 @@
  *      the body is accumulated up to max_body_bytes → else 413 (early, from
  *      Content-Length when present); a GET with a body → 400;
  *   4. calls the handler once, on an MHD thread, with the whole body.
+ * With CORS configured (http/cors.h), a browser's preflight (OPTIONS with Origin and
+ * Access-Control-Request-Method on a known path) is answered in step 1, before
+ * authentication (204, or 403 naming what is not allowed), and every answer to a request
+ * from an allowed Origin — errors and streams included — carries Access-Control-Allow-Origin.
  * The handler must not block. It answers either at once (http_respond) or later through a
  * deferred reply (http_reply_defer), which is how streams and engine-backed requests work.
  *
@@ -52,6 +56,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "http/cors.h"
 
 struct http_server;
 struct http_reply;
@@ -120,6 +126,8 @@ struct http_config {
     int timeout_s;            /* idle connection timeout (not applied while suspended) */
     double keepalive_s;       /* SSE comment interval while a stream is silent */
     int n_threads;            /* MHD polling threads (>= 1) */
+    struct http_cors cors;    /* browser access (http/cors.h); strings borrowed: they must
+                                 outlive the server. No origins: CORS off */
 };
 
 /* Fills c with the defaults: 127.0.0.1:8000, no keys, 16 MiB body, 64 KiB headers,

@@ -525,6 +525,12 @@ int server_run(const struct server_options *o)
     hc.timeout_s = o->http_timeout;
     hc.keepalive_s = o->keepalive_interval;
     hc.n_threads = o->http_threads;
+    hc.cors = (struct http_cors){
+        .origins = (const char *const *)o->allowed_origins, .n_origins = o->n_allowed_origins,
+        .methods = (const char *const *)o->allowed_methods, .n_methods = o->n_allowed_methods,
+        .headers = (const char *const *)o->allowed_headers, .n_headers = o->n_allowed_headers,
+        .credentials = o->allow_credentials,
+    };
 
     char err[ERR_BUF];
     struct http_server *http = NULL;

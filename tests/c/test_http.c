@@ -1003,6 +1003,76 @@ static void test_stop_with_live_replies(void)
     http_server_stop(NULL);
 }
 
+/* CORS (http/cors.h) on a separate server with keys: a preflight is answered before
+ * authentication, every answer to an allowed Origin names it (401s and streams too), and
+ * without CORS configured (the main server) nothing changes. */
+static void test_cors(void)
+{
+    const char *origins[] = { "http://app.example" };
+    struct http_config cfg;
+    http_config_default(&cfg);
+    cfg.port = 0;
+    cfg.keys = g_keys;
+    cfg.n_keys = N_KEYS;
+    cfg.cors = (struct http_cors){ .origins = origins, .n_origins = 1 };
+    struct http_server *s;
+    char err[256];
+    CHECK(http_server_start(&s, &cfg, g_routes, N_ROUTES, err, sizeof err) == 0, "start: %s", err);
+    int main_port = g_port;
+    g_port = http_server_port(s);
+    struct resp r;
+    const char *pre = "OPTIONS /v1/models HTTP/1.1\r\nHost: x\r\nOrigin: http://app.example\r\n"
+                      "Access-Control-Request-Method: DELETE\r\nAccess-Control-Request-Headers: authorization\r\n\r\n";
+    CHECK(roundtrip(pre, &r) == 204, "preflight without a key: %d", r.status);
+    const char *v = resp_header(&r, "Access-Control-Allow-Origin");
+    CHECK(v && !strcmp(v, "http://app.example"), "Allow-Origin %s", v ? v : "(none)");
+    v = resp_header(&r, "Access-Control-Allow-Methods");
+    CHECK(v && !strcmp(v, "GET, DELETE"), "Allow-Methods %s", v ? v : "(none)");
+    v = resp_header(&r, "Access-Control-Allow-Headers");
+    CHECK(v && !strcmp(v, "authorization"), "Allow-Headers %s", v ? v : "(none)");
+    resp_free(&r);
+    CHECK(roundtrip("OPTIONS /v1/models HTTP/1.1\r\nHost: x\r\nOrigin: http://other.example\r\n"
+                    "Access-Control-Request-Method: GET\r\n\r\n", &r) == 403,
+          "preflight from another origin: %d", r.status);
+    check_error_body(&r, "invalid_request_error", "cors_not_allowed", "origin 'http://other.example'");
+    CHECK(!resp_header(&r, "Access-Control-Allow-Origin"), "no Allow-Origin on a refusal");
+    resp_free(&r);
+    CHECK(roundtrip("OPTIONS /nowhere HTTP/1.1\r\nHost: x\r\nOrigin: http://app.example\r\n"
+                    "Access-Control-Request-Method: GET\r\n\r\n", &r) == 404, "unknown path: %d", r.status);
+    resp_free(&r);
+    CHECK(roundtrip("OPTIONS /v1/models HTTP/1.1\r\nHost: x\r\nOrigin: http://app.example\r\n\r\n", &r) == 405,
+          "OPTIONS that is not a preflight: %d", r.status);
+    resp_free(&r);
+    /* actual requests */
+    CHECK(roundtrip("GET /v1/models HTTP/1.1\r\nHost: x\r\nOrigin: http://app.example\r\n\r\n", &r) == 401,
+          "no key: %d", r.status);
+    v = resp_header(&r, "Access-Control-Allow-Origin");
+    CHECK(v && !strcmp(v, "http://app.example"), "the 401 is readable by the page");
+    resp_free(&r);
+    CHECK(roundtrip("GET /v1/models HTTP/1.1\r\nHost: x\r\nOrigin: http://app.example\r\n"
+                    "Authorization: Bearer sk-one\r\n\r\n", &r) == 200, "with key: %d", r.status);
+    CHECK(resp_header(&r, "Access-Control-Allow-Origin") && resp_header(&r, "Vary"), "200 with Allow-Origin, Vary");
+    resp_free(&r);
+    CHECK(roundtrip("GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-one\r\n\r\n", &r) == 200 &&
+              !resp_header(&r, "Access-Control-Allow-Origin"),
+          "no Origin: no CORS headers");
+    resp_free(&r);
+    CHECK(roundtrip("POST /stream HTTP/1.1\r\nHost: x\r\nOrigin: http://app.example\r\nContent-Length: 0\r\n\r\n",
+                    &r) == 200, "stream: %d", r.status);
+    CHECK(resp_header(&r, "Access-Control-Allow-Origin") && r.body && strstr(r.body, "data:"),
+          "a stream names the origin");
+    resp_free(&r);
+    http_server_stop(s);
+    g_port = main_port;
+    /* the main server has no CORS: a preflight is an OPTIONS like any other */
+    CHECK(roundtrip(pre, &r) == 405, "no CORS: %d", r.status);
+    resp_free(&r);
+    CHECK(roundtrip("GET /health HTTP/1.1\r\nHost: x\r\nOrigin: http://app.example\r\n\r\n", &r) == 200 &&
+              !resp_header(&r, "Access-Control-Allow-Origin"),
+          "no CORS: no headers");
+    resp_free(&r);
+}
+
 static void test_bind_error(void)
 {
     struct http_config cfg;
@@ -1198,6 +1268,7 @@ int main(void)
     RUN(test_concurrent_streams);
     RUN(test_stream_burst);
     RUN(test_stop_with_live_replies);
+    RUN(test_cors);
     RUN(test_bind_error);
     RUN(test_get_body);
     RUN(test_stream_queue_bound);

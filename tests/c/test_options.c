@@ -418,6 +418,17 @@ static void test_flag_forms(void)
     CHECK(rc == 0 && o.public_metrics && o.enable_prefix_caching && str_eq(o.model, "m.gguf"),
           "bare bool: %d %s", rc, err);
     opts_free(&o);
+    /* CORS lists: vLLM's JSON form and repeated flags; other lists take '[' literally */
+    rc = parse(&o, err, sizeof err, "m.gguf", "--allowed-origins", "[\"http://a:3000\", \"*\"]",
+               "--allowed-origins", "http://b", "--allow-credentials", "--allowed-headers", "[]",
+               "--api-key", "[k", NULL);
+    CHECK(rc == 0, "cors: rc %d %s", rc, err);
+    CHECK(o.n_allowed_origins == 3 && str_eq(o.allowed_origins[0], "http://a:3000") &&
+              str_eq(o.allowed_origins[1], "*") && str_eq(o.allowed_origins[2], "http://b"),
+          "allowed-origins: %d", o.n_allowed_origins);
+    CHECK(o.allow_credentials && o.n_allowed_headers == 0 && o.n_allowed_methods == 0, "cors others");
+    CHECK(o.n_api_key == 1 && str_eq(o.api_key[0], "[k"), "api-key '[k' literal");
+    opts_free(&o);
     /* "--" ends the options */
     rc = parse(&o, err, sizeof err, "--port", "81", "--", "-odd-name.gguf", NULL);
     CHECK(rc == 0 && str_eq(o.model, "-odd-name.gguf") && o.port == 81, "--: %s", err);
@@ -454,6 +465,9 @@ static void test_flag_errors(void)
         {{"m", "--config", "a", "--config", "b"}, "--config: given twice"},
         {{"m", "--print-config=yes"}, "--print-config: takes no value"},
         {{"m", "--host="}, "--host: must not be empty"},
+        {{"m", "--allowed-origins", "[1]"}, "--allowed-origins: not a JSON list of strings: '[1]'"},
+        {{"m", "--allowed-origins", "[\"a\""}, "--allowed-origins: not a JSON list of strings: '[\"a\"'"},
+        {{"m", "--allowed-methods", "[\"\"]"}, "--allowed-methods: must not be empty"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *argv[8] = {"serve"};
@@ -522,7 +536,7 @@ static void test_help(void)
         CHECK(strstr(help, flag) || strstr(help, bflag), "--help lacks %s", line);
         keys++;
     }
-    CHECK(keys == 43, "%d keys", keys); /* one per option of the table */
+    CHECK(keys == 47, "%d keys", keys); /* one per option of the table */
     CHECK(strstr(help, "--max-num-seqs N") && strstr(help, "[1..4096, default 64]"), "%s", help);
     CHECK(strstr(help, "--[no-]enable-prefix-caching") && strstr(help, "\nengine:\n"), "bool/section");
     CHECK(strstr(help, "--config FILE") && strstr(help, "--print-config"), "general");

@@ -547,3 +547,30 @@ def test_auth_openai_client(auth_server):
     assert ei.value.status_code == 401 and ei.value.code == "invalid_api_key"
     with pytest.raises(openai.AuthenticationError):
         bad.chat.completions.create(model=name, messages=CHAT, max_tokens=4, stream=True)
+
+
+def test_cors_browser_client(tessera_bin, default_model):
+    # --allowed-origins in vLLM's JSON form: the preflight needs no key, a streamed answer
+    # and a 401 both name the origin; another origin gets neither
+    origin = "http://localhost:3000"
+    with run_server(tessera_bin, default_model, "--max-model-len", MAX_MODEL_LEN,
+                    "--allowed-origins", json.dumps([origin]), "--api-key", "sk-cors") as srv:
+        pre = {"Origin": origin, "Access-Control-Request-Method": "POST",
+               "Access-Control-Request-Headers": "authorization, content-type"}
+        r = srv.request("OPTIONS", "/v1/chat/completions", headers=pre)
+        assert r.status == 204, r
+        assert r.header("Access-Control-Allow-Origin") == origin
+        assert r.header("Access-Control-Allow-Methods") == "POST"
+        assert r.header("Access-Control-Allow-Headers") == "authorization, content-type"
+        r = srv.request("OPTIONS", "/v1/chat/completions", headers=dict(pre, Origin="http://evil.example"))
+        assert r.status == 403 and r.json()["error"]["code"] == "cors_not_allowed", r
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "stream": True}
+        r = srv.post_json("/v1/chat/completions", body, headers={"Origin": origin})
+        assert r.status == 401 and r.header("Access-Control-Allow-Origin") == origin, r
+        r = srv.post_json("/v1/chat/completions", body,
+                          headers={"Origin": origin, "Authorization": "Bearer sk-cors"})
+        assert r.status == 200 and r.header("Access-Control-Allow-Origin") == origin, r
+        assert r.header("Vary") == "Origin" and b"data: [DONE]" in r.body
+        r = srv.post_json("/v1/chat/completions", body,
+                          headers={"Origin": "http://evil.example", "Authorization": "Bearer sk-cors"})
+        assert r.status == 200 and r.header("Access-Control-Allow-Origin") is None
