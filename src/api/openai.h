@@ -222,6 +222,8 @@ char *oai_response_json(const struct model *m, const struct oai_meta *meta,
  * "tessera", root, max_model_len}, ...]} for every served name. */
 char *oai_models_json(const char *const *names, int n, int64_t created, const char *root,
                       int max_model_len);
+/* GET /v1/models/{name}: that one object (OpenAI's "retrieve model"). */
+char *oai_model_json(const char *name, int64_t created, const char *root, int max_model_len);
 
 /* POST /tokenize: {"prompt": "..."} or {"messages": [...], "add_generation_prompt"?},
  * optional "add_special_tokens" (default true for prompt) →

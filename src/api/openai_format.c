@@ -397,6 +397,17 @@ fail:
     return NULL;
 }
 
+/* The fields of one model object. */
+static bool add_model(cJSON *o, const char *name, int64_t created, const char *root_name,
+                      int max_model_len)
+{
+    return cJSON_AddStringToObject(o, "id", name) && cJSON_AddStringToObject(o, "object", "model") &&
+           cJSON_AddNumberToObject(o, "created", (double)created) &&
+           cJSON_AddStringToObject(o, "owned_by", "tessera") &&
+           cJSON_AddStringToObject(o, "root", root_name ? root_name : name) &&
+           cJSON_AddNumberToObject(o, "max_model_len", max_model_len);
+}
+
 char *oai_models_json(const char *const *names, int n, int64_t created, const char *root_name,
                       int max_model_len)
 {
@@ -407,17 +418,19 @@ char *oai_models_json(const char *const *names, int n, int64_t created, const ch
     for (int i = 0; i < n; i++) {
         cJSON *o = cJSON_CreateObject();
         if (!o || !cJSON_AddItemToArray(data, o)) { cJSON_Delete(o); goto fail; }
-        if (!cJSON_AddStringToObject(o, "id", names[i]) ||
-            !cJSON_AddStringToObject(o, "object", "model") ||
-            !cJSON_AddNumberToObject(o, "created", (double)created) ||
-            !cJSON_AddStringToObject(o, "owned_by", "tessera") ||
-            !cJSON_AddStringToObject(o, "root", root_name ? root_name : names[i]) ||
-            !cJSON_AddNumberToObject(o, "max_model_len", max_model_len))
-            goto fail;
+        if (!add_model(o, names[i], created, root_name, max_model_len)) goto fail;
     }
     return finish(root, false, NULL);
 fail:
     cJSON_Delete(root);
+    return NULL;
+}
+
+char *oai_model_json(const char *name, int64_t created, const char *root_name, int max_model_len)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (o && add_model(o, name, created, root_name, max_model_len)) return finish(o, false, NULL);
+    cJSON_Delete(o);
     return NULL;
 }
 

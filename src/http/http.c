@@ -574,6 +574,15 @@ static bool is_json_type(const char *ct)
     return *ct == 0 || *ct == ';';
 }
 
+/* Does route r serve the normalised path? Exactly its path, or with HTTP_ROUTE_SUBPATHS
+ * its path followed by "/" and at least one more character. */
+static bool route_matches(const struct http_route *r, const char *path)
+{
+    if (!(r->flags & HTTP_ROUTE_SUBPATHS)) return strcmp(r->path, path) == 0;
+    size_t n = strlen(r->path);
+    return strncmp(r->path, path, n) == 0 && path[n] == '/' && path[n + 1] != 0;
+}
+
 /* A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method) for a path
  * serving path_methods: 204 with the CORS headers, or 403 saying what is not allowed.
  * Answered before authentication: a browser never sends the API key with a preflight. */
@@ -604,7 +613,7 @@ static enum MHD_Result conn_begin(struct http_conn *c, const char *url, const ch
     bool path_known = false;
     char allow[128] = "";
     for (int i = 0; i < s->n_routes; i++) {
-        if (strcmp(s->routes[i].path, c->path) != 0) continue;
+        if (!route_matches(&s->routes[i], c->path)) continue;
         path_known = true;
         if (strcmp(s->routes[i].method, method) == 0) {
             c->route = &s->routes[i];

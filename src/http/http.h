@@ -79,6 +79,8 @@ typedef void (*http_handler_fn)(void *ud, const struct http_request *req);
 enum {
     HTTP_ROUTE_PUBLIC = 1 << 0,  /* no API key needed */
     HTTP_ROUTE_METERED = 1 << 1, /* counts against a key's rpm / tpm limits */
+    HTTP_ROUTE_SUBPATHS = 1 << 2, /* serves path + "/..." (not path itself): the handler
+                                     reads the rest from req->path */
 };
 
 #define HTTP_KEY_NAME_MAX 64
@@ -106,7 +108,8 @@ bool http_key_name_valid(const char *name);
 
 struct http_route {
     const char *method;
-    const char *path;         /* exact, normalised ("/v1/chat/completions") */
+    const char *path;         /* exact, normalised ("/v1/chat/completions"); with
+                                 HTTP_ROUTE_SUBPATHS the prefix of the paths served */
     http_handler_fn handler;
     void *ud;
     unsigned flags;

@@ -101,6 +101,22 @@ static void handle_models(void *ud, const struct http_request *req)
                                            s->ctx.max_model_len));
 }
 
+/* GET /v1/models/{name}: one served name's object, or 404 model_not_found. */
+static void handle_model(void *ud, const struct http_request *req)
+{
+    struct server *s = ud;
+    if (server_refuse_unless_ready(s, req)) return;
+    const char *name = req->path + strlen("/v1/models/");
+    for (int i = 0; i < s->n_names; i++)
+        if (!strcmp(s->names[i], name)) {
+            respond_json(req, 200, oai_model_json(name, s->started, s->o->model, s->ctx.max_model_len));
+            return;
+        }
+    char msg[320];
+    snprintf(msg, sizeof msg, "The model '%.256s' does not exist.", name);
+    http_respond_error(req->conn, 404, msg, API_ERR_INVALID_REQUEST, "model", "model_not_found", NULL);
+}
+
 /* Per-API-key counters, labelled with the key's name (never the key). Names are
  * restricted to characters that need no escaping in a label value. */
 static size_t format_key_metrics(struct server *s, char *buf, size_t cap)
@@ -507,6 +523,7 @@ int server_run(const struct server_options *o)
         { "POST", "/v1/chat/completions", server_handle_chat, &s, HTTP_ROUTE_METERED },
         { "POST", "/v1/completions", server_handle_completion, &s, HTTP_ROUTE_METERED },
         { "GET", "/v1/models", handle_models, &s, 0 },
+        { "GET", "/v1/models", handle_model, &s, HTTP_ROUTE_SUBPATHS },
         { "GET", "/health", handle_health, &s, HTTP_ROUTE_PUBLIC },
         { "GET", "/metrics", handle_metrics, &s, o->public_metrics ? HTTP_ROUTE_PUBLIC : 0 },
         { "POST", "/tokenize", handle_tok, &s, 0 },

@@ -304,6 +304,7 @@ static const struct http_route g_routes[] = {
     { "POST", "/private", h_echo, NULL, 0 },
     { "POST", "/echo", h_echo, NULL, HTTP_ROUTE_PUBLIC },
     { "GET", "/echo", h_echo, NULL, HTTP_ROUTE_PUBLIC },
+    { "GET", "/echo", h_echo, NULL, HTTP_ROUTE_PUBLIC | HTTP_ROUTE_SUBPATHS },
     { "GET", "/noanswer", h_noanswer, NULL, HTTP_ROUTE_PUBLIC },
     { "POST", "/deferred", h_deferred, NULL, HTTP_ROUTE_PUBLIC },
     { "POST", "/stream", h_stream_fast, NULL, HTTP_ROUTE_PUBLIC },
@@ -624,6 +625,17 @@ static void test_path_normalisation(void)
     CHECK(resp_header(&r, "X-Query") && strcmp(resp_header(&r, "X-Query"), "q=1") == 0, "query");
     resp_free(&r);
     CHECK(roundtrip("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", &r) == 404, "/healthz %d", r.status);
+    resp_free(&r);
+    /* HTTP_ROUTE_SUBPATHS: /echo/... reaches the GET subpath route; /echo itself stays exact */
+    CHECK(roundtrip("GET /echo//a/b/ HTTP/1.1\r\nHost: x\r\n\r\n", &r) == 200, "subpath %d", r.status);
+    CHECK(resp_header(&r, "X-Path") && !strcmp(resp_header(&r, "X-Path"), "/echo/a/b"), "subpath path %s",
+          resp_header(&r, "X-Path"));
+    resp_free(&r);
+    CHECK(roundtrip("POST /echo/a HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", &r) == 405 &&
+              resp_header(&r, "Allow") && !strcmp(resp_header(&r, "Allow"), "GET"),
+          "subpath, other method: %d", r.status);
+    resp_free(&r);
+    CHECK(roundtrip("GET /echoes HTTP/1.1\r\nHost: x\r\n\r\n", &r) == 404, "a longer name is not a subpath");
     resp_free(&r);
 }
 

@@ -72,6 +72,15 @@ def test_models(server, client, default_model):
     assert ids == [m["id"] for m in obj["data"]]
 
 
+def test_retrieve_model(client, model_name):
+    # GET /v1/models/{id}: the official client's models.retrieve
+    m = client.models.retrieve(model_name)
+    assert m.id == model_name and m.object == "model" and m.owned_by == "tessera"
+    with pytest.raises(openai.NotFoundError) as e:
+        client.models.retrieve("no-such-model")
+    assert e.value.body["code"] == "model_not_found"
+
+
 def test_version(server, tessera_bin):
     obj = server.get_json("/version")
     assert isinstance(obj["version"], str) and obj["version"]
