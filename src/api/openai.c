@@ -722,17 +722,20 @@ static int parse_messages(const struct oai_ctx *ctx, const cJSON *root, struct o
     bool agp = true;
     int rc = opt_bool(root, "add_generation_prompt", &agp, e);
     if (rc < 0) return rc;
-    return oai_encode_chat(ctx, oai_opt(root, "messages"), tools, kwargs, agp, true, &r->prompt_ids,
-                           &r->n_prompt, e);
+    rc = oai_encode_chat(ctx, oai_opt(root, "messages"), tools, kwargs, agp, true, &r->prompt_ids,
+                         &r->n_prompt, e);
+    r->prompt_off[1] = r->n_prompt;
+    return rc;
 }
 
-/* An array of token ids, each in [0, vocab). */
-static int parse_id_array(const struct oai_ctx *ctx, const cJSON *arr, struct oai_request *r,
-                          struct api_error *e)
+/* An array of token ids, each in [0, vocab): *ids (malloc'd) and *n. what names the
+ * array in messages ("'prompt'", "'prompt'[2]"). */
+static int parse_id_array(const struct oai_ctx *ctx, const cJSON *arr, const char *what, int32_t **ids,
+                          int *n, struct api_error *e)
 {
-    int n = cJSON_GetArraySize(arr), vocab = ctx->m->cfg.vocab_size, i = 0;
-    if (n == 0) return oai_bad(e, "prompt", "'prompt' must not be empty");
-    if (!(r->prompt_ids = malloc(sizeof *r->prompt_ids * (size_t)n))) {
+    int len = cJSON_GetArraySize(arr), vocab = ctx->m->cfg.vocab_size, i = 0;
+    if (len == 0) return oai_bad(e, "prompt", "%s must not be empty", what);
+    if (!(*ids = malloc(sizeof **ids * (size_t)len))) {
         api_error_from_code(e, ERR_NOMEM, NULL, NULL, "out of memory");
         return ERR_NOMEM;
     }
@@ -740,42 +743,95 @@ static int parse_id_array(const struct oai_ctx *ctx, const cJSON *arr, struct oa
     cJSON_ArrayForEach(it, arr) {
         double d = cJSON_IsNumber(it) ? it->valuedouble : NAN;
         if (!isfinite(d) || d != floor(d))
-            return oai_bad(e, "prompt", "'prompt'[%d] must be an integer token id", i);
+            return oai_bad(e, "prompt", "%s[%d] must be an integer token id", what, i);
         if (d < 0 || d >= vocab)
-            return oai_bad(e, "prompt", "'prompt'[%d] = %.0f is not a token id in [0, %d)", i, d, vocab);
-        r->prompt_ids[i++] = (int32_t)d;
+            return oai_bad(e, "prompt", "%s[%d] = %.0f is not a token id in [0, %d)", what, i, d, vocab);
+        (*ids)[i++] = (int32_t)d;
     }
-    r->n_prompt = n;
+    *n = len;
     return 0;
 }
 
-/* prompt: "text", ["text"], [id, ...] or [[id, ...]]. */
+/* One prompt, a string or an array of token ids: *ids (malloc'd; NULL on error) and *n. */
+static int parse_one_prompt(const struct oai_ctx *ctx, const cJSON *p, const char *what, int32_t **ids, int *n,
+                            struct api_error *e)
+{
+    *ids = NULL;
+    int rc;
+    if (cJSON_IsArray(p)) {
+        rc = parse_id_array(ctx, p, what, ids, n, e);
+    } else if (!cJSON_IsString(p)) {
+        rc = oai_bad(e, "prompt", "%s must be a string or an array of token ids", what);
+    } else {
+        /* user text: specials are plain text; BOS as the tokenizer's post-processor says */
+        rc = oai_encode_text(ctx, p->valuestring, strlen(p->valuestring), true, true, "prompt", ids, n, e);
+        if (!rc && *n == 0) rc = oai_bad(e, "prompt", "%s must not be empty", what);
+    }
+    if (rc) {
+        free(*ids);
+        *ids = NULL;
+    }
+    return rc;
+}
+
+/* prompt: "text", [id, ...], or a batch of up to OAI_MAX_PROMPTS of those: ["text", ...] or
+ * [[id, ...], ...]. A batch's prompts go one after another into r->prompt_ids. */
 static int parse_prompt(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
                         struct api_error *e)
 {
     const cJSON *p = oai_opt(root, "prompt");
     if (!p) return oai_bad(e, "prompt", "Missing required parameter: 'prompt'");
-    if (cJSON_IsArray(p)) {
-        int n = cJSON_GetArraySize(p);
-        const cJSON *first = cJSON_GetArrayItem(p, 0);
-        if (n == 0) return oai_bad(e, "prompt", "'prompt' must not be empty");
-        if (cJSON_IsString(first) || cJSON_IsArray(first)) {
-            if (n > 1)
-                return oai_bad(e, "prompt", "batched prompts are not supported; send one request per prompt");
-            p = first;
-        } else if (!cJSON_IsNumber(first)) {
-            return oai_bad(e, "prompt", "'prompt' must be a string, an array of token ids, or an array with one of those");
-        }
+    const cJSON *first = cJSON_IsArray(p) ? cJSON_GetArrayItem(p, 0) : NULL;
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 0) return oai_bad(e, "prompt", "'prompt' must not be empty");
+    if (!first || cJSON_IsNumber(first)) { /* one prompt */
+        int rc = parse_one_prompt(ctx, p, "'prompt'", &r->prompt_ids, &r->n_prompt, e);
+        r->n_prompts = 1;
+        r->prompt_off[1] = r->n_prompt;
+        return rc;
     }
-    if (cJSON_IsArray(p)) return parse_id_array(ctx, p, r, e);
-    if (!cJSON_IsString(p))
-        return oai_bad(e, "prompt", "'prompt' must be a string, an array of token ids, or an array with one of those");
-    /* user text: specials are plain text; BOS as the tokenizer's post-processor says */
-    int rc = oai_encode_text(ctx, p->valuestring, strlen(p->valuestring), true, true, "prompt",
-                             &r->prompt_ids, &r->n_prompt, e);
-    if (rc) return rc;
-    if (r->n_prompt == 0) return oai_bad(e, "prompt", "'prompt' must not be empty");
+    int n = cJSON_GetArraySize(p);
+    if (n > OAI_MAX_PROMPTS)
+        return oai_bad(e, "prompt", "a batch of %d prompts is more than %d; split it into several requests", n,
+                       OAI_MAX_PROMPTS);
+    if ((int64_t)n * r->n > OAI_MAX_CHOICES)
+        return oai_bad(e, "prompt", "%d prompts x n = %d would be %d choices, more than %d", n, r->n, n * r->n,
+                       OAI_MAX_CHOICES);
+    int k = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, p) {
+        char what[32];
+        snprintf(what, sizeof what, "'prompt'[%d]", k);
+        if (!cJSON_IsString(it) && !cJSON_IsArray(it))
+            return oai_bad(e, "prompt", "%s must be a string or an array of token ids", what);
+        int32_t *ids;
+        int len;
+        int rc = parse_one_prompt(ctx, it, what, &ids, &len, e);
+        if (rc) return rc;
+        int32_t *all = realloc(r->prompt_ids, sizeof *all * ((size_t)r->n_prompt + (size_t)len));
+        if (!all) {
+            free(ids);
+            api_error_from_code(e, ERR_NOMEM, NULL, NULL, "out of memory");
+            return ERR_NOMEM;
+        }
+        memcpy(all + r->n_prompt, ids, sizeof *ids * (size_t)len);
+        free(ids);
+        r->prompt_ids = all;
+        r->n_prompt += len;
+        r->prompt_off[++k] = r->n_prompt;
+    }
+    r->n_prompts = n;
     return 0;
+}
+
+/* The longest prompt of r. */
+static int longest_prompt(const struct oai_request *r)
+{
+    int m = 0;
+    for (int k = 0; k < r->n_prompts; k++) {
+        int len = r->prompt_off[k + 1] - r->prompt_off[k];
+        if (len > m) m = len;
+    }
+    return m;
 }
 
 /* ---------------------------------------------------------------- requests */
@@ -787,6 +843,7 @@ static int parse_request(const struct oai_ctx *ctx, enum oai_kind kind, const ch
     req_params_default(&out->rp);
     out->kind = kind;
     out->n = 1;
+    out->n_prompts = 1;
     out->top_logprobs = -1;
     int64_t max_req = 0; /* the max_tokens asked for, 0 if none */
     const char *max_key = "max_tokens";
@@ -800,21 +857,22 @@ static int parse_request(const struct oai_ctx *ctx, enum oai_kind kind, const ch
     TRY(kind == OAI_CHAT ? parse_messages(ctx, root, out, e) : parse_prompt(ctx, root, out, e));
     oai_parse_reasoning(ctx, root, out);
 
-    if (out->n_prompt >= ctx->max_model_len) {
+    int longest = longest_prompt(out); /* a batch: every prompt must fit */
+    if (longest >= ctx->max_model_len) {
         api_error_set(e, 400, API_ERR_INVALID_REQUEST, what, "context_length_exceeded",
                       "This model's maximum context length is %d tokens. However, your request "
                       "has %d input tokens. Please reduce the length of the %s.",
-                      ctx->max_model_len, out->n_prompt,
+                      ctx->max_model_len, longest,
                       kind == OAI_CHAT ? "input messages" : "prompt");
         rc = ERR_RANGE;
         goto fail;
     }
-    if (max_req && out->n_prompt + max_req > ctx->max_model_len) {
+    if (max_req && longest + max_req > ctx->max_model_len) {
         api_error_set(e, 400, API_ERR_INVALID_REQUEST, what, "context_length_exceeded",
                       "This model's maximum context length is %d tokens. However, you requested "
                       "%lld tokens (%d in the %s, %lld in the completion). Please reduce the length "
                       "of the %s or '%s'.",
-                      ctx->max_model_len, (long long)(out->n_prompt + max_req), out->n_prompt,
+                      ctx->max_model_len, (long long)(longest + max_req), longest,
                       what, (long long)max_req, what, max_key);
         rc = ERR_RANGE;
         goto fail;

@@ -27,7 +27,9 @@ struct grammar;
 struct grammar_spec;
 struct grammar_vocab;
 
-#define OAI_MAX_N 16 /* most choices per request (n) */
+#define OAI_MAX_N 16        /* most choices per prompt (n) */
+#define OAI_MAX_PROMPTS 32  /* most prompts in one /v1/completions batch */
+#define OAI_MAX_CHOICES 64  /* most choices of one request: prompts x n */
 
 /* Sampling defaults for requests that leave a parameter out: the model's
  * generation_config.json, overridden by server flags; the glue fills this once. */
@@ -76,8 +78,12 @@ struct oai_request {
                                logprobs. -1 when logprobs are not requested */
     struct req_params rp;   /* engine parameters; rp.stops / rp.bias_ids / rp.bias point at
                                the arrays below */
-    int32_t *prompt_ids;    /* [n_prompt] malloc'd: the rendered + tokenized prompt */
-    int n_prompt;
+    int32_t *prompt_ids;    /* [n_prompt] malloc'd: the rendered + tokenized prompt, or a
+                               batch's prompts one after another */
+    int n_prompt;           /* tokens of all prompts together */
+    int n_prompts;          /* 1, or a /v1/completions batch (prompt: [...] of strings or of
+                               id arrays): prompt k is prompt_ids[prompt_off[k], prompt_off[k + 1]) */
+    int prompt_off[OAI_MAX_PROMPTS + 1];
     char *stop_strs[STOP_MAX_STRINGS];
     int32_t *bias_ids;      /* [rp.n_bias] */
     float *bias_vals;
@@ -103,8 +109,9 @@ struct oai_request {
  * frequency_penalty, repetition_penalty, logprobs + top_logprobs, logit_bias, ignore_eos,
  * user, tools + tool_choice + parallel_tool_calls (openai_tools.c: validated, passed to the
  * template, the output parsed into tool_calls), chat_template_kwargs, add_generation_prompt,
- * skip_special_tokens, cache_salt. Completions: prompt (string, [string], or [int] checked
- * against the vocabulary) instead of messages, and logprobs as an integer 0..5.
+ * skip_special_tokens, cache_salt. Completions: prompt (a string or [int] checked against
+ * the vocabulary, or a batch of up to OAI_MAX_PROMPTS of those with prompts x n at most
+ * OAI_MAX_CHOICES) instead of messages, and logprobs as an integer 0..5.
  * Structured output (both endpoints): response_format ({"type": "text" | "json_object" |
  * "json_schema"}), vLLM's guided_json / guided_regex / guided_choice and structured_outputs
  * ({"json" | "regex" | "choice" | "json_object"}), at most one per request; compiled
@@ -119,6 +126,16 @@ int oai_parse_chat(const struct oai_ctx *ctx, const char *body, size_t len,
 int oai_parse_completion(const struct oai_ctx *ctx, const char *body, size_t len,
                          struct oai_request *out, struct api_error *e);
 void oai_request_free(struct oai_request *r);
+
+/* The choices of r: n per prompt. Choice i belongs to prompt i / n (OpenAI's order). */
+static inline int oai_n_choices(const struct oai_request *r) { return r->n * r->n_prompts; }
+
+/* Prompt k of r: its first id, and its length in *len. */
+static inline const int32_t *oai_prompt(const struct oai_request *r, int k, int *len)
+{
+    *len = r->prompt_off[k + 1] - r->prompt_off[k];
+    return r->prompt_ids + r->prompt_off[k];
+}
 
 /* Compiles spec against ctx->gv and makes it r's structured-output grammar (r owns the
  * reference; rp.grammar points at it), for callers that build a grammar themselves (tool

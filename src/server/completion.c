@@ -94,13 +94,13 @@ struct job {
     int n_done;
     struct api_error error;      /* the first engine error or abort, if any */
     bool has_error;
-    struct choice ch[OAI_MAX_N]; /* [req.n] */
+    struct choice ch[OAI_MAX_CHOICES]; /* [oai_n_choices(&req)] */
 };
 
 static void job_free(struct job *j)
 {
     free(j->body);
-    for (int i = 0; i < OAI_MAX_N; i++) {
+    for (int i = 0; i < OAI_MAX_CHOICES; i++) {
         struct choice *c = &j->ch[i];
         if (c->rq) request_release(c->rq);
         req_output_free(&c->out);
@@ -304,19 +304,25 @@ static void stream_out(struct job *j, struct choice *c)
     }
 }
 
-/* The prompt counts once however many choices share it (OpenAI), so its cached part is
- * what was cached for every choice: the least any choice got from the prefix cache at its
- * first admission (choices admitted together each compute the prompt: 0). */
+/* A prompt counts once however many choices share it (OpenAI; a batch's prompts each
+ * once), so its cached part is what was cached for every one of its choices: the least any
+ * of them got from the prefix cache at its first admission (choices admitted together each
+ * compute the prompt: 0). */
 static void usage_of(const struct job *j, struct oai_usage *u, double *ttft)
 {
-    *u = (struct oai_usage){ .prompt_tokens = j->req.n_prompt, .cached_tokens = j->ch[0].n_cached,
-                             .has_reasoning = j->req.reasoning != RSN_NONE };
+    const struct oai_request *r = &j->req;
+    *u = (struct oai_usage){ .prompt_tokens = r->n_prompt, .has_reasoning = r->reasoning != RSN_NONE };
     *ttft = -1;
-    for (int i = 0; i < j->req.n; i++) {
-        u->completion_tokens += j->ch[i].n_generated;
-        u->reasoning_tokens += j->ch[i].n_reasoning;
-        if (j->ch[i].n_cached < u->cached_tokens) u->cached_tokens = j->ch[i].n_cached;
-        if (j->ch[i].ttft >= 0 && (*ttft < 0 || j->ch[i].ttft < *ttft)) *ttft = j->ch[i].ttft;
+    for (int k = 0; k < r->n_prompts; k++) {
+        int cached = j->ch[k * r->n].n_cached;
+        for (int i = k * r->n; i < (k + 1) * r->n; i++) {
+            const struct choice *c = &j->ch[i];
+            u->completion_tokens += c->n_generated;
+            u->reasoning_tokens += c->n_reasoning;
+            if (c->n_cached < cached) cached = c->n_cached;
+            if (c->ttft >= 0 && (*ttft < 0 || c->ttft < *ttft)) *ttft = c->ttft;
+        }
+        u->cached_tokens += cached;
     }
 }
 
@@ -338,10 +344,10 @@ static void finish_job(struct job *j)
     }
     char *body = NULL;
     if (!j->has_error) {
-        struct oai_piece pieces[OAI_MAX_N];
-        struct oai_tool_call *calls[OAI_MAX_N] = { 0 };
+        struct oai_piece pieces[OAI_MAX_CHOICES];
+        struct oai_tool_call *calls[OAI_MAX_CHOICES] = { 0 };
         bool ok = true;
-        for (int i = 0; i < j->req.n; i++) {
+        for (int i = 0; i < oai_n_choices(&j->req); i++) {
             const struct choice *c = &j->ch[i];
             if (c->n_calls > 0 && !(calls[i] = calloc((size_t)c->n_calls, sizeof *calls[i]))) ok = false;
             for (int k = 0; calls[i] && k < c->n_calls; k++) {
@@ -360,8 +366,8 @@ static void finish_job(struct job *j)
                                             .calls = calls[i], .n_calls = c->n_calls,
                                             .content_null = c->n_calls > 0 || c->reasoning_len > 0 };
         }
-        body = ok ? oai_response_json(j->s->m, &j->meta, pieces, j->req.n, &u, &len) : NULL;
-        for (int i = 0; i < j->req.n; i++) free(calls[i]);
+        body = ok ? oai_response_json(j->s->m, &j->meta, pieces, oai_n_choices(&j->req), &u, &len) : NULL;
+        for (int i = 0; i < oai_n_choices(&j->req); i++) free(calls[i]);
         if (body) {
             http_reply_send(j->reply, 200, "application/json", body, len, NULL);
             free(body);
@@ -408,7 +414,7 @@ static void on_notify(void *ud)
             api_error_set(&j->error, 503, API_ERR_OVERLOADED, NULL, NULL,
                           "the request was aborted (client disconnect or server shutdown)");
     }
-    if (++j->n_done == j->req.n && !j->failed) {
+    if (++j->n_done == oai_n_choices(&j->req) && !j->failed) {
         finish_job(j);
         LOG_DEBUG("server", "req-%llu done", (unsigned long long)http_reply_request_id(j->reply));
     }
@@ -454,7 +460,7 @@ static void job_run(void *arg)
     }
     const struct oai_request *r = &j->req;
     if (kind == OAI_CHAT && (r->tool_format != TP_NONE || r->reasoning != RSN_NONE)) {
-        for (int i = 0; i < r->n && !rc; i++) {
+        for (int i = 0; i < oai_n_choices(r) && !rc; i++) {
             struct choice *c = &j->ch[i];
             rc = oai_output_parser(r, &c->parser, r->stream ? stream_event : collect_event, c);
             c->parsing = rc == 0;
@@ -471,12 +477,15 @@ static void job_run(void *arg)
     j->meta = (struct oai_meta){ .kind = kind, .id = j->id, .created = (int64_t)time(NULL),
                                  .model = r->model };
     char err[ERR_BUF] = "";
-    for (int i = 0; i < r->n; i++) {
+    for (int i = 0; i < oai_n_choices(r); i++) {
         struct req_params p = r->rp;
-        p.sp.seed = r->rp.sp.seed + (uint64_t)i; /* n choices: distinct, reproducible streams */
-        p.sibling = i > 0; /* n choices are one request against the queue limits */
-        rc = engine_submit(s->e, r->prompt_ids, r->n_prompt, &p, on_notify, &j->ch[i], &j->ch[i].rq,
-                           err, sizeof err);
+        /* n choices: distinct, reproducible streams; a batch's prompt gets the seeds it would
+           get alone */
+        p.sp.seed = r->rp.sp.seed + (uint64_t)(i % r->n);
+        p.sibling = i > 0; /* the choices are one request against the queue limits */
+        int len;
+        const int32_t *ids = oai_prompt(r, i / r->n, &len);
+        rc = engine_submit(s->e, ids, len, &p, on_notify, &j->ch[i], &j->ch[i].rq, err, sizeof err);
         if (rc) break;
         j->refs++;
         atomic_store(&j->n_submitted, i + 1);
@@ -497,7 +506,7 @@ static void job_run(void *arg)
         http_reply_start_stream(j->reply);
         if (kind == OAI_CHAT) {
             /* the role chunk of every choice goes out at once: the client sees the stream open */
-            for (int i = 0; i < r->n; i++) {
+            for (int i = 0; i < oai_n_choices(r); i++) {
                 struct oai_piece p = { .index = i };
                 size_t len;
                 write_sse(j, oai_chunk_sse(s->m, &j->meta, &p, true, &len));
@@ -522,7 +531,7 @@ static void handle(struct server *s, const struct http_request *req, enum oai_ki
     j->refs = 1; /* the worker's task */
     atomic_init(&j->n_submitted, 0);
     atomic_init(&j->gone, false);
-    for (int i = 0; i < OAI_MAX_N; i++) {
+    for (int i = 0; i < OAI_MAX_CHOICES; i++) {
         j->ch[i].job = j;
         j->ch[i].index = i;
         j->ch[i].ttft = -1;

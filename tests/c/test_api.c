@@ -173,8 +173,10 @@ static const struct bad_case bad_cases[] = {
     B400(COMPL, "{\"prompt\":\"\"}", "prompt"),
     B400(COMPL, "{\"prompt\":[]}", "prompt"),
     B400(COMPL, "{\"prompt\":[[]]}", "prompt"),
-    B400(COMPL, "{\"prompt\":[\"a\",\"b\"]}", "prompt"),
-    B400(COMPL, "{\"prompt\":[[1,2],[3]]}", "prompt"),
+    B400(COMPL, "{\"prompt\":[\"a\",5]}", "prompt"),
+    B400(COMPL, "{\"prompt\":[[1,2],[3.5]]}", "prompt"),
+    B400(COMPL, "{\"prompt\":[\"a\",[]]}", "prompt"),
+    B400(COMPL, "{\"prompt\":[[1],\"\"]}", "prompt"),
     B400(COMPL, "{\"prompt\":[49152]}", "prompt"),
     B400(COMPL, "{\"prompt\":[1,-1]}", "prompt"),
     B400(COMPL, "{\"prompt\":[1.5]}", "prompt"),
@@ -356,9 +358,31 @@ static void test_bad_messages(void)
     b = "{" MSG ",\"model\":\"gpt-4\"}";
     oai_parse_chat(&ctx, b, strlen(b), &r, &e);
     CHECK(!strcmp(e.message, "The model 'gpt-4' does not exist."), "%s", e.message);
-    b = "{\"prompt\":[[1],[2]]}";
+    /* a batch: prompts one after another, each checked against the context on its own */
+    b = "{\"prompt\":[[1],[2,3]],\"n\":2}";
+    int rc = oai_parse_completion(&ctx, b, strlen(b), &r, &e);
+    CHECK(rc == 0 && r.n_prompts == 2 && r.n_prompt == 3 && oai_n_choices(&r) == 4, "batch: rc %d", rc);
+    int len = 0;
+    const int32_t *p1 = rc ? NULL : oai_prompt(&r, 1, &len);
+    CHECK(p1 && len == 2 && p1[0] == 2 && p1[1] == 3, "prompt 1");
+    if (!rc) oai_request_free(&r);
+    b = "{\"prompt\":[[1],[]]}";
     oai_parse_completion(&ctx, b, strlen(b), &r, &e);
-    CHECK(strstr(e.message, "batched prompts are not supported"), "%s", e.message);
+    CHECK(!strcmp(e.message, "'prompt'[1] must not be empty"), "%s", e.message);
+    b = "{\"prompt\":[[1],[2,-1]]}";
+    oai_parse_completion(&ctx, b, strlen(b), &r, &e);
+    CHECK(strstr(e.message, "'prompt'[1][1] = -1 is not a token id"), "%s", e.message);
+    b = "{\"prompt\":[[1],[2]],\"n\":16,\"max_tokens\":1}";
+    rc = oai_parse_completion(&ctx, b, strlen(b), &r, &e);
+    CHECK(rc == 0, "2 x 16 choices: %s", e.message);
+    if (!rc) oai_request_free(&r);
+    b = "{\"prompt\":[[1],[2],[3],[4],[5]],\"n\":13}";
+    oai_parse_completion(&ctx, b, strlen(b), &r, &e);
+    CHECK(!strcmp(e.message, "5 prompts x n = 13 would be 65 choices, more than 64"), "%s", e.message);
+    b = "{\"prompt\":[[1],[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,"
+        "31,32,33,34,35,36,37,38,39,40,41]]}";
+    oai_parse_completion(&small, b, strlen(b), &r, &e);
+    CHECK(strstr(e.message, "41 input tokens"), "the batch's longest prompt: %s", e.message);
     b = "{\"prompt\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,"
         "31,32,33,34,35,36,37,38,39,40,41]}";
     oai_parse_completion(&small, b, strlen(b), &r, &e);
@@ -373,7 +397,7 @@ static void test_bad_messages(void)
     struct oai_ctx nctx = make_ctx(2048);
     nctx.m = &nt;
     b = "{" MSG "}";
-    int rc = oai_parse_chat(&nctx, b, strlen(b), &r, &e);
+    rc = oai_parse_chat(&nctx, b, strlen(b), &r, &e);
     CHECK(rc < 0 && e.status == 400 && strstr(e.message, "no chat template"), "rc %d: %s", rc, e.message);
     /* the error JSON */
     char *j = api_error_json(&e);

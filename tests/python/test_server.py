@@ -187,6 +187,38 @@ def test_completion_prompt_forms(server, client, model_name):
     assert c.choices[0].text == a.choices[0].text
 
 
+def test_completion_batch(server, client, model_name):
+    # a batch of prompts (strings and token ids): choice i is prompt i // n's choice i % n,
+    # exactly what that prompt gets alone with the same seed; usage sums the prompts
+    ids = server.post_json("/tokenize", {"prompt": "Once upon a time"}).json()["tokens"]
+    prompts = [PROMPT, "The capital of France is", ids]
+    kw = dict(max_tokens=6, temperature=0.9, seed=1234, n=2)
+    r = server.post_json("/v1/completions", dict(model=model_name, prompt=prompts, **kw))
+    assert r.status == 200, r
+    batch = r.json()
+    assert [c["index"] for c in batch["choices"]] == list(range(6))
+    prompt_tokens = completion_tokens = 0
+    for k, p in enumerate(prompts):
+        alone = server.post_json("/v1/completions", dict(model=model_name, prompt=p, **kw)).json()
+        assert [c["text"] for c in batch["choices"][2 * k:2 * k + 2]] == [c["text"] for c in alone["choices"]], k
+        prompt_tokens += alone["usage"]["prompt_tokens"]
+        completion_tokens += alone["usage"]["completion_tokens"]
+    assert batch["usage"]["prompt_tokens"] == prompt_tokens
+    assert batch["usage"]["completion_tokens"] == completion_tokens
+    # the official client, streamed: the pieces of each index add up to the same texts
+    stream = client.completions.create(model=model_name, prompt=prompts[:2], stream=True, **kw)
+    texts = {}
+    for chunk in stream:
+        for c in chunk.choices:
+            texts[c.index] = texts.get(c.index, "") + c.text
+    assert [texts[i] for i in range(4)] == [c["text"] for c in batch["choices"][:4]]
+    # limits
+    r = server.post_json("/v1/completions", {"model": model_name, "prompt": ["a"] * 33, "max_tokens": 1})
+    assert r.status == 400 and "more than 32" in r.json()["error"]["message"], r
+    r = server.post_json("/v1/completions", {"model": model_name, "prompt": ["a"] * 5, "n": 13, "max_tokens": 1})
+    assert r.status == 400 and "more than 64" in r.json()["error"]["message"], r
+
+
 def test_model_omitted_uses_default(server):
     r = server.post_json("/v1/chat/completions", {"messages": CHAT, "max_tokens": 4})
     assert r.status == 200, r
