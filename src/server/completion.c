@@ -482,7 +482,9 @@ static void job_run(void *arg)
         /* n choices: distinct, reproducible streams; a batch's prompt gets the seeds it would
            get alone */
         p.sp.seed = r->rp.sp.seed + (uint64_t)(i % r->n);
-        p.sibling = i > 0; /* the choices are one request against the queue limits */
+        /* a prompt's n choices are one request against the queue limits; a batch's prompts are
+           a request each (past a limit the submitted ones are aborted below: 429) */
+        p.sibling = i % r->n > 0;
         int len;
         const int32_t *ids = oai_prompt(r, i / r->n, &len);
         rc = engine_submit(s->e, ids, len, &p, on_notify, &j->ch[i], &j->ch[i].rq, err, sizeof err);

@@ -237,6 +237,10 @@ def test_n_choices_count_once_against_the_queue_limit(tessera_bin, default_model
         r = srv.post_json("/v1/completions", {"prompt": "Once", "n": 16, "max_tokens": 2, "stream": True})
         assert r.status == 200, (r.status, r.body[:300])
         assert parse_sse(r.body).payloads[-1] == "[DONE]"
+        # a batch of two prompts is two requests, each with its n choices counted once
+        r = srv.post_json("/v1/completions", {"prompt": ["Once", "Twice"], "n": 4, "max_tokens": 2})
+        assert r.status == 200, (r.status, r.body[:300])
+        assert len(r.json()["choices"]) == 8
 
 
 def test_per_client_connection_limit_and_get_bodies(tessera_bin, default_model):
