@@ -20,6 +20,7 @@
 #include "util/err.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -659,9 +660,62 @@ static void param_from_message(const char *err, char *param, size_t cap)
     snprintf(param, cap, "%.*s", n ? (int)n : 8, n ? err : "messages");
 }
 
+int oai_chat_prompt_flags(const cJSON *root, bool *add_generation_prompt, bool *continue_final,
+                          struct api_error *e)
+{
+    *add_generation_prompt = true;
+    *continue_final = false;
+    int rc = opt_bool(root, "continue_final_message", continue_final, e);
+    if (rc < 0) return rc;
+    if (*continue_final) {
+        if (cJSON_IsTrue(oai_opt(root, "add_generation_prompt")))
+            return oai_bad(e, "continue_final_message",
+                           "'continue_final_message' and 'add_generation_prompt' cannot both be true: "
+                           "continue the final message, or start a new assistant message");
+        *add_generation_prompt = false;
+    }
+    rc = opt_bool(root, "add_generation_prompt", add_generation_prompt, e);
+    return rc < 0 ? rc : 0;
+}
+
+/* The last occurrence of needle[0, n) in hay[0, len), or NULL; n == 0 finds hay + len. */
+static const char *find_last(const char *hay, size_t len, const char *needle, size_t n)
+{
+    if (n > len) return NULL;
+    for (size_t i = len - n + 1; i-- > 0;)
+        if (!memcmp(hay + i, needle, n)) return hay + i;
+    return NULL;
+}
+
+/* continue_final_message, as Hugging Face's apply_chat_template does it: the rendered
+ * text ends right after the final message's content, so that the model continues that
+ * message rather than starting a new one. The content is looked for from the end as it
+ * is, then without its surrounding white space (templates such as Llama 3.1's trim it). */
+static int cut_after_final_message(const cJSON *messages, char *text, size_t *len, struct api_error *e)
+{
+    char *c = chat_content_text(cJSON_GetArrayItem(messages, cJSON_GetArraySize(messages) - 1));
+    if (!c) return oai_nomem(e);
+    const char *s = c;
+    size_t n = strlen(c);
+    const char *at = find_last(text, *len, s, n);
+    if (!at) {
+        while (n > 0 && isspace((unsigned char)*s)) s++, n--;
+        while (n > 0 && isspace((unsigned char)s[n - 1])) n--;
+        at = find_last(text, *len, s, n);
+    }
+    free(c);
+    if (!at)
+        return oai_bad(e, "continue_final_message",
+                       "the final message's content does not appear in the prompt the chat template "
+                       "renders, so it cannot be continued");
+    *len = (size_t)(at - text) + n;
+    text[*len] = 0;
+    return 0;
+}
+
 int oai_encode_chat(const struct oai_ctx *ctx, const cJSON *messages, const cJSON *tools,
-                    const cJSON *kwargs, bool add_generation_prompt, bool limit, int32_t **ids,
-                    int *n, struct api_error *e)
+                    const cJSON *kwargs, bool add_generation_prompt, bool continue_final, bool limit,
+                    int32_t **ids, int *n, struct api_error *e)
 {
     const struct model *m = ctx->m;
     char err[ERR_BUF], param[64];
@@ -687,6 +741,10 @@ int oai_encode_chat(const struct oai_ctx *ctx, const cJSON *messages, const cJSO
         free(text);
         if (rc == ERR_NOMEM) return api_error_from_code(e, rc, NULL, NULL, err), rc;
         return oai_bad(e, "messages", "the chat template failed: %s", err);
+    }
+    if (continue_final && (rc = cut_after_final_message(messages, text, &len, e))) {
+        free(text);
+        return rc;
     }
     /* The template writes BOS itself when the model wants one (Hugging Face's
      * apply_chat_template and the CLI's --chat do not add specials); only a tokenizer that
@@ -719,10 +777,10 @@ static int parse_messages(const struct oai_ctx *ctx, const cJSON *root, struct o
     if (tools && !cJSON_IsArray(tools)) return oai_bad(e, "tools", "'tools' must be an array");
     if (kwargs && !cJSON_IsObject(kwargs))
         return oai_bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
-    bool agp = true;
-    int rc = opt_bool(root, "add_generation_prompt", &agp, e);
+    bool agp, cont;
+    int rc = oai_chat_prompt_flags(root, &agp, &cont, e);
     if (rc < 0) return rc;
-    rc = oai_encode_chat(ctx, oai_opt(root, "messages"), tools, kwargs, agp, true, &r->prompt_ids,
+    rc = oai_encode_chat(ctx, oai_opt(root, "messages"), tools, kwargs, agp, cont, true, &r->prompt_ids,
                          &r->n_prompt, e);
     r->prompt_off[1] = r->n_prompt;
     return rc;

@@ -39,8 +39,15 @@ struct cJSON *oai_json_string(const char *s, size_t len);
  * *ids (malloc'd) / *n, or a negative code with *e filled. */
 int oai_encode_chat(const struct oai_ctx *ctx, const struct cJSON *messages,
                     const struct cJSON *tools, const struct cJSON *kwargs,
-                    bool add_generation_prompt, bool limit, int32_t **ids, int *n,
-                    struct api_error *e);
+                    bool add_generation_prompt, bool continue_final, bool limit, int32_t **ids,
+                    int *n, struct api_error *e);
+/* A chat request's add_generation_prompt (default true) and continue_final_message
+ * (default false; when true add_generation_prompt defaults to false, and both true is
+ * 400). With continue_final, oai_encode_chat cuts the rendered prompt right after the
+ * final message's content (as Hugging Face does), so the model continues that message.
+ * Returns 0 or a negative code with *e filled. */
+int oai_chat_prompt_flags(const struct cJSON *root, bool *add_generation_prompt, bool *continue_final,
+                          struct api_error *e);
 /* Tokenizes plain text (specials not parsed; BOS per the tokenizer when add_special),
  * with limit as above. Returns 0 and *ids / *n, or a negative code with *e filled (param
  * names the field). */

@@ -56,8 +56,8 @@ int oai_tokenize(const struct oai_ctx *ctx, const char *body, size_t len, char *
         rc = oai_encode_text(ctx, prompt->valuestring, strlen(prompt->valuestring), add_special,
                              false, "prompt", &ids, &n, e);
     } else if (msgs && !cJSON_IsNull(msgs)) {
-        bool agp = true;
-        if ((rc = opt_bool(root, "add_generation_prompt", &agp, e))) goto done;
+        bool agp, cont;
+        if ((rc = oai_chat_prompt_flags(root, &agp, &cont, e))) goto done;
         const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
         const cJSON *kwargs = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
         if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools)) { rc = oai_bad(e, "tools", "'tools' must be an array"); goto done; }
@@ -66,7 +66,7 @@ int oai_tokenize(const struct oai_ctx *ctx, const char *body, size_t len, char *
             goto done;
         }
         rc = oai_encode_chat(ctx, msgs, cJSON_IsArray(tools) ? tools : NULL,
-                             cJSON_IsObject(kwargs) ? kwargs : NULL, agp, false, &ids, &n, e);
+                             cJSON_IsObject(kwargs) ? kwargs : NULL, agp, cont, false, &ids, &n, e);
     } else {
         rc = oai_bad(e, NULL, "the body must contain 'prompt' (a string) or 'messages' (an array)");
     }

@@ -1,9 +1,11 @@
 /* chat.c — conversation → prompt text via the model's chat template (see chat.h). */
+#define _POSIX_C_SOURCE 200809L
 #include "chat/chat.h"
 #include "template/jinja.h"
 #include "util/err.h"
 
 #include <cjson/cJSON.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const known_roles[] = { "system", "user", "assistant", "tool", "developer" };
@@ -61,23 +63,19 @@ int chat_validate_messages(const cJSON *messages, char *err, size_t errlen)
     return 0;
 }
 
-/* Content given as text parts is flattened to one string (parts joined with "\n", as
- * vLLM does for text-only models), so every template sees the plain-string form. */
-static cJSON *flatten_messages(const cJSON *messages)
+char *chat_content_text(const cJSON *message)
 {
-    cJSON *copy = cJSON_Duplicate(messages, 1);
-    if (!copy) return NULL;
-    cJSON *m;
-    cJSON_ArrayForEach(m, copy) {
-        cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-        if (!cJSON_IsArray(content)) continue;
-        size_t total = 1;
-        const cJSON *part;
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(message, "content");
+    if (cJSON_IsString(content)) return strdup(content->valuestring);
+    size_t total = 1;
+    const cJSON *part;
+    if (cJSON_IsArray(content))
         cJSON_ArrayForEach(part, content) total += strlen(cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring) + 1;
-        char *buf = cJSON_malloc(total);
-        if (!buf) { cJSON_Delete(copy); return NULL; }
-        size_t n = 0;
-        int first = 1;
+    char *buf = malloc(total);
+    if (!buf) return NULL;
+    size_t n = 0;
+    int first = 1;
+    if (cJSON_IsArray(content))
         cJSON_ArrayForEach(part, content) {
             const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
             if (!first) buf[n++] = '\n';
@@ -86,9 +84,22 @@ static cJSON *flatten_messages(const cJSON *messages)
             n += l;
             first = 0;
         }
-        buf[n] = 0;
-        cJSON *s = cJSON_CreateString(buf);
-        cJSON_free(buf);
+    buf[n] = 0;
+    return buf;
+}
+
+/* Content given as text parts is flattened to one string (parts joined with "\n", as
+ * vLLM does for text-only models), so every template sees the plain-string form. */
+static cJSON *flatten_messages(const cJSON *messages)
+{
+    cJSON *copy = cJSON_Duplicate(messages, 1);
+    if (!copy) return NULL;
+    cJSON *m;
+    cJSON_ArrayForEach(m, copy) {
+        if (!cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(m, "content"))) continue;
+        char *text = chat_content_text(m);
+        cJSON *s = text ? cJSON_CreateString(text) : NULL;
+        free(text);
         if (!s) { cJSON_Delete(copy); return NULL; }
         cJSON_ReplaceItemInObjectCaseSensitive(m, "content", s);
     }

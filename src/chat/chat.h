@@ -35,4 +35,8 @@ int chat_render(const struct jinja_template *tpl, const struct chat_specials *sp
  * layer's choice (api/openai_internal.h, oai_messages_for_template). */
 int chat_validate_messages(const struct cJSON *messages, char *err, size_t errlen);
 
+/* A validated message's content as the template sees it: the string, text parts joined
+ * with "\n", or "" (null / left out). malloc'd; NULL when out of memory. */
+char *chat_content_text(const struct cJSON *message);
+
 #endif

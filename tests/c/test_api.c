@@ -9,8 +9,10 @@
 
 #include "api/error.h"
 #include "api/openai.h"
+#include "api/openai_internal.h"
 #include "chat/chat.h"
 #include "model/model.h"
+#include "template/jinja.h"
 #include "tokenizer/tokenizer.h"
 #include "util/err.h"
 
@@ -344,6 +346,48 @@ static void test_prompt_bytes(void)
     free(json);
     cJSON_Delete(body);
     free(text);
+}
+
+/* continue_final_message: the prompt ends right after the final message's content (as it
+ * is, else trimmed); not found, or together with add_generation_prompt true, is 400. */
+static void test_continue_final(void)
+{
+    struct model m = *g_model;
+    struct oai_ctx ctx = make_ctx(2048);
+    ctx.m = &m;
+    char src[] = "{% for x in messages %}<{{ x.role }}>{{ x.content | trim }}</{{ x.role }}>{% endfor %}"
+                  "{% if add_generation_prompt %}<assistant>{% endif %}";
+    char err[256];
+    CHECK(jinja_parse(src, strlen(src), &m.tmpl, err, sizeof err) == 0, "template: %s", err);
+    m.chat_template = src;
+    struct oai_request r;
+    struct api_error e;
+    const char *b = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+                    "{\"role\":\"assistant\",\"content\":\" The sea is \"}],\"continue_final_message\":true}";
+    int rc = oai_parse_chat(&ctx, b, strlen(b), &r, &e);
+    CHECK(rc == 0, "continue: rc %d %s", rc, e.message);
+    if (!rc) {
+        int32_t *want = NULL;
+        int n = 0;
+        const char *text = "<user>hi</user><assistant>The sea is"; /* trimmed content, cut after it */
+        CHECK(oai_encode_text(&ctx, text, strlen(text), false, false, "x", &want, &n, &e) == 0, "encode");
+        CHECK(n == r.n_prompt && want && !memcmp(want, r.prompt_ids, sizeof *want * (size_t)n),
+              "prompt %d tokens, want %d", r.n_prompt, n);
+        free(want);
+        oai_request_free(&r);
+    }
+    b = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"continue_final_message\":true,"
+        "\"add_generation_prompt\":true}";
+    oai_parse_chat(&ctx, b, strlen(b), &r, &e);
+    CHECK(e.status == 400 && !strcmp(e.param, "continue_final_message") && strstr(e.message, "cannot both be true"),
+          "both: %s", e.message);
+    jinja_free(m.tmpl);
+    const char *upper = "{% for x in messages %}{{ x.content | upper }}{% endfor %}";
+    CHECK(jinja_parse(upper, strlen(upper), &m.tmpl, err, sizeof err) == 0, "template: %s", err);
+    b = "{\"messages\":[{\"role\":\"user\",\"content\":\"quiet\"}],\"continue_final_message\":true}";
+    oai_parse_chat(&ctx, b, strlen(b), &r, &e);
+    CHECK(e.status == 400 && strstr(e.message, "does not appear in the prompt"), "not found: %s", e.message);
+    jinja_free(m.tmpl);
 }
 
 /* A few messages named precisely; the JSON error body of a bad request. */
@@ -1017,6 +1061,7 @@ int main(void)
     }
     RUN(test_bad_inputs);
     RUN(test_bad_messages);
+    RUN(test_continue_final);
     RUN(test_harmless_params);
     RUN(test_prompt_bytes);
     RUN(test_defaults);

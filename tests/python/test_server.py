@@ -615,3 +615,29 @@ def test_cors_browser_client(tessera_bin, default_model):
         r = srv.post_json("/v1/chat/completions", body,
                           headers={"Origin": "http://evil.example", "Authorization": "Bearer sk-cors"})
         assert r.status == 200 and r.header("Access-Control-Allow-Origin") is None
+
+
+def test_continue_final_message(server, client, model_name, default_model):
+    # the prompt ends right after the final assistant message, as Hugging Face cuts it
+    # (jinja2 rendering of the GGUF's template as the reference), and the model continues
+    # that message: the same greedy text as /v1/completions on the same token ids
+    import gguf
+    from hf_templates import render
+    reader = gguf.GGUFReader(str(default_model))
+    field = reader.fields["tokenizer.chat_template"]
+    template = bytes(field.parts[field.data[0]]).decode("utf-8")
+    messages = [{"role": "user", "content": "Tell me about the sea."},
+                {"role": "assistant", "content": "The sea is"}]
+    ok, ref = render(template, dict(messages=messages, add_generation_prompt=False, tools=None, documents=None,
+                                    bos_token="<|im_start|>", eos_token="<|im_end|>"))
+    assert ok
+    want = ref[:ref.rindex("The sea is") + len("The sea is")]
+    ids = server.post_json("/tokenize", {"messages": messages, "continue_final_message": True}).json()["tokens"]
+    assert server.post_json("/detokenize", {"tokens": ids}).json()["prompt"] == want
+    chat = client.chat.completions.create(model=model_name, messages=messages, max_tokens=8, temperature=0,
+                                          extra_body={"continue_final_message": True})
+    plain = complete(client, model_name, prompt=ids, max_tokens=8, temperature=0)
+    assert chat.choices[0].message.content == plain.choices[0].text
+    r = server.post_json("/v1/chat/completions", {"messages": messages, "continue_final_message": True,
+                                                  "add_generation_prompt": True})
+    check_error(r, 400, "invalid_request_error", param="continue_final_message")
