@@ -419,6 +419,15 @@ static const struct {
     { "functions", UNSUP_NONEMPTY, true, "function calling is not implemented" },
     { "audio", UNSUP_NOT_NULL, true, "audio output is not supported (text-only server)" },
     { "web_search_options", UNSUP_NOT_NULL, true, "web search is not supported" },
+    { "chat_template", UNSUP_NOT_NULL, true,
+      "a request's own chat template is not accepted (as vLLM without "
+      "--trust-request-chat-template); start the server with --chat-template FILE" },
+    { "structural_tag", UNSUP_NOT_NULL, false,
+      "structural tags are not implemented; use response_format, guided_json or tools" },
+    { "guided_whitespace_pattern", UNSUP_NOT_NULL, false,
+      "the JSON grammar's white space cannot be changed" },
+    { "return_tokens_as_token_ids", UNSUP_TRUE, false,
+      "logprobs name tokens by their text (and bytes), not as 'token_id:N'" },
     { "reasoning_effort", UNSUP_NOT_NULL, true,
       "it is not implemented; pass it in 'chat_template_kwargs' if the model's template reads it" },
 };
@@ -525,8 +534,6 @@ static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oa
         }
         TRY(opt_int(root, "logprobs", 0, 5, &v, e));
         r->top_logprobs = rc ? (int)v : -1;
-        TRY(opt_int_msg(root, "best_of", 1, INT_MAX, "at least 1", &v, e));
-        if (rc && v > 1) { rc = oai_bad(e, "best_of", "'best_of' > 1 is not supported"); goto fail; }
         bv = false;
         TRY(opt_bool(root, "echo", &bv, e));
         if (bv) { rc = oai_bad(e, "echo", "'echo' is not supported"); goto fail; }
@@ -534,6 +541,8 @@ static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oa
         if (rc && s[0]) { rc = oai_bad(e, "suffix", "'suffix' is not supported"); goto fail; }
     }
     r->rp.logprobs = r->top_logprobs;
+    TRY(opt_int_msg(root, "best_of", 1, INT_MAX, "at least 1", &v, e)); /* vLLM takes it on both */
+    if (rc && v > 1) { rc = oai_bad(e, "best_of", "'best_of' > 1 is not supported"); goto fail; }
 
     TRY(opt_bool(root, "ignore_eos", &r->rp.ignore_eos, e));
     TRY(opt_bool(root, "skip_special_tokens", &r->rp.skip_special_tokens, e));
@@ -660,21 +669,28 @@ static void param_from_message(const char *err, char *param, size_t cap)
     snprintf(param, cap, "%.*s", n ? (int)n : 8, n ? err : "messages");
 }
 
-int oai_chat_prompt_flags(const cJSON *root, bool *add_generation_prompt, bool *continue_final,
-                          struct api_error *e)
+int oai_chat_options(const cJSON *root, struct oai_chat_opts *o, struct api_error *e)
 {
-    *add_generation_prompt = true;
-    *continue_final = false;
-    int rc = opt_bool(root, "continue_final_message", continue_final, e);
+    *o = (struct oai_chat_opts){ .add_generation_prompt = true };
+    o->tools = oai_opt(root, "tools");
+    o->kwargs = oai_opt(root, "chat_template_kwargs");
+    o->documents = oai_opt(root, "documents");
+    if (o->tools && !cJSON_IsArray(o->tools)) return oai_bad(e, "tools", "'tools' must be an array");
+    if (o->kwargs && !cJSON_IsObject(o->kwargs))
+        return oai_bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    if (o->documents && !cJSON_IsArray(o->documents))
+        return oai_bad(e, "documents", "'documents' must be an array");
+    int rc = opt_bool(root, "continue_final_message", &o->continue_final, e);
     if (rc < 0) return rc;
-    if (*continue_final) {
+    if (o->continue_final) {
         if (cJSON_IsTrue(oai_opt(root, "add_generation_prompt")))
             return oai_bad(e, "continue_final_message",
                            "'continue_final_message' and 'add_generation_prompt' cannot both be true: "
                            "continue the final message, or start a new assistant message");
-        *add_generation_prompt = false;
+        o->add_generation_prompt = false;
     }
-    rc = opt_bool(root, "add_generation_prompt", add_generation_prompt, e);
+    if ((rc = opt_bool(root, "add_generation_prompt", &o->add_generation_prompt, e)) < 0) return rc;
+    rc = opt_bool(root, "add_special_tokens", &o->add_special, e);
     return rc < 0 ? rc : 0;
 }
 
@@ -713,9 +729,8 @@ static int cut_after_final_message(const cJSON *messages, char *text, size_t *le
     return 0;
 }
 
-int oai_encode_chat(const struct oai_ctx *ctx, const cJSON *messages, const cJSON *tools,
-                    const cJSON *kwargs, bool add_generation_prompt, bool continue_final, bool limit,
-                    int32_t **ids, int *n, struct api_error *e)
+int oai_encode_chat(const struct oai_ctx *ctx, const cJSON *messages, const struct oai_chat_opts *o,
+                    bool limit, int32_t **ids, int *n, struct api_error *e)
 {
     const struct model *m = ctx->m;
     char err[ERR_BUF], param[64];
@@ -726,23 +741,33 @@ int oai_encode_chat(const struct oai_ctx *ctx, const cJSON *messages, const cJSO
         param_from_message(err, param, sizeof param);
         return oai_bad(e, param, "%s", err);
     }
-    if (kwargs && (rc = check_template_kwargs(kwargs, e))) return rc;
+    if (o->kwargs && (rc = check_template_kwargs(o->kwargs, e))) return rc;
     if (!m->tmpl)
         return oai_bad(e, NULL, "this model has no chat template; use /v1/completions with a plain prompt");
     cJSON *converted = NULL; /* tool-call arguments as the template wants them */
     if ((rc = oai_messages_for_template(m, messages, &converted, e))) return rc;
+    cJSON *extra = NULL; /* the kwargs, plus documents */
+    if (o->documents) {
+        extra = o->kwargs ? cJSON_Duplicate(o->kwargs, 1) : cJSON_CreateObject();
+        if (!extra || !cJSON_AddItemToObject(extra, "documents", cJSON_Duplicate(o->documents, 1))) {
+            cJSON_Delete(extra);
+            cJSON_Delete(converted);
+            return oai_nomem(e);
+        }
+    }
     struct chat_specials sp = { m->bos_token ? m->bos_token : "", m->eos_token ? m->eos_token : "" };
     char *text = NULL;
     size_t len = 0;
-    rc = chat_render(m->tmpl, &sp, converted ? converted : messages, tools, kwargs,
-                     add_generation_prompt, &text, &len, err, sizeof err);
+    rc = chat_render(m->tmpl, &sp, converted ? converted : messages, o->tools, extra ? extra : o->kwargs,
+                     o->add_generation_prompt, &text, &len, err, sizeof err);
     cJSON_Delete(converted);
+    cJSON_Delete(extra);
     if (rc) {
         free(text);
         if (rc == ERR_NOMEM) return api_error_from_code(e, rc, NULL, NULL, err), rc;
         return oai_bad(e, "messages", "the chat template failed: %s", err);
     }
-    if (continue_final && (rc = cut_after_final_message(messages, text, &len, e))) {
+    if (o->continue_final && (rc = cut_after_final_message(messages, text, &len, e))) {
         free(text);
         return rc;
     }
@@ -750,11 +775,11 @@ int oai_encode_chat(const struct oai_ctx *ctx, const cJSON *messages, const cJSO
      * apply_chat_template and the CLI's --chat do not add specials); only a tokenizer that
      * always adds BOS gets it prepended, and then only if the template left it out. */
     rc = limit ? check_prompt_bytes(ctx, len, "messages", e) : 0;
-    if (!rc) rc = encode(m->tok, text, len, false, true, ids, n, "messages", e);
+    if (!rc) rc = encode(m->tok, text, len, o->add_special, true, ids, n, "messages", e);
     free(text);
     if (rc) return rc;
     int bos = tok_bos_id(m->tok);
-    if (tok_adds_bos(m->tok) && bos >= 0 && (*n == 0 || (*ids)[0] != bos)) {
+    if (!o->add_special && tok_adds_bos(m->tok) && bos >= 0 && (*n == 0 || (*ids)[0] != bos)) {
         int32_t *buf = realloc(*ids, sizeof *buf * (size_t)(*n + 1));
         if (!buf) {
             free(*ids);
@@ -773,15 +798,10 @@ int oai_encode_chat(const struct oai_ctx *ctx, const cJSON *messages, const cJSO
 static int parse_messages(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
                           struct api_error *e)
 {
-    const cJSON *tools = oai_opt(root, "tools"), *kwargs = oai_opt(root, "chat_template_kwargs");
-    if (tools && !cJSON_IsArray(tools)) return oai_bad(e, "tools", "'tools' must be an array");
-    if (kwargs && !cJSON_IsObject(kwargs))
-        return oai_bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
-    bool agp, cont;
-    int rc = oai_chat_prompt_flags(root, &agp, &cont, e);
+    struct oai_chat_opts o;
+    int rc = oai_chat_options(root, &o, e);
     if (rc < 0) return rc;
-    rc = oai_encode_chat(ctx, oai_opt(root, "messages"), tools, kwargs, agp, cont, true, &r->prompt_ids,
-                         &r->n_prompt, e);
+    rc = oai_encode_chat(ctx, oai_opt(root, "messages"), &o, true, &r->prompt_ids, &r->n_prompt, e);
     r->prompt_off[1] = r->n_prompt;
     return rc;
 }

@@ -31,23 +31,33 @@ struct cJSON *oai_parse_body(const char *body, size_t len, struct api_error *e);
  * U+FFFD, control characters and NUL are \u-escaped. NULL on OOM. */
 struct cJSON *oai_json_string(const char *s, size_t len);
 
+/* What a chat request asks of its prompt besides the messages (oai_chat_options). */
+struct oai_chat_opts {
+    const struct cJSON *tools;     /* an array, or NULL */
+    const struct cJSON *kwargs;    /* chat_template_kwargs: an object, or NULL */
+    const struct cJSON *documents; /* an array (the template's `documents`, as vLLM passes
+                                      them to retrieval templates), or NULL */
+    bool add_generation_prompt;    /* default true; false by default with continue_final */
+    bool continue_final;           /* continue_final_message: the rendered prompt is cut right
+                                      after the final message's content (as Hugging Face
+                                      does), so the model continues that message */
+    bool add_special;              /* add_special_tokens (default false): the tokenizer's own
+                                      specials (BOS) added to the rendered text, as vLLM does */
+};
+/* Reads tools, chat_template_kwargs, documents, add_generation_prompt,
+ * continue_final_message (both true: 400) and add_special_tokens from a chat request (or
+ * a /tokenize with messages); null is the same as left out. Returns 0 or a negative code
+ * with *e filled. */
+int oai_chat_options(const struct cJSON *root, struct oai_chat_opts *o, struct api_error *e);
+
 /* Renders messages with m's chat template and tokenizes the result the way the chat API
- * does (specials parsed; BOS prepended only if the tokenizer adds one and the template
- * did not write it). tools / kwargs may be NULL; a kwarg named like a variable the server
+ * does (specials parsed; without add_special, BOS prepended only if the tokenizer always
+ * adds one and the template did not write it). A kwarg named like a variable the server
  * sets (messages, bos_token, ...) is 400. With limit, a rendered text longer than
  * ctx->max_prompt_bytes is 400 context_length_exceeded before tokenizing. Returns 0 and
  * *ids (malloc'd) / *n, or a negative code with *e filled. */
-int oai_encode_chat(const struct oai_ctx *ctx, const struct cJSON *messages,
-                    const struct cJSON *tools, const struct cJSON *kwargs,
-                    bool add_generation_prompt, bool continue_final, bool limit, int32_t **ids,
-                    int *n, struct api_error *e);
-/* A chat request's add_generation_prompt (default true) and continue_final_message
- * (default false; when true add_generation_prompt defaults to false, and both true is
- * 400). With continue_final, oai_encode_chat cuts the rendered prompt right after the
- * final message's content (as Hugging Face does), so the model continues that message.
- * Returns 0 or a negative code with *e filled. */
-int oai_chat_prompt_flags(const struct cJSON *root, bool *add_generation_prompt, bool *continue_final,
-                          struct api_error *e);
+int oai_encode_chat(const struct oai_ctx *ctx, const struct cJSON *messages, const struct oai_chat_opts *o,
+                    bool limit, int32_t **ids, int *n, struct api_error *e);
 /* Tokenizes plain text (specials not parsed; BOS per the tokenizer when add_special),
  * with limit as above. Returns 0 and *ids / *n, or a negative code with *e filled (param
  * names the field). */

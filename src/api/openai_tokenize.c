@@ -56,17 +56,9 @@ int oai_tokenize(const struct oai_ctx *ctx, const char *body, size_t len, char *
         rc = oai_encode_text(ctx, prompt->valuestring, strlen(prompt->valuestring), add_special,
                              false, "prompt", &ids, &n, e);
     } else if (msgs && !cJSON_IsNull(msgs)) {
-        bool agp, cont;
-        if ((rc = oai_chat_prompt_flags(root, &agp, &cont, e))) goto done;
-        const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
-        const cJSON *kwargs = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
-        if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools)) { rc = oai_bad(e, "tools", "'tools' must be an array"); goto done; }
-        if (kwargs && !cJSON_IsNull(kwargs) && !cJSON_IsObject(kwargs)) {
-            rc = oai_bad(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
-            goto done;
-        }
-        rc = oai_encode_chat(ctx, msgs, cJSON_IsArray(tools) ? tools : NULL,
-                             cJSON_IsObject(kwargs) ? kwargs : NULL, agp, cont, false, &ids, &n, e);
+        struct oai_chat_opts o;
+        if ((rc = oai_chat_options(root, &o, e))) goto done;
+        rc = oai_encode_chat(ctx, msgs, &o, false, &ids, &n, e);
     } else {
         rc = oai_bad(e, NULL, "the body must contain 'prompt' (a string) or 'messages' (an array)");
     }

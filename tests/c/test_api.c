@@ -236,6 +236,12 @@ static const struct bad_case bad_cases[] = {
     B400(CHAT, "{" MSG ",\"use_beam_search\":true}", "use_beam_search"),
     B400(CHAT, "{" MSG ",\"include_stop_str_in_output\":true}", "include_stop_str_in_output"),
     B400(CHAT, "{" MSG ",\"echo\":true}", "echo"),
+    B400(CHAT, "{" MSG ",\"chat_template\":\"{{ messages }}\"}", "chat_template"),
+    B400(CHAT, "{" MSG ",\"structural_tag\":\"{}\"}", "structural_tag"),
+    B400(COMPL, "{\"prompt\":\"x\",\"guided_whitespace_pattern\":\" \"}", "guided_whitespace_pattern"),
+    B400(CHAT, "{" MSG ",\"return_tokens_as_token_ids\":true}", "return_tokens_as_token_ids"),
+    B400(CHAT, "{" MSG ",\"best_of\":2}", "best_of"),
+    B400(CHAT, "{" MSG ",\"add_special_tokens\":1}", "add_special_tokens"),
     B400(CHAT, "{" MSG ",\"bad_words\":[\"x\"]}", "bad_words"),
     B400(CHAT, "{" MSG ",\"truncate_prompt_tokens\":10}", "truncate_prompt_tokens"),
     /* chat_template_kwargs cannot replace what the server sets */
@@ -289,7 +295,8 @@ static void test_harmless_params(void)
         "{" MSG ",\"function_call\":\"none\",\"functions\":[]}",
         "{" MSG ",\"modalities\":[\"text\"],\"store\":false,\"metadata\":{\"a\":\"b\"},\"service_tier\":\"auto\"}",
         "{" MSG ",\"min_tokens\":0,\"stop_token_ids\":[],\"use_beam_search\":false,\"echo\":false,"
-        "\"include_stop_str_in_output\":false,\"guided_json\":null,\"prompt_logprobs\":null}",
+        "\"include_stop_str_in_output\":false,\"guided_json\":null,\"prompt_logprobs\":null,"
+        "\"chat_template\":null,\"return_tokens_as_token_ids\":false,\"best_of\":1,\"length_penalty\":1}",
         "{" MSG ",\"chat_template_kwargs\":{\"enable_thinking\":false,\"custom_tools\":[]}}",
     };
     for (size_t i = 0; i < sizeof chat_ok / sizeof chat_ok[0]; i++) {
@@ -388,6 +395,52 @@ static void test_continue_final(void)
     oai_parse_chat(&ctx, b, strlen(b), &r, &e);
     CHECK(e.status == 400 && strstr(e.message, "does not appear in the prompt"), "not found: %s", e.message);
     jinja_free(m.tmpl);
+}
+
+/* documents reach the template; add_special_tokens adds the tokenizer's BOS on top of
+ * the template's (vLLM's behaviour, duplicates included). */
+static void test_chat_documents_and_specials(void)
+{
+    struct model m = *g_model;
+    struct oai_ctx ctx = make_ctx(2048);
+    ctx.m = &m;
+    const char *src = "{% for d in documents %}[{{ d.text }}]{% endfor %}{{ messages[0].content }}";
+    char err[256];
+    CHECK(jinja_parse(src, strlen(src), &m.tmpl, err, sizeof err) == 0, "template: %s", err);
+    struct oai_request r;
+    struct api_error e;
+    const char *b = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                    "\"documents\":[{\"text\":\"one\"},{\"text\":\"two\"}]}";
+    int rc = oai_parse_chat(&ctx, b, strlen(b), &r, &e);
+    CHECK(rc == 0, "documents: %s", rc ? e.message : "");
+    int32_t *want = NULL;
+    int n = 0;
+    CHECK(oai_encode_text(&ctx, "[one][two]hi", 12, false, false, "x", &want, &n, &e) == 0, "encode");
+    CHECK(!rc && n == r.n_prompt && !memcmp(want, r.prompt_ids, sizeof *want * (size_t)n), "documents rendered");
+    free(want);
+    if (!rc) oai_request_free(&r);
+    b = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"documents\":{}}";
+    oai_parse_chat(&ctx, b, strlen(b), &r, &e);
+    CHECK(e.status == 400 && !strcmp(e.param, "documents"), "documents not an array: %s", e.message);
+    jinja_free(m.tmpl);
+    m.tmpl = g_model->tmpl;
+    /* a tokenizer that adds BOS: the template's own BOS is kept alone without
+       add_special_tokens, and doubled with it */
+    struct tokenizer *tok = (struct tokenizer *)g_model->tok;
+    int bos = tok_bos_id(tok);
+    bool adds = tok_adds_bos(tok);
+    tok_set_adds_bos(tok, true);
+    b = "{" MSG "}";
+    rc = oai_parse_chat(&ctx, b, strlen(b), &r, &e);
+    int plain = rc ? -1 : r.n_prompt;
+    CHECK(!rc && r.prompt_ids[0] == bos && r.prompt_ids[1] != bos, "plain: first %d", rc ? -1 : r.prompt_ids[0]);
+    if (!rc) oai_request_free(&r);
+    b = "{" MSG ",\"add_special_tokens\":true}";
+    rc = oai_parse_chat(&ctx, b, strlen(b), &r, &e);
+    CHECK(!rc && r.n_prompt == plain + 1 && r.prompt_ids[0] == bos && r.prompt_ids[1] == bos,
+          "add_special_tokens: %d tokens, plain %d", rc ? -1 : r.n_prompt, plain);
+    if (!rc) oai_request_free(&r);
+    tok_set_adds_bos(tok, adds);
 }
 
 /* A few messages named precisely; the JSON error body of a bad request. */
@@ -1062,6 +1115,7 @@ int main(void)
     RUN(test_bad_inputs);
     RUN(test_bad_messages);
     RUN(test_continue_final);
+    RUN(test_chat_documents_and_specials);
     RUN(test_harmless_params);
     RUN(test_prompt_bytes);
     RUN(test_defaults);

@@ -191,11 +191,17 @@ def test_path_variant_post(server):
     assert r.status == 200, r
 
 
-@pytest.mark.parametrize("path", ["/v1/nope", "/", "/v2/models", "/v1/models/x", "/v1/chat/completion",
+@pytest.mark.parametrize("path", ["/v1/nope", "/", "/v2/models", "/v1/model/x", "/v1/chat/completion",
                                   "/V1/MODELS"])
 def test_unknown_path(server, path):
     check_error(server.request("GET", path), 404)
     check_error(server.request("POST", path, body=chat_body()), 404)
+
+
+def test_unknown_model_id(server):
+    # /v1/models/{id} exists for GET: another id is 404 model_not_found, another method 405
+    check_error(server.request("GET", "/v1/models/x"), 404, code="model_not_found", param="model")
+    check_error(server.request("POST", "/v1/models/x", body=chat_body()), 405, code="method_not_allowed")
 
 
 def test_body_at_limit_ok(server):
