@@ -350,6 +350,27 @@ static int parse_stop(const cJSON *root, struct oai_request *r, struct api_error
     return 0;
 }
 
+/* stop_token_ids (vLLM): up to SCHED_MAX_STOP_IDS token ids in the vocabulary. */
+static int parse_stop_ids(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
+                          struct api_error *e)
+{
+    const cJSON *it = oai_opt(root, "stop_token_ids");
+    if (!it) return 0;
+    if (!cJSON_IsArray(it)) return oai_bad(e, "stop_token_ids", "'stop_token_ids' must be an array of token ids");
+    int n = cJSON_GetArraySize(it), vocab = ctx->m->cfg.vocab_size, i = 0;
+    if (n > SCHED_MAX_STOP_IDS)
+        return oai_bad(e, "stop_token_ids", "'stop_token_ids' may hold at most %d ids, got %d", SCHED_MAX_STOP_IDS, n);
+    const cJSON *t;
+    cJSON_ArrayForEach(t, it) {
+        double d = cJSON_IsNumber(t) ? t->valuedouble : NAN;
+        if (!isfinite(d) || d != floor(d) || d < 0 || d >= vocab)
+            return oai_bad(e, "stop_token_ids", "'stop_token_ids'[%d] is not a token id in [0, %d)", i, vocab);
+        r->rp.stop_ids[i++] = (int32_t)d;
+    }
+    r->rp.n_stop_ids = n;
+    return 0;
+}
+
 /* logit_bias: {"<token id>": bias in [-100, 100], ...}, ids in the vocabulary. */
 static int parse_logit_bias(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
                             struct api_error *e)
@@ -407,14 +428,12 @@ static const struct {
     { "guided_grammar", UNSUP_NOT_NULL, false,
       "grammars (EBNF) are not implemented; use guided_json, guided_regex or guided_choice" },
     { "min_tokens", UNSUP_NONEMPTY, false, "a minimum output length is not implemented" },
-    { "stop_token_ids", UNSUP_NONEMPTY, false, "stop token ids are not implemented; use 'stop' strings" },
     { "bad_words", UNSUP_NONEMPTY, false, "bad-word filtering is not implemented" },
     { "allowed_token_ids", UNSUP_NONEMPTY, false, "restricting the vocabulary is not implemented" },
     { "logits_processors", UNSUP_NONEMPTY, false, "logits processors are not implemented" },
     { "prompt_logprobs", UNSUP_NOT_NULL, false, "prompt logprobs are not implemented" },
     { "truncate_prompt_tokens", UNSUP_NOT_NULL, false, "prompt truncation is not implemented" },
     { "use_beam_search", UNSUP_TRUE, false, "beam search is not implemented" },
-    { "include_stop_str_in_output", UNSUP_TRUE, false, "stop strings are never included in the output" },
     { "echo", UNSUP_TRUE, true, "echoing the prompt is not supported" },
     { "functions", UNSUP_NONEMPTY, true, "function calling is not implemented" },
     { "audio", UNSUP_NOT_NULL, true, "audio output is not supported (text-only server)" },
@@ -545,6 +564,8 @@ static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oa
     if (rc && v > 1) { rc = oai_bad(e, "best_of", "'best_of' > 1 is not supported"); goto fail; }
 
     TRY(opt_bool(root, "ignore_eos", &r->rp.ignore_eos, e));
+    TRY(parse_stop_ids(ctx, root, r, e));
+    TRY(opt_bool(root, "include_stop_str_in_output", &r->rp.include_stop_str, e));
     TRY(opt_bool(root, "skip_special_tokens", &r->rp.skip_special_tokens, e));
     TRY(opt_str(root, "user", &s, e)); /* an end-user id for abuse tracking: nothing to do */
     TRY(opt_str(root, "cache_salt", &s, e));

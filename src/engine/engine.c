@@ -49,6 +49,7 @@ struct request {
     float *bias;                 /* [sp.n_bias] */
     char salt[BM_SALT_MAX];
     bool skip_special;
+    bool include_stop;           /* include_stop_str: a matched stop string is output */
     req_notify_fn notify;
     void *ud;
     double t_submit;             /* monotonic seconds */
@@ -370,14 +371,23 @@ static void finish_all(struct engine *e, enum req_finish f, const char *msg)
 /* ---- scheduler thread: step output --------------------------------------------------- */
 
 /* Passes text through r's stop matcher into e->stop_out; returns STOP_HIT or
- * STOP_CONTINUE and the emittable byte count in *n_out. */
+ * STOP_CONTINUE and the emittable byte count in *n_out. With include_stop, a stop string
+ * that completed follows the text before it (its bytes came from the held tail and this
+ * text, so it fits where they did). */
 static int stop_pass(struct engine *e, struct request *r, const char *text, size_t len,
                      size_t *n_out)
 {
     *n_out = 0;
     int rc = stop_feed(&r->stop, text, len, e->stop_out, (size_t)e->piece_cap + STOP_MAX_LEN,
                        n_out);
-    return rc == STOP_HIT ? STOP_HIT : STOP_CONTINUE;
+    if (rc != STOP_HIT) return STOP_CONTINUE;
+    if (r->include_stop) {
+        size_t n;
+        const char *s = stop_matched_str(&r->stop, &n);
+        memcpy(e->stop_out + *n_out, s, n);
+        *n_out += n;
+    }
+    return STOP_HIT;
 }
 
 /* The first admission sets the queue time and the cached prompt tokens (vLLM's
@@ -747,6 +757,13 @@ static int validate(const struct engine *e, const int32_t *ids, int n, const str
                            "logit_bias: value %g for token %d is outside [-100, 100]", (double)b,
                            p->bias_ids[i]);
     }
+    if (p->n_stop_ids < 0 || p->n_stop_ids > SCHED_MAX_STOP_IDS)
+        return err_set(err, errlen, ERR_INVALID, "stop_token_ids: %d ids (at most %d)", p->n_stop_ids,
+                       SCHED_MAX_STOP_IDS);
+    for (int i = 0; i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] < 0 || p->stop_ids[i] >= vocab)
+            return err_set(err, errlen, ERR_INVALID,
+                           "stop_token_ids: token id %d is outside the vocabulary [0, %d)", p->stop_ids[i], vocab);
     if (p->cache_salt && !memchr(p->cache_salt, 0, BM_SALT_MAX + 1))
         return err_set(err, errlen, ERR_INVALID, "cache_salt: longer than %d bytes", BM_SALT_MAX);
     return 0;
@@ -780,6 +797,9 @@ int engine_submit(struct engine *e, const int32_t *ids, int n, const struct req_
     r->sp.sp = p->sp;
     r->sp.max_tokens = p->max_tokens;
     r->sp.ignore_eos = p->ignore_eos;
+    memcpy(r->sp.stop_ids, p->stop_ids, sizeof p->stop_ids[0] * (size_t)p->n_stop_ids);
+    r->sp.n_stop_ids = p->n_stop_ids;
+    r->include_stop = p->include_stop_str;
     r->sp.logprobs = p->logprobs;
     if (p->n_bias) {
         memcpy(r->bias_ids, p->bias_ids, sizeof *r->bias_ids * (size_t)p->n_bias);

@@ -72,6 +72,12 @@ struct req_params {
     bool skip_special_tokens;  /* text omits special tokens (the usual: true) */
     const char *stops[STOP_MAX_STRINGS]; /* stop strings (validated with stop_validate) */
     int n_stops;
+    bool include_stop_str;     /* the stop string that ended the text is part of it (vLLM's
+                                  include_stop_str_in_output); else it is cut */
+    int32_t stop_ids[SCHED_MAX_STOP_IDS]; /* [n_stop_ids] tokens that end generation like an
+                                  end-of-generation token, ignore_eos or not; their text is
+                                  not output (vLLM's stop_token_ids) */
+    int n_stop_ids;
     int logprobs;              /* -1: none; 0..SAMPLER_MAX_TOP_LOGPROBS: the sampled token's
                                   logprob plus that many top alternatives per token */
     const int32_t *bias_ids;   /* [n_bias] logit bias (OpenAI logit_bias) */

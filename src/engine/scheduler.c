@@ -274,6 +274,13 @@ int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq
         if (p->bias_ids[i] < 0 || p->bias_ids[i] >= vocab || isnan(p->bias[i]) || p->bias[i] == INFINITY)
             return err_set(err, errlen, ERR_RANGE, "logit_bias: %d entries, ids must be in [0, %d) and biases "
                            "not NaN or +inf", p->n_bias, vocab);
+    if (p->n_stop_ids < 0 || p->n_stop_ids > SCHED_MAX_STOP_IDS)
+        return err_set(err, errlen, ERR_RANGE, "stop token ids: %d (at most %d)", p->n_stop_ids,
+                       SCHED_MAX_STOP_IDS);
+    for (int i = 0; i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] < 0 || p->stop_ids[i] >= vocab)
+            return err_set(err, errlen, ERR_RANGE, "stop token id %d outside the vocabulary [0, %d)",
+                           p->stop_ids[i], vocab);
     int max_tokens = p->max_tokens;
     if (max_tokens <= 0 || max_tokens > s->cfg.max_model_len - n)
         max_tokens = s->cfg.max_model_len - n;
@@ -315,6 +322,8 @@ int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq
     q->n_prompt = q->n_tokens = n;
     q->max_tokens = max_tokens;
     q->ignore_eos = p->ignore_eos;
+    memcpy(q->stop_ids, p->stop_ids, sizeof q->stop_ids[0] * (size_t)p->n_stop_ids);
+    q->n_stop_ids = p->n_stop_ids;
     q->logprobs = p->logprobs;
     q->user = p->user;
     q->grammar = grammar_ref(p->grammar);
@@ -593,6 +602,14 @@ static void push_event(struct sched *s, const struct sched_seq *q, int32_t token
     };
 }
 
+/* Is tok one of q's stop token ids? */
+static bool is_stop_id(const struct sched_seq *q, int32_t tok)
+{
+    for (int i = 0; i < q->n_stop_ids; i++)
+        if (q->stop_ids[i] == tok) return true;
+    return false;
+}
+
 /* Ends q with f; retired (and freed) at the end of the step. */
 static void finish_seq(struct sched_seq *q, enum sched_finish f)
 {
@@ -639,7 +656,8 @@ static int record(struct sched *s, struct sched_plan *p, char *err, size_t errle
         sampler_accept(q->sampler, tok);
         q->tokens[q->n_tokens++] = tok;
         /* a constrained sequence ends where its grammar does, ignore_eos or not */
-        if ((!q->ignore_eos || constrained) && model_is_eog(s->m, tok)) finish_seq(q, FINISH_STOP);
+        if (((!q->ignore_eos || constrained) && model_is_eog(s->m, tok)) || is_stop_id(q, tok))
+            finish_seq(q, FINISH_STOP);
         else if (q->n_tokens - q->n_prompt >= q->max_tokens) finish_seq(q, FINISH_LENGTH);
         const struct sched_logprob *lp = NULL;
         if (q->logprobs >= 0) {

@@ -103,11 +103,17 @@ enum sched_status { SEQ_WAITING = 0, SEQ_RUNNING, SEQ_FINISHED, SEQ_ABORTED };
  * NaN logits); the other sequences are unaffected. */
 enum sched_finish { FINISH_NONE = 0, FINISH_STOP, FINISH_LENGTH, FINISH_ABORT, FINISH_ERROR };
 
+#define SCHED_MAX_STOP_IDS 16 /* stop token ids per sequence */
+
 /* What one sequence asks for; everything is copied by sched_add. */
 struct sched_seq_params {
     struct sampler_params sp;
     int max_tokens;           /* <= 0 or past the context: max_model_len - prompt length */
     bool ignore_eos;          /* keep sampling past end-of-generation tokens */
+    int32_t stop_ids[SCHED_MAX_STOP_IDS]; /* [n_stop_ids] more tokens that end the sequence
+                                 (FINISH_STOP, as an end-of-generation token: vLLM's
+                                 stop_token_ids), ignore_eos or not */
+    int n_stop_ids;
     int logprobs;             /* -1: none; 0..SAMPLER_MAX_TOP_LOGPROBS: report the sampled
                                  token's raw logprob and that many top alternatives */
     const int32_t *bias_ids;  /* [n_bias] logit bias (sampler_set_logit_bias) */
@@ -146,6 +152,8 @@ struct sched_seq {
                                admission (all of them on a full hit, whose last token is
                                still forwarded for its logits, without a KV write) */
     bool ignore_eos;
+    int32_t stop_ids[SCHED_MAX_STOP_IDS]; /* [n_stop_ids] (sched_seq_params) */
+    int n_stop_ids;
     bool abort_requested;   /* sched_abort: dropped at the start of the next step */
     int logprobs;           /* -1 or the number of top alternatives */
     int num_preemptions;

@@ -176,3 +176,10 @@ int stop_flush(struct stop_matcher *m, char *out, size_t out_cap, size_t *n_out)
 }
 
 int stop_matched(const struct stop_matcher *m) { return m->matched; }
+
+const char *stop_matched_str(const struct stop_matcher *m, size_t *len)
+{
+    int i = stop_matched(m);
+    *len = i >= 0 ? (size_t)m->len[i] : 0;
+    return i >= 0 ? m->str[i] : NULL;
+}

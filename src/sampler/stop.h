@@ -67,5 +67,9 @@ int stop_feed(struct stop_matcher *m, const char *delta, size_t len, char *out, 
 int stop_flush(struct stop_matcher *m, char *out, size_t out_cap, size_t *n_out);
 /* Index into the stops given to stop_init of the stop string that ended the text, or -1. */
 int stop_matched(const struct stop_matcher *m);
+/* The bytes of the stop string that ended the text (*len of them, not NUL-terminated), or
+ * NULL with *len 0 when none did. For include_stop_str_in_output: the engine emits them
+ * after the text before the stop. */
+const char *stop_matched_str(const struct stop_matcher *m, size_t *len);
 
 #endif

@@ -750,6 +750,31 @@ static void test_stop_strings(void)
     CHECK(got.n_ids >= 1 && got.n_ids < ref.n_ids, "%d ids of %d", got.n_ids, ref.n_ids);
     for (int k = 0; k < got.n_ids; k++) CHECK(got.ids[k] == ref.ids[k], "token %d differs", k);
     CHECK(!strstr(got.text, stop), "stop string leaked");
+    /* include_stop_str: the same cut, with the stop string after it */
+    static struct result incl, by_id;
+    p.include_stop_str = true;
+    run_solo(e, g_prompt[pi], g_len[pi], &p, &incl);
+    CHECK(incl.finish == REQ_FINISH_STOP && incl.stop_index == 1 && incl.text_len == cut + 4 &&
+              !memcmp(incl.text, ref.text, cut + 4),
+          "include_stop_str: got \"%s\", expected the first %zu bytes of \"%s\"", incl.text, cut + 4, ref.text);
+    p.include_stop_str = false;
+    p.n_stops = 0;
+    /* a stop token id: generation ends at its first occurrence, its text not output */
+    int32_t stop_tok = ref.ids[n_text / 2];
+    int first = 0;
+    while (ref.ids[first] != stop_tok) first++;
+    p.stop_ids[0] = stop_tok;
+    p.n_stop_ids = 1;
+    p.ignore_eos = true; /* stop ids apply regardless */
+    run_solo(e, g_prompt[pi], g_len[pi], &p, &by_id);
+    char *want = tok_decode(g_model->tok, ref.ids, first, true);
+    CHECK(by_id.finish == REQ_FINISH_STOP && by_id.n_ids == first + 1 && want && !strcmp(by_id.text, want),
+          "stop id %d (first at %d): finish %d, %d ids, \"%s\" vs \"%s\"", stop_tok, first, by_id.finish,
+          by_id.n_ids, by_id.text, want ? want : "");
+    for (int k = 0; k < by_id.n_ids && k <= first; k++) CHECK(by_id.ids[k] == ref.ids[k], "token %d differs", k);
+    free(want);
+    p.n_stop_ids = 0;
+    p.ignore_eos = false;
     /* a stop prefix held at the end of generation is released by the flush */
     char tail_stop[8] = { 0 };
     if (ref.finish == REQ_FINISH_LENGTH && ref.text_len >= 2 &&

@@ -641,3 +641,20 @@ def test_continue_final_message(server, client, model_name, default_model):
     r = server.post_json("/v1/chat/completions", {"messages": messages, "continue_final_message": True,
                                                   "add_generation_prompt": True})
     check_error(r, 400, "invalid_request_error", param="continue_final_message")
+
+
+def test_stop_token_ids_and_include_stop_str(server, client, model_name):
+    # vLLM's stop_token_ids (the token's text is not output) and include_stop_str_in_output,
+    # against the same greedy text without them
+    prompt, kw = "One, two, three, four,", dict(max_tokens=12, temperature=0)
+    base = complete(client, model_name, prompt=prompt, **kw).choices[0].text
+    assert "," in base and " six" in base, base
+    comma = server.post_json("/tokenize", {"prompt": ",", "add_special_tokens": False}).json()["tokens"]
+    assert len(comma) == 1
+    out = complete(client, model_name, prompt=prompt, extra_body={"stop_token_ids": comma}, **kw).choices[0]
+    assert out.finish_reason == "stop" and out.text == base[:base.index(",")], (out.text, base)
+    out = complete(client, model_name, prompt=prompt, stop=[" six"],
+                   extra_body={"include_stop_str_in_output": True}, **kw).choices[0]
+    assert out.finish_reason == "stop" and out.text == base[:base.index(" six") + 4], (out.text, base)
+    r = server.post_json("/v1/completions", {"prompt": prompt, "stop_token_ids": [1] * 17})
+    check_error(r, 400, "invalid_request_error", param="stop_token_ids")
