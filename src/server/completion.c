@@ -479,9 +479,10 @@ static void job_run(void *arg)
     char err[ERR_BUF] = "";
     for (int i = 0; i < oai_n_choices(r); i++) {
         struct req_params p = r->rp;
-        /* n choices: distinct, reproducible streams; a batch's prompt gets the seeds it would
-           get alone */
-        p.sp.seed = r->rp.sp.seed + (uint64_t)(i % r->n);
+        /* n choices: distinct, reproducible streams. With a seed, a batch's prompt gets the
+           seeds it would get alone; without one every choice of the batch gets its own (two
+           equal prompts must not sample alike) */
+        p.sp.seed = r->rp.sp.seed + (uint64_t)(r->seed_given ? i % r->n : i);
         /* a prompt's n choices are one request against the queue limits; a batch's prompts are
            a request each (past a limit the submitted ones are aborted below: 429) */
         p.sibling = i % r->n > 0;

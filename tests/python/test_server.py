@@ -212,6 +212,11 @@ def test_completion_batch(server, client, model_name):
         for c in chunk.choices:
             texts[c.index] = texts.get(c.index, "") + c.text
     assert [texts[i] for i in range(4)] == [c["text"] for c in batch["choices"][:4]]
+    # without a seed, equal prompts of a batch sample independently
+    r = server.post_json("/v1/completions", {"model": model_name, "prompt": ["Write a random word:"] * 2,
+                                             "max_tokens": 24, "temperature": 1.5, "ignore_eos": True})
+    texts = [c["text"] for c in r.json()["choices"]]
+    assert texts[0] != texts[1], texts
     # limits
     r = server.post_json("/v1/completions", {"model": model_name, "prompt": ["a"] * 33, "max_tokens": 1})
     assert r.status == 400 and "more than 32" in r.json()["error"]["message"], r
