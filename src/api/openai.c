@@ -427,7 +427,6 @@ static const struct {
 } UNSUPPORTED[] = {
     { "guided_grammar", UNSUP_NOT_NULL, false,
       "grammars (EBNF) are not implemented; use guided_json, guided_regex or guided_choice" },
-    { "min_tokens", UNSUP_NONEMPTY, false, "a minimum output length is not implemented" },
     { "bad_words", UNSUP_NONEMPTY, false, "bad-word filtering is not implemented" },
     { "allowed_token_ids", UNSUP_NONEMPTY, false, "restricting the vocabulary is not implemented" },
     { "logits_processors", UNSUP_NONEMPTY, false, "logits processors are not implemented" },
@@ -532,6 +531,15 @@ static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oa
         *max_key = keys[i];
     }
     if (!*max_req) r->rp.max_tokens = ctx->defaults.max_tokens > 0 ? ctx->defaults.max_tokens : 0;
+    TRY(opt_int(root, "min_tokens", 0, INT_MAX, &v, e));
+    if (rc) {
+        if (*max_req && v > (double)*max_req) {
+            rc = oai_bad(e, "min_tokens", "'min_tokens' (%.0f) must not be greater than '%s' (%lld)", v, *max_key,
+                         (long long)*max_req);
+            goto fail;
+        }
+        r->rp.min_tokens = (int)v;
+    }
 
     TRY(parse_stop(root, r, e));
     TRY(parse_logit_bias(ctx, root, r, e));

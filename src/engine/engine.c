@@ -68,6 +68,7 @@ struct request {
     bool dequeued;               /* left the queue counters (admitted or finished), or
                                     never in them (a sibling choice) */
     bool had_token, done;        /* done: finish set (mirror of pend.finish) */
+    int n_gen;                   /* tokens generated so far (min_tokens' count) */
     int n_cached;                /* prompt tokens cached at the first admission */
     bool was_admitted;           /* the first admission happened (readmissions after a
                                     preemption leave n_cached and the queue time alone) */
@@ -437,10 +438,16 @@ static void on_output(void *ud, const struct sched_output *o)
         bool eog = o->finished && o->finish == FINISH_STOP;
         size_t n_out = 0;
         int hit = STOP_CONTINUE;
+        r->n_gen++;
         if (!eog) {
             int len = tok_stream_feed(e->m->tok, &r->ts, o->token, r->skip_special, e->piece,
                                       e->piece_cap);
-            if (len > 0) hit = stop_pass(e, r, e->piece, (size_t)len, &n_out);
+            if (len > 0 && r->n_gen <= r->sp.min_tokens) { /* stop strings start after min_tokens */
+                memcpy(e->stop_out, e->piece, (size_t)len);
+                n_out = (size_t)len;
+            } else if (len > 0) {
+                hit = stop_pass(e, r, e->piece, (size_t)len, &n_out);
+            }
         }
         pthread_mutex_lock(&r->mu);
         if (!r->had_token) r->pend.t_first_token = t - r->t_submit;
@@ -469,7 +476,10 @@ static void on_output(void *ud, const struct sched_output *o)
         char tail[16];
         size_t n_out = 0, n_held = 0;
         int len = tok_stream_flush(&r->ts, tail, sizeof tail);
-        if (len > 0 && stop_pass(e, r, tail, (size_t)len, &n_out) == STOP_HIT) {
+        if (len > 0 && r->n_gen <= r->sp.min_tokens) { /* as above: before min_tokens, no stop */
+            memcpy(e->stop_out, tail, (size_t)len);
+            n_out = (size_t)len;
+        } else if (len > 0 && stop_pass(e, r, tail, (size_t)len, &n_out) == STOP_HIT) {
             f = REQ_FINISH_STOP;
             stop_index = stop_matched(&r->stop);
         } else {
@@ -757,6 +767,7 @@ static int validate(const struct engine *e, const int32_t *ids, int n, const str
                            "logit_bias: value %g for token %d is outside [-100, 100]", (double)b,
                            p->bias_ids[i]);
     }
+    if (p->min_tokens < 0) return err_set(err, errlen, ERR_INVALID, "min_tokens: %d < 0", p->min_tokens);
     if (p->n_stop_ids < 0 || p->n_stop_ids > SCHED_MAX_STOP_IDS)
         return err_set(err, errlen, ERR_INVALID, "stop_token_ids: %d ids (at most %d)", p->n_stop_ids,
                        SCHED_MAX_STOP_IDS);
@@ -799,6 +810,7 @@ int engine_submit(struct engine *e, const int32_t *ids, int n, const struct req_
     r->sp.ignore_eos = p->ignore_eos;
     memcpy(r->sp.stop_ids, p->stop_ids, sizeof p->stop_ids[0] * (size_t)p->n_stop_ids);
     r->sp.n_stop_ids = p->n_stop_ids;
+    r->sp.min_tokens = p->min_tokens;
     r->include_stop = p->include_stop_str;
     r->sp.logprobs = p->logprobs;
     if (p->n_bias) {

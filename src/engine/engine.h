@@ -78,6 +78,9 @@ struct req_params {
                                   end-of-generation token, ignore_eos or not; their text is
                                   not output (vLLM's stop_token_ids) */
     int n_stop_ids;
+    int min_tokens;            /* >= 0: no end-of-generation token or stop id is sampled before
+                                  this many tokens, and stop strings are matched only in the
+                                  text of the tokens after them (vLLM's min_tokens) */
     int logprobs;              /* -1: none; 0..SAMPLER_MAX_TOP_LOGPROBS: the sampled token's
                                   logprob plus that many top alternatives per token */
     const int32_t *bias_ids;   /* [n_bias] logit bias (OpenAI logit_bias) */

@@ -274,6 +274,7 @@ int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq
         if (p->bias_ids[i] < 0 || p->bias_ids[i] >= vocab || isnan(p->bias[i]) || p->bias[i] == INFINITY)
             return err_set(err, errlen, ERR_RANGE, "logit_bias: %d entries, ids must be in [0, %d) and biases "
                            "not NaN or +inf", p->n_bias, vocab);
+    if (p->min_tokens < 0) return err_set(err, errlen, ERR_RANGE, "min_tokens %d < 0", p->min_tokens);
     if (p->n_stop_ids < 0 || p->n_stop_ids > SCHED_MAX_STOP_IDS)
         return err_set(err, errlen, ERR_RANGE, "stop token ids: %d (at most %d)", p->n_stop_ids,
                        SCHED_MAX_STOP_IDS);
@@ -324,6 +325,7 @@ int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq
     q->ignore_eos = p->ignore_eos;
     memcpy(q->stop_ids, p->stop_ids, sizeof q->stop_ids[0] * (size_t)p->n_stop_ids);
     q->n_stop_ids = p->n_stop_ids;
+    q->min_tokens = p->min_tokens;
     q->logprobs = p->logprobs;
     q->user = p->user;
     q->grammar = grammar_ref(p->grammar);
@@ -705,9 +707,21 @@ static uint64_t now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
+/* Clears the bits of q's end tokens (the model's end-of-generation ids, q's stop ids). */
+static void mask_out_end_tokens(const struct sched *s, const struct sched_seq *q, uint32_t *mask)
+{
+    for (int i = 0; i < s->m->n_eog; i++) {
+        int32_t t = s->m->eog_ids[i];
+        if (t >= 0 && t < s->m->cfg.vocab_size) mask[t / 32] &= ~(1u << (t % 32));
+    }
+    for (int i = 0; i < q->n_stop_ids; i++) mask[q->stop_ids[i] / 32] &= ~(1u << (q->stop_ids[i] % 32));
+}
+
 /* Right before plan p is submitted (every earlier step recorded): fills the token mask of
- * each constrained logits row from its matcher. A mask that cannot be computed (out of
- * memory) fails that sequence alone; its row still runs, unmasked, and is discarded. */
+ * each constrained logits row from its matcher, and takes the end tokens out of the rows
+ * of sequences short of their min_tokens (from the matcher's mask, or from all tokens). A
+ * mask that cannot be computed (out of memory) fails that sequence alone; its row still
+ * runs, unmasked, and is discarded. */
 static void plan_masks(struct sched *s, struct sched_plan *p)
 {
     uint64_t t0 = 0;
@@ -718,14 +732,20 @@ static void plan_masks(struct sched *s, struct sched_plan *p)
         if (en->logit < 0) continue;
         struct backend_sample *smp = &p->samples[en->logit];
         smp->mask = NULL;
-        if (!q->gm || !q->gm_on || !seq_live(q)) continue;
-        if (!n_masked++) t0 = now_ns();
+        bool constrained = q->gm && q->gm_on, short_of_min = q->min_tokens > q->n_tokens - q->n_prompt;
+        if ((!constrained && !short_of_min) || !seq_live(q)) continue;
         uint32_t *mask = p->masks + (size_t)en->logit * (size_t)s->mask_words;
-        if (gm_fill_mask(q->gm, mask) != 0) {
-            finish_seq(q, FINISH_ERROR);
-            push_event(s, q, -1, FINISH_ERROR, NULL, false, MASK_NOMEM);
-            continue;
+        if (constrained) {
+            if (!n_masked++) t0 = now_ns();
+            if (gm_fill_mask(q->gm, mask) != 0) {
+                finish_seq(q, FINISH_ERROR);
+                push_event(s, q, -1, FINISH_ERROR, NULL, false, MASK_NOMEM);
+                continue;
+            }
+        } else {
+            memset(mask, 0xFF, sizeof *mask * (size_t)s->mask_words);
         }
+        if (short_of_min) mask_out_end_tokens(s, q, mask);
         smp->mask = mask;
     }
     if (n_masked) {

@@ -114,6 +114,9 @@ struct sched_seq_params {
                                  (FINISH_STOP, as an end-of-generation token: vLLM's
                                  stop_token_ids), ignore_eos or not */
     int n_stop_ids;
+    int min_tokens;           /* >= 0: before this many generated tokens no end-of-generation
+                                 token and no stop id can be sampled (masked out, as vLLM's
+                                 min_tokens) */
     int logprobs;             /* -1: none; 0..SAMPLER_MAX_TOP_LOGPROBS: report the sampled
                                  token's raw logprob and that many top alternatives */
     const int32_t *bias_ids;  /* [n_bias] logit bias (sampler_set_logit_bias) */
@@ -154,6 +157,7 @@ struct sched_seq {
     bool ignore_eos;
     int32_t stop_ids[SCHED_MAX_STOP_IDS]; /* [n_stop_ids] (sched_seq_params) */
     int n_stop_ids;
+    int min_tokens;         /* (sched_seq_params) */
     bool abort_requested;   /* sched_abort: dropped at the start of the next step */
     int logprobs;           /* -1 or the number of top alternatives */
     int num_preemptions;

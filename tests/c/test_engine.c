@@ -758,6 +758,13 @@ static void test_stop_strings(void)
               !memcmp(incl.text, ref.text, cut + 4),
           "include_stop_str: got \"%s\", expected the first %zu bytes of \"%s\"", incl.text, cut + 4, ref.text);
     p.include_stop_str = false;
+    /* before min_tokens no stop string ends the text: it goes on past the stop */
+    static struct result late;
+    p.min_tokens = got.n_ids + 1;
+    run_solo(e, g_prompt[pi], g_len[pi], &p, &late);
+    CHECK(late.text_len >= cut + 4 && !memcmp(late.text, ref.text, cut + 4) && late.n_ids > got.n_ids,
+          "min_tokens %d with a stop string: \"%s\"", p.min_tokens, late.text);
+    p.min_tokens = 0;
     p.n_stops = 0;
     /* a stop token id: generation ends at its first occurrence, its text not output */
     int32_t stop_tok = ref.ids[n_text / 2];
@@ -773,6 +780,16 @@ static void test_stop_strings(void)
           by_id.n_ids, by_id.text, want ? want : "");
     for (int k = 0; k < by_id.n_ids && k <= first; k++) CHECK(by_id.ids[k] == ref.ids[k], "token %d differs", k);
     free(want);
+    /* min_tokens past the stop id's first place: the same tokens before it, another token
+       there (the stop id is masked out), and generation goes on */
+    static struct result held;
+    p.min_tokens = first + 2;
+    run_solo(e, g_prompt[pi], g_len[pi], &p, &held);
+    CHECK(held.n_ids >= first + 2, "min_tokens %d: only %d ids", p.min_tokens, held.n_ids);
+    for (int k = 0; k < first && k < held.n_ids; k++) CHECK(held.ids[k] == ref.ids[k], "min_tokens: token %d differs", k);
+    for (int k = 0; k < p.min_tokens && k < held.n_ids; k++)
+        CHECK(held.ids[k] != stop_tok && !model_is_eog(g_model, held.ids[k]), "min_tokens: an end token at %d", k);
+    p.min_tokens = 0;
     p.n_stop_ids = 0;
     p.ignore_eos = false;
     /* a stop prefix held at the end of generation is released by the flush */

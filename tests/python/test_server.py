@@ -663,3 +663,15 @@ def test_stop_token_ids_and_include_stop_str(server, client, model_name):
     assert out.finish_reason == "stop" and out.text == base[:base.index(" six") + 4], (out.text, base)
     r = server.post_json("/v1/completions", {"prompt": prompt, "stop_token_ids": [1] * 17})
     check_error(r, 400, "invalid_request_error", param="stop_token_ids")
+
+
+def test_min_tokens(client, model_name):
+    # vLLM's min_tokens: no end of generation before it; the text up to the natural end is
+    # the same greedy text
+    base = client.chat.completions.create(model=model_name, messages=CHAT, max_tokens=64, temperature=0)
+    n = base.usage.completion_tokens
+    assert base.choices[0].finish_reason == "stop" and n + 8 <= 64, base
+    held = client.chat.completions.create(model=model_name, messages=CHAT, max_tokens=64, temperature=0,
+                                          extra_body={"min_tokens": n + 8})
+    assert held.usage.completion_tokens >= n + 8, held.usage
+    assert held.choices[0].message.content.startswith(base.choices[0].message.content)
