@@ -767,14 +767,7 @@ static int validate(const struct engine *e, const int32_t *ids, int n, const str
                            "logit_bias: value %g for token %d is outside [-100, 100]", (double)b,
                            p->bias_ids[i]);
     }
-    if (p->min_tokens < 0) return err_set(err, errlen, ERR_INVALID, "min_tokens: %d < 0", p->min_tokens);
-    if (p->n_stop_ids < 0 || p->n_stop_ids > SCHED_MAX_STOP_IDS)
-        return err_set(err, errlen, ERR_INVALID, "stop_token_ids: %d ids (at most %d)", p->n_stop_ids,
-                       SCHED_MAX_STOP_IDS);
-    for (int i = 0; i < p->n_stop_ids; i++)
-        if (p->stop_ids[i] < 0 || p->stop_ids[i] >= vocab)
-            return err_set(err, errlen, ERR_INVALID,
-                           "stop_token_ids: token id %d is outside the vocabulary [0, %d)", p->stop_ids[i], vocab);
+    if (sched_check_end_params(p->stop_ids, p->n_stop_ids, p->min_tokens, vocab, err, errlen)) return ERR_INVALID;
     if (p->cache_salt && !memchr(p->cache_salt, 0, BM_SALT_MAX + 1))
         return err_set(err, errlen, ERR_INVALID, "cache_salt: longer than %d bytes", BM_SALT_MAX);
     return 0;

@@ -245,6 +245,20 @@ void sched_seq_params_default(struct sched_seq_params *p)
     sampler_params_default(&p->sp);
 }
 
+int sched_check_end_params(const int32_t *stop_ids, int n_stop_ids, int min_tokens, int vocab, char *err,
+                           size_t errlen)
+{
+    if (min_tokens < 0) return err_set(err, errlen, ERR_INVALID, "min_tokens: %d < 0", min_tokens);
+    if (n_stop_ids < 0 || n_stop_ids > SCHED_MAX_STOP_IDS)
+        return err_set(err, errlen, ERR_INVALID, "stop_token_ids: %d ids (at most %d)", n_stop_ids,
+                       SCHED_MAX_STOP_IDS);
+    for (int i = 0; i < n_stop_ids; i++)
+        if (stop_ids[i] < 0 || stop_ids[i] >= vocab)
+            return err_set(err, errlen, ERR_INVALID, "stop_token_ids: token id %d is outside the vocabulary [0, %d)",
+                           stop_ids[i], vocab);
+    return 0;
+}
+
 int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq_params *p,
               int64_t *seq_id, char *err, size_t errlen)
 {
@@ -274,14 +288,7 @@ int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq
         if (p->bias_ids[i] < 0 || p->bias_ids[i] >= vocab || isnan(p->bias[i]) || p->bias[i] == INFINITY)
             return err_set(err, errlen, ERR_RANGE, "logit_bias: %d entries, ids must be in [0, %d) and biases "
                            "not NaN or +inf", p->n_bias, vocab);
-    if (p->min_tokens < 0) return err_set(err, errlen, ERR_RANGE, "min_tokens %d < 0", p->min_tokens);
-    if (p->n_stop_ids < 0 || p->n_stop_ids > SCHED_MAX_STOP_IDS)
-        return err_set(err, errlen, ERR_RANGE, "stop token ids: %d (at most %d)", p->n_stop_ids,
-                       SCHED_MAX_STOP_IDS);
-    for (int i = 0; i < p->n_stop_ids; i++)
-        if (p->stop_ids[i] < 0 || p->stop_ids[i] >= vocab)
-            return err_set(err, errlen, ERR_RANGE, "stop token id %d outside the vocabulary [0, %d)",
-                           p->stop_ids[i], vocab);
+    if ((rc = sched_check_end_params(p->stop_ids, p->n_stop_ids, p->min_tokens, vocab, err, errlen))) return rc;
     int max_tokens = p->max_tokens;
     if (max_tokens <= 0 || max_tokens > s->cfg.max_model_len - n)
         max_tokens = s->cfg.max_model_len - n;

@@ -244,6 +244,12 @@ int sched_create(struct sched **out, const struct model *m, const struct sched_c
 /* Frees everything, live sequences included. NULL is a no-op. */
 void sched_free(struct sched *s);
 
+/* Checks a sequence's end parameters (sched_seq_params.stop_ids / n_stop_ids / min_tokens)
+ * against a vocabulary of vocab ids: 0 or ERR_INVALID naming what is wrong. sched_add runs
+ * it; the engine runs it at submit. */
+int sched_check_end_params(const int32_t *stop_ids, int n_stop_ids, int min_tokens, int vocab, char *err,
+                           size_t errlen);
+
 /* Queues a sequence for prompt ids[0, n) (copied) with params p (copied, validated).
  * ERR_RANGE if the prompt leaves no room to generate; ERR_INVALID / ERR_RANGE for bad
  * ids, sampling params, logit bias, logprobs or salt. Writes the new sequence's id
