@@ -563,7 +563,12 @@ static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oa
         r->top_logprobs = rc ? (int)v : -1;
         bv = false;
         TRY(opt_bool(root, "echo", &bv, e));
-        if (bv) { rc = oai_bad(e, "echo", "'echo' is not supported"); goto fail; }
+        if (bv && r->top_logprobs >= 0) {
+            rc = oai_bad(e, "echo", "'echo' together with 'logprobs' is not supported: the prompt's "
+                         "logprobs are not computed");
+            goto fail;
+        }
+        r->echo_on = bv;
         TRY(opt_str(root, "suffix", &s, e));
         if (rc && s[0]) { rc = oai_bad(e, "suffix", "'suffix' is not supported"); goto fail; }
     }
@@ -930,6 +935,24 @@ static int parse_prompt(const struct oai_ctx *ctx, const cJSON *root, struct oai
     return 0;
 }
 
+/* echo: each prompt's text, as given (a string) or decoded (ids, specials kept). */
+static int fill_echo(const struct oai_ctx *ctx, const cJSON *p, struct oai_request *r, struct api_error *e)
+{
+    for (int k = 0; k < r->n_prompts; k++) {
+        const cJSON *item = r->n_prompts == 1 && (!cJSON_IsArray(p) || cJSON_IsNumber(cJSON_GetArrayItem(p, 0)))
+                                ? p : cJSON_GetArrayItem(p, k);
+        if (cJSON_IsString(item)) {
+            r->echo[k] = strdup(item->valuestring);
+        } else {
+            int len;
+            const int32_t *ids = oai_prompt(r, k, &len);
+            r->echo[k] = tok_decode(ctx->m->tok, ids, len, false);
+        }
+        if (!r->echo[k]) return oai_nomem(e);
+    }
+    return 0;
+}
+
 /* The longest prompt of r. */
 static int longest_prompt(const struct oai_request *r)
 {
@@ -962,6 +985,7 @@ static int parse_request(const struct oai_ctx *ctx, enum oai_kind kind, const ch
     TRY(parse_options(ctx, root, out, &max_req, &max_key, e));
     if (kind == OAI_CHAT) TRY(oai_parse_tools(ctx, root, out, e));
     TRY(kind == OAI_CHAT ? parse_messages(ctx, root, out, e) : parse_prompt(ctx, root, out, e));
+    if (out->echo_on) TRY(fill_echo(ctx, oai_opt(root, "prompt"), out, e));
     oai_parse_reasoning(ctx, root, out);
 
     int longest = longest_prompt(out); /* a batch: every prompt must fit */
@@ -1011,6 +1035,7 @@ void oai_request_free(struct oai_request *r)
 {
     if (!r) return;
     free(r->prompt_ids);
+    for (int i = 0; i < OAI_MAX_PROMPTS; i++) free(r->echo[i]);
     for (int i = 0; i < STOP_MAX_STRINGS; i++) free(r->stop_strs[i]);
     free(r->bias_ids);
     free(r->bias_vals);

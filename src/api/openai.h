@@ -84,6 +84,10 @@ struct oai_request {
     int n_prompts;          /* 1, or a /v1/completions batch (prompt: [...] of strings or of
                                id arrays): prompt k is prompt_ids[prompt_off[k], prompt_off[k + 1]) */
     int prompt_off[OAI_MAX_PROMPTS + 1];
+    bool echo_on;           /* completions "echo" */
+    char *echo[OAI_MAX_PROMPTS]; /* completions "echo": prompt k's text (malloc'd; as given, or
+                               the ids decoded), put before each of its choices' text; all
+                               NULL without echo */
     char *stop_strs[STOP_MAX_STRINGS];
     int32_t *bias_ids;      /* [rp.n_bias] */
     float *bias_vals;
@@ -111,7 +115,8 @@ struct oai_request {
  * template, the output parsed into tool_calls), chat_template_kwargs, add_generation_prompt,
  * skip_special_tokens, cache_salt. Completions: prompt (a string or [int] checked against
  * the vocabulary, or a batch of up to OAI_MAX_PROMPTS of those with prompts x n at most
- * OAI_MAX_CHOICES) instead of messages, and logprobs as an integer 0..5.
+ * OAI_MAX_CHOICES) instead of messages, logprobs as an integer 0..5, and echo (not
+ * with logprobs: the prompt's logprobs are not computed).
  * Structured output (both endpoints): response_format ({"type": "text" | "json_object" |
  * "json_schema"}), vLLM's guided_json / guided_regex / guided_choice and structured_outputs
  * ({"json" | "regex" | "choice" | "json_object"}), at most one per request; compiled

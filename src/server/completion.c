@@ -477,7 +477,14 @@ static void job_run(void *arg)
     j->meta = (struct oai_meta){ .kind = kind, .id = j->id, .created = (int64_t)time(NULL),
                                  .model = r->model };
     char err[ERR_BUF] = "";
-    for (int i = 0; i < oai_n_choices(r); i++) {
+    if (r->echo_on && !r->stream) /* echo: the prompt's text starts each choice's text */
+        for (int i = 0; i < oai_n_choices(r) && !rc; i++) {
+            struct choice *c = &j->ch[i];
+            const char *t = r->echo[i / r->n];
+            if (!append(&c->text, &c->text_len, &c->text_cap, t, strlen(t)))
+                rc = err_set(err, sizeof err, ERR_NOMEM, "out of memory");
+        }
+    for (int i = 0; i < oai_n_choices(r) && !rc; i++) {
         struct req_params p = r->rp;
         /* n choices: distinct, reproducible streams. With a seed, a batch's prompt gets the
            seeds it would get alone; without one every choice of the batch gets its own (two
@@ -513,6 +520,13 @@ static void job_run(void *arg)
                 struct oai_piece p = { .index = i };
                 size_t len;
                 write_sse(j, oai_chunk_sse(s->m, &j->meta, &p, true, &len));
+            }
+        } else if (r->echo_on) { /* echo: each choice's first chunk is its prompt */
+            for (int i = 0; i < oai_n_choices(r); i++) {
+                const char *t = r->echo[i / r->n];
+                struct oai_piece p = { .index = i, .text = t, .text_len = strlen(t), .top_logprobs = -1 };
+                size_t len;
+                write_sse(j, oai_chunk_sse(s->m, &j->meta, &p, false, &len));
             }
         }
     }

@@ -185,7 +185,7 @@ static const struct bad_case bad_cases[] = {
     B400(COMPL, "{\"prompt\":[1,\"a\"]}", "prompt"),
     B400(COMPL, "{\"prompt\":[true]}", "prompt"),
     B400(COMPL, "{\"prompt\":{\"text\":\"a\"}}", "prompt"),
-    B400(COMPL, "{\"prompt\":\"x\",\"echo\":true}", "echo"),
+    B400(COMPL, "{\"prompt\":\"x\",\"echo\":true,\"logprobs\":0}", "echo"),
     B400(COMPL, "{\"prompt\":\"x\",\"suffix\":\"end\"}", "suffix"),
     B400(COMPL, "{\"prompt\":\"x\",\"best_of\":2}", "best_of"),
     B400(COMPL, "{\"prompt\":\"x\",\"best_of\":0}", "best_of"),
@@ -445,6 +445,32 @@ static void test_chat_documents_and_specials(void)
           "add_special_tokens: %d tokens, plain %d", rc ? -1 : r.n_prompt, plain);
     if (!rc) oai_request_free(&r);
     tok_set_adds_bos(tok, adds);
+}
+
+/* completions echo: each prompt's text as given, or its ids decoded with specials */
+static void test_completion_echo(void)
+{
+    struct oai_ctx ctx = make_ctx(2048);
+    struct oai_request r;
+    struct api_error e;
+    const char *b = "{\"prompt\":[\"Hello\",[1,504]],\"echo\":true}";
+    int rc = oai_parse_completion(&ctx, b, strlen(b), &r, &e);
+    CHECK(rc == 0 && r.echo_on, "echo batch: %s", rc ? e.message : "");
+    if (!rc) {
+        char *want = tok_decode(g_model->tok, (const int32_t[]){ 1, 504 }, 2, false);
+        CHECK(!strcmp(r.echo[0], "Hello") && want && !strcmp(r.echo[1], want), "echo texts '%s' '%s'", r.echo[0],
+              r.echo[1]);
+        free(want);
+        oai_request_free(&r);
+    }
+    b = "{\"prompt\":[5,6],\"echo\":true}";
+    rc = oai_parse_completion(&ctx, b, strlen(b), &r, &e);
+    CHECK(rc == 0 && r.echo[0] && !r.echo[1], "echo of one id prompt");
+    if (!rc) oai_request_free(&r);
+    b = "{\"prompt\":\"x\",\"echo\":false}";
+    rc = oai_parse_completion(&ctx, b, strlen(b), &r, &e);
+    CHECK(rc == 0 && !r.echo_on && !r.echo[0], "no echo");
+    if (!rc) oai_request_free(&r);
 }
 
 /* A few messages named precisely; the JSON error body of a bad request. */
@@ -1119,6 +1145,7 @@ int main(void)
     RUN(test_bad_inputs);
     RUN(test_bad_messages);
     RUN(test_continue_final);
+    RUN(test_completion_echo);
     RUN(test_chat_documents_and_specials);
     RUN(test_harmless_params);
     RUN(test_prompt_bytes);

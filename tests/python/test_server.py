@@ -675,3 +675,21 @@ def test_min_tokens(client, model_name):
                                           extra_body={"min_tokens": n + 8})
     assert held.usage.completion_tokens >= n + 8, held.usage
     assert held.choices[0].message.content.startswith(base.choices[0].message.content)
+
+
+def test_completion_echo(server, client, model_name):
+    # echo: the prompt text, then the same completion as without echo; streamed the prompt
+    # is each choice's first chunk
+    kw = dict(prompt=PROMPT, max_tokens=6, temperature=0)
+    plain = complete(client, model_name, **kw).choices[0].text
+    echoed = complete(client, model_name, echo=True, **kw)
+    assert echoed.choices[0].text == PROMPT + plain
+    assert echoed.usage.completion_tokens == 6
+    chunks = [c.choices[0].text for c in complete(client, model_name, echo=True, stream=True, **kw)]
+    assert chunks[0] == PROMPT and "".join(chunks) == PROMPT + plain
+    ids = server.post_json("/tokenize", {"prompt": PROMPT, "add_special_tokens": False}).json()["tokens"]
+    r = server.post_json("/v1/completions", {"model": model_name, "prompt": ids, "max_tokens": 6, "temperature": 0,
+                                             "echo": True})
+    assert r.json()["choices"][0]["text"] == PROMPT + plain
+    r = server.post_json("/v1/completions", {"prompt": PROMPT, "echo": True, "logprobs": 1})
+    check_error(r, 400, "invalid_request_error", param="echo")
