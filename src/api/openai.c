@@ -350,6 +350,31 @@ static int parse_stop(const cJSON *root, struct oai_request *r, struct api_error
     return 0;
 }
 
+/* allowed_token_ids (vLLM): token ids in the vocabulary, at most vocab_size of them; []
+ * is the same as none. */
+static int parse_allowed_ids(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
+                             struct api_error *e)
+{
+    const cJSON *it = oai_opt(root, "allowed_token_ids");
+    if (!it) return 0;
+    if (!cJSON_IsArray(it)) return oai_bad(e, "allowed_token_ids", "'allowed_token_ids' must be an array of token ids");
+    int n = cJSON_GetArraySize(it), vocab = ctx->m->cfg.vocab_size, i = 0;
+    if (n == 0) return 0;
+    if (n > vocab)
+        return oai_bad(e, "allowed_token_ids", "'allowed_token_ids' may hold at most %d ids, got %d", vocab, n);
+    if (!(r->allowed_ids = malloc(sizeof *r->allowed_ids * (size_t)n))) return oai_nomem(e);
+    const cJSON *t;
+    cJSON_ArrayForEach(t, it) {
+        double d = cJSON_IsNumber(t) ? t->valuedouble : NAN;
+        if (!isfinite(d) || d != floor(d) || d < 0 || d >= vocab)
+            return oai_bad(e, "allowed_token_ids", "'allowed_token_ids'[%d] is not a token id in [0, %d)", i, vocab);
+        r->allowed_ids[i++] = (int32_t)d;
+    }
+    r->rp.allowed_ids = r->allowed_ids;
+    r->rp.n_allowed = n;
+    return 0;
+}
+
 /* stop_token_ids (vLLM): up to SCHED_MAX_STOP_IDS token ids in the vocabulary. */
 static int parse_stop_ids(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
                           struct api_error *e)
@@ -428,7 +453,6 @@ static const struct {
     { "guided_grammar", UNSUP_NOT_NULL, false,
       "grammars (EBNF) are not implemented; use guided_json, guided_regex or guided_choice" },
     { "bad_words", UNSUP_NONEMPTY, false, "bad-word filtering is not implemented" },
-    { "allowed_token_ids", UNSUP_NONEMPTY, false, "restricting the vocabulary is not implemented" },
     { "logits_processors", UNSUP_NONEMPTY, false, "logits processors are not implemented" },
     { "prompt_logprobs", UNSUP_NOT_NULL, false, "prompt logprobs are not implemented" },
     { "truncate_prompt_tokens", UNSUP_NOT_NULL, false, "prompt truncation is not implemented" },
@@ -578,6 +602,7 @@ static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oa
 
     TRY(opt_bool(root, "ignore_eos", &r->rp.ignore_eos, e));
     TRY(parse_stop_ids(ctx, root, r, e));
+    TRY(parse_allowed_ids(ctx, root, r, e));
     TRY(opt_bool(root, "include_stop_str_in_output", &r->rp.include_stop_str, e));
     TRY(opt_bool(root, "skip_special_tokens", &r->rp.skip_special_tokens, e));
     TRY(opt_str(root, "user", &s, e)); /* an end-user id for abuse tracking: nothing to do */
@@ -1039,6 +1064,7 @@ void oai_request_free(struct oai_request *r)
     for (int i = 0; i < STOP_MAX_STRINGS; i++) free(r->stop_strs[i]);
     free(r->bias_ids);
     free(r->bias_vals);
+    free(r->allowed_ids);
     free(r->cache_salt);
     grammar_unref(r->grammar);
     free(r->tool_schema);

@@ -89,6 +89,7 @@ struct oai_request {
                                the ids decoded), put before each of its choices' text; all
                                NULL without echo */
     char *stop_strs[STOP_MAX_STRINGS];
+    int32_t *allowed_ids;   /* [rp.n_allowed] allowed_token_ids (malloc'd) or NULL */
     int32_t *bias_ids;      /* [rp.n_bias] */
     float *bias_vals;
     char *cache_salt;       /* NULL or the malloc'd cache_salt; rp.cache_salt points here */

@@ -47,6 +47,7 @@ struct request {
     struct sched_seq_params sp;  /* bias / salt point at the copies below; user = this */
     int32_t *bias_ids;           /* [sp.n_bias] */
     float *bias;                 /* [sp.n_bias] */
+    int32_t *allowed_ids;        /* [sp.n_allowed] */
     char salt[BM_SALT_MAX];
     bool skip_special;
     bool include_stop;           /* include_stop_str: a matched stop string is output */
@@ -153,6 +154,7 @@ static void request_destroy(struct request *r)
     pthread_cond_destroy(&r->cv);
     req_output_free(&r->pend);
     free(r->prompt);
+    free(r->allowed_ids);
     free(r->bias_ids);
     free(r->bias);
     grammar_unref(r->sp.grammar);
@@ -768,6 +770,12 @@ static int validate(const struct engine *e, const int32_t *ids, int n, const str
                            p->bias_ids[i]);
     }
     if (sched_check_end_params(p->stop_ids, p->n_stop_ids, p->min_tokens, vocab, err, errlen)) return ERR_INVALID;
+    if (p->n_allowed < 0 || (p->n_allowed && !p->allowed_ids))
+        return err_set(err, errlen, ERR_INVALID, "allowed_token_ids: %d ids", p->n_allowed);
+    for (int i = 0; i < p->n_allowed; i++)
+        if (p->allowed_ids[i] < 0 || p->allowed_ids[i] >= vocab)
+            return err_set(err, errlen, ERR_INVALID,
+                           "allowed_token_ids: token id %d is outside the vocabulary [0, %d)", p->allowed_ids[i], vocab);
     if (p->cache_salt && !memchr(p->cache_salt, 0, BM_SALT_MAX + 1))
         return err_set(err, errlen, ERR_INVALID, "cache_salt: longer than %d bytes", BM_SALT_MAX);
     return 0;
@@ -787,10 +795,12 @@ int engine_submit(struct engine *e, const int32_t *ids, int n, const struct req_
         r->bias_ids = malloc(sizeof *r->bias_ids * (size_t)p->n_bias);
         r->bias = malloc(sizeof *r->bias * (size_t)p->n_bias);
     }
-    if (!r->prompt || (p->n_bias && (!r->bias_ids || !r->bias))) {
+    if (p->n_allowed) r->allowed_ids = malloc(sizeof *r->allowed_ids * (size_t)p->n_allowed);
+    if (!r->prompt || (p->n_bias && (!r->bias_ids || !r->bias)) || (p->n_allowed && !r->allowed_ids)) {
         free(r->prompt);
         free(r->bias_ids);
         free(r->bias);
+        free(r->allowed_ids);
         free(r);
         return err_set(err, errlen, ERR_NOMEM, "out of memory");
     }
@@ -813,6 +823,9 @@ int engine_submit(struct engine *e, const int32_t *ids, int n, const struct req_
     r->sp.bias_ids = r->bias_ids;
     r->sp.bias = r->bias;
     r->sp.n_bias = p->n_bias;
+    if (p->n_allowed) memcpy(r->allowed_ids, p->allowed_ids, sizeof *r->allowed_ids * (size_t)p->n_allowed);
+    r->sp.allowed_ids = r->allowed_ids;
+    r->sp.n_allowed = p->n_allowed;
     if (p->cache_salt && p->cache_salt[0]) {
         r->sp.salt_len = strlen(p->cache_salt);
         memcpy(r->salt, p->cache_salt, r->sp.salt_len);

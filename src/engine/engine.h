@@ -78,6 +78,9 @@ struct req_params {
                                   end-of-generation token, ignore_eos or not; their text is
                                   not output (vLLM's stop_token_ids) */
     int n_stop_ids;
+    const int32_t *allowed_ids; /* [n_allowed] the only tokens that may be sampled (vLLM's
+                                  allowed_token_ids), or NULL; copied */
+    int n_allowed;
     int min_tokens;            /* >= 0: no end-of-generation token or stop id is sampled before
                                   this many tokens, and stop strings are matched only in the
                                   text of the tokens after them (vLLM's min_tokens) */

@@ -115,6 +115,7 @@ static void seq_destroy(struct sched *s, struct sched_seq *q)
     free(q->tokens);
     free(q->bias_ids);
     free(q->bias);
+    free(q->allowed);
     free(q);
 }
 
@@ -289,6 +290,12 @@ int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq
             return err_set(err, errlen, ERR_RANGE, "logit_bias: %d entries, ids must be in [0, %d) and biases "
                            "not NaN or +inf", p->n_bias, vocab);
     if ((rc = sched_check_end_params(p->stop_ids, p->n_stop_ids, p->min_tokens, vocab, err, errlen))) return rc;
+    if (p->n_allowed < 0 || (p->n_allowed && !p->allowed_ids))
+        return err_set(err, errlen, ERR_INVALID, "allowed_token_ids: %d ids", p->n_allowed);
+    for (int i = 0; i < p->n_allowed; i++)
+        if (p->allowed_ids[i] < 0 || p->allowed_ids[i] >= vocab)
+            return err_set(err, errlen, ERR_INVALID, "allowed_token_ids: token id %d is outside the vocabulary [0, %d)",
+                           p->allowed_ids[i], vocab);
     int max_tokens = p->max_tokens;
     if (max_tokens <= 0 || max_tokens > s->cfg.max_model_len - n)
         max_tokens = s->cfg.max_model_len - n;
@@ -310,7 +317,12 @@ int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq
         q->bias_ids = malloc(sizeof *q->bias_ids * (size_t)p->n_bias);
         q->bias = malloc(sizeof *q->bias * (size_t)p->n_bias);
     }
-    if (!q->tokens || (p->n_bias && (!q->bias_ids || !q->bias))) {
+    if (p->n_allowed) {
+        q->allowed = calloc((size_t)s->mask_words, sizeof *q->allowed);
+        for (int i = 0; q->allowed && i < p->n_allowed; i++)
+            q->allowed[p->allowed_ids[i] / 32] |= 1u << (p->allowed_ids[i] % 32);
+    }
+    if (!q->tokens || (p->n_bias && (!q->bias_ids || !q->bias)) || (p->n_allowed && !q->allowed)) {
         rc = err_set(err, errlen, ERR_NOMEM, "out of memory creating a sequence");
         goto fail;
     }
@@ -725,8 +737,9 @@ static void mask_out_end_tokens(const struct sched *s, const struct sched_seq *q
 }
 
 /* Right before plan p is submitted (every earlier step recorded): fills the token mask of
- * each constrained logits row from its matcher, and takes the end tokens out of the rows
- * of sequences short of their min_tokens (from the matcher's mask, or from all tokens). A
+ * each constrained logits row from its matcher (and with the sequence's allowed ids), of
+ * each row with allowed ids from them, and takes the end tokens out of the rows of
+ * sequences short of their min_tokens (from those masks, or from all tokens). A
  * mask that cannot be computed (out of memory) fails that sequence alone; its row still
  * runs, unmasked, and is discarded. */
 static void plan_masks(struct sched *s, struct sched_plan *p)
@@ -740,7 +753,7 @@ static void plan_masks(struct sched *s, struct sched_plan *p)
         struct backend_sample *smp = &p->samples[en->logit];
         smp->mask = NULL;
         bool constrained = q->gm && q->gm_on, short_of_min = q->min_tokens > q->n_tokens - q->n_prompt;
-        if ((!constrained && !short_of_min) || !seq_live(q)) continue;
+        if ((!constrained && !short_of_min && !q->allowed) || !seq_live(q)) continue;
         uint32_t *mask = p->masks + (size_t)en->logit * (size_t)s->mask_words;
         if (constrained) {
             if (!n_masked++) t0 = now_ns();
@@ -749,6 +762,9 @@ static void plan_masks(struct sched *s, struct sched_plan *p)
                 push_event(s, q, -1, FINISH_ERROR, NULL, false, MASK_NOMEM);
                 continue;
             }
+            for (int w = 0; q->allowed && w < s->mask_words; w++) mask[w] &= q->allowed[w];
+        } else if (q->allowed) {
+            memcpy(mask, q->allowed, sizeof *mask * (size_t)s->mask_words);
         } else {
             memset(mask, 0xFF, sizeof *mask * (size_t)s->mask_words);
         }

@@ -117,6 +117,9 @@ struct sched_seq_params {
     int min_tokens;           /* >= 0: before this many generated tokens no end-of-generation
                                  token and no stop id can be sampled (masked out, as vLLM's
                                  min_tokens) */
+    const int32_t *allowed_ids; /* [n_allowed] the only tokens that may be sampled (vLLM's
+                                 allowed_token_ids; end tokens only if listed), or NULL */
+    int n_allowed;
     int logprobs;             /* -1: none; 0..SAMPLER_MAX_TOP_LOGPROBS: report the sampled
                                  token's raw logprob and that many top alternatives */
     const int32_t *bias_ids;  /* [n_bias] logit bias (sampler_set_logit_bias) */
@@ -165,6 +168,8 @@ struct sched_seq {
     uint8_t salt[BM_SALT_MAX];
     void *user;
     struct sampler_params sp;    /* the sampler is created from these at first admission */
+    uint32_t *allowed;           /* NULL, or the allowed_ids as a token mask (grammar_mask_words
+                                    words), made at sched_add */
     int32_t *bias_ids;           /* [n_bias] logit bias, copied at sched_add */
     float *bias;                 /* [n_bias] */
     int n_bias;

@@ -233,6 +233,8 @@ static const struct bad_case bad_cases[] = {
     B400(CHAT, "{" MSG ",\"min_tokens\":-1}", "min_tokens"),
     B400(CHAT, "{" MSG ",\"min_tokens\":5,\"max_tokens\":4}", "min_tokens"),
     B400(COMPL, "{\"prompt\":\"x\",\"min_tokens\":1.5}", "min_tokens"),
+    B400(CHAT, "{" MSG ",\"allowed_token_ids\":[49152]}", "allowed_token_ids"),
+    B400(CHAT, "{" MSG ",\"allowed_token_ids\":{}}", "allowed_token_ids"),
     B400(COMPL, "{\"prompt\":\"x\",\"stop_token_ids\":[49152]}", "stop_token_ids"),
     B400(COMPL, "{\"prompt\":\"x\",\"stop_token_ids\":[1.5]}", "stop_token_ids"),
     B400(COMPL, "{\"prompt\":\"x\",\"stop_token_ids\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}", "stop_token_ids"),

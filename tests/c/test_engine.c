@@ -792,6 +792,16 @@ static void test_stop_strings(void)
     p.min_tokens = 0;
     p.n_stop_ids = 0;
     p.ignore_eos = false;
+    /* allowed_token_ids: only that token, from the first one on (greedy would pick another) */
+    static struct result only;
+    int32_t allowed = ref.ids[1] != ref.ids[0] ? ref.ids[1] : ref.ids[2];
+    p.allowed_ids = &allowed;
+    p.n_allowed = 1;
+    run_solo(e, g_prompt[pi], g_len[pi], &p, &only);
+    CHECK(only.n_ids > 0 && allowed != ref.ids[0], "allowed ids: %d tokens", only.n_ids);
+    for (int k = 0; k < only.n_ids; k++) CHECK(only.ids[k] == allowed, "allowed ids: token %d is %d", k, only.ids[k]);
+    p.allowed_ids = NULL;
+    p.n_allowed = 0;
     /* a stop prefix held at the end of generation is released by the flush */
     char tail_stop[8] = { 0 };
     if (ref.finish == REQ_FINISH_LENGTH && ref.text_len >= 2 &&

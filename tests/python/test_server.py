@@ -693,3 +693,12 @@ def test_completion_echo(server, client, model_name):
     assert r.json()["choices"][0]["text"] == PROMPT + plain
     r = server.post_json("/v1/completions", {"prompt": PROMPT, "echo": True, "logprobs": 1})
     check_error(r, 400, "invalid_request_error", param="echo")
+
+
+def test_allowed_token_ids(server, client, model_name):
+    # vLLM's allowed_token_ids: every generated token is one of them
+    allowed = server.post_json("/tokenize", {"prompt": " yes no", "add_special_tokens": False}).json()["tokens"]
+    out = complete(client, model_name, prompt=PROMPT, max_tokens=8, temperature=1.0, seed=7, logprobs=0,
+                   extra_body={"allowed_token_ids": allowed})
+    toks = out.choices[0].logprobs.tokens
+    assert len(toks) == 8 and set(toks) <= {" yes", " no"}, toks
