@@ -350,49 +350,49 @@ static int parse_stop(const cJSON *root, struct oai_request *r, struct api_error
     return 0;
 }
 
-/* allowed_token_ids (vLLM): token ids in the vocabulary, at most vocab_size of them; []
- * is the same as none. */
-static int parse_allowed_ids(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
-                             struct api_error *e)
+/* A vLLM list of token ids (stop_token_ids, allowed_token_ids): an array of at most max
+ * ids in the vocabulary, in *ids (malloc'd) and *n; absent, null or [] → NULL and 0. */
+static int parse_token_ids(const struct oai_ctx *ctx, const cJSON *root, const char *key, int max, int32_t **ids,
+                           int *n, struct api_error *e)
 {
-    const cJSON *it = oai_opt(root, "allowed_token_ids");
+    *ids = NULL;
+    *n = 0;
+    const cJSON *it = oai_opt(root, key);
     if (!it) return 0;
-    if (!cJSON_IsArray(it)) return oai_bad(e, "allowed_token_ids", "'allowed_token_ids' must be an array of token ids");
-    int n = cJSON_GetArraySize(it), vocab = ctx->m->cfg.vocab_size, i = 0;
-    if (n == 0) return 0;
-    if (n > vocab)
-        return oai_bad(e, "allowed_token_ids", "'allowed_token_ids' may hold at most %d ids, got %d", vocab, n);
-    if (!(r->allowed_ids = malloc(sizeof *r->allowed_ids * (size_t)n))) return oai_nomem(e);
+    if (!cJSON_IsArray(it)) return oai_bad(e, key, "'%s' must be an array of token ids", key);
+    int len = cJSON_GetArraySize(it), vocab = ctx->m->cfg.vocab_size, i = 0;
+    if (len == 0) return 0;
+    if (len > max) return oai_bad(e, key, "'%s' may hold at most %d ids, got %d", key, max, len);
+    int32_t *v = malloc(sizeof *v * (size_t)len);
+    if (!v) return oai_nomem(e);
     const cJSON *t;
     cJSON_ArrayForEach(t, it) {
         double d = cJSON_IsNumber(t) ? t->valuedouble : NAN;
-        if (!isfinite(d) || d != floor(d) || d < 0 || d >= vocab)
-            return oai_bad(e, "allowed_token_ids", "'allowed_token_ids'[%d] is not a token id in [0, %d)", i, vocab);
-        r->allowed_ids[i++] = (int32_t)d;
+        if (!isfinite(d) || d != floor(d) || d < 0 || d >= vocab) {
+            free(v);
+            return oai_bad(e, key, "'%s'[%d] is not a token id in [0, %d)", key, i, vocab);
+        }
+        v[i++] = (int32_t)d;
     }
-    r->rp.allowed_ids = r->allowed_ids;
-    r->rp.n_allowed = n;
+    *ids = v;
+    *n = len;
     return 0;
 }
 
-/* stop_token_ids (vLLM): up to SCHED_MAX_STOP_IDS token ids in the vocabulary. */
-static int parse_stop_ids(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
-                          struct api_error *e)
+/* stop_token_ids and allowed_token_ids (vLLM). */
+static int parse_token_id_lists(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
+                                struct api_error *e)
 {
-    const cJSON *it = oai_opt(root, "stop_token_ids");
-    if (!it) return 0;
-    if (!cJSON_IsArray(it)) return oai_bad(e, "stop_token_ids", "'stop_token_ids' must be an array of token ids");
-    int n = cJSON_GetArraySize(it), vocab = ctx->m->cfg.vocab_size, i = 0;
-    if (n > SCHED_MAX_STOP_IDS)
-        return oai_bad(e, "stop_token_ids", "'stop_token_ids' may hold at most %d ids, got %d", SCHED_MAX_STOP_IDS, n);
-    const cJSON *t;
-    cJSON_ArrayForEach(t, it) {
-        double d = cJSON_IsNumber(t) ? t->valuedouble : NAN;
-        if (!isfinite(d) || d != floor(d) || d < 0 || d >= vocab)
-            return oai_bad(e, "stop_token_ids", "'stop_token_ids'[%d] is not a token id in [0, %d)", i, vocab);
-        r->rp.stop_ids[i++] = (int32_t)d;
-    }
+    int32_t *stop;
+    int n, rc = parse_token_ids(ctx, root, "stop_token_ids", SCHED_MAX_STOP_IDS, &stop, &n, e);
+    if (rc) return rc;
+    if (n) memcpy(r->rp.stop_ids, stop, sizeof *stop * (size_t)n);
     r->rp.n_stop_ids = n;
+    free(stop);
+    if ((rc = parse_token_ids(ctx, root, "allowed_token_ids", ctx->m->cfg.vocab_size, &r->allowed_ids,
+                              &r->rp.n_allowed, e)))
+        return rc;
+    r->rp.allowed_ids = r->allowed_ids;
     return 0;
 }
 
@@ -601,8 +601,7 @@ static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oa
     if (rc && v > 1) { rc = oai_bad(e, "best_of", "'best_of' > 1 is not supported"); goto fail; }
 
     TRY(opt_bool(root, "ignore_eos", &r->rp.ignore_eos, e));
-    TRY(parse_stop_ids(ctx, root, r, e));
-    TRY(parse_allowed_ids(ctx, root, r, e));
+    TRY(parse_token_id_lists(ctx, root, r, e));
     TRY(opt_bool(root, "include_stop_str_in_output", &r->rp.include_stop_str, e));
     TRY(opt_bool(root, "skip_special_tokens", &r->rp.skip_special_tokens, e));
     TRY(opt_str(root, "user", &s, e)); /* an end-user id for abuse tracking: nothing to do */

@@ -374,12 +374,18 @@ static void finish_all(struct engine *e, enum req_finish f, const char *msg)
 /* ---- scheduler thread: step output --------------------------------------------------- */
 
 /* Passes text through r's stop matcher into e->stop_out; returns STOP_HIT or
- * STOP_CONTINUE and the emittable byte count in *n_out. With include_stop, a stop string
+ * STOP_CONTINUE and the emittable byte count in *n_out. Within the first min_tokens tokens
+ * the text passes unmatched (the matcher holds nothing then). With include_stop, a stop string
  * that completed follows the text before it (its bytes came from the held tail and this
  * text, so it fits where they did). */
 static int stop_pass(struct engine *e, struct request *r, const char *text, size_t len,
                      size_t *n_out)
 {
+    if (r->n_gen <= r->sp.min_tokens) { /* stop strings are matched only after min_tokens */
+        memcpy(e->stop_out, text, len);
+        *n_out = len;
+        return STOP_CONTINUE;
+    }
     *n_out = 0;
     int rc = stop_feed(&r->stop, text, len, e->stop_out, (size_t)e->piece_cap + STOP_MAX_LEN,
                        n_out);
@@ -444,12 +450,7 @@ static void on_output(void *ud, const struct sched_output *o)
         if (!eog) {
             int len = tok_stream_feed(e->m->tok, &r->ts, o->token, r->skip_special, e->piece,
                                       e->piece_cap);
-            if (len > 0 && r->n_gen <= r->sp.min_tokens) { /* stop strings start after min_tokens */
-                memcpy(e->stop_out, e->piece, (size_t)len);
-                n_out = (size_t)len;
-            } else if (len > 0) {
-                hit = stop_pass(e, r, e->piece, (size_t)len, &n_out);
-            }
+            if (len > 0) hit = stop_pass(e, r, e->piece, (size_t)len, &n_out);
         }
         pthread_mutex_lock(&r->mu);
         if (!r->had_token) r->pend.t_first_token = t - r->t_submit;
@@ -478,10 +479,7 @@ static void on_output(void *ud, const struct sched_output *o)
         char tail[16];
         size_t n_out = 0, n_held = 0;
         int len = tok_stream_flush(&r->ts, tail, sizeof tail);
-        if (len > 0 && r->n_gen <= r->sp.min_tokens) { /* as above: before min_tokens, no stop */
-            memcpy(e->stop_out, tail, (size_t)len);
-            n_out = (size_t)len;
-        } else if (len > 0 && stop_pass(e, r, tail, (size_t)len, &n_out) == STOP_HIT) {
+        if (len > 0 && stop_pass(e, r, tail, (size_t)len, &n_out) == STOP_HIT) {
             f = REQ_FINISH_STOP;
             stop_index = stop_matched(&r->stop);
         } else {
