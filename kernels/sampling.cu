@@ -42,6 +42,9 @@
  *   the segment holding r, one warp rescans its 128 ids.
  * Logprobs: log-sum-exp in float per thread, combined in double; the top-N are the sorted
  * raw candidates (fallback: radix select, then the lowest ids among ties in id order).
+ * Scoring rows (prompt logprobs) take the same passes as an unmodified, unmasked row that
+ * samples nothing: pass A for the raw max, pass B for the log-sum-exp and the raw
+ * candidates; their token is the given one.
  */
 #include "kernels/common.cuh"
 
@@ -614,24 +617,29 @@ sampling_kernel(const float *__restrict__ logits,                 // [num_rows][
     const struct sampling_params P = params[r];
     struct sampling_output *o = out + r;
     const float *row = logits + (int64_t)r * row_stride;
+    /* a scoring row samples nothing: no sampling parameter, penalty, bias or mask is read */
+    const bool score = P.score != 0;
 
     /* ---- parameters and CSR data (uniform decisions) ---- */
     int status = SAMPLING_OK;
-    if (!(P.temperature >= 0.0f && P.temperature < INFINITY) || !(P.top_p > 0.0f && P.top_p <= 1.0f) ||
-        !(P.min_p >= 0.0f && P.min_p <= 1.0f) ||
-        !(P.repetition_penalty > 0.0f && P.repetition_penalty < INFINITY) ||
-        !(P.presence_penalty >= -2.0f && P.presence_penalty <= 2.0f) ||
-        !(P.frequency_penalty >= -2.0f && P.frequency_penalty <= 2.0f) || P.n_logprobs < -1 ||
-        P.n_logprobs > SAMPLING_MAX_TOP_LOGPROBS)
+    if (P.n_logprobs < -1 || P.n_logprobs > SAMPLING_MAX_TOP_LOGPROBS)
+        status = SAMPLING_ERR_PARAMS;
+    else if (score && !(P.score_token >= 0 && P.score_token < V))
+        status = SAMPLING_ERR_TARGET;
+    else if (!score && (!(P.temperature >= 0.0f && P.temperature < INFINITY) ||
+                        !(P.top_p > 0.0f && P.top_p <= 1.0f) || !(P.min_p >= 0.0f && P.min_p <= 1.0f) ||
+                        !(P.repetition_penalty > 0.0f && P.repetition_penalty < INFINITY) ||
+                        !(P.presence_penalty >= -2.0f && P.presence_penalty <= 2.0f) ||
+                        !(P.frequency_penalty >= -2.0f && P.frequency_penalty <= 2.0f)))
         status = SAMPLING_ERR_PARAMS;
     const bool pen_on = P.repetition_penalty != 1.0f || P.presence_penalty != 0.0f || P.frequency_penalty != 0.0f;
     int n_pen = 0, n_bias = 0;
     int64_t ps = 0, bs = 0;
-    if (pen_start && pen_on) {
+    if (pen_start && pen_on && !score) {
         ps = pen_start[r];
         n_pen = pen_start[r + 1] - pen_start[r];
     }
-    if (bias_start) {
+    if (bias_start && !score) {
         bs = bias_start[r];
         n_bias = bias_start[r + 1] - bias_start[r];
     }
@@ -655,7 +663,7 @@ sampling_kernel(const float *__restrict__ logits,                 // [num_rows][
     c.rep = P.repetition_penalty;
     c.pres = P.presence_penalty;
     c.freq = P.frequency_penalty;
-    const int32_t mrow = mask_row ? mask_row[r] : -1;
+    const int32_t mrow = mask_row && !score ? mask_row[r] : -1;
     c.mask = mrow >= 0 ? masks + (int64_t)mrow * nwords : NULL;
 
     if (c.has_mod) {
@@ -717,17 +725,18 @@ sampling_kernel(const float *__restrict__ logits,                 // [num_rows][
         return;
     }
 
-    const bool want_lp = P.n_logprobs >= 0;
-    const bool greedy_req = P.temperature == 0.0f;
-    const int k_req = P.top_k;
-    const bool topp = P.top_p < 1.0f;
+    const bool want_lp = score || P.n_logprobs >= 0;
+    const int n_lp = score ? max(P.n_logprobs, 0) : P.n_logprobs; /* top logprobs asked for */
+    const bool greedy_req = !score && P.temperature == 0.0f;
+    const int k_req = score ? 0 : P.top_k;
+    const bool topp = !score && P.top_p < 1.0f;
     /* sample stride: a power of two giving at most cap samples */
     int sshift = 0;
     while (((V + (1 << sshift) - 1) >> sshift) > cap) sshift++;
     const int smask = (1 << sshift) - 1;
     const int nsamp = (V + smask) >> sshift;
     const bool want_sp = !greedy_req && (k_req > 0 || topp); /* candidates may be needed */
-    const bool want_sr = want_lp && P.n_logprobs > 0;
+    const bool want_sr = want_lp && n_lp > 0;
 
     /* ---- pass A: max / argmax / count of l, max of the raw logits, the samples ---- */
     float best_v = -INFINITY, rmax = -INFINITY;
@@ -786,18 +795,18 @@ sampling_kernel(const float *__restrict__ logits,                 // [num_rows][
     }
 
     /* ---- what this row needs ---- */
-    int token = -1;
-    if (n_ok == 0) status = SAMPLING_ERR_NO_TOKEN;
-    const bool greedy = status == SAMPLING_OK && (greedy_req || best_v == INFINITY);
+    int token = score ? P.score_token : -1;
+    if (n_ok == 0 && !score) status = SAMPLING_ERR_NO_TOKEN;
+    const bool greedy = status == SAMPLING_OK && !score && (greedy_req || best_v == INFINITY);
     if (greedy) token = best_id;
-    const bool sampling = status == SAMPLING_OK && !greedy;
-    const float m = best_v, inv_t = smp_inv_temperature(greedy_req ? 1.0f : P.temperature);
+    const bool sampling = status == SAMPLING_OK && !score && !greedy;
+    const float m = best_v, inv_t = smp_inv_temperature(greedy_req || score ? 1.0f : P.temperature);
     const bool topk = k_req > 0 && k_req < n_ok;
-    const uint32_t minp_w = smp_min_p_weight(P.min_p);
+    const uint32_t minp_w = score ? 0u : smp_min_p_weight(P.min_p);
     const bool direct = sampling && !topk && !topp;
     const bool use_cand = sampling && !direct && !(topk && k_req > cap / 2);
     const bool lp_ok = want_lp && status == SAMPLING_OK && rmax > -INFINITY && rmax < INFINITY;
-    const int n_top_req = lp_ok ? P.n_logprobs : 0;
+    const int n_top_req = lp_ok ? n_lp : 0;
     const bool rcands = n_top_req > 0;
 
     /* ---- sample thresholds ---- */

@@ -1,20 +1,22 @@
 /* sampling.h — sampling on the device (kernels/sampling.cu): one token per row of logits,
- * by tessera's sampling rule (docs/sampling.md), plus raw logprobs.
+ * by tessera's sampling rule (docs/sampling.md), plus raw logprobs; or, on a scoring row,
+ * the raw logprob of a given token (prompt logprobs).
  *
  * For the same raw logits, parameters, penalty history, logit bias, token mask, seed and
  * step, the kernel picks exactly the token the CPU sampler picks (src/sampler/sampler.h): both
  * compute the rule with the bit-exact arithmetic of src/sampler/exact.h and the counter-
  * based Philox4x32-10 generator (src/sampler/philox.h), so a token does not depend on the
  * backend, the batch or the thread count. CPU twin: sampler_sample_masked + sampler_logprobs
- * on a struct sampler holding the same history, bias and step (tests/kernels/
- * test_kernel_sampling.cu wraps them with this launcher's arguments as cpu_sampling).
+ * on a struct sampler holding the same history, bias and step, or sampler_logprobs alone
+ * for a scoring row (tests/kernels/test_kernel_sampling.cu wraps them with this launcher's
+ * arguments as cpu_sampling).
  *
  * All pointers are device pointers; the launcher enqueues one kernel on `stream`,
  * allocates nothing and returns the launch's cudaError_t as an int (0 = success;
  * cudaErrorInvalidValue for arguments it cannot run with). Per-row problems (invalid
- * parameters, malformed CSR data, nothing samplable) do not fail the launch: they are
- * reported in that row's sampling_output.status, and the other rows are sampled. Any host
- * thread that owns the stream may call it.
+ * parameters, malformed CSR data, nothing samplable, a score_token out of range) do not
+ * fail the launch: they are reported in that row's sampling_output.status, and the other
+ * rows are sampled. Any host thread that owns the stream may call it.
  */
 #ifndef TESSERA_KERNELS_SAMPLING_H
 #define TESSERA_KERNELS_SAMPLING_H
@@ -32,7 +34,13 @@ extern "C" {
 
 /* Per-row parameters (a device array, one per row). The fields and their ranges are
  * struct sampler_params' (sampler_params_validate); a row outside them gets
- * SAMPLING_ERR_PARAMS. */
+ * SAMPLING_ERR_PARAMS.
+ *
+ * A scoring row (score != 0; prompt logprobs) samples nothing: its token is score_token,
+ * with that token's raw logprob and max(n_logprobs, 0) top ones, exactly as
+ * sampler_logprobs gives them. Only n_logprobs and score_token are read: the sampling
+ * parameters, the penalties, the bias and the token mask are neither applied nor checked.
+ * A score_token outside [0, vocab) gets SAMPLING_ERR_TARGET. */
 struct sampling_params {
     float temperature;        /* 0: greedy (argmax, lowest id wins ties); else finite > 0 */
     float top_p;              /* (0, 1]; 1: off */
@@ -42,6 +50,8 @@ struct sampling_params {
     float frequency_penalty;  /* [-2, 2]; 0: off */
     int32_t top_k;            /* <= 0 or >= the number of samplable tokens: off */
     int32_t n_logprobs;       /* -1: none; 0..20: the token's raw logprob and that many top ones */
+    int32_t score;            /* 0: sample; 1: a scoring row (above) */
+    int32_t score_token;      /* scoring rows: the token to score */
     uint64_t seed;
     uint64_t step;            /* tokens this sequence has generated so far (sampler_step) */
 };
@@ -53,11 +63,13 @@ enum sampling_status {
     SAMPLING_ERR_PARAMS = 2,   /* a parameter outside its range */
     SAMPLING_ERR_INPUT = 3,    /* CSR data: an id out of range or repeated, a NaN or +inf
                                   bias, more than SAMPLING_MAX_BIAS bias entries */
+    SAMPLING_ERR_TARGET = 4,   /* a scoring row's score_token outside [0, vocab) */
 };
 
 /* Per-row result. Every field is written, whatever the status. */
 struct sampling_output {
-    int32_t token;  /* the sampled id; -1 unless status == SAMPLING_OK */
+    int32_t token;  /* the sampled id (a scoring row: score_token); -1 unless status ==
+                       SAMPLING_OK */
     int32_t status; /* enum sampling_status */
     float logprob;  /* raw logprob of token (sampler_logprobs); -inf when not requested,
                        when the token's raw logit is -inf/NaN, or when the raw row has no

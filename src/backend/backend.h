@@ -117,16 +117,25 @@ struct backend_sample {
                                 until backend_wait returns; the backend may use its scratch
                                 but does not record the token */
     int n_logprobs;          /* -1: none; 0..SAMPLER_MAX_TOP_LOGPROBS: the sampled token's raw
-                                logprob plus that many top alternatives (sampler_logprobs) */    const uint32_t *mask;    /* NULL, or the tokens allowed next (constrained decoding, grammar/
+                                logprob plus that many top alternatives (sampler_logprobs) */
+    const uint32_t *mask;    /* NULL, or the tokens allowed next (constrained decoding, grammar/
                                 grammar.h): [grammar_mask_words(vocab)] words, bit id%32 of
                                 word id/32 set = allowed; borrowed until backend_wait returns.
                                 Applied as sampler_sample_masked does */
+    bool score;              /* a scoring row (prompt logprobs): nothing is sampled; the row's
+                                token is score_token, with its raw logprob and n_logprobs
+                                (< 0: 0) top alternatives, as sampler_logprobs gives them.
+                                The sampler (still given) and the mask are not consulted:
+                                no params, penalties or bias apply; score_token outside
+                                [0, vocab) fails the row (status ERR_INVALID) */
+    int32_t score_token;
 };
 
 /* One sampled token. Layout and meaning as kernels/sampling.h's struct sampling_output. */
 struct backend_token {
     int32_t token;          /* sampled id; -1 when status != 0 */
-    int32_t status;         /* 0, or a negative ERR_* (ERR_RANGE: nothing samplable) */
+    int32_t status;         /* 0, or a negative ERR_* (ERR_RANGE: nothing samplable;
+                               ERR_INVALID: a scoring row's score_token out of range) */
     float logprob;          /* raw logprob of token (when asked) */
     int32_t n_top;          /* entries in top_* (0 when not asked) */
     int32_t top_ids[SAMPLER_MAX_TOP_LOGPROBS];      /* most likely first */

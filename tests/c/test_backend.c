@@ -3,8 +3,8 @@
  * reason when no CUDA backend can be used; --device cuda then fails naming it), the step
  * protocol (one step in flight, BACKEND_TOKEN_PREV of the previous step only), that a
  * PREV row computes exactly what the same row with the token spelled out does, token masks
- * (constrained decoding) on some rows of a step, per-row sampling failures, and a failed
- * step leaving the backend unusable.
+ * (constrained decoding) on some rows of a step, scoring rows (prompt logprobs) beside a
+ * sampled row, per-row sampling failures, and a failed step leaving the backend unusable.
  *
  * TESSERA_TEST_DEVICE selects the device of the protocol tests (default cpu); the
  * selection tests always exercise auto and cuda with TESSERA_CUDA_LIB pointed away.
@@ -381,6 +381,139 @@ done:
     backend_free(b);
 }
 
+/* Checks scoring row out (n_logprobs asked) against sampler_logprobs of score_token over
+ * the raw row: status 0, the token, its logprob and the top alternatives. */
+static void check_scored(const struct backend_token *out, const float *raw, int32_t score_token, int n_logprobs,
+                         const char *what)
+{
+    const int vocab = g_model->cfg.vocab_size, want_n = n_logprobs > 0 ? n_logprobs : 0;
+    int32_t ids[SAMPLER_MAX_TOP_LOGPROBS];
+    float lps[SAMPLER_MAX_TOP_LOGPROBS], lp = 0.0f;
+    int n = sampler_logprobs(raw, vocab, score_token, want_n, ids, lps, &lp);
+    CHECK(n == want_n, "%s: sampler_logprobs gave %d", what, n);
+    bool ok = out->status == 0 && out->token == score_token && out->n_top == n && fabsf(out->logprob - lp) <= 1e-4f;
+    CHECK(ok, "%s: status %d token %d (scored %d) logprob %g (raw %g) n_top %d (%d)", what, out->status, out->token,
+          score_token, (double)out->logprob, (double)lp, out->n_top, n);
+    for (int j = 0; ok && j < n; j++)
+        CHECK(out->top_ids[j] == ids[j] && fabsf(out->top_logprobs[j] - lps[j]) <= 1e-4f,
+              "%s: top %d: %d %g, raw %d %g", what, j, out->top_ids[j], (double)out->top_logprobs[j], ids[j],
+              (double)lps[j]);
+}
+
+/* Scoring rows (prompt logprobs): one sequence's prompt positions scored against the next
+ * prompt token, beside the sequence's sampled last row, in one step. Each scoring row gives
+ * its token with the raw logprobs of the step's logits (backend_logits of the same batch):
+ * the sequence's bias (banning a scored token), repetition penalty and mask (excluding the
+ * scored tokens) are ignored, top-N of 20 / 5 / 0 / none; a score_token outside the
+ * vocabulary fails its row only (ERR_INVALID); the sampled row samples as without them.
+ * Then decode-shaped steps (one row per sequence: the CUDA graph path) with a scoring row
+ * for a second sequence's one-token prompt chunk, beside a sampled row and alone. */
+static void test_scoring(void)
+{
+    enum { PL = 8, NL = 7 };
+    char err[ERR_BUF];
+    struct backend *b = NULL;
+    struct backend_config c = small_cfg();
+    c.max_num_seqs = NL;
+    if (backend_create(&b, g_model, &c, err, sizeof err)) {
+        CHECK(0, "create: %s", err);
+        return;
+    }
+    const int vocab = g_model->cfg.vocab_size, words = (vocab + 31) / 32;
+    int32_t prompt[PL] = { 1, 504, 3458, 314, 253, 1345, 281, 260 };
+    struct one_seq o;
+    one_seq_fill(&o, prompt, PL, 0, true);
+    /* logits rows: positions 0-5 scored (the next prompt token; rows 3 and 4 out of range),
+     * the last position sampled */
+    int32_t li[NL] = { 0, 1, 2, 3, 4, 5, PL - 1 };
+    const int32_t score_tok[NL] = { prompt[1], prompt[2], prompt[3], -1, vocab, prompt[6], 0 };
+    const int n_lp[NL] = { 5, -1, 20, 5, 5, 0, 3 };
+    o.b.num_logits = NL;
+    o.b.logits_indices = li;
+    struct sampler_params sp;
+    sampler_params_default(&sp);
+    sp.temperature = 0.0f;
+    sp.repetition_penalty = 1.3f;
+    struct sampler *smp = sampler_create(&sp, vocab), *ref = sampler_create(&sp, vocab), *smp_b = greedy_sampler();
+    int32_t bid = prompt[1];
+    float bv = -INFINITY;
+    uint32_t *mask = calloc((size_t)words, sizeof(uint32_t));
+    float *raw = malloc(sizeof(float) * (size_t)vocab * NL), *row = malloc(sizeof(float) * (size_t)vocab);
+    const float *lg = NULL;
+    if (!smp || !ref || !smp_b || !mask || !raw || !row) {
+        CHECK(0, "out of memory");
+        goto done;
+    }
+    sampler_accept_prompt(smp, prompt, PL);
+    sampler_accept_prompt(ref, prompt, PL);
+    sampler_set_logit_bias(smp, &bid, &bv, 1);
+    sampler_set_logit_bias(ref, &bid, &bv, 1);
+    for (int i = 1000; i < 2000; i++) mask[i / 32] |= 1u << (i % 32); /* no prompt token allowed */
+    CHECK(backend_logits(b, &o.b, &lg, err, sizeof err) == 0, "logits: %s", err);
+    if (!lg) goto done;
+    memcpy(raw, lg, sizeof(float) * (size_t)vocab * NL);
+    struct backend_sample bs[NL];
+    for (int i = 0; i < NL; i++)
+        bs[i] = (struct backend_sample){ .sampler = smp, .n_logprobs = n_lp[i], .mask = mask, .score = i < NL - 1,
+                                         .score_token = score_tok[i] };
+    struct backend_token out[NL];
+    CHECK(backend_step(b, &o.b, bs, out, err, sizeof err) == 0, "scoring step: %s", err);
+    char what[64];
+    for (int i = 0; i < NL - 1; i++) {
+        snprintf(what, sizeof what, "scoring row %d (position %d)", i, li[i]);
+        if (score_tok[i] < 0 || score_tok[i] >= vocab)
+            CHECK(out[i].status == ERR_INVALID && out[i].token == -1, "%s: score_token %d: status %d token %d", what,
+                  score_tok[i], out[i].status, out[i].token);
+        else
+            check_scored(&out[i], raw + (size_t)i * vocab, score_tok[i], n_lp[i], what);
+    }
+    memcpy(row, raw + (size_t)(NL - 1) * vocab, sizeof(float) * (size_t)vocab);
+    int32_t want = sampler_sample_masked(ref, row, mask);
+    float lp = 0.0f;
+    sampler_logprobs(row, vocab, want >= 0 ? want : 0, 0, NULL, NULL, &lp);
+    CHECK(out[NL - 1].status == 0 && out[NL - 1].token == want && out[NL - 1].n_top == 3 &&
+              fabsf(out[NL - 1].logprob - lp) <= 1e-4f,
+          "sampled row: status %d token %d (the sampler %d) n_top %d logprob %g (%g)", out[NL - 1].status,
+          out[NL - 1].token, want, out[NL - 1].n_top, (double)out[NL - 1].logprob, (double)lp);
+
+    /* decode-shaped: the first sequence's next token (sampled) and a second sequence's
+     * one-token prompt chunk (scored against 504), then the scoring row alone */
+    int32_t ids[2] = { out[NL - 1].token >= 0 ? out[NL - 1].token : 0, 1 }, pos[2] = { PL, 0 }, qs[3] = { 0, 1, 2 },
+            lens[2] = { PL + 1, 1 }, bt[2][MAX_LEN / BS] = { { 0, 1, 2, 3 }, { 4, 5, 6, 7 } }, dli[2] = { 0, 1 };
+    int64_t slots[2] = { PL, 4 * BS };
+    struct batch db = { .num_tokens = 2, .num_seqs = 2, .token_ids = ids, .positions = pos, .slot_mapping = slots,
+                        .query_start = qs, .seq_lens = lens, .block_tables = &bt[0][0],
+                        .max_blocks_per_seq = MAX_LEN / BS, .num_logits = 2, .logits_indices = dli };
+    struct backend_sample ds[2] = { { .sampler = smp, .n_logprobs = 2 },
+                                    { .sampler = smp_b, .n_logprobs = 4, .score = true, .score_token = 504 } };
+    for (int alone = 0; alone < 2; alone++) {
+        db.num_logits = alone ? 1 : 2;
+        db.logits_indices = alone ? &dli[1] : dli;
+        const struct backend_sample *dsp = alone ? &ds[1] : ds;
+        lg = NULL;
+        CHECK(backend_logits(b, &db, &lg, err, sizeof err) == 0, "decode logits: %s", err);
+        if (!lg) break;
+        memcpy(raw, lg, sizeof(float) * (size_t)vocab * (size_t)db.num_logits);
+        CHECK(backend_step(b, &db, dsp, out, err, sizeof err) == 0, "decode step: %s", err);
+        const int k = alone ? 0 : 1; /* the scoring row */
+        check_scored(&out[k], raw + (size_t)k * vocab, 504, 4, alone ? "decode scoring row alone" : "decode scoring row");
+        if (!alone) {
+            memcpy(row, raw, sizeof(float) * (size_t)vocab);
+            want = sampler_sample(ref, row);
+            CHECK(out[0].status == 0 && out[0].token == want, "decode sampled row: status %d token %d (the sampler %d)",
+                  out[0].status, out[0].token, want);
+        }
+    }
+done:
+    sampler_free(smp);
+    sampler_free(ref);
+    sampler_free(smp_b);
+    free(mask);
+    free(raw);
+    free(row);
+    backend_free(b);
+}
+
 /* TESSERA_TEST_FAULT: a NaN row fails alone; a failed step breaks the backend. */
 static void test_faults(void)
 {
@@ -447,6 +580,7 @@ int main(void)
     RUN(test_protocol);
     RUN(test_prev_token);
     RUN(test_masks);
+    RUN(test_scoring);
     RUN(test_faults);
     model_free(g_model);
     return test_summary();

@@ -33,7 +33,12 @@
  *            refused with what is missing and the knobs; FP8 fits where BF16 does not;
  *            weights that do not fit (a child process with 1 MiB) fail with ERR_NOMEM
  *   dummy    --load-format dummy of a config-only directory runs on the backend
- *   errors   invalid batches, lag tokens without a previous step, a second submit, a
+ *   scoring  scoring rows (prompt logprobs): a prompt's positions scored beside its
+ *            sampled row, then decode-shaped steps (graph buckets) with a scoring row: the
+ *            given token with sampler_logprobs of the backend's own logits; a token out
+ *            of range fails its row only; graphs and enforce_eager agree bitwise
+ *   errors   invalid batches (more logits rows than rows among them), lag tokens without
+ *            a previous step, a second submit, a
  *            wait without a step, unsupported models and options: refused, and the
  *            backend still works afterwards; a kernel that faults on the device (the
  *            emulator's TESSERA_EMU_FAULT, in a child process): the step fails with
@@ -902,6 +907,132 @@ static void test_dummy(void)
     rmdir(dir);
 }
 
+/* ---- scoring rows ------------------------------------------------------------------------ */
+
+/* Runs one step of batch b with samples smp (n logits rows) after ops->logits of the same
+ * batch; checks every scoring row against sampler_logprobs over those logits (status 0,
+ * the token, its logprob and top alternatives within 1e-4), or ERR_INVALID for a token
+ * out of range; copies the outputs to out. */
+static void score_step(struct side *sd, const struct batch *b, const struct backend_sample *smp,
+                       struct backend_token *out, int vocab, const char *what)
+{
+    char err[ERR_BUF];
+    const float *lg = NULL;
+    int rc = sd->ops->logits(sd->impl, b, &lg, err, sizeof err);
+    CHECK(rc == 0 && lg, "%s: logits: %s", what, err);
+    if (rc || !lg) return;
+    float *raw = malloc(sizeof(float) * (size_t)vocab * (size_t)b->num_logits);
+    if (!raw) {
+        CHECK(0, "%s: out of memory", what);
+        return;
+    }
+    memcpy(raw, lg, sizeof(float) * (size_t)vocab * (size_t)b->num_logits);
+    rc = sd->ops->submit(sd->impl, b, smp, err, sizeof err);
+    if (!rc) rc = sd->ops->wait(sd->impl, out, err, sizeof err);
+    CHECK(rc == 0, "%s: step: %s", what, err);
+    for (int i = 0; !rc && i < b->num_logits; i++) {
+        if (!smp[i].score) continue;
+        const int32_t t = smp[i].score_token;
+        if (t < 0 || t >= vocab) {
+            CHECK(out[i].status == ERR_INVALID && out[i].token == -1, "%s row %d: score_token %d: status %d token %d",
+                  what, i, t, out[i].status, out[i].token);
+            continue;
+        }
+        int32_t ids[SAMPLER_MAX_TOP_LOGPROBS];
+        float lps[SAMPLER_MAX_TOP_LOGPROBS], lp = 0.0f;
+        const int n = sampler_logprobs(raw + (size_t)i * vocab, vocab, t, smp[i].n_logprobs > 0 ? smp[i].n_logprobs : 0, ids, lps, &lp);
+        bool ok = out[i].status == 0 && out[i].token == t && out[i].n_top == n && fabsf(out[i].logprob - lp) <= 1e-4f;
+        for (int j = 0; ok && j < n; j++) ok = out[i].top_ids[j] == ids[j] && fabsf(out[i].top_logprobs[j] - lps[j]) <= 1e-4f;
+        CHECK(ok, "%s row %d: status %d token %d (scored %d) logprob %g (raw %g) n_top %d (%d), top %d (%d)", what, i,
+              out[i].status, out[i].token, t, (double)out[i].logprob, (double)lp, out[i].n_top, n, out[i].top_ids[0],
+              n > 0 ? ids[0] : -1);
+    }
+    free(raw);
+}
+
+/* One backend (graphs, or enforce_eager): a 6-token prompt with positions 0-4 scored
+ * against the next prompt token (one out of range) beside its sampled last row, the
+ * sequence's penalties, bias and mask ignored by the scoring rows; then decode-shaped
+ * steps of 3 sequences (bucket 4: padded) whose middle row is a scoring row, with the
+ * other rows sampled, and alone. res[] receives every row's output for the comparison of
+ * the two runs. */
+static void scoring_run(const struct model *m, bool eager, struct backend_token res[3][NP])
+{
+    char err[ERR_BUF];
+    struct side sd;
+    struct opts o = opts_default(KV_BF16);
+    o.cpu = false;
+    o.eager = eager;
+    int rc = side_open(&sd, m, &o, err, sizeof err);
+    CHECK(rc == 0, "%s", err);
+    if (rc) return;
+    CHECK(sd.info.graphs == !eager, "graphs %d with enforce_eager %d", sd.info.graphs, eager);
+    const int vocab = m->cfg.vocab_size;
+    struct sampler_params sp;
+    sampler_params_default(&sp);
+    sp.temperature = 0.8f;
+    sp.top_k = 20;
+    sp.presence_penalty = 1.0f;
+    struct sampler *g = sampler_create(&sp, vocab);
+    int32_t prompt[6] = { 5, 17, 3, 99, 42, 7 }, bid = 17;
+    float bv = -INFINITY;
+    sampler_accept(g, 3);
+    sampler_set_logit_bias(g, &bid, &bv, 1); /* bans a scored token */
+    static uint32_t mask[MASK_WORDS];
+    memset(mask, 0, sizeof mask);
+    mask[0] = 1u << 1; /* allows id 1 only */
+    /* the prompt: sequence 0 in blocks 0.. */
+    int32_t pos[6], qs[2] = { 0, 6 }, lens[1] = { 6 }, bt[3][MB] = { { 0, 1, 2, 3 }, { 4, 5, 6, 7 }, { 8, 9, 10, 11 } };
+    int32_t li[6] = { 0, 1, 2, 3, 4, 5 };
+    int64_t slot[6];
+    for (int i = 0; i < 6; i++) {
+        pos[i] = i;
+        slot[i] = i;
+    }
+    struct backend_sample smp[NP];
+    const int32_t tgt[5] = { prompt[1], prompt[2], vocab, prompt[4], prompt[5] };
+    const int nlp[5] = { 5, -1, 3, 0, 20 };
+    for (int i = 0; i < 6; i++)
+        smp[i] = (struct backend_sample){ .sampler = g, .n_logprobs = i < 5 ? nlp[i] : 2, .mask = mask,
+                                          .score = i < 5, .score_token = i < 5 ? tgt[i] : 0 };
+    struct batch pb = { 6, 1, prompt, pos, slot, qs, lens, &bt[0][0], MB, 6, li };
+    score_step(&sd, &pb, smp, res[0], vocab, eager ? "prompt (eager)" : "prompt (graphs)");
+    CHECK(res[0][5].status == 0 && res[0][5].token == 1, "the sampled row under its mask: status %d token %d",
+          res[0][5].status, res[0][5].token);
+    /* decode-shaped: sequence 0's next token, sequence 1's first prompt token (a chunk of
+     * one) scored against 17, sequence 2's first token sampled */
+    int32_t dt[3] = { 1, 9, 21 }, dp[3] = { 6, 0, 0 }, dq[4] = { 0, 1, 2, 3 }, dl[3] = { 7, 1, 1 }, dli[3] = { 0, 1, 2 };
+    int64_t ds[3] = { 6, 4 * BS, 8 * BS };
+    struct batch db = { 3, 3, dt, dp, ds, dq, dl, &bt[0][0], MB, 3, dli };
+    struct backend_sample dsm[3] = { { .sampler = g, .n_logprobs = 4 },
+                                     { .sampler = g, .n_logprobs = 6, .mask = mask, .score = true, .score_token = 17 },
+                                     { .sampler = g, .n_logprobs = -1 } };
+    score_step(&sd, &db, dsm, res[1], vocab, eager ? "decode (eager)" : "decode (graphs)");
+    db.num_logits = 1;
+    db.logits_indices = &dli[1];
+    score_step(&sd, &db, &dsm[1], res[2], vocab, eager ? "decode, scoring alone (eager)" : "decode, scoring alone");
+    sampler_free(g);
+    side_close(&sd);
+}
+
+static void test_scoring(void)
+{
+    struct model *m = load_model("testmodels/tiny-q4_0.gguf", true, MODEL_LOAD_NO_TOKENIZER);
+    if (!m) return;
+    static struct backend_token a[3][NP], b[3][NP];
+    memset(a, 0, sizeof a);
+    memset(b, 0, sizeof b);
+    scoring_run(m, false, a);
+    scoring_run(m, true, b);
+    const int rows[3] = { 6, 3, 1 };
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < rows[k]; i++)
+            CHECK(!memcmp(&a[k][i], &b[k][i], sizeof a[k][i]), "step %d row %d: graphs token %d logprob %.9g, eager "
+                  "token %d logprob %.9g", k, i, a[k][i].token, (double)a[k][i].logprob, b[k][i].token,
+                  (double)b[k][i].logprob);
+    model_free(m);
+}
+
 /* ---- errors ----------------------------------------------------------------------------- */
 
 static void test_errors(void)
@@ -948,6 +1079,15 @@ static void test_errors(void)
     CHECK(ops->submit(sd.impl, &b, smp, err, sizeof err) == ERR_RANGE, "num_tokens past max_num_batched_tokens");
     b.num_tokens = 2;
     CHECK(ops->submit(sd.impl, &b, NULL, err, sizeof err) == ERR_INVALID, "logits rows without samplers");
+    {   /* three logits rows for two rows (step_unpack pads at most one per row) */
+        int32_t li3[3] = { 0, 1, 1 };
+        struct backend_sample s3[3] = { smp[0], smp[0], smp[0] };
+        struct batch b3 = b;
+        b3.num_logits = 3;
+        b3.logits_indices = li3;
+        CHECK(ops->submit(sd.impl, &b3, s3, err, sizeof err) == ERR_INVALID && strstr(err, "logits rows"),
+              "more logits rows than rows: %s", err);
+    }
 
     CHECK(ops->submit(sd.impl, &b, smp, err, sizeof err) == 0, "a valid step after refused ones: %s", err);
     const float *lg;
@@ -1038,6 +1178,7 @@ int main(int argc, char **argv)
     T(test_graphs_vs_eager);
     T(test_lag);
     T(test_dummy);
+    T(test_scoring);
     T(test_forward_smollm2);
 #undef T
     return test_summary();

@@ -17,7 +17,8 @@
  * half, sparse, one token, banning the argmax or a +inf, allowing only non-finite logits
  * or nothing, shared by rows, on modified tokens, through every path); logprobs 0 / 5 / 20;
  * steps up to 2^50; every fast path and every fallback of the kernel; invalid parameters
- * and malformed CSR data per row. Plus: Philox on the device against the known-answer
+ * and malformed CSR data per row; scoring rows (prompt logprobs: the given token's raw
+ * logprobs, everything else ignored; out-of-range targets). Plus: Philox on the device against the known-answer
  * vectors (and cuRAND on a GPU), batch independence, and a chi-square test of many GPU
  * draws against the exact distribution. Outputs are poisoned before every call and every
  * buffer's guards checked after it. ~10 s under the emulator (2 cores, -O2).
@@ -42,6 +43,25 @@ extern "C" {
 
 /* ---- the twin ---------------------------------------------------------------------------- */
 
+/* A scoring row's twin: sampler_logprobs of score_token over the raw row, nothing else
+ * read (sampling_params' comment). */
+static void cpu_score_row(const float *row, int vocab, const sampling_params &P, sampling_output &o)
+{
+    if (P.n_logprobs < -1 || P.n_logprobs > SAMPLING_MAX_TOP_LOGPROBS) {
+        o.status = SAMPLING_ERR_PARAMS;
+        return;
+    }
+    if (P.score_token < 0 || P.score_token >= vocab) {
+        o.status = SAMPLING_ERR_TARGET;
+        return;
+    }
+    o.status = SAMPLING_OK;
+    o.token = P.score_token;
+    int n = sampler_logprobs(row, vocab, P.score_token, std::max(P.n_logprobs, 0), o.top_ids, o.top_logprobs,
+                             &o.logprob);
+    o.n_top = n > 0 ? n : 0;
+}
+
 /* cuda_sampling's CPU twin, same arguments (host pointers): one struct sampler per row. */
 static void cpu_sampling(const float *logits, int64_t row_stride, int num_rows, int vocab,
                          const sampling_params *params, const int32_t *pen_start, const int32_t *pen_ids,
@@ -60,6 +80,10 @@ static void cpu_sampling(const float *logits, int64_t row_stride, int num_rows, 
         for (int j = 0; j < SAMPLING_MAX_TOP_LOGPROBS; j++) {
             o.top_ids[j] = -1;
             o.top_logprobs[j] = -INFINITY;
+        }
+        if (P.score) {
+            cpu_score_row(logits + (int64_t)r * row_stride, vocab, P, o);
+            continue;
         }
         struct sampler_params sp;
         sampler_params_default(&sp);
@@ -654,6 +678,102 @@ static void test_masks(void)
     }
 }
 
+/* ---- scoring rows ------------------------------------------------------------------------ */
+
+/* Makes the last row a scoring row for token t (any value: out of range fails the row). */
+static void score_last_row(batch &b, int32_t t)
+{
+    b.params.back().score = 1;
+    b.params.back().score_token = t;
+    b.what.back() += " score=" + std::to_string(t);
+}
+
+/* A token to score in the last row: how 0 = any, 1 = the raw argmax, 2 = one with a -inf
+ * or NaN logit (any when there is none). */
+static int32_t pick_target(const batch &b, ktest_rng &rng, int how)
+{
+    const float *l = b.logits.data() + (size_t)(b.rows() - 1) * (size_t)b.stride;
+    int32_t t = rng.below(b.V);
+    if (how == 1) {
+        for (int i = 0; i < b.V; i++)
+            if (l[i] > l[t]) t = i;
+    } else if (how == 2) {
+        for (int i = 0; i < b.V; i++)
+            if (!(l[i] > -INFINITY)) return i;
+    }
+    return t;
+}
+
+/* Scoring rows against the twin (sampler_logprobs of the target on the raw row): every
+ * logit kind, no / 0 / 5 / 20 top logprobs, targets anywhere (random, the argmax, a -inf or
+ * NaN logit), with penalties, a bias, a mask (allowing nothing, or a few tokens), invalid
+ * sampling parameters and malformed CSR data on the same rows — all ignored (a sampled
+ * row with any of them would differ or fail) — and sampled rows between them. A target
+ * out of range and too many logprobs fail their row only. Then a large row of ties, where
+ * the top-N take the exact fallback. */
+static void test_scoring_rows(void)
+{
+    static const int lps[] = { -1, 0, 5, 20 };
+    for (int V : { 257, 1001 }) {
+        batch b;
+        b.V = V;
+        b.stride = V == 257 ? 260 : 1003;
+        ktest_rng rng(808 + V);
+        int i = 0;
+        for (int k = 0; k < K_COUNT; k++)
+            for (int j = 0; j < 4; j++, i++) {
+                sampling_params p = make_params(i % 5 == 0 ? 0.0f : 0.8f, i % 3 ? 0 : 5, i % 4 ? 1.0f : 0.9f,
+                                                i % 6 == 1 ? 0.2f : 0.0f, lps[j], 100 + i, (uint64_t)i);
+                if (i % 2) {
+                    p.repetition_penalty = 1.5f;
+                    p.presence_penalty = 1.0f;
+                    p.frequency_penalty = -1.0f;
+                }
+                if (i % 7 == 3) p.temperature = -1.0f; /* invalid for a sampled row */
+                if (i % 7 == 5) p.top_p = 0.0f;
+                add_row(b, rng, (kind)k, p, i % 2 ? 40 : 0, i % 3 ? 6 : 0);
+                if (i % 3 == 1) mask_last_row(b, rng, M_NONE);
+                else if (i % 3 == 2) mask_last_row(b, rng, M_SPARSE);
+                score_last_row(b, pick_target(b, rng, i % 3));
+                if (i % 4 == 0) /* a sampled row between scoring rows */
+                    add_row(b, rng, (kind)k, make_params(0.9f, 20, 0.95f, 0.0f, 5, 900 + i, 3), 10, 2);
+            }
+        /* malformed CSR data on a scoring row: a repeated penalty id, a bias id out of range */
+        sampling_params pen = make_params(1.0f, 0, 1.0f, 0.0f, 5, 7, 0);
+        pen.presence_penalty = 0.5f;
+        add_row(b, rng, K_NORMAL, pen, 20, 3);
+        const int r = b.rows() - 1;
+        b.pen_ids[b.pen_start[r]] = b.pen_ids[b.pen_start[r] + 1];
+        b.bias_ids[b.bias_start[r]] = V;
+        score_last_row(b, pick_target(b, rng, 0));
+        b.what.back() += " malformed-csr";
+        /* rows that fail alone, then a sampled row */
+        for (int32_t t : { (int32_t)V, (int32_t)-1, (int32_t)INT32_MIN }) {
+            add_row(b, rng, K_NORMAL, make_params(1.0f, 0, 1.0f, 0.0f, 5, 1, 0), 0, 0);
+            score_last_row(b, t);
+        }
+        add_row(b, rng, K_NORMAL, make_params(1.0f, 0, 1.0f, 0.0f, 21, 1, 0), 0, 0); /* too many logprobs */
+        score_last_row(b, 3);
+        add_row(b, rng, K_PEAKED, make_params(0.0f, 0, 1.0f, 0.0f, 5, 2, 0), 0, 0);
+        check_batch(b, V == 257 ? "scoring V=257" : "scoring V=1001 unaligned");
+    }
+    {
+        batch b;
+        b.V = 49152;
+        b.stride = 49152;
+        ktest_rng rng(4915);
+        add_row(b, rng, K_EQUAL, make_params(1.0f, 0, 1.0f, 0.0f, 20, 1, 0), 0, 0); /* raw ties > capacity */
+        score_last_row(b, 40000);
+        sampling_params p = make_params(0.7f, 20, 0.8f, 0.0f, 20, 2, 9);
+        p.repetition_penalty = 1.2f;
+        add_row(b, rng, K_PEAKED, p, 200, 8);
+        mask_last_row(b, rng, M_ONE);
+        score_last_row(b, pick_target(b, rng, 1));
+        add_row(b, rng, K_NORMAL, make_params(0.9f, 0, 0.9f, 0.0f, 5, 3, 4), 0, 0);
+        check_batch(b, "scoring V=49152");
+    }
+}
+
 /* Launcher arguments it cannot run with. */
 static void test_invalid_args(void)
 {
@@ -893,6 +1013,7 @@ int main(void)
     RUN(test_fallbacks);
     RUN(test_row_errors);
     RUN(test_masks);
+    RUN(test_scoring_rows);
     RUN(test_batch_independence);
     RUN(test_large_vocab);
     RUN(test_chi_square);

@@ -1,7 +1,8 @@
 /* backend_cpu.c — the CPU implementation of backend.h: the forward of model/forward.c over
  * a paged KV cache in host memory (model/kv_cache.c), and host sampling with each row's
  * struct sampler — sampler_sample_masked (under the row's token mask, if any), then
- * sampler_logprobs over the same raw row when asked (logprobs ignore the mask).
+ * sampler_logprobs over the same raw row when asked (logprobs ignore the mask). A scoring
+ * row (prompt logprobs) is sampler_logprobs alone, for the row's score_token.
  *
  * Owns the forward state (every activation buffer for max_num_batched_tokens rows and
  * max_num_seqs logits rows), the KV cache (sized from num_blocks, or from cpu_kv_bytes),
@@ -11,8 +12,9 @@
  *
  * Test hook (documented in docs/engine.md): TESSERA_TEST_FAULT, read once at create:
  *   "nan-row=K"   the K-th logits row sampled by this backend (counting from 1, over all
- *                 steps, the warm-up step included) has NaN logits: that row's token has
- *                 status ERR_RANGE (nothing samplable), the other rows are unaffected;
+ *                 steps, the warm-up step included; scoring rows sample nothing and do
+ *                 not count) has NaN logits: that row's token has status ERR_RANGE
+ *                 (nothing samplable), the other rows are unaffected;
  *   "fail-step=K" the K-th submit fails with ERR_IO, as a device fault would.
  * Single-threaded like every backend; the forward's work runs on its own thread pool.
  */
@@ -68,9 +70,29 @@ static int resolve_prev(struct cpu_backend *c, const struct batch *b, char *err,
     return 0;
 }
 
+/* A scoring row: no sampling, no sampler state, no mask; score_token with its raw logprob
+ * and max(n_logprobs, 0) top alternatives (sampler_logprobs over the raw row). */
+static void score_row(const float *row, int vocab, const struct backend_sample *s, struct backend_token *o)
+{
+    *o = (struct backend_token){ .token = -1 };
+    if (s->score_token < 0 || s->score_token >= vocab) {
+        o->status = ERR_INVALID;
+        return;
+    }
+    o->token = s->score_token;
+    o->logprob = -INFINITY;
+    int n_top = sampler_logprobs(row, vocab, s->score_token, s->n_logprobs > 0 ? s->n_logprobs : 0, o->top_ids,
+                                 o->top_logprobs, &o->logprob);
+    o->n_top = n_top > 0 ? n_top : 0;
+}
+
 static void sample_row(struct cpu_backend *c, float *row, const struct backend_sample *s, struct backend_token *o)
 {
     int vocab = c->m->cfg.vocab_size;
+    if (s->score) {
+        score_row(row, vocab, s, o);
+        return;
+    }
     *o = (struct backend_token){ .token = -1 };
     c->rows++;
     if (c->fault_nan_row && c->rows == c->fault_nan_row)

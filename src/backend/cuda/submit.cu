@@ -12,12 +12,19 @@
  *      step to its graph bucket (slot -1, seq_len 0);
  *   3. the forward: the bucket's CUDA graph for a decode-only step, else the kernels one
  *      by one (prefill, mixed, enforce_eager, batches past the last bucket);
- *   4. cuda_sampling over the logits rows (logits never leave the device);
+ *   4. cuda_sampling over the logits rows (logits never leave the device); a scoring
+ *      row (backend_sample.score: prompt logprobs) gets its given token's raw logprobs,
+ *      and none of its sequence's penalty history, bias or mask is packed;
  *   5. one cudaMemcpyAsync of the sampled tokens (struct sampling_output rows) into
  *      pinned memory, and an event.
  * submit returns with all of it queued; wait synchronises on the event. The host thread
  * is therefore free between the two (the engine prepares the next step and streams text),
  * and the next step can name tokens it has not seen yet.
+ *
+ * Logits rows may be any rows of the batch, several per sequence (scoring rows over a
+ * prompt chunk), at most one per row: a decode step (one row per sequence) then has at
+ * most one per sequence, and its graph computes the logits of the bucket's padded rows,
+ * of which sampling reads the first num_logits.
  *
  * Samplers are read at submit (params, step, penalty history, logit bias), never
  * advanced: the engine must sampler_accept the previous step's tokens before it submits
@@ -152,6 +159,11 @@ static int check_batch(const struct cuda_backend *b, const struct batch *bt, boo
     for (int i = 0; i < bt->num_logits; i++)
         if (bt->logits_indices[i] < 0 || bt->logits_indices[i] >= bt->num_tokens)
             return err_set(err, errlen, ERR_INVALID, "batch: logits index %d out of range", bt->logits_indices[i]);
+    /* step_unpack pads the logits rows only up to the padded token rows (a decode graph's
+     * bucket holds as many of each): more logits rows than rows would fail on the device */
+    if (bt->num_logits > bt->num_tokens)
+        return err_set(err, errlen, ERR_INVALID, "batch: %d logits rows for %d rows (a row repeated)", bt->num_logits,
+                       bt->num_tokens);
     return 0;
 }
 
@@ -172,8 +184,9 @@ static int pack(struct cuda_backend *b, const struct batch *bt, const struct bac
         if (samples[i].n_logprobs < -1 || samples[i].n_logprobs > SAMPLER_MAX_TOP_LOGPROBS)
             return err_set(err, errlen, ERR_INVALID, "batch: logits row %d asks for %d logprobs", i,
                            samples[i].n_logprobs);
-        if (penalties_on(sampler_get_params(s))) npen += (size_t)sampler_history_len(s);
         b->h_bias_start[i] = (int32_t)nbias;
+        if (samples[i].score) continue; /* a scoring row: no penalties, bias or mask to pack */
+        if (penalties_on(sampler_get_params(s))) npen += (size_t)sampler_history_len(s);
         nbias += (size_t)sampler_logit_bias(s, b->h_bias_ids + nbias, b->h_bias_vals + nbias);
         nmask += samples[i].mask != NULL;
     }
@@ -211,18 +224,22 @@ static int pack(struct cuda_backend *b, const struct batch *bt, const struct bac
     uint32_t *masks = (uint32_t *)(h + lo->masks);
     int32_t nm = 0;
     for (int i = 0; i < L; i++) {
-        mrow[i] = samples[i].mask ? nm : -1;
-        if (samples[i].mask) memcpy(masks + (size_t)nm++ * mw, samples[i].mask, 4 * mw);
+        const bool masked = samples[i].mask && !samples[i].score;
+        mrow[i] = masked ? nm : -1;
+        if (masked) memcpy(masks + (size_t)nm++ * mw, samples[i].mask, 4 * mw);
     }
     for (int i = 0; i < L; i++) {
         const struct sampler *s = samples[i].sampler;
         const struct sampler_params *p = sampler_get_params(s);
-        sp[i] = (struct sampling_params){ p->temperature,        p->top_p,       p->min_p,
-                                          p->repetition_penalty, p->presence_penalty, p->frequency_penalty,
-                                          p->top_k,              samples[i].n_logprobs, p->seed,
-                                          sampler_step(s) };
+        sp[i] = (struct sampling_params){ .temperature = p->temperature, .top_p = p->top_p, .min_p = p->min_p,
+                                          .repetition_penalty = p->repetition_penalty,
+                                          .presence_penalty = p->presence_penalty,
+                                          .frequency_penalty = p->frequency_penalty, .top_k = p->top_k,
+                                          .n_logprobs = samples[i].n_logprobs, .score = samples[i].score,
+                                          .score_token = samples[i].score_token, .seed = p->seed,
+                                          .step = sampler_step(s) };
         int n = 0;
-        if (penalties_on(p)) {
+        if (penalties_on(p) && !samples[i].score) {
             n = sampler_history_len(s);
             sampler_history(s, pid + ps[i], pinfo + ps[i]);
         }
@@ -344,6 +361,7 @@ static int status_of(int32_t s)
     case SAMPLING_OK: return 0;
     case SAMPLING_ERR_NO_TOKEN:
     case SAMPLING_ERR_PARAMS: return ERR_RANGE;
+    case SAMPLING_ERR_TARGET: /* a scoring row's token out of range */
     default: return ERR_INVALID;
     }
 }
