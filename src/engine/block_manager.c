@@ -27,6 +27,7 @@ struct bm_seq {
                                 every position but the last, which is still to forward) */
     int64_t num_cached;      /* positions whose KV came from prefix-cache hits at
                                 admission: slot_mapping gives -1 for them (never written) */
+    int64_t lookup_limit;    /* prefix-cache lookups see tokens [0, lookup_limit) only */
     int chain_len;           /* leading blocks hashed into the chain (hits + committed) */
     uint64_t chain_hash;     /* hash of block chain_len - 1 (0 when chain_len == 0) */
     int32_t chain_block;     /* canonical cached block of that hash (-1: none) */
@@ -397,6 +398,7 @@ int bm_seq_create(struct block_manager *bm, int64_t max_tokens, const void *salt
         return err_set(err, errlen, ERR_NOMEM, "block manager: out of memory");
     }
     seq->max_tokens = max_tokens;
+    seq->lookup_limit = max_tokens;
     seq->salt_len = salt_len;
     if (salt_len) memcpy(seq->salt, salt, salt_len);
     seq_reset(seq);
@@ -443,8 +445,8 @@ int bm_seq_alloc_prompt(struct block_manager *bm, struct bm_seq *seq, const int3
         return err_set(err, errlen, ERR_RANGE, "prompt of %lld tokens (max %lld)",
                        (long long)n, (long long)seq->max_tokens);
     uint64_t h = 0;
-    int hits = cache_lookup(bm, tokens, n, seq->salt, seq->salt_len, seq->block_table, NULL,
-                            &h);
+    int hits = cache_lookup(bm, tokens, n < seq->lookup_limit ? n : seq->lookup_limit, seq->salt,
+                            seq->salt_len, seq->block_table, NULL, &h);
     for (int i = 0; i < hits; i++) block_ref(bm, seq->block_table[i]);
     seq->num_blocks = hits;
     seq->num_cached = (int64_t)hits * bm->block_size;
@@ -462,6 +464,8 @@ int bm_seq_alloc_prompt(struct block_manager *bm, struct bm_seq *seq, const int3
     if (n_cached) *n_cached = seq->num_cached;
     return 0;
 }
+
+void bm_seq_limit_lookup(struct bm_seq *seq, int64_t n) { seq->lookup_limit = n > 0 ? n : 0; }
 
 bool bm_seq_can_append(const struct block_manager *bm, const struct bm_seq *seq,
                        int64_t n_new)

@@ -110,6 +110,11 @@ bool bm_can_allocate(struct block_manager *bm, const int32_t *tokens, int64_t n,
 int bm_seq_alloc_prompt(struct block_manager *bm, struct bm_seq *seq, const int32_t *tokens,
                         int64_t n, int64_t *n_cached, char *err, size_t errlen);
 
+/* From now on, bm_seq_alloc_prompt looks up only the prompt's first n tokens in the prefix
+ * cache (at most n / block_size hit blocks; n <= 0: none), so the positions from there on
+ * are computed, e.g. for their logits (prompt logprobs). Commits still cache the blocks. */
+void bm_seq_limit_lookup(struct bm_seq *seq, int64_t n);
+
 /* True if n_new more slots fit: within max_tokens and enough free + evictable blocks. */
 bool bm_seq_can_append(const struct block_manager *bm, const struct bm_seq *seq,
                        int64_t n_new);

@@ -137,6 +137,7 @@ void req_params_default(struct req_params *p)
     sampler_params_default(&p->sp);
     p->skip_special_tokens = true;
     p->logprobs = -1;
+    p->prompt_logprobs = -1;
 }
 
 void req_output_free(struct req_output *o)
@@ -145,6 +146,7 @@ void req_output_free(struct req_output *o)
     free(o->text);
     free(o->ids);
     free(o->lp);
+    free(o->plp);
     memset(o, 0, sizeof *o);
 }
 
@@ -167,6 +169,28 @@ void request_release(struct request *r)
 }
 
 int64_t request_id(const struct request *r) { return r->id; }
+
+static void copy_logprob(struct req_logprob *d, const struct sched_logprob *lp)
+{
+    d->token = lp->token;
+    d->logprob = lp->logprob;
+    d->n_top = lp->n_top;
+    memcpy(d->top_ids, lp->top_ids, sizeof d->top_ids[0] * (size_t)lp->n_top);
+    memcpy(d->top_logprobs, lp->top_logprobs, sizeof d->top_logprobs[0] * (size_t)lp->n_top);
+}
+
+/* Appends one prompt token's logprob to r->pend (caller holds r->mu). False on OOM. */
+static bool pend_append_prompt(struct request *r, const struct sched_logprob *lp)
+{
+    struct req_output *o = &r->pend;
+    size_t cap = (size_t)o->plp_cap;
+    void *a = o->plp;
+    bool ok = grow_array(&a, &cap, (size_t)o->n_plp + 1, sizeof *o->plp);
+    o->plp = a;
+    o->plp_cap = (int)cap;
+    if (ok) copy_logprob(&o->plp[o->n_plp++], lp);
+    return ok;
+}
 
 /* Appends one token's output to r->pend (caller holds r->mu). False on OOM (nothing
  * appended). */
@@ -194,14 +218,7 @@ static bool pend_append(struct request *r, int32_t token, const struct sched_log
     if (token >= 0) {
         o->ids[o->n_ids++] = token;
         o->n_generated++;
-        if (lp) {
-            struct req_logprob *d = &o->lp[o->n_lp++];
-            d->token = lp->token;
-            d->logprob = lp->logprob;
-            d->n_top = lp->n_top;
-            memcpy(d->top_ids, lp->top_ids, sizeof d->top_ids[0] * (size_t)lp->n_top);
-            memcpy(d->top_logprobs, lp->top_logprobs, sizeof d->top_logprobs[0] * (size_t)lp->n_top);
-        }
+        if (lp) copy_logprob(&o->lp[o->n_lp++], lp);
     }
     return true;
 }
@@ -210,7 +227,7 @@ bool request_take(struct request *r, struct req_output *o)
 {
     pthread_mutex_lock(&r->mu);
     struct req_output *p = &r->pend;
-    bool any = p->text_len || p->n_ids || p->n_lp || p->finish != REQ_FINISH_NONE;
+    bool any = p->text_len || p->n_ids || p->n_lp || p->n_plp || p->finish != REQ_FINISH_NONE;
     char *t = o->text;
     size_t tc = o->text_cap;
     o->text = p->text, o->text_cap = p->text_cap, o->text_len = p->text_len;
@@ -223,6 +240,10 @@ bool request_take(struct request *r, struct req_output *o)
     int lc = o->lp_cap;
     o->lp = p->lp, o->lp_cap = p->lp_cap, o->n_lp = p->n_lp;
     p->lp = lp, p->lp_cap = lc, p->n_lp = 0;
+    struct req_logprob *plp = o->plp;
+    int pc = o->plp_cap;
+    o->plp = p->plp, o->plp_cap = p->plp_cap, o->n_plp = p->n_plp;
+    p->plp = plp, p->plp_cap = pc, p->n_plp = 0;
     o->finish = p->finish;
     o->stop_index = p->stop_index;
     o->n_prompt = p->n_prompt;
@@ -429,6 +450,18 @@ static void on_output(void *ud, const struct sched_output *o)
         char msg[300];
         snprintf(msg, sizeof msg, "sampling failed: %s", o->error ? o->error : "no token");
         finish(e, r, REQ_FINISH_ERROR, -1, msg);
+        return;
+    }
+    if (o->prompt) {
+        pthread_mutex_lock(&r->mu);
+        bool ok = pend_append_prompt(r, o->logprob);
+        pthread_mutex_unlock(&r->mu);
+        r->news = true;
+        if (!ok) {
+            finish(e, r, REQ_FINISH_ERROR, -1, "out of memory for the request's output");
+            sched_abort(e->s, r->seq_id, NULL, 0); /* its blocks are freed at the next step */
+            r->sched_aborted = true;
+        }
         return;
     }
     if (o->token >= 0) {
@@ -751,6 +784,9 @@ static int validate(const struct engine *e, const int32_t *ids, int n, const str
     if (p->logprobs < -1 || p->logprobs > SAMPLER_MAX_TOP_LOGPROBS)
         return err_set(err, errlen, ERR_INVALID, "logprobs: %d is outside [0, %d]", p->logprobs,
                        SAMPLER_MAX_TOP_LOGPROBS);
+    if (p->prompt_logprobs < -1 || p->prompt_logprobs > SAMPLER_MAX_TOP_LOGPROBS)
+        return err_set(err, errlen, ERR_INVALID, "prompt_logprobs: %d is outside [0, %d]", p->prompt_logprobs,
+                       SAMPLER_MAX_TOP_LOGPROBS);
     if (p->n_bias < 0 || p->n_bias > SAMPLER_MAX_LOGIT_BIAS)
         return err_set(err, errlen, ERR_INVALID, "logit_bias: %d entries (at most %d)", p->n_bias,
                        SAMPLER_MAX_LOGIT_BIAS);
@@ -814,6 +850,7 @@ int engine_submit(struct engine *e, const int32_t *ids, int n, const struct req_
     r->sp.min_tokens = p->min_tokens;
     r->include_stop = p->include_stop_str;
     r->sp.logprobs = p->logprobs;
+    r->sp.prompt_logprobs = p->prompt_logprobs;
     if (p->n_bias) {
         memcpy(r->bias_ids, p->bias_ids, sizeof *r->bias_ids * (size_t)p->n_bias);
         memcpy(r->bias, p->bias, sizeof *r->bias * (size_t)p->n_bias);

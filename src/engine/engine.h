@@ -86,6 +86,11 @@ struct req_params {
                                   text of the tokens after them (vLLM's min_tokens) */
     int logprobs;              /* -1: none; 0..SAMPLER_MAX_TOP_LOGPROBS: the sampled token's
                                   logprob plus that many top alternatives per token */
+    int prompt_logprobs;       /* -1: none; 0..SAMPLER_MAX_TOP_LOGPROBS: the raw logprob of
+                                  every prompt token from the second on (given the tokens
+                                  before it) plus that many top alternatives (req_output.plp;
+                                  those positions are computed, not taken from the prefix
+                                  cache) */
     const int32_t *bias_ids;   /* [n_bias] logit bias (OpenAI logit_bias) */
     const float *bias;         /* [n_bias] */
     int n_bias;
@@ -107,7 +112,7 @@ struct req_params {
 };
 
 /* Sets the usual defaults: sampler_params_default, max_tokens 0, skip_special_tokens true,
- * logprobs -1, no stops / bias / salt. */
+ * logprobs -1, prompt_logprobs -1, no stops / bias / salt. */
 void req_params_default(struct req_params *p);
 
 enum req_finish {
@@ -119,7 +124,8 @@ enum req_finish {
                             on) — or the engine failed (message in req_output.error) */
 };
 
-/* One generated token's logprobs (raw model logprobs, see sampler_logprobs). */
+/* One token's logprobs, generated or of the prompt (raw model logprobs, see
+ * sampler_logprobs). */
 struct req_logprob {
     int32_t token;
     float logprob;
@@ -140,6 +146,9 @@ struct req_output {
     int n_ids, ids_cap;
     struct req_logprob *lp;    /* [n_lp] one per id when logprobs >= 0, else n_lp == 0 */
     int n_lp, lp_cap;
+    struct req_logprob *plp;   /* [n_plp] prompt_logprobs >= 0: the prompt's tokens from
+                                  position 1 on, in order, all before the first id */
+    int n_plp, plp_cap;
     /* state at the time of the take (not deltas) */
     enum req_finish finish;    /* REQ_FINISH_NONE while running */
     int stop_index;            /* index of the stop string that ended it, or -1 */

@@ -35,6 +35,9 @@ struct sched_entry {
     int n_new;      /* rows: positions pos0 .. pos0 + n_new - 1 */
     int logit;      /* logits row of this step, or -1 (mid-prefill chunk) */
     bool admitted;  /* admitted in this step (reported as an admitted event) */
+    int n_score;    /* scoring rows (prompt logprobs): logits rows score_row .. + n_score - 1 */
+    int score_row;  /* score positions score_pos .. (each gives the next prompt token's logprob) */
+    int score_pos;
 };
 
 /* One step's description: planned, then in flight until recorded. The batch and the
@@ -53,6 +56,7 @@ struct sched_plan {
     uint32_t *masks;                  /* [max_num_seqs][mask_words] the token masks of
                                          constrained logits rows (row = logits index) */
     struct batch b;
+    int n_sample;                     /* logits rows that sample (the others score) */
 };
 
 struct sched {
@@ -74,9 +78,11 @@ struct sched {
     struct sched_plan plans[2];
     int flight;                       /* index of the plan in flight, or -1 */
     struct backend_token *out;        /* [max_num_seqs] tokens of the step waited for */
-    struct sched_output *events;      /* [3 * max_num_seqs] recorded, not yet reported: an
+    struct sched_output *events;      /* [4 * max_num_seqs] recorded, not yet reported: an
                                          admitted and a token event per row of the step
-                                         recorded, a mask failure per row of the next */
+                                         recorded, a prompt event per scoring row (logits
+                                         rows: max_num_seqs in all), a mask failure per row
+                                         of the next */
     int n_events;
     struct sched_logprob *lps;        /* [max_num_seqs] the events' logprobs */
 
@@ -225,7 +231,7 @@ int sched_create(struct sched **out, const struct model *m, const struct sched_c
     size_t T = (size_t)c.max_num_batched_tokens, S = (size_t)c.max_num_seqs;
     s->running = calloc(S, sizeof *s->running);
     s->out = calloc(S, sizeof *s->out);
-    s->events = calloc(3 * S, sizeof *s->events);
+    s->events = calloc(4 * S, sizeof *s->events);
     s->lps = calloc(S, sizeof *s->lps);
     bool ok = s->running && s->out && s->events && s->lps;
     for (int i = 0; i < 2; i++) ok = plan_alloc(&s->plans[i], T, S, (size_t)s->max_blocks_per_seq, (size_t)s->mask_words) && ok;
@@ -242,7 +248,7 @@ fail:
 
 void sched_seq_params_default(struct sched_seq_params *p)
 {
-    *p = (struct sched_seq_params){ .logprobs = -1 };
+    *p = (struct sched_seq_params){ .logprobs = -1, .prompt_logprobs = -1 };
     sampler_params_default(&p->sp);
 }
 
@@ -277,6 +283,9 @@ int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq
     if (rc) return rc;
     if (p->logprobs < -1 || p->logprobs > SAMPLER_MAX_TOP_LOGPROBS)
         return err_set(err, errlen, ERR_RANGE, "logprobs %d outside [-1, %d]", p->logprobs,
+                       SAMPLER_MAX_TOP_LOGPROBS);
+    if (p->prompt_logprobs < -1 || p->prompt_logprobs > SAMPLER_MAX_TOP_LOGPROBS)
+        return err_set(err, errlen, ERR_RANGE, "prompt_logprobs %d outside [-1, %d]", p->prompt_logprobs,
                        SAMPLER_MAX_TOP_LOGPROBS);
     if (p->salt_len > BM_SALT_MAX || (p->salt_len && !p->salt))
         return err_set(err, errlen, ERR_RANGE, "cache salt of %zu bytes (at most %d)",
@@ -346,6 +355,8 @@ int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq
     q->n_stop_ids = p->n_stop_ids;
     q->min_tokens = p->min_tokens;
     q->logprobs = p->logprobs;
+    q->prompt_logprobs = p->prompt_logprobs;
+    q->plp_next = p->prompt_logprobs >= 0 ? 1 : n;
     q->user = p->user;
     q->grammar = grammar_ref(p->grammar);
     q->gm_on = !p->grammar_deferred;
@@ -496,11 +507,43 @@ static int make_sampler(struct sched *s, struct sched_seq *q, char *err, size_t 
     return 0;
 }
 
+/* Scoring rows (prompt logprobs) of q's chunk [pos0, pos0 + n_new): the positions from
+ * *first on whose logits give a prompt token's logprob still due. */
+static int score_count(const struct sched_seq *q, int pos0, int n_new, int *first)
+{
+    int lo = pos0 > q->plp_next - 1 ? pos0 : q->plp_next - 1;
+    int hi = pos0 + n_new < q->n_prompt - 1 ? pos0 + n_new : q->n_prompt - 1;
+    *first = lo;
+    return hi > lo ? hi - lo : 0;
+}
+
+/* The logits rows q's chunk [pos0, pos0 + *n_new) needs: its scoring rows, and the
+ * sampling row when the chunk reaches q's known length. More than avail (>= 1): the chunk
+ * is cut after avail scoring rows (it then ends inside the prompt, with no sampling row). */
+static int fit_rows(const struct sched_seq *q, int pos0, int *n_new, int avail)
+{
+    int first, ns = score_count(q, pos0, *n_new, &first);
+    int rows = ns + (pos0 + *n_new == known_len(q));
+    if (rows <= avail) return rows;
+    *n_new = first + avail - pos0;
+    return avail;
+}
+
+/* How much of q's prompt the prefix cache may serve: all of it, or while prompt logprobs
+ * are due, the positions before the first one whose logits are needed. */
+static int lookup_len(const struct sched_seq *q)
+{
+    return q->plp_next < q->n_prompt ? q->plp_next - 1 : q->n_tokens;
+}
+
 /* Picks the next step's work into plan p; returns the number of entries or a negative
- * code. Running sequences first (oldest first), then FCFS admission. */
+ * code. Running sequences first (oldest first), then FCFS admission. Logits rows: one per
+ * running sequence is reserved; scoring rows and admissions take the others, so a step
+ * never has more than max_num_seqs. */
 static int schedule(struct sched *s, struct sched_plan *p, char *err, size_t errlen)
 {
     int budget = s->cfg.max_num_batched_tokens, n_entries = 0, rc;
+    int rows_left = s->cfg.max_num_seqs - s->n_running;
     bool preempted = false;
     for (int i = 0; i < s->n_running && budget > 0; i++) {
         struct sched_seq *q = s->running[i];
@@ -512,6 +555,7 @@ static int schedule(struct sched *s, struct sched_plan *p, char *err, size_t err
             if (!s->cfg.enable_chunked_prefill) continue;
             n_new = budget;
         }
+        int rows = fit_rows(q, q->num_computed, &n_new, rows_left + 1);
         /* make room by preempting the newest running sequences, this one last */
         while (!bm_seq_can_append(s->bm, q->bs, n_new)) {
             int victim = s->n_running - 1;
@@ -523,15 +567,17 @@ static int schedule(struct sched *s, struct sched_plan *p, char *err, size_t err
         if ((rc = bm_seq_append_slots(s->bm, q->bs, n_new, err, errlen))) return rc;
         p->entries[n_entries++] = (struct sched_entry){ .seq = q, .n_new = n_new, .logit = -1 };
         budget -= n_new;
+        if (rows > 1) rows_left -= rows - 1;
     }
     const void *salt;
-    while (!preempted && s->n_waiting > 0 && s->n_running < s->cfg.max_num_seqs && budget > 0) {
+    while (!preempted && s->n_waiting > 0 && s->n_running < s->cfg.max_num_seqs && budget > 0 &&
+           rows_left > 0) {
         struct sched_seq *q = s->waiting[0];
         if (q->pending_row >= 0) break; /* preempted with a token in flight: next time */
         int64_t n_cached = 0;
+        int n_look = lookup_len(q);
         salt = q->salt_len ? q->salt : NULL;
-        bm_can_allocate(s->bm, q->tokens, q->n_tokens, salt, q->salt_len, q->n_tokens, &n_cached,
-                        NULL);
+        bm_can_allocate(s->bm, q->tokens, n_look, salt, q->salt_len, q->n_tokens, &n_cached, NULL);
         /* a full hit (every token's KV cached) still forwards the last token for its
          * logits; its KV is not rewritten (bm_seq_slot_mapping gives it slot -1) */
         int start = n_cached < q->n_tokens ? (int)n_cached : q->n_tokens - 1;
@@ -540,10 +586,11 @@ static int schedule(struct sched *s, struct sched_plan *p, char *err, size_t err
             if (!s->cfg.enable_chunked_prefill) break;
             n_new = budget;
         }
-        if (!bm_can_allocate(s->bm, q->tokens, q->n_tokens, salt, q->salt_len, start + n_new,
-                             NULL, NULL))
+        int rows = fit_rows(q, start, &n_new, rows_left);
+        if (!bm_can_allocate(s->bm, q->tokens, n_look, salt, q->salt_len, start + n_new, NULL, NULL))
             break;
         if ((rc = make_sampler(s, q, err, errlen))) return rc;
+        bm_seq_limit_lookup(q->bs, n_look);
         if ((rc = bm_seq_alloc_prompt(s->bm, q->bs, q->tokens, q->n_tokens, &n_cached, err,
                                       errlen)))
             return rc;
@@ -556,6 +603,7 @@ static int schedule(struct sched *s, struct sched_plan *p, char *err, size_t err
         p->entries[n_entries++] = (struct sched_entry){ .seq = q, .n_new = n_new, .logit = -1,
                                                         .admitted = true };
         budget -= n_new;
+        rows_left -= rows;
     }
     p->n_entries = n_entries;
     return n_entries;
@@ -566,6 +614,7 @@ static int schedule(struct sched *s, struct sched_plan *p, char *err, size_t err
 static int fill_batch(struct sched *s, struct sched_plan *p, char *err, size_t errlen)
 {
     int row = 0, n_logits = 0, rc, n = p->n_entries;
+    p->n_sample = 0;
     for (int e = 0; e < n; e++) {
         struct sched_entry *en = &p->entries[e];
         struct sched_seq *q = en->seq;
@@ -583,6 +632,15 @@ static int fill_batch(struct sched *s, struct sched_plan *p, char *err, size_t e
         int nb;
         const int32_t *bt = bm_seq_block_table(q->bs, &nb);
         memcpy(p->block_tables + (size_t)e * (size_t)s->max_blocks_per_seq, bt, sizeof *bt * (size_t)nb);
+        /* scoring rows: each position's logits give the next prompt token's logprob */
+        en->n_score = score_count(q, pos0, en->n_new, &en->score_pos);
+        en->score_row = n_logits;
+        for (int k = 0; k < en->n_score; k++) {
+            int pos = en->score_pos + k;
+            p->samples[n_logits] = (struct backend_sample){ .sampler = q->sampler, .n_logprobs = q->prompt_logprobs,
+                                                            .score = true, .score_token = q->tokens[pos + 1] };
+            p->logits_indices[n_logits++] = row + pos - pos0;
+        }
         row += en->n_new;
         q->num_computed += en->n_new;
         q->refs++;
@@ -593,6 +651,7 @@ static int fill_batch(struct sched *s, struct sched_plan *p, char *err, size_t e
             q->pending_plan = (int)(p - s->plans);
             p->samples[n_logits] = (struct backend_sample){ .sampler = q->sampler, .n_logprobs = q->logprobs };
             p->logits_indices[n_logits++] = row - 1;
+            p->n_sample++;
         }
     }
     p->query_start[n] = row;
@@ -623,6 +682,27 @@ static void push_event(struct sched *s, const struct sched_seq *q, int32_t token
     };
 }
 
+/* A prompt event: position's token and its logprob (prompt_logprobs). */
+static void push_prompt_event(struct sched *s, const struct sched_seq *q, int position,
+                              const struct sched_logprob *lp)
+{
+    push_event(s, q, q->tokens[position], FINISH_NONE, lp, false, NULL);
+    s->events[s->n_events - 1].prompt = true;
+    s->events[s->n_events - 1].position = position;
+}
+
+/* Logits row `row`'s logprobs (backend token t) as an event's logprob. */
+static const struct sched_logprob *row_logprob(struct sched *s, int row, const struct backend_token *t)
+{
+    struct sched_logprob *d = &s->lps[row];
+    d->token = t->token;
+    d->logprob = t->logprob;
+    d->n_top = t->n_top;
+    memcpy(d->top_ids, t->top_ids, sizeof d->top_ids[0] * (size_t)t->n_top);
+    memcpy(d->top_logprobs, t->top_logprobs, sizeof d->top_logprobs[0] * (size_t)t->n_top);
+    return d;
+}
+
 /* Is tok one of q's stop token ids? */
 static bool is_stop_id(const struct sched_seq *q, int32_t tok)
 {
@@ -636,6 +716,25 @@ static void finish_seq(struct sched_seq *q, enum sched_finish f)
 {
     q->finish = f;
     q->status = SEQ_FINISHED;
+}
+
+/* The prompt events of entry en's scoring rows (positions already reported, by a step that
+ * ran before a preemption, are not planned again). False if a row failed: q ends with an
+ * error. */
+static bool record_scores(struct sched *s, const struct sched_entry *en, struct sched_seq *q)
+{
+    for (int k = 0; k < en->n_score; k++) {
+        const struct backend_token *t = &s->out[en->score_row + k];
+        int pos = en->score_pos + k + 1; /* the prompt position whose token was scored */
+        if (t->status != 0 || t->token != q->tokens[pos]) {
+            finish_seq(q, FINISH_ERROR);
+            push_event(s, q, -1, FINISH_ERROR, NULL, false, ROW_ERROR);
+            return false;
+        }
+        push_prompt_event(s, q, pos, row_logprob(s, en->score_row + k, t));
+        q->plp_next = pos + 1;
+    }
+    return true;
 }
 
 /* The step of plan p completed with tokens s->out: commit its KV, record every sampled
@@ -658,6 +757,7 @@ static int record(struct sched *s, struct sched_plan *p, char *err, size_t errle
             if ((rc = bm_seq_commit(s->bm, q->bs, q->tokens, q->num_done, err, errlen))) return rc;
             if (en->admitted) push_event(s, q, -1, FINISH_NONE, NULL, true, NULL);
         } /* else preempted while this step ran: its KV is gone, its token still counts */
+        if (!record_scores(s, en, q)) continue;
         if (en->logit < 0) continue;
         const struct backend_token *t = &s->out[en->logit];
         if (t->status != 0 || t->token < 0 || t->token >= vocab) {
@@ -680,16 +780,7 @@ static int record(struct sched *s, struct sched_plan *p, char *err, size_t errle
         if (((!q->ignore_eos || constrained) && model_is_eog(s->m, tok)) || is_stop_id(q, tok))
             finish_seq(q, FINISH_STOP);
         else if (q->n_tokens - q->n_prompt >= q->max_tokens) finish_seq(q, FINISH_LENGTH);
-        const struct sched_logprob *lp = NULL;
-        if (q->logprobs >= 0) {
-            struct sched_logprob *d = &s->lps[en->logit];
-            d->token = tok;
-            d->logprob = t->logprob;
-            d->n_top = t->n_top;
-            memcpy(d->top_ids, t->top_ids, sizeof d->top_ids[0] * (size_t)t->n_top);
-            memcpy(d->top_logprobs, t->top_logprobs, sizeof d->top_logprobs[0] * (size_t)t->n_top);
-            lp = d;
-        }
+        const struct sched_logprob *lp = q->logprobs >= 0 ? row_logprob(s, en->logit, t) : NULL;
         push_event(s, q, tok, q->finish, lp, false, NULL);
     }
     return 0;
@@ -823,7 +914,7 @@ int sched_step(struct sched *s, sched_output_fn cb, void *ud, char *err, size_t 
             s->flight = (int)(p - s->plans);
             s->steps++;
             s->batched_tokens += (uint64_t)p->b.num_tokens;
-            s->prefill_tokens += (uint64_t)(p->b.num_tokens - p->b.num_logits);
+            s->prefill_tokens += (uint64_t)(p->b.num_tokens - p->n_sample);
             if (!s->overlap && (rc = wait_flight(s, err, errlen))) return fail(s, rc, err);
         } else {
             plan_discard(p);

@@ -122,6 +122,9 @@ struct sched_seq_params {
     int n_allowed;
     int logprobs;             /* -1: none; 0..SAMPLER_MAX_TOP_LOGPROBS: report the sampled
                                  token's raw logprob and that many top alternatives */
+    int prompt_logprobs;      /* -1: none; 0..SAMPLER_MAX_TOP_LOGPROBS: report the raw logprob
+                                 of every prompt token from position 1 on (given the tokens
+                                 before it) and that many top alternatives: prompt events */
     const int32_t *bias_ids;  /* [n_bias] logit bias (sampler_set_logit_bias) */
     const float *bias;        /* [n_bias] */
     int n_bias;
@@ -138,8 +141,8 @@ struct sched_seq_params {
     int32_t grammar_start_token;
 };
 
-/* Defaults: sampler_params_default, max_tokens 0, logprobs -1; no bias, salt, user or
- * grammar. */
+/* Defaults: sampler_params_default, max_tokens 0, logprobs -1, prompt_logprobs -1; no bias,
+ * salt, user or grammar. */
 void sched_seq_params_default(struct sched_seq_params *p);
 
 /* Per-sequence state. Read-only for callers (sched_find); the scheduler owns it. */
@@ -163,6 +166,11 @@ struct sched_seq {
     int min_tokens;         /* (sched_seq_params) */
     bool abort_requested;   /* sched_abort: dropped at the start of the next step */
     int logprobs;           /* -1 or the number of top alternatives */
+    int prompt_logprobs;    /* -1 or the number of top alternatives (sched_seq_params) */
+    int plp_next;           /* the next prompt position whose logprob is due (from 1; n_prompt:
+                               all reported). Its logits come from the row of position
+                               plp_next - 1, so while any is due the prefix cache serves at
+                               most positions [0, plp_next - 1) */
     int num_preemptions;
     size_t salt_len;
     uint8_t salt[BM_SALT_MAX];
@@ -189,8 +197,9 @@ struct sched_seq {
     struct sched_seq *next_zombie; /* finished, waiting for its steps to complete */
 };
 
-/* One generated token's logprobs: raw model logprobs (sampler_logprobs). The same layout
- * and field names as engine.h's struct req_logprob. */
+/* One token's logprobs (generated or, for a prompt event, of the prompt): raw model
+ * logprobs (sampler_logprobs). The same layout and field names as engine.h's struct
+ * req_logprob. */
 struct sched_logprob {
     int32_t token;
     float logprob;
@@ -209,7 +218,11 @@ struct sched_logprob {
  *             the token is the end-of-generation token; FINISH_LENGTH).
  *   abort:    token -1, finished, FINISH_ABORT (sched_abort).
  *   error:    token -1, finished, FINISH_ERROR, error says why (the row could not be
- *             sampled); the other sequences go on. */
+ *             sampled); the other sequences go on.
+ *   prompt:   (prompt_logprobs >= 0) prompt is true, token = the prompt token at position
+ *             (1 .. n_prompt - 1), logprob its raw logprob given the tokens before it; not
+ *             finished. Every position once, in order, all before the first token event
+ *             (a preempted sequence's recompute reports none again). */
 struct sched_output {
     int64_t seq_id;
     void *user;             /* sched_seq_params.user */
@@ -218,7 +231,10 @@ struct sched_output {
     enum sched_finish finish;
     bool admitted;
     int n_cached;           /* admitted events */
-    const struct sched_logprob *logprob; /* token events with logprobs >= 0, else NULL */
+    const struct sched_logprob *logprob; /* token events with logprobs >= 0 and prompt events,
+                                            else NULL */
+    bool prompt;            /* a prompt event */
+    int position;           /* prompt events: the prompt position of token */
     const char *error;      /* FINISH_ERROR events: why (static text), else NULL */
 };
 

@@ -276,6 +276,30 @@ static void test_partial_and_full_hit(void)
     bm_free(bm);
 }
 
+/* bm_seq_limit_lookup: the cache serves at most the first n tokens' full blocks (prompt
+ * logprobs need the positions after them computed); the blocks are still committed. */
+static void test_limit_lookup(void)
+{
+    struct block_manager *bm;
+    char err[ERR_BUF];
+    CHECK(bm_create(&bm, 32, 4, true, KEY, err, sizeof err) == 0, "%s", err);
+    int32_t p[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    int64_t nc;
+    struct bm_seq *a = run_prompt(bm, p, 9, NULL, &nc); /* caches blocks [1-4] and [5-8] */
+    int limits[5] = { 0, 3, 4, 7, 8 }, want[5] = { 0, 0, 4, 4, 8 };
+    for (int i = 0; i < 5; i++) {
+        struct bm_seq *b;
+        CHECK(bm_seq_create(bm, 16, NULL, 0, &b, err, sizeof err) == 0, "%s", err);
+        bm_seq_limit_lookup(b, limits[i]);
+        CHECK(bm_seq_alloc_prompt(bm, b, p, 9, &nc, err, sizeof err) == 0 && nc == want[i],
+              "limit %d: %lld cached, want %d", limits[i], (long long)nc, want[i]);
+        bm_seq_free(bm, b);
+    }
+    check_ok(bm, "limited lookups");
+    bm_seq_free(bm, a);
+    bm_free(bm);
+}
+
 /* A block-aligned prompt whose blocks are all cached: every block is taken (refcount++),
  * only position n - 1 is left to forward and its slot is -1 (its KV is in the shared
  * block); commit adds nothing to the cache; the first generated token starts a fresh
@@ -925,6 +949,7 @@ int main(void)
     RUN(test_salt_separation);
     RUN(test_partial_and_full_hit);
     RUN(test_full_hit_last_token);
+    RUN(test_limit_lookup);
     RUN(test_lru_eviction_order);
     RUN(test_can_allocate_counts_idle_hits);
     RUN(test_duplicate_commit);

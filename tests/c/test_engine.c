@@ -64,11 +64,14 @@ struct result {
     size_t text_len;
     struct req_logprob lp[MAXLP];
     int n_lp;
+    struct req_logprob plp[MAX_PROMPT]; /* prompt logprobs */
+    int n_plp;
     enum req_finish finish;
     int stop_index, n_cached, n_generated, n_prompt;
     int n_final, n_after_final; /* notifies (or takes) that saw the finish / came after it */
     int n_deltas;
     bool bad_utf8;
+    bool plp_late;              /* prompt logprobs came after a generated id or the finish */
     char error[256];
 };
 
@@ -114,6 +117,7 @@ static bool utf8_valid(const char *s, size_t n)
 static void accumulate(struct result *res, const struct req_output *o)
 {
     if (res->finish != REQ_FINISH_NONE && (o->n_ids || o->text_len)) res->n_after_final++;
+    if (o->n_plp && (res->n_ids || res->finish != REQ_FINISH_NONE)) res->plp_late = true;
     if (o->text_len) {
         res->n_deltas++;
         if (!utf8_valid(o->text, o->text_len)) res->bad_utf8 = true;
@@ -124,6 +128,7 @@ static void accumulate(struct result *res, const struct req_output *o)
     }
     for (int k = 0; k < o->n_ids && res->n_ids < MAXGEN; k++) res->ids[res->n_ids++] = o->ids[k];
     for (int k = 0; k < o->n_lp && res->n_lp < MAXLP; k++) res->lp[res->n_lp++] = o->lp[k];
+    for (int k = 0; k < o->n_plp && res->n_plp < MAX_PROMPT; k++) res->plp[res->n_plp++] = o->plp[k];
     res->n_cached = o->n_cached;
     res->n_generated = o->n_generated;
     res->n_prompt = o->n_prompt;
@@ -848,6 +853,145 @@ static void test_logprobs(void)
     engine_free(e);
 }
 
+/* ---- prompt logprobs ------------------------------------------------------------------- */
+
+/* The emulated GPU computes a row in a mixed step through other attention kernels than as
+ * the last row of a prefill (P rounded to 16 bits): its logprobs agree to this; the CPU's
+ * rows are exact. */
+static float plp_tol(void) { return g_device == BACKEND_DEVICE_CUDA ? 0.05f : 0.0f; }
+
+/* a's prompt logprobs against b's: the same tokens, logprobs within tol, the same top ids
+ * (on the CPU; on the emulated GPU near-equal alternatives may swap). */
+static void check_same_plp(const struct result *a, const struct result *b, const char *what)
+{
+    float tol = plp_tol();
+    CHECK(a->n_plp == b->n_plp, "%s: %d prompt logprobs, expected %d", what, a->n_plp, b->n_plp);
+    CHECK(!a->plp_late, "%s: prompt logprobs after the first generated token", what);
+    for (int k = 0; k < a->n_plp && k < b->n_plp; k++) {
+        const struct req_logprob *x = &a->plp[k], *y = &b->plp[k];
+        bool ok = x->token == y->token && fabsf(x->logprob - y->logprob) <= tol && x->n_top == y->n_top;
+        for (int j = 0; ok && j < x->n_top; j++)
+            ok = fabsf(x->top_logprobs[j] - y->top_logprobs[j]) <= tol &&
+                 (tol > 0 || x->top_ids[j] == y->top_ids[j]);
+        if (!ok) {
+            CHECK(0, "%s: prompt position %d: token %d logprob %.6f, expected %d %.6f", what, k + 1, x->token,
+                  (double)x->logprob, y->token, (double)y->logprob);
+            return;
+        }
+    }
+}
+
+/* Several prompt_logprobs requests at once in engine cfg: each equal to ref (prompt pi). */
+static void plp_batch(const struct engine_config *cfg, int pi, const struct result *ref, int n, const char *what,
+                      struct sched_stats *st)
+{
+    struct engine *e = make_engine(cfg);
+    if (!e) return;
+    struct slot *slots = calloc((size_t)n, sizeof *slots);
+    struct waitgroup wg;
+    wg_init(&wg, n);
+    for (int i = 0; i < n; i++) {
+        slots[i].wg = &wg;
+        struct req_params p = greedy(GEN);
+        p.logprobs = 2;
+        p.prompt_logprobs = 3;
+        submit_slot(e, &slots[i], g_prompt[pi], g_len[pi], &p);
+    }
+    CHECK(wg_wait(&wg, 300), "%s: requests did not finish", what);
+    for (int i = 0; i < n; i++) {
+        check_same(&slots[i].res, ref, what, i);
+        check_same_plp(&slots[i].res, ref, what);
+    }
+    check_idle(e, what);
+    char err[ERR_BUF];
+    CHECK(engine_debug_check(e, st, err, sizeof err) == 0, "%s: %s", what, err);
+    release_slots(slots, n);
+    wg_destroy(&wg);
+    free(slots);
+    engine_free(e);
+}
+
+static void test_prompt_logprobs(void)
+{
+    if (!g_have_ref) { CHECK(0, "no reference"); return; }
+    const int pi = SLOW ? 20 : 12, n = g_len[pi];
+    const int32_t *ids = g_prompt[pi];
+    static struct result ref, again, cached, one, prefix;
+    struct engine_config cfg = engine_cfg(4, 256, 64, true, false);
+    struct engine *e = make_engine(&cfg);
+    if (!e) return;
+    struct req_params p = greedy(GEN);
+    p.logprobs = 2;
+    p.prompt_logprobs = 3;
+    run_solo(e, ids, n, &p, &ref);
+    check_same(&ref, &g_ref[pi], "prompt logprobs: the generation", pi);
+    CHECK(ref.n_plp == n - 1 && !ref.plp_late, "%d prompt logprobs for %d tokens", ref.n_plp, n);
+    for (int k = 0; k < ref.n_plp; k++) {
+        const struct req_logprob *l = &ref.plp[k];
+        bool ok = l->token == ids[k + 1] && l->n_top == 3 && l->logprob <= 0 && l->logprob <= l->top_logprobs[0];
+        for (int j = 1; ok && j < l->n_top; j++) ok = l->top_logprobs[j] <= l->top_logprobs[j - 1];
+        for (int j = 0; ok && j < l->n_top; j++)
+            if (l->top_ids[j] == l->token) ok = l->top_logprobs[j] == l->logprob;
+        CHECK(ok, "position %d: token %d (want %d) logprob %g, %d top, first %d %g", k + 1, l->token, ids[k + 1],
+              (double)l->logprob, l->n_top, l->top_ids[0], (double)l->top_logprobs[0]);
+    }
+    /* independent: the logprobs of the first token generated after the prefix [0, i) —
+     * the sampling path — are position i's prompt logprobs */
+    int probe[3] = { 1, n / 2, n - 1 };
+    for (int t = 0; t < 3; t++) {
+        int i = probe[t];
+        struct req_params q = greedy(1);
+        q.logprobs = 20;
+        run_solo(e, ids, i, &q, &prefix);
+        const struct req_logprob *g = &prefix.lp[0], *l = &ref.plp[i - 1];
+        CHECK(prefix.n_lp == 1 && g->n_top == 20, "prefix %d: %d records", i, prefix.n_lp);
+        for (int j = 0; j < 3; j++)
+            CHECK(fabsf(g->top_logprobs[j] - l->top_logprobs[j]) <= plp_tol() + 1e-6f &&
+                  (plp_tol() > 0 || g->top_ids[j] == l->top_ids[j]),
+                  "position %d, alternative %d: %d %.6f after the prefix, %d %.6f in the prompt", i, j, g->top_ids[j],
+                  (double)g->top_logprobs[j], l->top_ids[j], (double)l->top_logprobs[j]);
+        for (int j = 0; j < g->n_top; j++)
+            if (g->top_ids[j] == ids[i])
+                CHECK(fabsf(g->top_logprobs[j] - l->logprob) <= plp_tol() + 1e-6f,
+                      "position %d: token %d %.6f after the prefix, %.6f in the prompt", i, ids[i],
+                      (double)g->top_logprobs[j], (double)l->logprob);
+    }
+    /* the prompt is cached now (it ran twice): prompt logprobs still compute every position,
+     * a plain request still hits the cache */
+    run_solo(e, ids, n, &p, &again);
+    CHECK(again.n_cached == 0, "prompt logprobs served %d tokens from the cache", again.n_cached);
+    check_same_plp(&again, &ref, "prompt logprobs again");
+    struct req_params plain = greedy(GEN);
+    run_solo(e, ids, n, &plain, &cached);
+    CHECK(cached.n_cached == n / 16 * 16, "a plain request after them: %d of %d cached", cached.n_cached, n);
+    /* a one-token prompt has no prompt logprobs; prompt_logprobs 0: no alternatives */
+    run_solo(e, ids, 1, &p, &one);
+    CHECK(one.n_plp == 0 && one.n_ids >= 1, "one-token prompt: %d prompt logprobs", one.n_plp);
+    p.prompt_logprobs = 0;
+    run_solo(e, ids, n, &p, &again);
+    CHECK(again.n_plp == n - 1 && again.plp[0].n_top == 0 && again.plp[n / 2].logprob == ref.plp[n / 2].logprob,
+          "prompt_logprobs 0: %d records", again.n_plp);
+    p.prompt_logprobs = 21;
+    char err[ERR_BUF];
+    struct request *r = NULL;
+    CHECK(engine_submit(e, ids, n, &p, NULL, NULL, &r, err, sizeof err) == ERR_INVALID && !r,
+          "prompt_logprobs 21 accepted");
+    check_idle(e, "prompt logprobs");
+    engine_free(e);
+
+    struct sched_stats st;
+    /* 16-token chunks; two logits rows per step (prompt positions scored 1-2 at a time,
+     * three requests share them); a pool so small that they preempt each other */
+    cfg = engine_cfg(4, 16, 64, true, true);
+    plp_batch(&cfg, pi, &ref, 2, "prompt logprobs, chunked", &st);
+    cfg = engine_cfg(2, 256, 64, true, true);
+    plp_batch(&cfg, pi, &ref, 3, "prompt logprobs, 2 logits rows", &st);
+    CHECK(st.steps >= (uint64_t)(3 * (n - 1) / 2), "2 logits rows: %llu steps", (unsigned long long)st.steps);
+    cfg = engine_cfg(NP, 64, MAX_LEN / 16, false, true); /* 8 x (prompt + GEN) do not fit */
+    plp_batch(&cfg, pi, &ref, 8, "prompt logprobs, preempted", &st);
+    CHECK(st.preemptions > 0, "prompt logprobs: no preemption happened");
+}
+
 /* ---- errors, limits, shutdown --------------------------------------------------------- */
 
 static int submit_err(struct engine *e, const int32_t *ids, int n, const struct req_params *p,
@@ -1272,6 +1416,7 @@ int main(void)
     TIMED(test_text_deltas);
     TIMED(test_stop_strings);
     TIMED(test_logprobs);
+    TIMED(test_prompt_logprobs);
     TIMED(test_submit_errors);
     TIMED(test_siblings);
     TIMED(test_tick);
