@@ -454,7 +454,9 @@ static const struct {
       "grammars (EBNF) are not implemented; use guided_json, guided_regex or guided_choice" },
     { "bad_words", UNSUP_NONEMPTY, false, "bad-word filtering is not implemented" },
     { "logits_processors", UNSUP_NONEMPTY, false, "logits processors are not implemented" },
-    { "prompt_logprobs", UNSUP_NOT_NULL, false, "prompt logprobs are not implemented" },
+    { "prompt_logprobs", UNSUP_NOT_NULL, false,
+      "vLLM's prompt_logprobs field is not implemented; on /v1/completions, 'echo' with 'logprobs' "
+      "lists the prompt's tokens with their logprobs" },
     { "truncate_prompt_tokens", UNSUP_NOT_NULL, false, "prompt truncation is not implemented" },
     { "use_beam_search", UNSUP_TRUE, false, "beam search is not implemented" },
     { "echo", UNSUP_TRUE, true, "echoing the prompt is not supported" },
@@ -547,8 +549,14 @@ static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oa
     *max_req = 0;
     const char *keys[2] = { "max_completion_tokens", "max_tokens" };
     for (int i = r->kind == OAI_CHAT ? 0 : 1; i < 2 && !*max_req; i++) {
-        TRY(opt_int_msg(root, keys[i], 1, 1e300, "at least 1", &v, e));
+        /* completions: 0 with echo scores the prompt (checked with echo below) */
+        TRY(opt_int_msg(root, keys[i], r->kind == OAI_COMPLETION ? 0 : 1, 1e300,
+                        r->kind == OAI_COMPLETION ? "at least 0" : "at least 1", &v, e));
         if (!rc) continue;
+        if (v == 0) {
+            r->echo_only = true;
+            v = 1;
+        }
         /* beyond any context (caught by the caller's context check) */
         *max_req = v > (double)INT64_MAX / 2 ? INT64_MAX / 2 : (int64_t)v;
         r->rp.max_tokens = v > INT_MAX ? INT_MAX : (int)v;
@@ -587,12 +595,14 @@ static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oa
         r->top_logprobs = rc ? (int)v : -1;
         bv = false;
         TRY(opt_bool(root, "echo", &bv, e));
-        if (bv && r->top_logprobs >= 0) {
-            rc = oai_bad(e, "echo", "'echo' together with 'logprobs' is not supported: the prompt's "
-                         "logprobs are not computed");
+        if (r->echo_only && !bv) {
+            rc = oai_bad(e, "max_tokens", "'max_tokens' must be at least 1 (0 only with 'echo': the prompt "
+                         "alone, e.g. to score it with 'logprobs')");
             goto fail;
         }
         r->echo_on = bv;
+        /* echo with logprobs: the prompt's tokens are listed first, with their logprobs */
+        if (bv && r->top_logprobs >= 0) r->rp.prompt_logprobs = r->top_logprobs;
         TRY(opt_str(root, "suffix", &s, e));
         if (rc && s[0]) { rc = oai_bad(e, "suffix", "'suffix' is not supported"); goto fail; }
     }

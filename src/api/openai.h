@@ -85,6 +85,8 @@ struct oai_request {
                                id arrays): prompt k is prompt_ids[prompt_off[k], prompt_off[k + 1]) */
     int prompt_off[OAI_MAX_PROMPTS + 1];
     bool echo_on;           /* completions "echo" */
+    bool echo_only;         /* completions "max_tokens": 0 with "echo": the answer is the prompt
+                               alone (with its logprobs); one token is generated and dropped */
     char *echo[OAI_MAX_PROMPTS]; /* completions "echo": prompt k's text (malloc'd; as given, or
                                the ids decoded), put before each of its choices' text; all
                                NULL without echo */
@@ -210,6 +212,11 @@ struct oai_piece {
     const char *finish_reason; /* NULL, "stop", "length" */
     int text_offset;        /* completions logprobs: characters (code points) of this
                                choice's text sent before this piece; 0 for a whole text */
+    /* completions echo with logprobs: the prompt's tokens come first in the logprobs */
+    bool prompt_lp;         /* list prompt_first (logprob null) and plp before lp */
+    int32_t prompt_first;   /* the prompt's first token */
+    const struct req_logprob *plp; /* [n_plp] the prompt's other tokens */
+    int n_plp;
     /* chat only */
     const char *reasoning;  /* [reasoning_len] reasoning_content; NULL: none */
     size_t reasoning_len;

@@ -176,39 +176,55 @@ static bool add_top_entry(const struct model *m, cJSON *obj, int32_t id, float l
     return ok;
 }
 
+/* The four parallel arrays of legacy completions logprobs. */
+struct lp_arrays {
+    cJSON *tokens, *lps, *tops, *offs;
+    int64_t off; /* text_offset of the next token */
+};
+
+/* Appends one token: its string, text offset, logprob and top map, or (lp NULL: the
+ * prompt's first token, which nothing predicts) null for both. Like vLLM, a top map also
+ * holds the token itself. */
+static bool add_lp_token(const struct model *m, struct lp_arrays *a, int32_t token, const struct req_logprob *lp,
+                         int top_logprobs)
+{
+    size_t len = 0;
+    char *b = token_bytes(m, token, &len);
+    if (!b) return false;
+    cJSON *s = oai_json_string(b, len);
+    size_t chars = oai_utf8_chars(b, len);
+    free(b);
+    if (!s || !cJSON_AddItemToArray(a->tokens, s)) { cJSON_Delete(s); return false; }
+    if (!cJSON_AddItemToArray(a->offs, cJSON_CreateNumber((double)a->off))) return false;
+    a->off += (int64_t)chars;
+    if (!lp) return cJSON_AddItemToArray(a->lps, cJSON_CreateNull()) && cJSON_AddItemToArray(a->tops, cJSON_CreateNull());
+    if (!cJSON_AddItemToArray(a->lps, cJSON_CreateNumber(lp_value(lp->logprob)))) return false;
+    cJSON *top = cJSON_CreateObject();
+    if (!top || !cJSON_AddItemToArray(a->tops, top)) { cJSON_Delete(top); return false; }
+    int k = top_logprobs < lp->n_top ? top_logprobs : lp->n_top;
+    bool has_token = false;
+    for (int j = 0; j < k; j++) {
+        if (!add_top_entry(m, top, lp->top_ids[j], lp->top_logprobs[j])) return false;
+        has_token |= lp->top_ids[j] == lp->token;
+    }
+    return has_token || add_top_entry(m, top, lp->token, lp->logprob);
+}
+
 /* {"tokens", "token_logprobs", "top_logprobs": [{tok: lp}], "text_offset"} (legacy
- * completions). Like vLLM, each top_logprobs map also holds the sampled token. */
+ * completions): the prompt's tokens first when the piece carries them (echo), then the
+ * generated ones. */
 static cJSON *completion_logprobs(const struct model *m, const struct oai_piece *p)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON *tokens = cJSON_AddArrayToObject(o, "tokens");
-    cJSON *lps = cJSON_AddArrayToObject(o, "token_logprobs");
-    cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs");
-    cJSON *offs = cJSON_AddArrayToObject(o, "text_offset");
-    if (!offs) goto fail;
-    int64_t off = p->text_offset;
-    for (int i = 0; i < p->n_lp; i++) {
-        const struct req_logprob *lp = &p->lp[i];
-        size_t len = 0;
-        char *b = token_bytes(m, lp->token, &len);
-        if (!b) goto fail;
-        cJSON *s = oai_json_string(b, len);
-        size_t chars = oai_utf8_chars(b, len);
-        free(b);
-        if (!s || !cJSON_AddItemToArray(tokens, s)) { cJSON_Delete(s); goto fail; }
-        if (!cJSON_AddItemToArray(lps, cJSON_CreateNumber(lp_value(lp->logprob)))) goto fail;
-        if (!cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off))) goto fail;
-        off += (int64_t)chars;
-        cJSON *top = cJSON_CreateObject();
-        if (!top || !cJSON_AddItemToArray(tops, top)) { cJSON_Delete(top); goto fail; }
-        int k = p->top_logprobs < lp->n_top ? p->top_logprobs : lp->n_top;
-        bool has_token = false;
-        for (int j = 0; j < k; j++) {
-            if (!add_top_entry(m, top, lp->top_ids[j], lp->top_logprobs[j])) goto fail;
-            has_token |= lp->top_ids[j] == lp->token;
-        }
-        if (!has_token && !add_top_entry(m, top, lp->token, lp->logprob)) goto fail;
-    }
+    struct lp_arrays a = { cJSON_AddArrayToObject(o, "tokens"), cJSON_AddArrayToObject(o, "token_logprobs"),
+                           cJSON_AddArrayToObject(o, "top_logprobs"), cJSON_AddArrayToObject(o, "text_offset"),
+                           p->text_offset };
+    if (!a.offs) goto fail;
+    if (p->prompt_lp && !add_lp_token(m, &a, p->prompt_first, NULL, p->top_logprobs)) goto fail;
+    for (int i = 0; p->prompt_lp && i < p->n_plp; i++)
+        if (!add_lp_token(m, &a, p->plp[i].token, &p->plp[i], p->top_logprobs)) goto fail;
+    for (int i = 0; i < p->n_lp; i++)
+        if (!add_lp_token(m, &a, p->lp[i].token, &p->lp[i], p->top_logprobs)) goto fail;
     return o;
 fail:
     cJSON_Delete(o);
@@ -218,7 +234,7 @@ fail:
 /* The logprobs value of a choice: null unless the piece carries logprobs. */
 static cJSON *piece_logprobs(const struct model *m, enum oai_kind kind, const struct oai_piece *p)
 {
-    if (!p->lp || p->n_lp <= 0) return cJSON_CreateNull();
+    if ((!p->lp || p->n_lp <= 0) && !p->prompt_lp) return cJSON_CreateNull();
     return kind == OAI_CHAT ? chat_logprobs(m, p) : completion_logprobs(m, p);
 }
 

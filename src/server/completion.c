@@ -62,6 +62,10 @@ struct choice {
     size_t text_len, text_cap;
     struct req_logprob *lp;
     int n_lp, lp_cap;
+    /* completions echo with logprobs: the prompt's logprobs (from its second token) */
+    struct req_logprob *plp;
+    int n_plp, plp_cap;
+    bool echo_sent;              /* streaming: the prompt's chunk went out */
     /* chat output parsing (parsing: the request asked for tool calls or reasoning) */
     bool parsing;
     struct tparse parser;
@@ -106,6 +110,7 @@ static void job_free(struct job *j)
         req_output_free(&c->out);
         free(c->text);
         free(c->lp);
+        free(c->plp);
         if (c->parsing) tparse_free(&c->parser);
         free(c->reasoning);
         free(c->calls);
@@ -178,10 +183,35 @@ static int parse_take(struct choice *c, const struct req_output *o)
     return rc;
 }
 
-/* Non-streaming: appends the taken output to the choice's totals. */
+/* Appends the take's prompt logprobs to the choice's; false on OOM. */
+static bool keep_prompt_logprobs(struct choice *c, const struct req_output *o)
+{
+    size_t cap = (size_t)c->plp_cap;
+    if (!grow_array((void **)&c->plp, &cap, (size_t)(c->n_plp + o->n_plp), sizeof *c->plp)) return false;
+    c->plp_cap = (int)cap;
+    if (o->n_plp > 0) memcpy(c->plp + c->n_plp, o->plp, sizeof *o->plp * (size_t)o->n_plp);
+    c->n_plp += o->n_plp;
+    return true;
+}
+
+/* A choice that has failed on its own (out of memory): the job answers with an error. */
+static void fail_choice(struct job *j, struct choice *c, const char *why)
+{
+    if (!j->has_error) api_error_from_code(&j->error, ERR_NOMEM, NULL, NULL, why);
+    j->has_error = true;
+    request_abort(c->rq);
+}
+
+/* Non-streaming: appends the taken output to the choice's totals (max_tokens 0 with echo:
+ * the prompt's logprobs only, the generated token is dropped). */
 static void collect(struct job *j, struct choice *c)
 {
     const struct req_output *o = &c->out;
+    if (!keep_prompt_logprobs(c, o)) {
+        fail_choice(j, c, "out of memory collecting output");
+        return;
+    }
+    if (j->req.echo_only) return;
     size_t lp_cap = (size_t)c->lp_cap;
     bool ok = grow_array((void **)&c->lp, &lp_cap, (size_t)(c->n_lp + o->n_lp), sizeof *c->lp);
     if (ok) {
@@ -190,10 +220,7 @@ static void collect(struct job *j, struct choice *c)
         else ok = append(&c->text, &c->text_len, &c->text_cap, o->text, o->text_len);
     }
     if (!ok) {
-        if (!j->has_error)
-            api_error_from_code(&j->error, ERR_NOMEM, NULL, NULL, "out of memory collecting output");
-        j->has_error = true;
-        request_abort(c->rq);
+        fail_choice(j, c, "out of memory collecting output");
         return;
     }
     if (o->n_lp > 0) memcpy(c->lp + c->n_lp, o->lp, sizeof *o->lp * (size_t)o->n_lp);
@@ -219,10 +246,25 @@ static void write_sse(struct job *j, char *ev)
 }
 
 /* The finish_reason of a choice that ended with f: "tool_calls" for a chat choice that
- * made calls and stopped. */
+ * made calls and stopped; "length" for max_tokens 0 (echo). */
 static const char *finish_reason_of(const struct choice *c, enum req_finish f)
 {
+    if (c->job->req.echo_only && (f == REQ_FINISH_STOP || f == REQ_FINISH_LENGTH)) return "length";
     return c->n_calls > 0 && f == REQ_FINISH_STOP ? "tool_calls" : oai_finish_reason(f);
+}
+
+/* echo with logprobs: the logprobs list the prompt's tokens first */
+static bool echo_logprobs(const struct oai_request *r) { return r->echo_on && r->top_logprobs >= 0; }
+
+/* The prompt part of choice c's piece (echo with logprobs). */
+static void piece_prompt(const struct job *j, const struct choice *c, struct oai_piece *p)
+{
+    int len;
+    p->prompt_lp = true;
+    p->prompt_first = oai_prompt(&j->req, c->index / j->req.n, &len)[0];
+    p->plp = c->plp;
+    p->n_plp = c->n_plp;
+    p->top_logprobs = j->req.top_logprobs;
 }
 
 /* Streaming: one output parser event becomes one chunk; the take's logprobs ride on the
@@ -267,8 +309,29 @@ static int stream_event(void *ud, const struct tparse_event *ev)
     return 0;
 }
 
-/* Streaming: turns the taken output into chunks. */
-static void stream_out(struct job *j, struct choice *c)
+/* Streaming, echo with logprobs: the prompt's chunk, once its logprobs are all in (they
+ * come before the first generated token). False while they are still coming. */
+static bool stream_echo(struct job *j, struct choice *c)
+{
+    const struct req_output *o = &c->out;
+    if (c->echo_sent) return true;
+    if (!keep_prompt_logprobs(c, o)) {
+        fail_choice(j, c, "out of memory collecting output");
+        return false;
+    }
+    if (o->n_ids == 0 && o->finish != REQ_FINISH_STOP && o->finish != REQ_FINISH_LENGTH) return false;
+    const char *t = j->req.echo[c->index / j->req.n];
+    struct oai_piece p = { .index = c->index, .text = t, .text_len = strlen(t) };
+    piece_prompt(j, c, &p);
+    size_t len;
+    write_sse(j, oai_chunk_sse(j->s->m, &j->meta, &p, false, &len));
+    c->text_chars += (int)oai_utf8_chars(t, p.text_len);
+    c->echo_sent = true;
+    return true;
+}
+
+/* Streaming: the taken text (and logprobs) as chunks. */
+static void stream_text(struct job *j, struct choice *c)
 {
     const struct req_output *o = &c->out;
     const struct model *m = j->s->m;
@@ -296,11 +359,21 @@ static void stream_out(struct job *j, struct choice *c)
         write_sse(j, oai_chunk_sse(m, &j->meta, &p, false, &len));
         c->text_chars += (int)oai_utf8_chars(o->text, o->text_len);
     }
+}
+
+/* Streaming: turns the taken output into chunks (max_tokens 0 with echo: nothing of the
+ * generated token). */
+static void stream_out(struct job *j, struct choice *c)
+{
+    const struct req_output *o = &c->out;
+    if (echo_logprobs(&j->req) && !stream_echo(j, c)) return;
+    if (!j->req.echo_only) stream_text(j, c);
     const char *fr = o->finish == REQ_FINISH_STOP || o->finish == REQ_FINISH_LENGTH
                          ? finish_reason_of(c, o->finish) : NULL;
     if (fr) {
         struct oai_piece p = { .index = c->index, .finish_reason = fr };
-        write_sse(j, oai_chunk_sse(m, &j->meta, &p, false, &len));
+        size_t len;
+        write_sse(j, oai_chunk_sse(j->s->m, &j->meta, &p, false, &len));
     }
 }
 
@@ -365,6 +438,7 @@ static void finish_job(struct job *j)
                                             .reasoning_len = c->reasoning_len,
                                             .calls = calls[i], .n_calls = c->n_calls,
                                             .content_null = c->n_calls > 0 || c->reasoning_len > 0 };
+            if (echo_logprobs(&j->req)) piece_prompt(j, c, &pieces[i]);
         }
         body = ok ? oai_response_json(j->s->m, &j->meta, pieces, oai_n_choices(&j->req), &u, &len) : NULL;
         for (int i = 0; i < oai_n_choices(&j->req); i++) free(calls[i]);
@@ -393,7 +467,7 @@ static void on_notify(void *ud)
         return;
     }
     request_take(c->rq, &c->out);
-    c->n_generated = c->out.n_generated;
+    c->n_generated = j->req.echo_only ? 0 : c->out.n_generated;
     c->n_cached = c->out.n_cached;
     c->ttft = c->out.t_first_token;
     if (!j->failed) {
@@ -521,7 +595,8 @@ static void job_run(void *arg)
                 size_t len;
                 write_sse(j, oai_chunk_sse(s->m, &j->meta, &p, true, &len));
             }
-        } else if (r->echo_on) { /* echo: each choice's first chunk is its prompt */
+        } else if (r->echo_on && !echo_logprobs(r)) { /* echo: each choice's first chunk is its prompt
+                                                         (with logprobs: once they are in) */
             for (int i = 0; i < oai_n_choices(r); i++) {
                 const char *t = r->echo[i / r->n];
                 struct oai_piece p = { .index = i, .text = t, .text_len = strlen(t), .top_logprobs = -1 };

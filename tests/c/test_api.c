@@ -185,7 +185,8 @@ static const struct bad_case bad_cases[] = {
     B400(COMPL, "{\"prompt\":[1,\"a\"]}", "prompt"),
     B400(COMPL, "{\"prompt\":[true]}", "prompt"),
     B400(COMPL, "{\"prompt\":{\"text\":\"a\"}}", "prompt"),
-    B400(COMPL, "{\"prompt\":\"x\",\"echo\":true,\"logprobs\":0}", "echo"),
+    B400(COMPL, "{\"prompt\":\"x\",\"echo\":false,\"max_tokens\":0}", "max_tokens"),
+    B400(COMPL, "{\"prompt\":\"x\",\"echo\":true,\"max_tokens\":-1}", "max_tokens"),
     B400(COMPL, "{\"prompt\":\"x\",\"suffix\":\"end\"}", "suffix"),
     B400(COMPL, "{\"prompt\":\"x\",\"best_of\":2}", "best_of"),
     B400(COMPL, "{\"prompt\":\"x\",\"best_of\":0}", "best_of"),
@@ -471,7 +472,18 @@ static void test_completion_echo(void)
     if (!rc) oai_request_free(&r);
     b = "{\"prompt\":\"x\",\"echo\":false}";
     rc = oai_parse_completion(&ctx, b, strlen(b), &r, &e);
-    CHECK(rc == 0 && !r.echo_on && !r.echo[0], "no echo");
+    CHECK(rc == 0 && !r.echo_on && !r.echo[0] && r.rp.prompt_logprobs == -1, "no echo");
+    if (!rc) oai_request_free(&r);
+    /* echo with logprobs asks the engine for the prompt's logprobs; max_tokens 0 with echo
+       is the prompt alone (one token generated, dropped) */
+    b = "{\"prompt\":\"x\",\"echo\":true,\"logprobs\":3,\"max_tokens\":0}";
+    rc = oai_parse_completion(&ctx, b, strlen(b), &r, &e);
+    CHECK(rc == 0 && r.rp.prompt_logprobs == 3 && r.rp.logprobs == 3 && r.echo_only && r.rp.max_tokens == 1,
+          "echo + logprobs: %s", rc ? e.message : "");
+    if (!rc) oai_request_free(&r);
+    b = "{\"prompt\":\"x\",\"logprobs\":2}";
+    rc = oai_parse_completion(&ctx, b, strlen(b), &r, &e);
+    CHECK(rc == 0 && r.rp.prompt_logprobs == -1 && !r.echo_only, "logprobs without echo");
     if (!rc) oai_request_free(&r);
 }
 

@@ -691,8 +691,76 @@ def test_completion_echo(server, client, model_name):
     r = server.post_json("/v1/completions", {"model": model_name, "prompt": ids, "max_tokens": 6, "temperature": 0,
                                              "echo": True})
     assert r.json()["choices"][0]["text"] == PROMPT + plain
-    r = server.post_json("/v1/completions", {"prompt": PROMPT, "echo": True, "logprobs": 1})
-    check_error(r, 400, "invalid_request_error", param="echo")
+    # max_tokens 0 is the prompt alone, and only with echo
+    r = server.post_json("/v1/completions", {"prompt": PROMPT, "echo": True, "max_tokens": 0})
+    c = r.json()["choices"][0]
+    assert (c["text"], c["finish_reason"], r.json()["usage"]["completion_tokens"]) == (PROMPT, "length", 0)
+    r = server.post_json("/v1/completions", {"prompt": PROMPT, "max_tokens": 0})
+    check_error(r, 400, "invalid_request_error", param="max_tokens")
+
+
+def _log_softmax(x):
+    import numpy as np
+    x = x.astype(np.float64)
+    m = x.max(axis=-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+
+
+def test_completion_echo_logprobs(server, client, model_name, tessera_bin, default_model, tmp_path):
+    # echo with logprobs scores the prompt (lm-evaluation-harness's loglikelihood requests):
+    # the prompt's tokens first, the first with null logprobs, each other one with its
+    # logprob given the tokens before it — the log-softmax of `tessera logits` over the same
+    # ids (an independent path: one forward of the whole prompt, on the CLI; f16 KV as the
+    # server's)
+    import numpy as np
+    text = "The quick brown fox jumps over the lazy dog because it wanted to see the river."
+    ids = server.post_json("/tokenize", {"prompt": text, "add_special_tokens": False}).json()["tokens"]
+    out = tmp_path / "logits.bin"
+    subprocess.run([str(tessera_bin), "logits", "--model", str(default_model), "--tokens", ",".join(map(str, ids)),
+                    "--out", str(out), "--threads", "2", "--kv-dtype", "f16"], check=True, capture_output=True)
+    ref = _log_softmax(np.fromfile(out, dtype="<f4").reshape(len(ids), -1))
+    r = complete(client, model_name, prompt=text, max_tokens=0, echo=True, logprobs=3, temperature=0)
+    c = r.choices[0]
+    assert c.text == text and c.finish_reason == "length" and r.usage.completion_tokens == 0
+    lp = c.logprobs
+    assert len(lp.tokens) == len(ids) and lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    toks = [server.post_json("/detokenize", {"tokens": [t]}).json()["prompt"] for t in ids]
+    assert lp.tokens == toks
+    assert lp.text_offset == [sum(len(t) for t in toks[:i]) for i in range(len(toks))]
+    for i in range(1, len(ids)):
+        want = ref[i - 1, ids[i]]
+        assert abs(lp.token_logprobs[i] - want) < 2e-3, (i, lp.token_logprobs[i], want)
+        top = lp.top_logprobs[i]
+        best = np.argsort(-ref[i - 1])[:3]
+        assert abs(max(top.values()) - ref[i - 1, best[0]]) < 2e-3, (i, top)
+        assert toks[i] in top and len(top) in (3, 4), (i, top)
+    # streamed: the prompt's chunk carries the same logprobs, then the generated tokens
+    # follow with theirs; the whole equals the non-streamed answer
+    whole = complete(client, model_name, prompt=text, max_tokens=4, echo=True, logprobs=1, temperature=0)
+    chunks = list(complete(client, model_name, prompt=text, max_tokens=4, echo=True, logprobs=1, temperature=0,
+                           stream=True))
+    assert chunks[0].choices[0].text == text and chunks[0].choices[0].logprobs.token_logprobs[0] is None
+    got = {"tokens": [], "token_logprobs": [], "text_offset": []}
+    for ch in chunks:
+        if ch.choices and ch.choices[0].logprobs:
+            for k in got:
+                got[k] += getattr(ch.choices[0].logprobs, k)
+    wl = whole.choices[0].logprobs
+    assert got == {"tokens": wl.tokens, "token_logprobs": wl.token_logprobs, "text_offset": wl.text_offset}
+    assert len(wl.tokens) == len(ids) + 4 and wl.token_logprobs[1:len(ids)] == lp.token_logprobs[1:]
+    # lm-evaluation-harness's request: token-id prompts in a batch, max_tokens 1, logprobs 1
+    ctx, cont = ids[:8], ids[8:]
+    r = server.post_json("/v1/completions", {"model": model_name, "prompt": [ids, ctx], "max_tokens": 1,
+                                             "echo": True, "logprobs": 1, "temperature": 0, "seed": 1234})
+    chs = sorted(r.json()["choices"], key=lambda x: x["index"])
+    assert [len(x["logprobs"]["tokens"]) for x in chs] == [len(ids) + 1, len(ctx) + 1]
+    loglik = sum(chs[0]["logprobs"]["token_logprobs"][len(ctx):-1])
+    assert abs(loglik - sum(ref[i - 1, ids[i]] for i in range(len(ctx), len(ids)))) < 1e-2
+    assert chs[1]["logprobs"]["token_logprobs"][1:-1] == chs[0]["logprobs"]["token_logprobs"][1:len(ctx)]
+    assert len(cont) > 0
+    # vLLM's own field stays refused, naming the way that works
+    r = server.post_json("/v1/completions", {"prompt": text, "prompt_logprobs": 1})
+    check_error(r, 400, "invalid_request_error", param="prompt_logprobs")
 
 
 def test_allowed_token_ids(server, client, model_name):
