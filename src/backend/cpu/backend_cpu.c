@@ -16,7 +16,9 @@
  *                 not count) has NaN logits: that row's token has status ERR_RANGE
  *                 (nothing samplable), the other rows are unaffected;
  *   "fail-step=K" the K-th submit fails with ERR_IO, as a device fault would.
- * Single-threaded like every backend; the forward's work runs on its own thread pool.
+ * Single-threaded like every backend; the forward's work runs on its own thread pool, and so
+ * does sampling: a step's logits rows are split over the pool (each sampling row has its own
+ * sequence's sampler; scoring rows read none).
  */
 #include "backend/backend_impl.h"
 #include "model/forward.h"
@@ -94,9 +96,6 @@ static void sample_row(struct cpu_backend *c, float *row, const struct backend_s
         return;
     }
     *o = (struct backend_token){ .token = -1 };
-    c->rows++;
-    if (c->fault_nan_row && c->rows == c->fault_nan_row)
-        for (int v = 0; v < vocab; v++) row[v] = NAN;
     int32_t tok = sampler_sample_masked(s->sampler, row, s->mask);
     if (tok < 0) {
         o->status = tok;
@@ -108,6 +107,24 @@ static void sample_row(struct cpu_backend *c, float *row, const struct backend_s
     o->logprob = -INFINITY;
     int n_top = sampler_logprobs(row, vocab, tok, s->n_logprobs, o->top_ids, o->top_logprobs, &o->logprob);
     o->n_top = n_top > 0 ? n_top : 0;
+}
+
+/* The logits rows of a step, split over the forward's thread pool: each sampling row has
+ * its own sequence's sampler, and scoring rows read none, so rows are independent. */
+struct sample_job {
+    struct cpu_backend *c;
+    const struct backend_sample *samples;
+    int n;
+};
+
+static void sample_worker(void *arg, int ith, int nth)
+{
+    struct sample_job *j = arg;
+    long begin, end;
+    tp_split(j->n, ith, nth, &begin, &end);
+    size_t vocab = (size_t)j->c->m->cfg.vocab_size;
+    for (long i = begin; i < end; i++)
+        sample_row(j->c, j->c->fs->logits + (size_t)i * vocab, &j->samples[i], &j->c->out[i]);
 }
 
 static int cpu_forward(struct cpu_backend *c, const struct batch *batch, char *err, size_t errlen)
@@ -132,8 +149,12 @@ static int cpu_submit(void *impl, const struct batch *batch, const struct backen
     int rc = cpu_forward(c, batch, err, errlen);
     if (rc) return rc;
     int vocab = c->m->cfg.vocab_size;
-    for (int i = 0; i < batch->num_logits; i++)
-        sample_row(c, c->fs->logits + (size_t)i * (size_t)vocab, &samples[i], &c->out[i]);
+    for (int i = 0; c->fault_nan_row && i < batch->num_logits; i++) /* TESSERA_TEST_FAULT nan-row=K */
+        if (!samples[i].score && ++c->rows == c->fault_nan_row)
+            for (int v = 0; v < vocab; v++) c->fs->logits[(size_t)i * (size_t)vocab + (size_t)v] = NAN;
+    struct sample_job job = { c, samples, batch->num_logits };
+    if (batch->num_logits > 1) tp_run(c->fs->tp, sample_worker, &job);
+    else sample_worker(&job, 0, 1);
     c->n_out = batch->num_logits;
     c->have_out = true;
     return 0;
