@@ -96,7 +96,7 @@ EMU_BENCH   := $(if $(KBENCH_SRC),$(BUILD)/tests/tool_kernel_bench_emu)
 EMU_ALL     := $(EMU_TESTS) $(EMU_BENCH)
 # the C helpers the launchers and the CUDA backend call (util/, the sampler), compiled
 # position-independent for libtessera-cuda.so and libtessera-cuda-emu.so
-CUDA_C_SRC  := $(sort $(wildcard src/util/*.c)) src/sampler/sampler.c
+CUDA_C_SRC  := $(sort $(wildcard src/util/*.c)) src/sampler/sampler.c src/sampler/row_scan.c
 NV_POBJ     := $(patsubst %.c,$(BUILD)/cuda/pic/%.o,$(CUDA_C_SRC))
 # both libraries export only the tessera_cuda_* entry points
 CUDA_EXPORTS := src/backend/cuda/exports.map

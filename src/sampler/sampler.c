@@ -26,6 +26,7 @@
  * is NaN, which is never samplable either), and what the CUDA kernel computes.
  */
 #include "sampler/sampler.h"
+#include "sampler/row_scan.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -741,33 +742,15 @@ int sampler_logprobs(const float *logits, int vocab_size, int32_t token, int n_t
     if (!logits || vocab_size <= 0 || token < 0 || token >= vocab_size || !token_logprob ||
         n_top < 0 || n_top > SAMPLER_MAX_TOP_LOGPROBS || (n_top > 0 && (!top_ids || !top_logprobs)))
         return ERR_INVALID;
-    float mx = -INFINITY;
-    for (int i = 0; i < vocab_size; i++)
-        mx = logits[i] > mx ? logits[i] : mx;
+    float mx = row_max(logits, vocab_size);
     if (!isfinite(mx))
         return ERR_RANGE;
 
-    /* one pass: the log-sum-exp in double, and the n_top best kept sorted by insertion
-     * (order: larger logit first, lower id first among equals) */
-    struct {
-        int32_t id;
-        float v;
-    } top[SAMPLER_MAX_TOP_LOGPROBS];
-    int m = 0;
-    double sum = 0.0;
-    for (int i = 0; i < vocab_size; i++) {
-        float v = logits[i];
-        if (!(v > -INFINITY))
-            continue;
-        sum += exp((double)v - (double)mx);
-        if (n_top == 0 || (m == n_top && !(v > top[m - 1].v)))
-            continue; /* equal to the last kept: a higher id, which loses the tie */
-        int j = m < n_top ? m++ : m - 1;
-        for (; j > 0 && v > top[j - 1].v; j--)
-            top[j] = top[j - 1];
-        top[j].id = i;
-        top[j].v = v;
-    }
+    /* the log-sum-exp and the n_top best (larger logit first, lower id first among
+     * equals) */
+    struct row_top top[SAMPLER_MAX_TOP_LOGPROBS];
+    int m = row_top_n(logits, vocab_size, n_top, top);
+    double sum = row_sum_exp(logits, vocab_size, mx);
     double lse = (double)mx + log(sum);
     for (int j = 0; j < m; j++) {
         top_ids[j] = top[j].id;

@@ -18,6 +18,7 @@
 
 #include "sampler/exact.h"
 #include "sampler/philox.h"
+#include "sampler/row_scan.h"
 #include "sampler/sampler.h"
 #include "test.h"
 #include "util/err.h"
@@ -1504,6 +1505,53 @@ static void test_mask_nothing_allowed(void)
     }
 }
 
+/* row_scan (the vectorized scans behind sampler_logprobs) against plain references:
+ * rows of several lengths (not multiples of 16), with NaN, -inf, +-large values and ties;
+ * the maximum and the top-n exactly, the sum of exp within 1e-6 relative. */
+static int cmp_top(const void *a, const void *b)
+{
+    const struct row_top *x = a, *y = b;
+    if (x->v != y->v) return x->v > y->v ? -1 : 1;
+    return x->id < y->id ? -1 : 1;
+}
+
+static void test_row_scan(void)
+{
+    static float x[1003];
+    static struct row_top all[1003];
+    const int lens[] = { 1, 15, 16, 17, 100, 1003 };
+    uint64_t st = 12345;
+    for (int li = 0; li < 6; li++)
+        for (int trial = 0; trial < 20; trial++) {
+            int n = lens[li], nall = 0;
+            float mx = -INFINITY;
+            for (int i = 0; i < n; i++) {
+                st = st * 6364136223846793005ull + 1442695040888963407ull;
+                unsigned r = (unsigned)(st >> 33);
+                x[i] = r % 13 == 0 ? NAN : r % 11 == 0 ? -INFINITY : (float)(r % (trial % 2 ? 7 : 4000)) * 0.01f - 20.0f;
+                if (x[i] > -INFINITY) {
+                    all[nall++] = (struct row_top){ i, x[i] };
+                    mx = x[i] > mx ? x[i] : mx;
+                }
+            }
+            CHECK(row_max(x, n) == mx || (isinf(mx) && isinf(row_max(x, n))), "n %d: max %g vs %g", n,
+                  (double)row_max(x, n), (double)mx);
+            if (nall == 0) continue;
+            double want = 0;
+            for (int i = 0; i < nall; i++) want += exp((double)all[i].v - (double)mx);
+            double got = row_sum_exp(x, n, mx);
+            CHECK(fabs(got - want) <= 1e-6 * want, "n %d trial %d: sum %.9g vs %.9g", n, trial, got, want);
+            qsort(all, (size_t)nall, sizeof *all, cmp_top);
+            for (int k = 0; k <= 20; k += 5) {
+                struct row_top top[20];
+                int m = row_top_n(x, n, k, top), want_m = k < nall ? k : nall;
+                bool same = m == want_m;
+                for (int j = 0; same && j < m; j++) same = top[j].id == all[j].id && top[j].v == all[j].v;
+                CHECK(same, "n %d trial %d k %d: top-n differ (m %d, want %d)", n, trial, k, m, want_m);
+            }
+        }
+}
+
 int main(void)
 {
     RUN(test_params_validate);
@@ -1529,5 +1577,6 @@ int main(void)
     RUN(test_mask_equals_ban);
     RUN(test_mask_filters);
     RUN(test_mask_nothing_allowed);
+    RUN(test_row_scan);
     return test_summary();
 }

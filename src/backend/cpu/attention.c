@@ -39,7 +39,7 @@
 #include <string.h>
 
 #if defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#include "backend/cpu/simd_exp.h"
+#include "util/simd_exp.h"
 #define ATT_AVX512 1
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #ifdef __AVX512F__
-#include "backend/cpu/simd_exp.h"
+#include "util/simd_exp.h"
 #endif
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>

@@ -1,5 +1,6 @@
-/* simd_exp.h — exp over 16 f32 lanes (AVX-512), shared by the CPU attention's softmax
- * and SiLU. Include only inside an __AVX512F__ region.
+/* simd_exp.h — exp over 16 f32 lanes (AVX-512), shared by the CPU attention's softmax,
+ * SiLU and the log-sum-exp of logprobs (sampler/row_scan.c). Include only inside an
+ * __AVX512F__ region.
  *
  * x = n ln2 + r with n = round(x / ln2), |r| <= ln2 / 2 (ln2 split in two for an exact
  * reduction); exp(r) by Cephes' expf polynomial (~2 ulp); times 2^n with vscalefps.
@@ -7,8 +8,8 @@
  * or 0; above, ~3.3e38 instead of inf. The same arithmetic in every lane, so a value's
  * result does not depend on its neighbours.
  */
-#ifndef TESSERA_BACKEND_CPU_SIMD_EXP_H
-#define TESSERA_BACKEND_CPU_SIMD_EXP_H
+#ifndef TESSERA_UTIL_SIMD_EXP_H
+#define TESSERA_UTIL_SIMD_EXP_H
 
 #include <immintrin.h>
 
