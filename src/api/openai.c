@@ -18,6 +18,7 @@
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/err.h"
+#include "util/grow.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -396,6 +397,56 @@ static int parse_token_id_lists(const struct oai_ctx *ctx, const cJSON *root, st
     return 0;
 }
 
+/* Appends a bad word's tokens (its length, then its ids) to r->bad_words; false on OOM. */
+static bool add_bad_word(struct oai_request *r, int *cap, const int32_t *ids, int n)
+{
+    size_t c = (size_t)*cap;
+    if (!grow_array((void **)&r->bad_words, &c, (size_t)(r->rp.bad_words_len + 1 + n), sizeof *r->bad_words))
+        return false;
+    *cap = (int)c;
+    r->bad_words[r->rp.bad_words_len++] = n;
+    memcpy(r->bad_words + r->rp.bad_words_len, ids, sizeof *ids * (size_t)n);
+    r->rp.bad_words_len += n;
+    return true;
+}
+
+/* bad_words (vLLM): strings that must not be generated. Each word (leading white space
+ * dropped) is banned as the model's tokenizer writes it at the start of a text, and, when
+ * that differs as a word of its own, after a space (the same number of tokens, another
+ * first one), as vLLM does. */
+static int parse_bad_words(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
+                           struct api_error *e)
+{
+    const cJSON *it = oai_opt(root, "bad_words");
+    if (!it) return 0;
+    if (!cJSON_IsArray(it)) return oai_bad(e, "bad_words", "'bad_words' must be an array of strings");
+    int n = cJSON_GetArraySize(it), cap = 0, k = 0;
+    if (n > SCHED_MAX_BAD_WORDS / 2)
+        return oai_bad(e, "bad_words", "'bad_words' may hold at most %d words, got %d", SCHED_MAX_BAD_WORDS / 2, n);
+    const cJSON *w;
+    cJSON_ArrayForEach(w, it) {
+        const char *t = cJSON_IsString(w) ? w->valuestring : NULL;
+        while (t && isspace((unsigned char)*t)) t++; /* Python's lstrip() */
+        if (!t || !*t) return oai_bad(e, "bad_words", "'bad_words'[%d] must be a non-empty string", k);
+        size_t len = strlen(t);
+        char *spaced = malloc(len + 2);
+        if (!spaced) return oai_nomem(e);
+        spaced[0] = ' ';
+        memcpy(spaced + 1, t, len + 1);
+        int32_t a[SCHED_MAX_BAD_WORD_TOKENS], b[SCHED_MAX_BAD_WORD_TOKENS];
+        int na = tok_encode(ctx->m->tok, t, len, false, false, a, SCHED_MAX_BAD_WORD_TOKENS);
+        int nb = tok_encode(ctx->m->tok, spaced, len + 1, false, false, b, SCHED_MAX_BAD_WORD_TOKENS);
+        free(spaced);
+        if (na < 1 || nb < 1 || na > SCHED_MAX_BAD_WORD_TOKENS || nb > SCHED_MAX_BAD_WORD_TOKENS)
+            return oai_bad(e, "bad_words", "'bad_words'[%d] must be 1 to %d tokens long", k, SCHED_MAX_BAD_WORD_TOKENS);
+        if (!add_bad_word(r, &cap, a, na) || (nb == na && b[0] != a[0] && !add_bad_word(r, &cap, b, nb)))
+            return oai_nomem(e);
+        k++;
+    }
+    r->rp.bad_words = r->bad_words;
+    return 0;
+}
+
 /* logit_bias: {"<token id>": bias in [-100, 100], ...}, ids in the vocabulary. */
 static int parse_logit_bias(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
                             struct api_error *e)
@@ -452,7 +503,6 @@ static const struct {
 } UNSUPPORTED[] = {
     { "guided_grammar", UNSUP_NOT_NULL, false,
       "grammars (EBNF) are not implemented; use guided_json, guided_regex or guided_choice" },
-    { "bad_words", UNSUP_NONEMPTY, false, "bad-word filtering is not implemented" },
     { "logits_processors", UNSUP_NONEMPTY, false, "logits processors are not implemented" },
     { "prompt_logprobs", UNSUP_NOT_NULL, false,
       "vLLM's prompt_logprobs field is not implemented; on /v1/completions, 'echo' with 'logprobs' "
@@ -612,6 +662,7 @@ static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oa
 
     TRY(opt_bool(root, "ignore_eos", &r->rp.ignore_eos, e));
     TRY(parse_token_id_lists(ctx, root, r, e));
+    TRY(parse_bad_words(ctx, root, r, e));
     TRY(opt_bool(root, "include_stop_str_in_output", &r->rp.include_stop_str, e));
     TRY(opt_bool(root, "skip_special_tokens", &r->rp.skip_special_tokens, e));
     TRY(opt_str(root, "user", &s, e)); /* an end-user id for abuse tracking: nothing to do */
@@ -1074,6 +1125,7 @@ void oai_request_free(struct oai_request *r)
     free(r->bias_ids);
     free(r->bias_vals);
     free(r->allowed_ids);
+    free(r->bad_words);
     free(r->cache_salt);
     grammar_unref(r->grammar);
     free(r->tool_schema);

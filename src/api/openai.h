@@ -92,6 +92,8 @@ struct oai_request {
                                NULL without echo */
     char *stop_strs[STOP_MAX_STRINGS];
     int32_t *allowed_ids;   /* [rp.n_allowed] allowed_token_ids (malloc'd) or NULL */
+    int32_t *bad_words;     /* [rp.bad_words_len] bad_words as token sequences (malloc'd;
+                               layout: sched_seq_params.bad_words) or NULL */
     int32_t *bias_ids;      /* [rp.n_bias] */
     float *bias_vals;
     char *cache_salt;       /* NULL or the malloc'd cache_salt; rp.cache_salt points here */

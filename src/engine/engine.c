@@ -48,6 +48,7 @@ struct request {
     int32_t *bias_ids;           /* [sp.n_bias] */
     float *bias;                 /* [sp.n_bias] */
     int32_t *allowed_ids;        /* [sp.n_allowed] */
+    int32_t *bad_words;          /* [sp.bad_words_len] */
     char salt[BM_SALT_MAX];
     bool skip_special;
     bool include_stop;           /* include_stop_str: a matched stop string is output */
@@ -157,6 +158,7 @@ static void request_destroy(struct request *r)
     req_output_free(&r->pend);
     free(r->prompt);
     free(r->allowed_ids);
+    free(r->bad_words);
     free(r->bias_ids);
     free(r->bias);
     grammar_unref(r->sp.grammar);
@@ -804,6 +806,7 @@ static int validate(const struct engine *e, const int32_t *ids, int n, const str
                            p->bias_ids[i]);
     }
     if (sched_check_end_params(p->stop_ids, p->n_stop_ids, p->min_tokens, vocab, err, errlen)) return ERR_INVALID;
+    if (sched_check_bad_words(p->bad_words, p->bad_words_len, vocab, err, errlen)) return ERR_INVALID;
     if (p->n_allowed < 0 || (p->n_allowed && !p->allowed_ids))
         return err_set(err, errlen, ERR_INVALID, "allowed_token_ids: %d ids", p->n_allowed);
     for (int i = 0; i < p->n_allowed; i++)
@@ -830,11 +833,14 @@ int engine_submit(struct engine *e, const int32_t *ids, int n, const struct req_
         r->bias = malloc(sizeof *r->bias * (size_t)p->n_bias);
     }
     if (p->n_allowed) r->allowed_ids = malloc(sizeof *r->allowed_ids * (size_t)p->n_allowed);
-    if (!r->prompt || (p->n_bias && (!r->bias_ids || !r->bias)) || (p->n_allowed && !r->allowed_ids)) {
+    if (p->bad_words_len) r->bad_words = malloc(sizeof *r->bad_words * (size_t)p->bad_words_len);
+    if (!r->prompt || (p->n_bias && (!r->bias_ids || !r->bias)) || (p->n_allowed && !r->allowed_ids) ||
+        (p->bad_words_len && !r->bad_words)) {
         free(r->prompt);
         free(r->bias_ids);
         free(r->bias);
         free(r->allowed_ids);
+        free(r->bad_words);
         free(r);
         return err_set(err, errlen, ERR_NOMEM, "out of memory");
     }
@@ -861,6 +867,9 @@ int engine_submit(struct engine *e, const int32_t *ids, int n, const struct req_
     if (p->n_allowed) memcpy(r->allowed_ids, p->allowed_ids, sizeof *r->allowed_ids * (size_t)p->n_allowed);
     r->sp.allowed_ids = r->allowed_ids;
     r->sp.n_allowed = p->n_allowed;
+    if (p->bad_words_len) memcpy(r->bad_words, p->bad_words, sizeof *r->bad_words * (size_t)p->bad_words_len);
+    r->sp.bad_words = r->bad_words;
+    r->sp.bad_words_len = p->bad_words_len;
     if (p->cache_salt && p->cache_salt[0]) {
         r->sp.salt_len = strlen(p->cache_salt);
         memcpy(r->salt, p->cache_salt, r->sp.salt_len);

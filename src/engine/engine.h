@@ -81,6 +81,10 @@ struct req_params {
     const int32_t *allowed_ids; /* [n_allowed] the only tokens that may be sampled (vLLM's
                                   allowed_token_ids), or NULL; copied */
     int n_allowed;
+    const int32_t *bad_words;  /* [bad_words_len] token sequences not to generate (vLLM's
+                                  bad_words; layout: sched_seq_params.bad_words), or NULL;
+                                  copied */
+    int bad_words_len;
     int min_tokens;            /* >= 0: no end-of-generation token or stop id is sampled before
                                   this many tokens, and stop strings are matched only in the
                                   text of the tokens after them (vLLM's min_tokens) */

@@ -122,6 +122,7 @@ static void seq_destroy(struct sched *s, struct sched_seq *q)
     free(q->bias_ids);
     free(q->bias);
     free(q->allowed);
+    free(q->bad_words);
     free(q);
 }
 
@@ -252,6 +253,24 @@ void sched_seq_params_default(struct sched_seq_params *p)
     sampler_params_default(&p->sp);
 }
 
+int sched_check_bad_words(const int32_t *words, int len, int vocab, char *err, size_t errlen)
+{
+    if (len < 0 || (len && !words)) return err_set(err, errlen, ERR_INVALID, "bad_words: %d entries", len);
+    int n = 0;
+    for (int i = 0; i < len; i += 1 + words[i], n++) {
+        if (words[i] < 1 || words[i] > SCHED_MAX_BAD_WORD_TOKENS || words[i] >= len - i)
+            return err_set(err, errlen, ERR_INVALID, "bad_words: word %d has %d tokens (1..%d, within the list)", n,
+                           words[i], SCHED_MAX_BAD_WORD_TOKENS);
+        for (int k = 1; k <= words[i]; k++)
+            if (words[i + k] < 0 || words[i + k] >= vocab)
+                return err_set(err, errlen, ERR_INVALID, "bad_words: token id %d is outside the vocabulary [0, %d)",
+                               words[i + k], vocab);
+    }
+    if (n > SCHED_MAX_BAD_WORDS)
+        return err_set(err, errlen, ERR_INVALID, "bad_words: %d token sequences (at most %d)", n, SCHED_MAX_BAD_WORDS);
+    return 0;
+}
+
 int sched_check_end_params(const int32_t *stop_ids, int n_stop_ids, int min_tokens, int vocab, char *err,
                            size_t errlen)
 {
@@ -305,6 +324,7 @@ int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq
         if (p->allowed_ids[i] < 0 || p->allowed_ids[i] >= vocab)
             return err_set(err, errlen, ERR_INVALID, "allowed_token_ids: token id %d is outside the vocabulary [0, %d)",
                            p->allowed_ids[i], vocab);
+    if ((rc = sched_check_bad_words(p->bad_words, p->bad_words_len, vocab, err, errlen))) return rc;
     int max_tokens = p->max_tokens;
     if (max_tokens <= 0 || max_tokens > s->cfg.max_model_len - n)
         max_tokens = s->cfg.max_model_len - n;
@@ -331,7 +351,13 @@ int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq
         for (int i = 0; q->allowed && i < p->n_allowed; i++)
             q->allowed[p->allowed_ids[i] / 32] |= 1u << (p->allowed_ids[i] % 32);
     }
-    if (!q->tokens || (p->n_bias && (!q->bias_ids || !q->bias)) || (p->n_allowed && !q->allowed)) {
+    if (p->bad_words_len) {
+        q->bad_words = malloc(sizeof *q->bad_words * (size_t)p->bad_words_len);
+        if (q->bad_words) memcpy(q->bad_words, p->bad_words, sizeof *q->bad_words * (size_t)p->bad_words_len);
+        q->bad_words_len = p->bad_words_len;
+    }
+    if (!q->tokens || (p->n_bias && (!q->bias_ids || !q->bias)) || (p->n_allowed && !q->allowed) ||
+        (p->bad_words_len && !q->bad_words)) {
         rc = err_set(err, errlen, ERR_NOMEM, "out of memory creating a sequence");
         goto fail;
     }
@@ -827,10 +853,25 @@ static void mask_out_end_tokens(const struct sched *s, const struct sched_seq *q
     for (int i = 0; i < q->n_stop_ids; i++) mask[q->stop_ids[i] / 32] &= ~(1u << (q->stop_ids[i] % 32));
 }
 
+/* Clears the bits of the bad words q would complete with its next token: a word's last
+ * token where the generated tokens end with the others (a one-token word: always). */
+static void mask_out_bad_words(const struct sched_seq *q, uint32_t *mask)
+{
+    int n_gen = q->n_tokens - q->n_prompt;
+    const int32_t *gen_end = q->tokens + q->n_tokens;
+    for (int i = 0; i < q->bad_words_len; i += 1 + q->bad_words[i]) {
+        int len = q->bad_words[i];
+        const int32_t *w = q->bad_words + i + 1;
+        if (len - 1 > n_gen || memcmp(gen_end - (len - 1), w, sizeof *w * (size_t)(len - 1))) continue;
+        mask[w[len - 1] / 32] &= ~(1u << (w[len - 1] % 32));
+    }
+}
+
 /* Right before plan p is submitted (every earlier step recorded): fills the token mask of
  * each constrained logits row from its matcher (and with the sequence's allowed ids), of
- * each row with allowed ids from them, and takes the end tokens out of the rows of
- * sequences short of their min_tokens (from those masks, or from all tokens). A
+ * each row with allowed ids from them, takes the end tokens out of the rows of sequences
+ * short of their min_tokens and the bad words' next tokens out of the rows of sequences
+ * with bad words (from those masks, or from all tokens). A
  * mask that cannot be computed (out of memory) fails that sequence alone; its row still
  * runs, unmasked, and is discarded. */
 static void plan_masks(struct sched *s, struct sched_plan *p)
@@ -844,7 +885,7 @@ static void plan_masks(struct sched *s, struct sched_plan *p)
         struct backend_sample *smp = &p->samples[en->logit];
         smp->mask = NULL;
         bool constrained = q->gm && q->gm_on, short_of_min = q->min_tokens > q->n_tokens - q->n_prompt;
-        if ((!constrained && !short_of_min && !q->allowed) || !seq_live(q)) continue;
+        if ((!constrained && !short_of_min && !q->allowed && !q->bad_words) || !seq_live(q)) continue;
         uint32_t *mask = p->masks + (size_t)en->logit * (size_t)s->mask_words;
         if (constrained) {
             if (!n_masked++) t0 = now_ns();
@@ -860,6 +901,7 @@ static void plan_masks(struct sched *s, struct sched_plan *p)
             memset(mask, 0xFF, sizeof *mask * (size_t)s->mask_words);
         }
         if (short_of_min) mask_out_end_tokens(s, q, mask);
+        if (q->bad_words) mask_out_bad_words(q, mask);
         smp->mask = mask;
     }
     if (n_masked) {

@@ -104,6 +104,8 @@ enum sched_status { SEQ_WAITING = 0, SEQ_RUNNING, SEQ_FINISHED, SEQ_ABORTED };
 enum sched_finish { FINISH_NONE = 0, FINISH_STOP, FINISH_LENGTH, FINISH_ABORT, FINISH_ERROR };
 
 #define SCHED_MAX_STOP_IDS 16 /* stop token ids per sequence */
+#define SCHED_MAX_BAD_WORDS 128      /* bad-word token sequences per sequence */
+#define SCHED_MAX_BAD_WORD_TOKENS 32 /* tokens per bad word */
 
 /* What one sequence asks for; everything is copied by sched_add. */
 struct sched_seq_params {
@@ -120,6 +122,12 @@ struct sched_seq_params {
     const int32_t *allowed_ids; /* [n_allowed] the only tokens that may be sampled (vLLM's
                                  allowed_token_ids; end tokens only if listed), or NULL */
     int n_allowed;
+    const int32_t *bad_words; /* [bad_words_len] token sequences that must not be generated
+                                 (vLLM's bad_words), one after another, each as its length
+                                 (1..SCHED_MAX_BAD_WORD_TOKENS) then its ids: a sequence's
+                                 last token is masked out wherever the generated tokens end
+                                 with the ones before it (a one-token word: always), or NULL */
+    int bad_words_len;
     int logprobs;             /* -1: none; 0..SAMPLER_MAX_TOP_LOGPROBS: report the sampled
                                  token's raw logprob and that many top alternatives */
     int prompt_logprobs;      /* -1: none; 0..SAMPLER_MAX_TOP_LOGPROBS: report the raw logprob
@@ -178,6 +186,8 @@ struct sched_seq {
     struct sampler_params sp;    /* the sampler is created from these at first admission */
     uint32_t *allowed;           /* NULL, or the allowed_ids as a token mask (grammar_mask_words
                                     words), made at sched_add */
+    int32_t *bad_words;          /* NULL, or [bad_words_len] (sched_seq_params), copied */
+    int bad_words_len;
     int32_t *bias_ids;           /* [n_bias] logit bias, copied at sched_add */
     float *bias;                 /* [n_bias] */
     int n_bias;
@@ -270,6 +280,11 @@ void sched_free(struct sched *s);
  * it; the engine runs it at submit. */
 int sched_check_end_params(const int32_t *stop_ids, int n_stop_ids, int min_tokens, int vocab, char *err,
                            size_t errlen);
+
+/* Checks bad words (sched_seq_params.bad_words / bad_words_len) against a vocabulary of
+ * vocab ids: 0 or ERR_INVALID naming what is wrong. sched_add runs it; the engine at
+ * submit. */
+int sched_check_bad_words(const int32_t *words, int len, int vocab, char *err, size_t errlen);
 
 /* Queues a sequence for prompt ids[0, n) (copied) with params p (copied, validated).
  * ERR_RANGE if the prompt leaves no room to generate; ERR_INVALID / ERR_RANGE for bad

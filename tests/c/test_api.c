@@ -249,7 +249,10 @@ static const struct bad_case bad_cases[] = {
     B400(CHAT, "{" MSG ",\"return_tokens_as_token_ids\":true}", "return_tokens_as_token_ids"),
     B400(CHAT, "{" MSG ",\"best_of\":2}", "best_of"),
     B400(CHAT, "{" MSG ",\"add_special_tokens\":1}", "add_special_tokens"),
-    B400(CHAT, "{" MSG ",\"bad_words\":[\"x\"]}", "bad_words"),
+    B400(CHAT, "{" MSG ",\"bad_words\":[\"\"]}", "bad_words"),
+    B400(CHAT, "{" MSG ",\"bad_words\":[\"  \"]}", "bad_words"),
+    B400(CHAT, "{" MSG ",\"bad_words\":[1]}", "bad_words"),
+    B400(CHAT, "{" MSG ",\"bad_words\":\"x\"}", "bad_words"),
     B400(CHAT, "{" MSG ",\"truncate_prompt_tokens\":10}", "truncate_prompt_tokens"),
     /* chat_template_kwargs cannot replace what the server sets */
     B400(CHAT, "{" MSG ",\"chat_template_kwargs\":{\"messages\":[]}}", "chat_template_kwargs.messages"),
@@ -485,6 +488,40 @@ static void test_completion_echo(void)
     rc = oai_parse_completion(&ctx, b, strlen(b), &r, &e);
     CHECK(rc == 0 && r.rp.prompt_logprobs == -1 && !r.echo_only, "logprobs without echo");
     if (!rc) oai_request_free(&r);
+}
+
+/* bad_words: each word's tokens as the tokenizer writes it at the start of a text and, when
+ * that differs as a word of its own, after a space (vLLM's rule) */
+static void test_bad_words(void)
+{
+    struct oai_ctx ctx = make_ctx(2048);
+    struct oai_request r;
+    struct api_error e;
+    const char *b = "{\"prompt\":\"x\",\"bad_words\":[\"  Paris\",\"hello world\"]}";
+    int rc = oai_parse_completion(&ctx, b, strlen(b), &r, &e);
+    CHECK(rc == 0, "bad_words: %s", rc ? e.message : "");
+    if (rc) return;
+    int32_t want[64];
+    int n = 0;
+    const char *words[2] = { "Paris", "hello world" };
+    for (int w = 0; w < 2; w++) {
+        char spaced[32];
+        snprintf(spaced, sizeof spaced, " %s", words[w]);
+        int32_t a[16], c[16];
+        int na = tok_encode(g_model->tok, words[w], strlen(words[w]), false, false, a, 16);
+        int nc = tok_encode(g_model->tok, spaced, strlen(spaced), false, false, c, 16);
+        want[n++] = na;
+        for (int k = 0; k < na; k++) want[n++] = a[k];
+        if (nc == na && c[0] != a[0]) {
+            want[n++] = nc;
+            for (int k = 0; k < nc; k++) want[n++] = c[k];
+        }
+    }
+    CHECK(r.rp.bad_words_len == n && r.rp.bad_words == r.bad_words &&
+              !memcmp(r.bad_words, want, sizeof *want * (size_t)n),
+          "bad_words: %d entries, want %d", r.rp.bad_words_len, n);
+    CHECK(n > 6, "both words had their spaced form (%d entries)", n);
+    oai_request_free(&r);
 }
 
 /* A few messages named precisely; the JSON error body of a bad request. */
@@ -1160,6 +1197,7 @@ int main(void)
     RUN(test_bad_messages);
     RUN(test_continue_final);
     RUN(test_completion_echo);
+    RUN(test_bad_words);
     RUN(test_chat_documents_and_specials);
     RUN(test_harmless_params);
     RUN(test_prompt_bytes);

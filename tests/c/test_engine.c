@@ -807,6 +807,31 @@ static void test_stop_strings(void)
     for (int k = 0; k < only.n_ids; k++) CHECK(only.ids[k] == allowed, "allowed ids: token %d is %d", k, only.ids[k]);
     p.allowed_ids = NULL;
     p.n_allowed = 0;
+    /* bad words: a one-token word never appears (greedy's first token); a two-token word
+       (greedy's tokens 1-2) keeps its first token and loses its second right after it */
+    static struct result bad1, bad2;
+    int32_t w1[2] = { 1, ref.ids[0] }, w2[3] = { 2, ref.ids[1], ref.ids[2] };
+    p.bad_words = w1;
+    p.bad_words_len = 2;
+    run_solo(e, g_prompt[pi], g_len[pi], &p, &bad1);
+    CHECK(bad1.n_ids > 0, "bad word: no tokens");
+    for (int k = 0; k < bad1.n_ids; k++) CHECK(bad1.ids[k] != ref.ids[0], "bad word: token %d is it", k);
+    p.bad_words = w2;
+    p.bad_words_len = 3;
+    run_solo(e, g_prompt[pi], g_len[pi], &p, &bad2);
+    CHECK(bad2.n_ids >= 3 && bad2.ids[0] == ref.ids[0] && bad2.ids[1] == ref.ids[1] && bad2.ids[2] != ref.ids[2],
+          "two-token bad word: %d ids, %d %d %d", bad2.n_ids, bad2.ids[0], bad2.ids[1], bad2.ids[2]);
+    for (int k = 1; k < bad2.n_ids; k++)
+        CHECK(!(bad2.ids[k - 1] == w2[1] && bad2.ids[k] == w2[2]), "two-token bad word at %d", k);
+    int32_t broken[2] = { 3, 5 }; /* a word longer than the list */
+    p.bad_words = broken;
+    p.bad_words_len = 2;
+    char err[ERR_BUF];
+    struct request *r = NULL;
+    CHECK(engine_submit(e, g_prompt[pi], g_len[pi], &p, NULL, NULL, &r, err, sizeof err) == ERR_INVALID && !r,
+          "a malformed bad word accepted");
+    p.bad_words = NULL;
+    p.bad_words_len = 0;
     /* a stop prefix held at the end of generation is released by the flush */
     char tail_stop[8] = { 0 };
     if (ref.finish == REQ_FINISH_LENGTH && ref.text_len >= 2 &&

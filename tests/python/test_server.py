@@ -763,6 +763,27 @@ def test_completion_echo_logprobs(server, client, model_name, tessera_bin, defau
     check_error(r, 400, "invalid_request_error", param="prompt_logprobs")
 
 
+def test_bad_words(server, client, model_name):
+    # vLLM's bad_words: a word of the greedy answer never appears in the answer with it
+    # banned (its tokens as a word of its own, after a space); on chat too
+    kw = dict(prompt="The capital of France is", max_tokens=12, temperature=0)
+    plain = complete(client, model_name, **kw).choices[0].text
+    assert " Paris" in plain, plain
+    banned = complete(client, model_name, extra_body={"bad_words": ["Paris"]}, **kw).choices[0].text
+    assert "Paris" not in banned and banned != plain, banned
+    streamed = "".join(c.choices[0].text for c in complete(client, model_name, stream=True,
+                                                            extra_body={"bad_words": ["Paris"]}, **kw))
+    assert streamed == banned
+    msgs = [{"role": "user", "content": "What is the capital of France? One word."}]
+    answer = chat(client, model_name, messages=msgs, temperature=0).choices[0].message.content
+    word = answer.strip().split()[0].strip(".,!")
+    other = chat(client, model_name, messages=msgs, temperature=0,
+                 extra_body={"bad_words": [word]}).choices[0].message.content
+    assert word not in other.split() and other != answer, (word, other)
+    r = server.post_json("/v1/completions", {"prompt": "x", "bad_words": [""]})
+    check_error(r, 400, "invalid_request_error", param="bad_words")
+
+
 def test_allowed_token_ids(server, client, model_name):
     # vLLM's allowed_token_ids: every generated token is one of them
     allowed = server.post_json("/tokenize", {"prompt": " yes no", "add_special_tokens": False}).json()["tokens"]
