@@ -507,7 +507,6 @@ static const struct {
     { "prompt_logprobs", UNSUP_NOT_NULL, false,
       "vLLM's prompt_logprobs field is not implemented; on /v1/completions, 'echo' with 'logprobs' "
       "lists the prompt's tokens with their logprobs" },
-    { "truncate_prompt_tokens", UNSUP_NOT_NULL, false, "prompt truncation is not implemented" },
     { "use_beam_search", UNSUP_TRUE, false, "beam search is not implemented" },
     { "echo", UNSUP_TRUE, true, "echoing the prompt is not supported" },
     { "functions", UNSUP_NONEMPTY, true, "function calling is not implemented" },
@@ -593,6 +592,16 @@ static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oa
 
     TRY(opt_int(root, "n", 1, OAI_MAX_N, &v, e));
     if (rc) r->n = (int)v;
+    /* truncate_prompt_tokens (vLLM): keep each prompt's last k tokens; -1: max_model_len */
+    TRY(opt_int_msg(root, "truncate_prompt_tokens", -1, 1e300, "-1 or at least 1", &v, e));
+    if (rc) {
+        if (v == 0 || v > ctx->max_model_len) {
+            rc = oai_bad(e, "truncate_prompt_tokens", "'truncate_prompt_tokens' must be -1 or 1 to max_model_len (%d)",
+                         ctx->max_model_len);
+            goto fail;
+        }
+        r->truncate = v < 0 ? ctx->max_model_len : (int)v;
+    }
 
     /* chat: max_completion_tokens replaces the deprecated max_tokens */
     *max_key = "max_tokens";
@@ -920,7 +929,7 @@ static int parse_messages(const struct oai_ctx *ctx, const cJSON *root, struct o
     struct oai_chat_opts o;
     int rc = oai_chat_options(root, &o, e);
     if (rc < 0) return rc;
-    rc = oai_encode_chat(ctx, oai_opt(root, "messages"), &o, true, &r->prompt_ids, &r->n_prompt, e);
+    rc = oai_encode_chat(ctx, oai_opt(root, "messages"), &o, r->truncate == 0, &r->prompt_ids, &r->n_prompt, e);
     r->prompt_off[1] = r->n_prompt;
     return rc;
 }
@@ -949,9 +958,11 @@ static int parse_id_array(const struct oai_ctx *ctx, const cJSON *arr, const cha
     return 0;
 }
 
-/* One prompt, a string or an array of token ids: *ids (malloc'd; NULL on error) and *n. */
-static int parse_one_prompt(const struct oai_ctx *ctx, const cJSON *p, const char *what, int32_t **ids, int *n,
-                            struct api_error *e)
+/* One prompt, a string or an array of token ids: *ids (malloc'd; NULL on error) and *n.
+ * limit: refuse a text too long for the context before tokenizing it (not when the
+ * prompt is to be truncated). */
+static int parse_one_prompt(const struct oai_ctx *ctx, const cJSON *p, const char *what, bool limit, int32_t **ids,
+                            int *n, struct api_error *e)
 {
     *ids = NULL;
     int rc;
@@ -961,7 +972,7 @@ static int parse_one_prompt(const struct oai_ctx *ctx, const cJSON *p, const cha
         rc = oai_bad(e, "prompt", "%s must be a string or an array of token ids", what);
     } else {
         /* user text: specials are plain text; BOS as the tokenizer's post-processor says */
-        rc = oai_encode_text(ctx, p->valuestring, strlen(p->valuestring), true, true, "prompt", ids, n, e);
+        rc = oai_encode_text(ctx, p->valuestring, strlen(p->valuestring), true, limit, "prompt", ids, n, e);
         if (!rc && *n == 0) rc = oai_bad(e, "prompt", "%s must not be empty", what);
     }
     if (rc) {
@@ -981,7 +992,7 @@ static int parse_prompt(const struct oai_ctx *ctx, const cJSON *root, struct oai
     const cJSON *first = cJSON_IsArray(p) ? cJSON_GetArrayItem(p, 0) : NULL;
     if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 0) return oai_bad(e, "prompt", "'prompt' must not be empty");
     if (!first || cJSON_IsNumber(first)) { /* one prompt */
-        int rc = parse_one_prompt(ctx, p, "'prompt'", &r->prompt_ids, &r->n_prompt, e);
+        int rc = parse_one_prompt(ctx, p, "'prompt'", r->truncate == 0, &r->prompt_ids, &r->n_prompt, e);
         r->n_prompts = 1;
         r->prompt_off[1] = r->n_prompt;
         return rc;
@@ -1002,7 +1013,7 @@ static int parse_prompt(const struct oai_ctx *ctx, const cJSON *root, struct oai
             return oai_bad(e, "prompt", "%s must be a string or an array of token ids", what);
         int32_t *ids;
         int len;
-        int rc = parse_one_prompt(ctx, it, what, &ids, &len, e);
+        int rc = parse_one_prompt(ctx, it, what, r->truncate == 0, &ids, &len, e);
         if (rc) return rc;
         int32_t *all = realloc(r->prompt_ids, sizeof *all * ((size_t)r->n_prompt + (size_t)len));
         if (!all) {
@@ -1026,16 +1037,32 @@ static int fill_echo(const struct oai_ctx *ctx, const cJSON *p, struct oai_reque
     for (int k = 0; k < r->n_prompts; k++) {
         const cJSON *item = r->n_prompts == 1 && (!cJSON_IsArray(p) || cJSON_IsNumber(cJSON_GetArrayItem(p, 0)))
                                 ? p : cJSON_GetArrayItem(p, k);
-        if (cJSON_IsString(item)) {
+        int len;
+        const int32_t *ids = oai_prompt(r, k, &len);
+        if (cJSON_IsString(item) && (!r->truncate || len <= r->truncate)) {
             r->echo[k] = strdup(item->valuestring);
-        } else {
-            int len;
-            const int32_t *ids = oai_prompt(r, k, &len);
-            r->echo[k] = tok_decode(ctx->m->tok, ids, len, false);
+        } else { /* ids, or a prompt truncate_prompt_tokens cuts: the tokens that remain */
+            int keep = r->truncate && len > r->truncate ? r->truncate : len;
+            r->echo[k] = tok_decode(ctx->m->tok, ids + len - keep, keep, false);
         }
         if (!r->echo[k]) return oai_nomem(e);
     }
     return 0;
+}
+
+/* truncate_prompt_tokens: each prompt keeps its last r->truncate tokens. */
+static void truncate_prompts(struct oai_request *r)
+{
+    int out = 0;
+    for (int k = 0; k < r->n_prompts; k++) {
+        int start = r->prompt_off[k], len = r->prompt_off[k + 1] - start;
+        int keep = len > r->truncate ? r->truncate : len;
+        memmove(r->prompt_ids + out, r->prompt_ids + start + len - keep, sizeof *r->prompt_ids * (size_t)keep);
+        r->prompt_off[k] = out;
+        out += keep;
+    }
+    r->prompt_off[r->n_prompts] = out;
+    r->n_prompt = out;
 }
 
 /* The longest prompt of r. */
@@ -1071,6 +1098,7 @@ static int parse_request(const struct oai_ctx *ctx, enum oai_kind kind, const ch
     if (kind == OAI_CHAT) TRY(oai_parse_tools(ctx, root, out, e));
     TRY(kind == OAI_CHAT ? parse_messages(ctx, root, out, e) : parse_prompt(ctx, root, out, e));
     if (out->echo_on) TRY(fill_echo(ctx, oai_opt(root, "prompt"), out, e));
+    if (out->truncate) truncate_prompts(out);
     oai_parse_reasoning(ctx, root, out);
 
     int longest = longest_prompt(out); /* a batch: every prompt must fit */

@@ -81,6 +81,8 @@ struct oai_request {
     int32_t *prompt_ids;    /* [n_prompt] malloc'd: the rendered + tokenized prompt, or a
                                batch's prompts one after another */
     int n_prompt;           /* tokens of all prompts together */
+    int truncate;           /* truncate_prompt_tokens: each prompt keeps its last this many
+                               tokens (the echo shows what remains); 0: off */
     int n_prompts;          /* 1, or a /v1/completions batch (prompt: [...] of strings or of
                                id arrays): prompt k is prompt_ids[prompt_off[k], prompt_off[k + 1]) */
     int prompt_off[OAI_MAX_PROMPTS + 1];

@@ -253,7 +253,7 @@ static const struct bad_case bad_cases[] = {
     B400(CHAT, "{" MSG ",\"bad_words\":[\"  \"]}", "bad_words"),
     B400(CHAT, "{" MSG ",\"bad_words\":[1]}", "bad_words"),
     B400(CHAT, "{" MSG ",\"bad_words\":\"x\"}", "bad_words"),
-    B400(CHAT, "{" MSG ",\"truncate_prompt_tokens\":10}", "truncate_prompt_tokens"),
+    B400(CHAT, "{" MSG ",\"truncate_prompt_tokens\":0}", "truncate_prompt_tokens"),
     /* chat_template_kwargs cannot replace what the server sets */
     B400(CHAT, "{" MSG ",\"chat_template_kwargs\":{\"messages\":[]}}", "chat_template_kwargs.messages"),
     B400(CHAT, "{" MSG ",\"chat_template_kwargs\":{\"bos_token\":\"<x>\"}}", "chat_template_kwargs.bos_token"),
@@ -354,6 +354,13 @@ static void test_prompt_bytes(void)
     rc = oai_parse_chat(&ctx, json, strlen(json), &r, &e);
     CHECK(rc == ERR_RANGE && !strcmp(e.param, "messages") && strstr(e.message, "bytes"), "chat: %d %s", rc,
           e.message);
+    /* with truncate_prompt_tokens the text is tokenized and cut, not refused */
+    cJSON_AddNumberToObject(body, "truncate_prompt_tokens", 30);
+    free(json);
+    json = cJSON_PrintUnformatted(body);
+    rc = oai_parse_chat(&ctx, json, strlen(json), &r, &e);
+    CHECK(rc == 0 && r.n_prompt == 30, "chat, truncated: %d %s", rc, rc ? e.message : "");
+    if (!rc) oai_request_free(&r);
     /* /tokenize has no such limit: it reports the count whatever it is */
     char *out = NULL;
     struct oai_ctx big = ctx;
@@ -522,6 +529,44 @@ static void test_bad_words(void)
           "bad_words: %d entries, want %d", r.rp.bad_words_len, n);
     CHECK(n > 6, "both words had their spaced form (%d entries)", n);
     oai_request_free(&r);
+}
+
+/* truncate_prompt_tokens (vLLM): each prompt keeps its last k tokens; the echo is what
+ * remains; -1 = max_model_len; 0 or past max_model_len: 400 */
+static void test_truncate_prompt(void)
+{
+    struct oai_ctx ctx = make_ctx(64);
+    struct oai_request r;
+    struct api_error e;
+    const char *b = "{\"prompt\":[[1,2,3,4,5,6],[7,8],[9,10,11,12,13]],\"truncate_prompt_tokens\":3,\"echo\":true}";
+    int rc = oai_parse_completion(&ctx, b, strlen(b), &r, &e);
+    CHECK(rc == 0, "truncate batch: %s", rc ? e.message : "");
+    if (!rc) {
+        const int32_t want[] = { 4, 5, 6, 7, 8, 11, 12, 13 };
+        CHECK(r.n_prompt == 8 && !memcmp(r.prompt_ids, want, sizeof want) && r.prompt_off[1] == 3 &&
+                  r.prompt_off[2] == 5 && r.prompt_off[3] == 8, "truncated ids: %d", r.n_prompt);
+        char *e0 = tok_decode(g_model->tok, want, 3, false);
+        CHECK(e0 && !strcmp(r.echo[0], e0), "echo of the kept tokens '%s'", r.echo[0]);
+        free(e0);
+        oai_request_free(&r);
+    }
+    /* a text: its last tokens, the echo decoded from them */
+    b = "{\"prompt\":\"one two three four five six seven\",\"truncate_prompt_tokens\":2,\"echo\":true}";
+    rc = oai_parse_completion(&ctx, b, strlen(b), &r, &e);
+    CHECK(rc == 0 && r.n_prompt == 2 && !strcmp(r.echo[0], " six seven"), "text: %d '%s'", r.n_prompt,
+          rc ? e.message : r.echo[0]);
+    if (!rc) oai_request_free(&r);
+    b = "{\"prompt\":[1,2],\"truncate_prompt_tokens\":-1}";
+    rc = oai_parse_completion(&ctx, b, strlen(b), &r, &e);
+    CHECK(rc == 0 && r.truncate == 64 && r.n_prompt == 2, "-1: %d", r.truncate);
+    if (!rc) oai_request_free(&r);
+    const char *bad[] = { "{\"prompt\":[1],\"truncate_prompt_tokens\":0}", "{\"prompt\":[1],\"truncate_prompt_tokens\":65}",
+                          "{\"prompt\":[1],\"truncate_prompt_tokens\":-2}", "{\"prompt\":[1],\"truncate_prompt_tokens\":1.5}" };
+    for (int i = 0; i < 4; i++) {
+        rc = oai_parse_completion(&ctx, bad[i], strlen(bad[i]), &r, &e);
+        CHECK(rc < 0 && e.status == 400 && e.param && !strcmp(e.param, "truncate_prompt_tokens"), "%s: %d", bad[i], rc);
+        if (!rc) oai_request_free(&r);
+    }
 }
 
 /* A few messages named precisely; the JSON error body of a bad request. */
@@ -1198,6 +1243,7 @@ int main(void)
     RUN(test_continue_final);
     RUN(test_completion_echo);
     RUN(test_bad_words);
+    RUN(test_truncate_prompt);
     RUN(test_chat_documents_and_specials);
     RUN(test_harmless_params);
     RUN(test_prompt_bytes);

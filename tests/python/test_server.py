@@ -784,6 +784,22 @@ def test_bad_words(server, client, model_name):
     check_error(r, 400, "invalid_request_error", param="bad_words")
 
 
+def test_truncate_prompt_tokens(server, client, model_name):
+    # vLLM's truncate_prompt_tokens: the prompt's last k tokens, exactly as if sent alone
+    text = "The quick brown fox jumps over the lazy dog and runs into the old forest near the river"
+    ids = server.post_json("/tokenize", {"prompt": text}).json()["tokens"]
+    k = 6
+    kw = dict(max_tokens=8, temperature=0)
+    cut = complete(client, model_name, prompt=text, extra_body={"truncate_prompt_tokens": k}, **kw)
+    alone = complete(client, model_name, prompt=ids[-k:], **kw)
+    assert cut.choices[0].text == alone.choices[0].text and cut.usage.prompt_tokens == k
+    msgs = [{"role": "user", "content": text}]
+    r = chat(client, model_name, messages=msgs, extra_body={"truncate_prompt_tokens": 5}, **kw)
+    assert r.usage.prompt_tokens == 5
+    r = server.post_json("/v1/completions", {"prompt": text, "truncate_prompt_tokens": 0})
+    check_error(r, 400, "invalid_request_error", param="truncate_prompt_tokens")
+
+
 def test_allowed_token_ids(server, client, model_name):
     # vLLM's allowed_token_ids: every generated token is one of them
     allowed = server.post_json("/tokenize", {"prompt": " yes no", "add_special_tokens": False}).json()["tokens"]
