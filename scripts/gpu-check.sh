@@ -6,7 +6,7 @@
 # kernel benchmarks against the copy-bandwidth and cuBLAS ceilings measured in the same
 # run, and `tessera devices`; then the CUDA backend: its end-to-end test against the CPU
 # forward on the GPU, `tessera serve --device cuda` with SmolLM2 (greedy text the CPU's,
-# parting only at near-ties), and Qwen2.5-7B with --load-format dummy: decode step times at batch
+# parting only at near-ties; a scored prompt's logprobs the CPU's), and Qwen2.5-7B with --load-format dummy: decode step times at batch
 # 1 / 8 / 64 / 256, the TTFT of one 1,024-token prompt, GPU idle between steps, and
 # scripts/bench_serving.py at 256 concurrent requests with BF16 and FP8 KV. Prints one
 # short results table. Designed to finish inside 8 minutes on one H200 (SKIP_SANITIZER=1
@@ -153,6 +153,33 @@ for p in prompts:
 PY
 }
 
+# A scored text (echo + logprobs, max_tokens 0: each prompt token's logprob) from the
+# server on $PORT, one JSON line.
+score_text() {
+    python3 - "$PORT" <<'PY'
+import json, sys, urllib.request
+text = ("The quick brown fox jumps over the lazy dog. Then it ran into the forest, where the old "
+        "clockmaker lived. Every morning he opened the shutters of his workshop and wound the clock.")
+body = json.dumps({"prompt": text, "max_tokens": 0, "echo": True, "logprobs": 1}).encode()
+req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/v1/completions", body, {"Content-Type": "application/json"})
+print(json.dumps(json.load(urllib.request.urlopen(req, timeout=120))["choices"][0]["logprobs"]))
+PY
+}
+
+# The prompt logprobs of two servers: the same tokens, logprobs within 0.5 nats each and
+# 0.1 on average (the backends' float arithmetic differs: int8 activations on the CPU).
+# Prints "PASS|FAIL detail".
+compare_scores() {
+    python3 - "$1" "$2" <<'PY'
+import json, sys
+a, b = (json.loads(open(f).read()) for f in sys.argv[1:3])
+ok = a["tokens"] == b["tokens"] and a["token_logprobs"][0] is None and b["token_logprobs"][0] is None
+d = [abs(x - y) for x, y in zip(a["token_logprobs"][1:], b["token_logprobs"][1:])] if ok else [99.0]
+ok = ok and max(d) <= 0.5 and sum(d) / len(d) <= 0.1
+print("PASS" if ok else "FAIL", f"{len(a['tokens'])} tokens, |dlogprob| max {max(d):.3f} mean {sum(d) / len(d):.3f}")
+PY
+}
+
 # The rule of tests/python/test_server_cuda.py: identical, or parting where the two
 # backends' top log-probabilities agree within 0.3 nats (a near-tie), for at most 3 of 8.
 # Prints "PASS|FAIL detail".
@@ -204,6 +231,7 @@ else
             if start_server "$OUT/serve-smollm2-$dev.log" --model "$SMOL" --device "$dev" --max-model-len 2048 \
                     --kv-cache-dtype fp16; then
                 greedy_texts >"$OUT/greedy-$dev.txt" 2>>"$OUT/serve-smollm2-$dev.log" || ok=0
+                score_text >"$OUT/score-$dev.txt" 2>>"$OUT/serve-smollm2-$dev.log" || ok=0
             else
                 ok=0
             fi
@@ -212,6 +240,8 @@ else
         if [ $ok = 1 ]; then
             res=$(compare_greedy "$OUT/greedy-cpu.txt" "$OUT/greedy-cuda.txt" 2>&1)
             row "serve SmolLM2: cuda greedy = cpu" "${res%% *}" "8 prompts x 32 tokens: ${res#* }"
+            res=$(compare_scores "$OUT/score-cpu.txt" "$OUT/score-cuda.txt" 2>&1)
+            row "serve SmolLM2: cuda prompt logprobs = cpu" "${res%% *}" "${res#* }"
         else
             row "serve SmolLM2: cuda greedy = cpu" FAIL "see $OUT/greedy-*.txt, serve-smollm2-*.log"
         fi
