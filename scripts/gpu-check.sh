@@ -6,8 +6,9 @@
 # kernel benchmarks against the copy-bandwidth and cuBLAS ceilings measured in the same
 # run, and `tessera devices`; then the CUDA backend: its end-to-end test against the CPU
 # forward on the GPU, `tessera serve --device cuda` with SmolLM2 (greedy text the CPU's,
-# parting only at near-ties; a scored prompt's logprobs the CPU's), and Qwen2.5-7B with --load-format dummy: decode step times at batch
-# 1 / 8 / 64 / 256, the TTFT of one 1,024-token prompt, GPU idle between steps, and
+# parting only at near-ties; a scored prompt's logprobs the CPU's), and Qwen2.5-7B with
+# --load-format dummy: decode step times at batch 1 / 8 / 64 / 256, the TTFT of one
+# 1,024-token prompt, GPU idle between steps, and
 # scripts/bench_serving.py at 256 concurrent requests with BF16 and FP8 KV. Prints one
 # short results table. Designed to finish inside 8 minutes on one H200 (SKIP_SANITIZER=1
 # leaves the most time to the backend rows).
