@@ -195,6 +195,9 @@ static int batch_check(const struct backend *b, const struct batch *batch, const
     if (batch->num_logits < 0 || batch->num_logits > c->max_num_seqs || batch->num_seqs > c->max_num_seqs)
         return err_set(err, errlen, ERR_INVALID, "backend: %d sequences / %d logits rows, at most %d (max_num_seqs)",
                        batch->num_seqs, batch->num_logits, c->max_num_seqs);
+    if (batch->num_logits > batch->num_tokens) /* a row's logits once (scoring rows: distinct rows) */
+        return err_set(err, errlen, ERR_INVALID, "backend: %d logits rows for %d rows", batch->num_logits,
+                       batch->num_tokens);
     if (sampling && batch->num_logits > 0 && !samples)
         return err_set(err, errlen, ERR_INVALID, "backend: %d logits rows and no sampling parameters",
                        batch->num_logits);

@@ -211,6 +211,14 @@ static void test_protocol(void)
     o.pos[0] = 3; /* breaks the batch invariants: the forward refuses, nothing computed */
     o.ids[0] = 100;
     CHECK(backend_step(b, &o.b, &s, out, err, sizeof err) == ERR_INVALID, "bad positions accepted");
+    struct one_seq two; /* two logits rows for one row */
+    one_seq_fill(&two, prompt, 1, 0, true);
+    int32_t li2[2] = { 0, 0 };
+    struct backend_sample s2[2] = { s, s };
+    two.b.num_logits = 2;
+    two.b.logits_indices = li2;
+    CHECK(backend_step(b, &two.b, s2, out, err, sizeof err) == ERR_INVALID && strstr(err, "logits rows"),
+          "more logits rows than rows: %s", err);
     one_seq_fill(&o, prompt, 8, 0, true);
     CHECK(backend_step(b, &o.b, &s, out, err, sizeof err) == 0, "usable after bad batches: %s", err);
     sampler_free(smp);
