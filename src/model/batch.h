@@ -12,8 +12,9 @@
  *   block_tables[s][0 .. ceil(seq_lens[s] / block_size)) are valid block ids;
  *   slot_mapping[i] = block_tables[s][pos / block_size] * block_size + pos % block_size,
  *   or -1 to skip storing row i (padding);
- *   logits_indices are row indices < num_tokens, in increasing order, so num_logits <=
- *   num_tokens (a sequence may have several: prompt logprobs score every prompt row).
+ *   logits_indices are row indices < num_tokens, at most num_tokens of them (a sequence may
+ *   have several: prompt logprobs score its prompt rows; the scheduler lists them in
+ *   increasing order).
  */
 #ifndef TESSERA_MODEL_BATCH_H
 #define TESSERA_MODEL_BATCH_H
