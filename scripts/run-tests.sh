@@ -66,6 +66,11 @@ if [ ! -x "$BUILD/tests/test_scheduler" ]; then
 elif [ -e "$emu_lib" ]; then
     run_c "$BUILD/tests/test_scheduler" "test_scheduler (cuda, emulated)" TESSERA_TEST_DEVICE=cuda \
         TESSERA_CUDA_LIB="$emu_lib" TESSERA_EMU_MEM_MB=1024 TESSERA_TEST_MODEL="$BUILD/testmodels/llama3-tiny-hd64"
+    # the same split over 2 emulated GPUs (tensor parallel: NCCL all-reduces, rank 0
+    # sampling and broadcasting the tokens)
+    run_c "$BUILD/tests/test_scheduler" "test_scheduler (cuda, emulated, 2 GPUs)" TESSERA_TEST_DEVICE=cuda \
+        TESSERA_TEST_TP=2 TESSERA_EMU_DEVICES=2 TESSERA_CUDA_LIB="$emu_lib" TESSERA_EMU_MEM_MB=1024 \
+        TESSERA_TEST_MODEL="$BUILD/testmodels/llama3-tiny-hd64"
     # the request API (threads, preemption, prefix cache, abort storm, text deltas, stop
     # strings): greedy ids equal the solo runs' up to near ties (test_engine.c says which)
     run_c "$BUILD/tests/test_engine" "test_engine (cuda, emulated)" TESSERA_TEST_DEVICE=cuda \

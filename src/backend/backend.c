@@ -61,6 +61,7 @@ void backend_config_default(struct backend_config *c)
 {
     *c = (struct backend_config){
         .device = BACKEND_DEVICE_AUTO,
+        .tensor_parallel_size = 1,
         .max_num_seqs = 256,
         .max_num_batched_tokens = 2048,
         .max_model_len = 0,
@@ -82,6 +83,11 @@ static int config_check(const struct model *m, const struct backend_config *cfg,
     *c = *cfg;
     if (c->device != BACKEND_DEVICE_AUTO && c->device != BACKEND_DEVICE_CPU && c->device != BACKEND_DEVICE_CUDA)
         return err_set(err, errlen, ERR_INVALID, "backend: unknown device %d", (int)c->device);
+    if (c->tensor_parallel_size <= 0) c->tensor_parallel_size = 1;
+    if (c->tensor_parallel_size > 1 && c->device == BACKEND_DEVICE_CPU)
+        return err_set(err, errlen, ERR_UNSUPPORTED,
+                       "backend: --tensor-parallel-size %d splits the model over GPUs; the CPU backend runs on one "
+                       "machine's cores (use --threads)", c->tensor_parallel_size);
     if (c->block_size <= 0) c->block_size = KV_DEFAULT_BLOCK_SIZE;
     if (c->block_size > 4096)
         return err_set(err, errlen, ERR_RANGE, "backend: block_size %d is over 4096", c->block_size);
@@ -117,6 +123,11 @@ static int create_cuda(struct backend *b, const struct model *m, char *err, size
         rc = err_set(err, errlen, ERR_RANGE, "CUDA device %d does not exist (%d visible)", b->cfg.device_index, n);
         goto fail;
     }
+    if (b->cfg.device_index + b->cfg.tensor_parallel_size > n) {
+        rc = err_set(err, errlen, ERR_RANGE, "--tensor-parallel-size %d needs %d GPUs, %d visible (CUDA_VISIBLE_DEVICES)",
+                     b->cfg.tensor_parallel_size, b->cfg.device_index + b->cfg.tensor_parallel_size, n);
+        goto fail;
+    }
     rc = b->lib.create(m, &b->cfg, &b->ops, &b->impl, &b->info, err, errlen);
     if (rc) goto fail;
     return 0;
@@ -140,8 +151,9 @@ int backend_create(struct backend **out, const struct model *m, const struct bac
     if (b->cfg.device != BACKEND_DEVICE_CPU) {
         memset(&b->info, 0, sizeof b->info);
         rc = create_cuda(b, m, why, sizeof why);
-        if (rc && b->cfg.device == BACKEND_DEVICE_CUDA) {
-            err_set(err, errlen, rc, "--device cuda: %s", why);
+        /* several GPUs asked for: never quietly one CPU instead */
+        if (rc && (b->cfg.device == BACKEND_DEVICE_CUDA || b->cfg.tensor_parallel_size > 1)) {
+            err_set(err, errlen, rc, "--device %s: %s", backend_device_name(b->cfg.device), why);
             goto fail;
         }
     }

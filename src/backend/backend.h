@@ -72,7 +72,9 @@ const char *backend_device_name(enum backend_device d);
 
 struct backend_config {
     enum backend_device device;
-    int device_index;              /* CUDA: which visible GPU (CUDA_VISIBLE_DEVICES applies) */
+    int device_index;              /* CUDA: which visible GPU (CUDA_VISIBLE_DEVICES applies); the
+                                      first of tensor_parallel_size consecutive ones */
+    int tensor_parallel_size;      /* CUDA: GPUs the model is split over (NCCL); <= 0: 1 */
     int max_num_seqs;              /* sequences (= logits rows) per step */
     int max_num_batched_tokens;    /* rows per step */
     int max_model_len;             /* longest sequence (prompt + generation) */
@@ -87,7 +89,7 @@ struct backend_config {
     bool enforce_eager;            /* CUDA: no CUDA graphs */
 };
 
-/* Defaults: auto device, 256 seqs, 2048 batched tokens, max_model_len 0 (= the model's),
+/* Defaults: auto device, one GPU, 256 seqs, 2048 batched tokens, max_model_len 0 (= the model's),
  * block size 16, auto KV dtype, budget 1 GiB CPU / 0.9 GPU, all CPU threads, graphs on. */
 void backend_config_default(struct backend_config *c);
 

@@ -319,6 +319,8 @@ int cli_bench(int argc, char **argv)
             if (backend_device_parse(v, &bc.device)) { fprintf(stderr, "--device: auto, cpu or cuda\n"); return 2; }
         } else if (!strcmp(f, "--enforce-eager")) {
             bc.enforce_eager = true;
+        } else if ((!strcmp(f, "--tensor-parallel-size") || !strcmp(f, "-tp")) && (v = args_value(argc, argv, &i))) {
+            if (args_int(f, v, 1, 8, &bc.tensor_parallel_size)) return 2;
         } else if (!strcmp(f, "--gpu-memory-utilization") && (v = args_value(argc, argv, &i))) {
             float x;
             if (args_float(f, v, 0, 1, &x) || !(x > 0)) return 2;
@@ -329,6 +331,7 @@ int cli_bench(int argc, char **argv)
                     "                     [--gen-tokens N] [--reps N] [--max-model-len N (the model's context)]\n"
                     "                     [--kv-dtype f32|f16|bf16|fp8] [--device auto|cpu|cuda]\n"
                     "                     [--enforce-eager] [--gpu-memory-utilization X (CUDA; ignored by the CPU)]\n"
+                    "                     [--tensor-parallel-size N (CUDA: N GPUs)]\n"
                     "                     [--json-schema FILE [--batch N (8)]]: decode steps with vs without the\n"
                     "                     schema as structured output, at batch N\n");
             return 2;

@@ -63,6 +63,7 @@ static void gen_usage(FILE *f)
         "  --gpu-memory-utilization X  (--prompts-file, CUDA) fraction of GPU memory to use (default\n"
         "                          0.9); the CPU backend ignores it and uses --kv-cache-memory\n"
         "  --enforce-eager         CUDA: no CUDA graphs\n"
+        "  --tensor-parallel-size N  CUDA: split the model over N GPUs (default 1)\n"
         "  --print-ids             print the generated token ids instead of text (stop strings\n"
         "                          still end generation; the ids include the token that completed one)\n"
         "  --quiet                 no statistics on stderr\n",
@@ -99,6 +100,7 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
         else if (!strcmp(f, "--chat")) a->chat = true;
         else if (!strcmp(f, "--print-ids")) a->print_ids = true;
         else if (!strcmp(f, "--enforce-eager")) a->enforce_eager = true;
+        else if (!strcmp(f, "--tensor-parallel-size") || !strcmp(f, "-tp")) { VAL(); if (args_int(f, v, 1, 8, &a->tensor_parallel_size)) return 2; }
         else if (!strcmp(f, "--device")) {
             VAL();
             if (backend_device_parse(v, &a->device)) { fprintf(stderr, "--device: '%s' is not one of auto, cpu, cuda\n", v); return 2; }
@@ -305,6 +307,7 @@ void gen_backend_config(const struct gen_args *a, struct backend_config *bc)
     bc->kv_dtype = a->kv_dtype;
     bc->n_threads = a->threads;
     bc->enforce_eager = a->enforce_eager;
+    bc->tensor_parallel_size = a->tensor_parallel_size;
     bc->gpu_memory_utilization = a->gpu_memory_utilization;
 }
 

@@ -23,6 +23,7 @@ struct gen_args {
     enum kv_dtype kv_dtype;
     enum backend_device device;
     bool enforce_eager;
+    int tensor_parallel_size;
     double gpu_memory_utilization;
     const char *stops[STOP_MAX_STRINGS];
     int n_stops;

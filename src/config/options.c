@@ -158,6 +158,9 @@ static const struct opt_def opt_table[] = {
     DBL("gpu-memory-utilization", gpu_memory_utilization, "0.9", 0, true, 1, "engine",
         "fraction of GPU memory for weights, activations and KV cache (CUDA backend; the "
         "CPU backend ignores it and sizes its KV cache from kv-cache-memory)"),
+    INT("tensor-parallel-size", tensor_parallel_size, "1", 1, 8, "engine",
+        "GPUs the model is split over (CUDA backend, NCCL; devices 0..N-1 of CUDA_VISIBLE_DEVICES); "
+        "the attention and KV heads and the MLP width must divide by it"),
     BOOL("enforce-eager", enforce_eager, "false", "engine",
          "CUDA backend: run every step eagerly, without CUDA graphs"),
     INT("threads", threads, "0", 0, 4096, "engine", "CPU forward threads; 0 = all CPUs"),
@@ -687,6 +690,7 @@ int opts_parse(int argc, char **argv, struct server_options *o, char *err, size_
             free(fv);
             return 1;
         }
+        if (!strcmp(a, "-tp")) a = "--tensor-parallel-size"; /* vLLM's short form */
         if (a[1] != '-') {
             rc = err_set(err, errlen, ERR_INVALID, "unknown option '%s' (see --help)", a);
             goto fail;

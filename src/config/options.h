@@ -81,6 +81,7 @@ struct server_options {
     int64_t kv_cache_memory;           /* MiB of KV cache (CPU backend); 0 = auto (1024) */
     double gpu_memory_utilization;     /* 0.9 (CUDA backend; the CPU backend ignores it) */
     bool enforce_eager;                /* CUDA: no CUDA graphs (false) */
+    int tensor_parallel_size;          /* CUDA: GPUs the model is split over (1) */
     int threads;                       /* CPU forward threads; 0 = all CPUs */
     int max_queued_requests;           /* 256 */
     int64_t max_queued_tokens;         /* 0 = unlimited */

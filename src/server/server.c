@@ -294,6 +294,7 @@ static int engine_config_from(const struct server_options *o, const struct model
     b->gpu_memory_utilization = o->gpu_memory_utilization;
     b->n_threads = o->threads;
     b->enforce_eager = o->enforce_eager;
+    b->tensor_parallel_size = o->tensor_parallel_size;
     ec->max_queued_requests = o->max_queued_requests;
     ec->max_queued_tokens = o->max_queued_tokens;
     return 0;

@@ -30,6 +30,7 @@ static struct backend_config small_cfg(void)
     struct backend_config c;
     backend_config_default(&c);
     c.device = g_device;
+    c.tensor_parallel_size = test_backend_tp();
     c.max_num_seqs = 4;
     c.max_num_batched_tokens = 64;
     c.max_model_len = MAX_LEN;

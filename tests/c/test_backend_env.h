@@ -1,8 +1,9 @@
 /* test_backend_env.h — what the engine-level C tests take from the environment: the
  * backend device (TESSERA_TEST_DEVICE=auto|cpu|cuda, default cpu; cuda needs
  * TESSERA_CUDA_LIB, e.g. build/libtessera-cuda-emu.so) and the model
- * (TESSERA_TEST_MODEL, a path relative to the repository root, default the caller's).
- * Include after test.h. */
+ * (TESSERA_TEST_MODEL, a path relative to the repository root, default the caller's), and
+ * the GPUs the model is split over (TESSERA_TEST_TP, default 1; the emulator needs
+ * TESSERA_EMU_DEVICES at least as large). Include after test.h. */
 #ifndef TESSERA_TEST_BACKEND_ENV_H
 #define TESSERA_TEST_BACKEND_ENV_H
 
@@ -33,6 +34,13 @@ static inline bool test_backend_env(enum backend_device *device, const char *def
         return false;
     }
     return true;
+}
+
+/* TESSERA_TEST_TP: the backend's tensor_parallel_size (1 when unset). */
+static inline int test_backend_tp(void)
+{
+    const char *v = getenv("TESSERA_TEST_TP");
+    return v && atoi(v) > 0 ? atoi(v) : 1;
 }
 
 #endif

@@ -87,6 +87,7 @@ extern char **environ;
 
 static backend_create_fn g_create;
 static void (*g_timing)(void *, int, double *, double *, long *);
+static int (*g_device_count)(char *, size_t);
 static bool g_verbose;
 
 static double now_s(void)
@@ -123,13 +124,14 @@ static int load_lib(void)
         return -1;
     }
     void *c = dlsym(h, "tessera_cuda_backend_create"), *t = dlsym(h, "tessera_cuda_backend_timing"),
-         *lv = dlsym(h, "tessera_cuda_set_log_level");
-    if (!c || !t || !lv) {
+         *lv = dlsym(h, "tessera_cuda_set_log_level"), *dc = dlsym(h, "tessera_cuda_device_count");
+    if (!c || !t || !lv || !dc) {
         fprintf(stderr, "%s: missing entry points\n", path);
         return -1;
     }
     memcpy(&g_create, &c, sizeof c);
     memcpy(&g_timing, &t, sizeof t);
+    memcpy(&g_device_count, &dc, sizeof dc);
     void (*set)(int);
     memcpy(&set, &lv, sizeof lv);
     set(g_verbose ? 2 : 0);
@@ -154,11 +156,12 @@ struct opts {
     int num_blocks; /* 0: from the memory budget */
     double util;
     int max_model_len;
+    int tp; /* tensor_parallel_size (0: 1) */
 };
 
 static struct opts opts_default(enum kv_dtype kv)
 {
-    struct opts o = { kv, false, false, true, NP * MB + 3, 0.9, MAXLEN };
+    struct opts o = { kv, false, false, true, NP * MB + 3, 0.9, MAXLEN, 1 };
     return o;
 }
 
@@ -175,6 +178,7 @@ static void backend_cfg(struct backend_config *c, const struct opts *o)
     c->num_blocks = o->num_blocks;
     c->gpu_memory_utilization = o->util;
     c->enforce_eager = o->eager;
+    c->tensor_parallel_size = o->tp;
 }
 
 static void side_close(struct side *s)
@@ -519,6 +523,7 @@ struct mcase {
     int exact;           /* 2: every token equal (seeded too); 1: every greedy token; 0: near-ties only */
     int gen;
     double nmse, maxrel; /* logit bounds; negative: that multiple of the CPU's own baseline change */
+    int tp;              /* GPUs (tensor parallel); 0: 1 */
 };
 
 static struct result g_res, g_res2;
@@ -531,6 +536,7 @@ static void run_case(const struct mcase *mc)
     char err[ERR_BUF];
     struct side sd;
     struct opts o = opts_default(mc->kv);
+    o.tp = mc->tp;
     double t0 = now_s();
     int rc = side_open(&sd, m, &o, err, sizeof err);
     CHECK(rc == 0, "%s: create: %s", mc->path, err);
@@ -538,10 +544,10 @@ static void run_case(const struct mcase *mc)
         double tc = now_s() - t0;
         struct genspec g = { GEN(mc->gen), 0, mc->chunked, 2, false, true };
         generate(&sd, m, &g, &g_res);
-        printf("  %s (%s, kv %s, %s steps): create %.1f s, %d steps %.1f s; logits over %d rows: nmse %.2e "
+        printf("  %s (%s, kv %s, %s steps%s): create %.1f s, %d steps %.1f s; logits over %d rows: nmse %.2e "
                "(bound %.0e), max |d| %.3f std (bound %.2f)\n",
                mc->path, dtype_name(m->w.layers[0].wq->type), kv_dtype_name(sd.info.kv_dtype),
-               mc->chunked ? "decode-shaped" : "prefill+decode", tc, g_res.steps, g_res.seconds, g_res.ls.rows,
+               mc->chunked ? "decode-shaped" : "prefill+decode", mc->tp > 1 ? ", 2 GPUs" : "", tc, g_res.steps, g_res.seconds, g_res.ls.rows,
                g_res.ls.nmse, mc->nmse < 0 ? -mc->nmse * g_res.base.nmse : mc->nmse, g_res.ls.maxrel,
                mc->maxrel < 0 ? -mc->maxrel * g_res.base.maxrel : mc->maxrel);
         printf("    baseline (CPU, kv %s vs f32): nmse %.2e, max |d| %.3f std\n", kv_dtype_name(sd.info.kv_dtype),
@@ -579,8 +585,8 @@ static void test_forward_smollm2(void)
         SKIP("SmolLM2 through the emulator under a sanitizer takes too long (make test runs it)");
         return;
     }
-    struct mcase decode = { "models/SmolLM2-135M-Instruct.Q4_1.gguf", false, KV_BF16, true, 0, 3, -3, -2.5 };
-    struct mcase prefill = { "models/SmolLM2-135M-Instruct.Q4_1.gguf", false, KV_F16, false, 0, 3, -3, -2.5 };
+    struct mcase decode = { "models/SmolLM2-135M-Instruct.Q4_1.gguf", false, KV_BF16, true, 0, 3, -3, -2.5, 1 };
+    struct mcase prefill = { "models/SmolLM2-135M-Instruct.Q4_1.gguf", false, KV_F16, false, 0, 3, -3, -2.5, 1 };
     run_case(&decode);
     run_case(&prefill);
 }
@@ -589,12 +595,12 @@ static void test_forward_quant_tiny(void)
 {
     const struct mcase cs[] = {
         /* 32-element types in decode-shaped steps: exact */
-        { "testmodels/tiny-q4_0.gguf", true, KV_BF16, true, 2, 6, 5e-4, 0.1 },
-        { "testmodels/tiny-q5_0.gguf", true, KV_FP8_E4M3, true, 2, 6, 5e-4, 0.1 },
+        { "testmodels/tiny-q4_0.gguf", true, KV_BF16, true, 2, 6, 5e-4, 0.1, 1 },
+        { "testmodels/tiny-q5_0.gguf", true, KV_FP8_E4M3, true, 2, 6, 5e-4, 0.1, 1 },
         /* K-quants (per-32 vs per-256 activation scales), BF16 prefill, unfused Q/K/V */
-        { "testmodels/tiny-q4_k.gguf", true, KV_F16, false, 0, 8, 3e-3, 0.3 },
-        { "testmodels/tiny-mixed.gguf", true, KV_FP8_E4M3, false, 0, 8, 6e-3, 0.4 },
-        { "testmodels/tiny-q5_1.gguf", true, KV_BF16, false, 0, 8, 3e-3, 0.3 },
+        { "testmodels/tiny-q4_k.gguf", true, KV_F16, false, 0, 8, 3e-3, 0.3, 1 },
+        { "testmodels/tiny-mixed.gguf", true, KV_FP8_E4M3, false, 0, 8, 6e-3, 0.4, 1 },
+        { "testmodels/tiny-q5_1.gguf", true, KV_BF16, false, 0, 8, 3e-3, 0.3, 1 },
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_case(&cs[i]);
 }
@@ -603,9 +609,9 @@ static void test_forward_quant_tiny(void)
 static void test_forward_dense_tiny(void)
 {
     const struct mcase cs[] = {
-        { "testmodels/llama3-tiny-hd64", true, KV_BF16, false, 0, 8, 2e-4, 0.06 },
-        { "testmodels/qwen2-tiny-hd64", true, KV_FP8_E4M3, false, 0, 8, 3e-3, 0.3 },
-        { "testmodels/qwen3-tiny-hd64", true, KV_F16, false, 0, 8, 2e-4, 0.06 },
+        { "testmodels/llama3-tiny-hd64", true, KV_BF16, false, 0, 8, 2e-4, 0.06, 1 },
+        { "testmodels/qwen2-tiny-hd64", true, KV_FP8_E4M3, false, 0, 8, 3e-3, 0.3, 1 },
+        { "testmodels/qwen3-tiny-hd64", true, KV_F16, false, 0, 8, 2e-4, 0.06, 1 },
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_case(&cs[i]);
 }
@@ -631,7 +637,7 @@ static void compare_runs(const char *what, const struct result *a, const struct 
            a->seconds, b->seconds);
 }
 
-static void run_pair(const char *path, bool graphs_vs_eager)
+static void run_pair(const char *path, bool graphs_vs_eager, int tp)
 {
     struct model *m = load_model(path, true, MODEL_LOAD_NO_TOKENIZER);
     if (!m) return;
@@ -639,6 +645,7 @@ static void run_pair(const char *path, bool graphs_vs_eager)
     struct side a, b;
     struct opts oa = opts_default(KV_BF16), ob = oa;
     oa.cpu = ob.cpu = false;
+    oa.tp = ob.tp = tp;
     if (graphs_vs_eager) ob.eager = true;
     int rc = side_open(&a, m, &oa, err, sizeof err);
     CHECK(rc == 0, "%s: %s", path, err);
@@ -655,7 +662,8 @@ static void run_pair(const char *path, bool graphs_vs_eager)
         generate(&a, m, &ga, &g_res);
         generate(&b, m, &gbs, &g_res2);
         char what[160];
-        snprintf(what, sizeof what, "%s: %s", path, graphs_vs_eager ? "graphs vs enforce_eager" : "lag vs synchronous");
+        snprintf(what, sizeof what, "%s%s: %s", path, tp > 1 ? " (2 GPUs)" : "",
+                 graphs_vs_eager ? "graphs vs enforce_eager" : "lag vs synchronous");
         compare_runs(what, &g_res, &g_res2);
         side_close(&b);
     }
@@ -665,23 +673,112 @@ static void run_pair(const char *path, bool graphs_vs_eager)
 
 static void test_graphs_vs_eager(void)
 {
-    run_pair("testmodels/tiny-q4_k.gguf", true);   /* quantized GEMV + the BF16 path in graphs */
-    run_pair("testmodels/llama3-tiny-hd64", true); /* cuBLAS in graphs */
+    run_pair("testmodels/tiny-q4_k.gguf", true, 1);   /* quantized GEMV + the BF16 path in graphs */
+    run_pair("testmodels/llama3-tiny-hd64", true, 1); /* cuBLAS in graphs */
 }
 
 static void test_lag(void)
 {
-    run_pair("testmodels/tiny-q5_0.gguf", false);
-    run_pair("testmodels/qwen3-tiny-hd64", false);
+    run_pair("testmodels/tiny-q5_0.gguf", false, 1);
+    run_pair("testmodels/qwen3-tiny-hd64", false, 1);
 }
 
-/* ---- memory sizing --------------------------------------------------------------------- */
+/* ---- tensor parallelism ---------------------------------------------------------------- */
 
+/* KV bytes of one block of the whole model (all GPUs together). */
 static size_t kv_block_bytes(const struct model *m, enum kv_dtype dt)
 {
     const struct model_config *c = &m->cfg;
     return (size_t)c->n_layers * 2 * (size_t)c->n_kv_heads * BS * (size_t)c->head_dim * kv_dtype_size(dt);
 }
+
+
+/* The model split over 2 GPUs (of the emulator's TESSERA_EMU_DEVICES=4, set by main): heads,
+ * KV cache and MLP halved per GPU, NCCL all-reduces after the O and down projections,
+ * rank 0's LM head and sampling broadcast to the other. Against the CPU with the bounds of
+ * one GPU (the split changes only the order of two F32 partial sums): Llama (plain),
+ * Qwen2 (the Q/K/V bias split with its rows), Qwen3 (q/k norms), a GGUF Q4_0 model (the
+ * quantized O and down columns split at block boundaries) in decode-shaped steps; then
+ * graphs vs enforce_eager and lag vs synchronous on 2 GPUs, bitwise. */
+static void test_tensor_parallel(void)
+{
+    if (g_device_count(NULL, 0) < 2) {
+        SKIP("tensor parallelism needs 2 GPUs");
+        return;
+    }
+    const struct mcase cs[] = {
+        { "testmodels/llama3-tiny-hd64", true, KV_BF16, false, 0, 8, 2e-4, 0.06, 2 },
+        { "testmodels/qwen2-tiny-hd64", true, KV_FP8_E4M3, false, 0, 8, 3e-3, 0.3, 2 },
+        { "testmodels/qwen3-tiny-hd64", true, KV_F16, false, 0, 8, 2e-4, 0.06, 2 },
+        { "testmodels/tiny-q4_0.gguf", true, KV_BF16, true, 0, 6, 5e-4, 0.1, 2 },
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_case(&cs[i]);
+    run_pair("testmodels/llama3-tiny-hd64", true, 2);
+    run_pair("testmodels/qwen2-tiny-hd64", false, 2);
+}
+
+/* What does not split is refused before anything is loaded, with the reason: K-quant O
+ * columns of 128 elements (half of 4 heads x 64) are not whole 256-element blocks; more
+ * GPUs than visible; and (emulator) each GPU's KV budget: with 2 GPUs a block costs each
+ * GPU half, so more blocks fit at the same utilization, and the engine sees the total. */
+static void test_tensor_parallel_limits(void)
+{
+    char err[ERR_BUF];
+    struct side sd;
+    struct model *m = load_model("testmodels/tiny-q4_k.gguf", true, MODEL_LOAD_NO_TOKENIZER);
+    if (!m) return;
+    struct opts o = opts_default(KV_BF16);
+    o.cpu = false;
+    o.tp = 2;
+    int rc = side_open(&sd, m, &o, err, sizeof err);
+    printf("    tiny-q4_k on 2 GPUs: %s\n", rc ? err : "(created)");
+    CHECK(rc == ERR_UNSUPPORTED && strstr(err, "256-element blocks") && strstr(err, "--tensor-parallel-size 2"),
+          "a K-quant split inside a block must be refused: %d %s", rc, err);
+    side_close(&sd);
+    model_free(m);
+
+    if (!(m = load_model("testmodels/tiny-q4_0.gguf", true, MODEL_LOAD_NO_TOKENIZER))) return;
+    o.tp = 8; /* the emulator shows 4 devices */
+    rc = side_open(&sd, m, &o, err, sizeof err);
+    printf("    8 GPUs of %d: %s\n", g_device_count(NULL, 0), rc ? err : "(created)");
+    CHECK(rc == ERR_INVALID && strstr(err, "visible") && strstr(err, "--tensor-parallel-size 8"),
+          "more GPUs than visible must be refused: %d %s", rc, err);
+    side_close(&sd);
+    o.tp = 3; /* 4 heads over 3 GPUs */
+    rc = g_device_count(NULL, 0) >= 3 ? side_open(&sd, m, &o, err, sizeof err) : ERR_UNSUPPORTED;
+    if (g_device_count(NULL, 0) < 3) snprintf(err, sizeof err, "multiples (not run: fewer than 3 GPUs)");
+    printf("    3 GPUs: %s\n", err);
+    CHECK(rc == ERR_UNSUPPORTED && strstr(err, "multiples"), "4 heads over 3 GPUs must be refused: %d %s", rc, err);
+    side_close(&sd);
+
+    if (g_emulated) {
+        int blocks[2];
+        size_t kv[2], wb[2];
+        for (int t = 0; t < 2; t++) {
+            o.tp = t + 1;
+            o.num_blocks = 0;
+            o.util = 0.25;
+            rc = side_open(&sd, m, &o, err, sizeof err);
+            CHECK(rc == 0, "%d GPU(s): %s", t + 1, err);
+            blocks[t] = rc ? 0 : sd.info.num_blocks;
+            kv[t] = rc ? 0 : sd.info.kv_bytes;
+            wb[t] = rc ? 0 : sd.info.weight_bytes;
+            side_close(&sd);
+        }
+        const size_t bb = kv_block_bytes(m, KV_BF16);
+        printf("    util 0.25: 1 GPU %d blocks (weights %zu), 2 GPUs %d blocks (weights %zu over both)\n", blocks[0],
+               wb[0], blocks[1], wb[1]);
+        CHECK(kv[0] == (size_t)blocks[0] * bb && kv[1] == (size_t)blocks[1] * bb,
+              "kv_bytes must be the blocks of the whole model: %zu %zu", kv[0], kv[1]);
+        CHECK(blocks[1] > blocks[0] * 19 / 10, "2 GPUs must hold about twice the blocks: %d vs %d", blocks[1],
+              blocks[0]);
+        CHECK(wb[1] > wb[0] && wb[1] < 2 * wb[0], "weights over 2 GPUs: %zu vs %zu (the layers are split, the "
+              "embedding is on both, the LM head on GPU 0 only)", wb[1], wb[0]);
+    }
+    model_free(m);
+}
+
+/* ---- memory sizing --------------------------------------------------------------------- */
 
 static void test_memory_sizing(void)
 {
@@ -762,7 +859,7 @@ static int oom_child(void)
  * wait fails with ERR_IO and the CUDA error; the backend then refuses everything with the
  * first error and still destroys cleanly; a backend created on the lost device fails with
  * the CUDA error. */
-static int fault_child(void)
+static int fault_child(int tp)
 {
     struct model *m = NULL;
     char err[ERR_BUF];
@@ -771,6 +868,7 @@ static int fault_child(void)
     struct side sd;
     struct opts o = opts_default(KV_BF16);
     o.cpu = false;
+    o.tp = tp;
     if (side_open(&sd, m, &o, err, sizeof err)) return 4;
     struct sampler_params sp;
     sampler_params_default(&sp);
@@ -842,6 +940,9 @@ static void test_device_fault(void)
     }
     int st = run_child("--fault-child", "TESSERA_EMU_MEM_MB=1024");
     CHECK(st == 0, "a device fault must fail the step with ERR_IO and break the backend (child status %d)", st);
+    /* on 2 GPUs: the failing rank's peer must not wait forever in a collective */
+    st = run_child("--fault-child-tp", "TESSERA_EMU_MEM_MB=1024");
+    CHECK(st == 0, "2 GPUs: a device fault must fail the step with ERR_IO, never hang (child status %d)", st);
 }
 
 static void test_weights_oom(void)
@@ -1155,17 +1256,18 @@ static void test_errors(void)
 int main(int argc, char **argv)
 {
     g_verbose = getenv("TESSERA_TEST_VERBOSE") != NULL;
-    const bool child = argc > 1 && (!strcmp(argv[1], "--oom-child") || !strcmp(argv[1], "--fault-child"));
+    const bool child = argc > 1 && (!strcmp(argv[1], "--oom-child") || !strncmp(argv[1], "--fault-child", 13));
     if (!child) { /* the sizing checks assume this much fake device memory */
         char v[16];
         snprintf(v, sizeof v, "%d", EMU_MEM_MB);
         setenv("TESSERA_EMU_MEM_MB", v, 1);
     }
+    setenv("TESSERA_EMU_DEVICES", "4", 0); /* tensor parallelism over emulated GPUs */
     if (load_lib()) {
         printf("0 passed, 1 failed\n");
         return 1;
     }
-    if (child) return !strcmp(argv[1], "--oom-child") ? oom_child() : fault_child();
+    if (child) return !strcmp(argv[1], "--oom-child") ? oom_child() : fault_child(strstr(argv[1], "-tp") ? 2 : 1);
     const char *only = getenv("TESSERA_TEST_ONLY"); /* a test name, for working on one */
 #define T(fn) \
     if (!only || strstr(#fn, only)) RUN(fn)
@@ -1179,6 +1281,8 @@ int main(int argc, char **argv)
     T(test_lag);
     T(test_dummy);
     T(test_scoring);
+    T(test_tensor_parallel_limits);
+    T(test_tensor_parallel);
     T(test_forward_smollm2);
 #undef T
     return test_summary();

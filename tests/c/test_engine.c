@@ -154,6 +154,7 @@ static struct engine_config engine_cfg(int max_num_seqs, int batched, int num_bl
     c.sched.enable_chunked_prefill = chunked;
     c.sched.overlap = SCHED_OVERLAP_ON;
     c.sched.backend.device = g_device;
+    c.sched.backend.tensor_parallel_size = test_backend_tp();
     c.sched.backend.num_blocks = num_blocks;
     c.sched.backend.n_threads = 2;
     c.sched.backend.kv_dtype_auto = false;

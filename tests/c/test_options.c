@@ -106,7 +106,7 @@ static void check_same(const struct server_options *a, const struct server_optio
     SAME_I(max_num_seqs); SAME_I(max_num_batched_tokens); SAME_I(max_model_len);
     SAME_I(block_size); SAME_I(enable_prefix_caching); SAME_I(enable_chunked_prefill);
     SAME_S(device); SAME_S(kv_cache_dtype); SAME_I(kv_cache_memory); SAME_D(gpu_memory_utilization);
-    SAME_I(enforce_eager);
+    SAME_I(enforce_eager); SAME_I(tensor_parallel_size);
     SAME_I(threads); SAME_I(max_queued_requests); SAME_I(max_queued_tokens);
     SAME_D(temperature); SAME_D(top_p); SAME_I(top_k); SAME_D(min_p);
     SAME_D(repetition_penalty); SAME_I(max_tokens); SAME_S(log_level);
@@ -157,6 +157,7 @@ static void fill_nondefault(struct server_options *o)
     o->kv_cache_memory = 512;
     o->gpu_memory_utilization = 1.0 / 3.0;
     o->enforce_eager = true;
+    o->tensor_parallel_size = 2;
     o->threads = 8;
     o->max_queued_requests = 1;
     o->max_queued_tokens = 100000;
@@ -191,6 +192,7 @@ static void test_defaults(void)
     CHECK(str_eq(o.kv_cache_dtype, "auto") && o.kv_cache_memory == 0, "kv");
     CHECK(o.gpu_memory_utilization == 0.9 && o.threads == 0, "gpu/threads");
     CHECK(str_eq(o.device, "auto") && !o.enforce_eager, "device %s eager %d", o.device, o.enforce_eager);
+    CHECK(o.tensor_parallel_size == 1, "tensor_parallel_size %d", o.tensor_parallel_size);
     CHECK(o.max_queued_requests == 256 && o.max_queued_tokens == 0, "queue");
     CHECK(isnan(o.temperature) && isnan(o.top_p) && o.top_k == -1 && isnan(o.min_p) &&
               isnan(o.repetition_penalty) && o.max_tokens == 0, "sampling");
@@ -238,6 +240,7 @@ static void test_yaml_every_type(void)
         "kv_cache_memory: 512\n"
         "gpu-memory-utilization: 0.33333333333333331\n"
         "enforce_eager: true\n"
+        "tensor-parallel-size: 2\n"
         "threads: 8\n"
         "max-queued-requests: 1\n"
         "max-queued-tokens: 100000\n"
@@ -536,7 +539,7 @@ static void test_help(void)
         CHECK(strstr(help, flag) || strstr(help, bflag), "--help lacks %s", line);
         keys++;
     }
-    CHECK(keys == 47, "%d keys", keys); /* one per option of the table */
+    CHECK(keys == 48, "%d keys", keys); /* one per option of the table */
     CHECK(strstr(help, "--max-num-seqs N") && strstr(help, "[1..4096, default 64]"), "%s", help);
     CHECK(strstr(help, "--[no-]enable-prefix-caching") && strstr(help, "\nengine:\n"), "bool/section");
     CHECK(strstr(help, "--config FILE") && strstr(help, "--print-config"), "general");
@@ -644,6 +647,25 @@ static void test_api_key_file(void)
               bad[i].text, err);
         opts_free(&o);
     }
+}
+
+/* vLLM's -tp short form, the long flag, the YAML key and the range. */
+static void test_tensor_parallel_flag(void)
+{
+    struct server_options o;
+    char err[ERR_BUF];
+    int rc = parse(&o, err, sizeof err, "m", "-tp", "4", NULL);
+    CHECK(rc == 0 && o.tensor_parallel_size == 4, "-tp 4: %d %s", rc, err);
+    opts_free(&o);
+    rc = parse(&o, err, sizeof err, "m", "--tensor-parallel-size=2", NULL);
+    CHECK(rc == 0 && o.tensor_parallel_size == 2, "--tensor-parallel-size=2: %d %s", rc, err);
+    opts_free(&o);
+    rc = parse(&o, err, sizeof err, "m", "--tensor-parallel-size", "9", NULL);
+    CHECK(rc < 0 && strstr(err, "tensor-parallel-size") && strstr(err, "between 1 and 8"), "9: %s", err);
+    opts_free(&o);
+    rc = load_text("tensor-parallel-size: 2\n", &o, err, sizeof err);
+    CHECK(rc == 0 && o.tensor_parallel_size == 2, "yaml: %d %s", rc, err);
+    opts_free(&o);
 }
 
 /* The key file parser itself: names, keys, limits, line numbers. */
@@ -787,6 +809,7 @@ int main(void)
     RUN(test_positional_model);
     RUN(test_env_api_key);
     RUN(test_api_key_file);
+    RUN(test_tensor_parallel_flag);
     RUN(test_keyfile);
     RUN(test_round_trip);
     RUN(test_print_config);

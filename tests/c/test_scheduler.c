@@ -103,6 +103,7 @@ static struct sched_config base_cfg(void)
     c.enable_chunked_prefill = false;
     c.overlap = g_overlap;
     c.backend.device = g_device;
+    c.backend.tensor_parallel_size = test_backend_tp();
     c.backend.num_blocks = 128;
     c.backend.n_threads = 2;
     c.backend.kv_dtype_auto = false;

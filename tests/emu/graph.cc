@@ -31,6 +31,7 @@ extern "C" cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureM
     if (st->cap) return set_error(cudaErrorIllegalState);
     capture *c = new capture();
     c->mode = mode;
+    c->thread = std::this_thread::get_id();
     c->origin = s;
     c->id = next_id++;
     st->cap = c;

@@ -27,6 +27,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -215,6 +216,7 @@ std::vector<CUevent_st *> &events_locked();
 struct capture {
     std::vector<op> ops;
     cudaStreamCaptureMode mode;
+    std::thread::id thread; /* that began it (ThreadLocal mode binds only this thread) */
     cudaStream_t origin;
     bool invalidated = false;
     unsigned long long id;

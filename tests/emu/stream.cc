@@ -139,13 +139,18 @@ uint64_t push_locked(CUstream_st *st, CUstream_st::pending &&p)
     return seq;
 }
 
-/* Marks every capture that a synchronising call would break as invalidated. Lock held. */
+/* Marks every capture that a synchronising call by this thread would break as
+ * invalidated (CUDA's rule: a Global-mode capture binds every thread, a ThreadLocal one
+ * only the thread that began it, a Relaxed one none). Lock held. */
 bool invalidate_captures_locked(bool global_only)
 {
     bool any = false;
     for (CUstream_st *o : S().streams) {
         if (!o->cap || o->cap->invalidated) continue;
         if (global_only && o->cap->mode == cudaStreamCaptureModeRelaxed) continue;
+        if (global_only && o->cap->mode == cudaStreamCaptureModeThreadLocal &&
+            o->cap->thread != std::this_thread::get_id())
+            continue;
         o->cap->invalidated = true;
         any = true;
     }

@@ -406,6 +406,51 @@ static void test_graph_capture_and_replay(void)
     cudaStreamDestroy(s);
 }
 
+/* CUDA's capture modes across threads: a ThreadLocal capture is broken only by its own
+ * thread's synchronising calls (another thread — a tensor-parallel rank's worker — may
+ * cudaMalloc meanwhile), a Global one by any thread's. */
+static void test_capture_modes_across_threads(void)
+{
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    float *y;
+    cudaMalloc((void **)&y, 256 * sizeof(float));
+    const cudaStreamCaptureMode modes[2] = { cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeGlobal };
+    for (int i = 0; i < 2; i++) {
+        EMU_CHECK_CUDA(cudaStreamBeginCapture(s, modes[i]));
+        TS_LAUNCH(fill_kernel, 1, 256, 0, s, y, 1.0f, 256);
+        cudaError_t other = cudaSuccess;
+        std::thread t([&] {
+            void *p = nullptr;
+            other = cudaMalloc(&p, 64);
+            if (other == cudaSuccess) cudaFree(p);
+        });
+        t.join();
+        cudaStreamCaptureStatus st;
+        cudaStreamIsCapturing(s, &st);
+        cudaGraph_t graph = nullptr;
+        const cudaError_t end = cudaStreamEndCapture(s, &graph);
+        if (i == 0)
+            CHECK(other == cudaSuccess && st == cudaStreamCaptureStatusActive && end == cudaSuccess && graph,
+                  "thread-local capture: another thread's cudaMalloc gave %d and left the capture %d (end %d)",
+                  (int)other, (int)st, (int)end);
+        else
+            CHECK(other == cudaErrorStreamCaptureUnsupported && end == cudaErrorStreamCaptureInvalidated && !graph,
+                  "global capture: another thread's cudaMalloc gave %d, end %d", (int)other, (int)end);
+        if (graph) cudaGraphDestroy(graph);
+        cudaGetLastError();
+    }
+    /* its own thread's cudaMalloc still breaks a thread-local capture */
+    EMU_CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    void *p = nullptr;
+    CHECK(cudaMalloc(&p, 16) == cudaErrorStreamCaptureUnsupported, "own cudaMalloc during a thread-local capture");
+    cudaGraph_t graph = nullptr;
+    CHECK(cudaStreamEndCapture(s, &graph) == cudaErrorStreamCaptureInvalidated, "capture survived its own cudaMalloc");
+    cudaGetLastError();
+    cudaFree(y);
+    cudaStreamDestroy(s);
+}
+
 /* A second stream joins the capture through an event (fork / join). */
 static void test_graph_capture_fork_join(void)
 {
@@ -533,6 +578,7 @@ int main(void)
     RUN(test_concurrent_host_threads);
     RUN(test_graph_capture_and_replay);
     RUN(test_graph_capture_fork_join);
+    RUN(test_capture_modes_across_threads);
     RUN(test_device_properties);
     RUN(test_injected_fault_is_sticky); /* last: the fault is sticky */
     return test_summary();

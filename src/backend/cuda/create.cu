@@ -19,6 +19,9 @@
  *   7. the decode graphs captured per batch bucket (1, 2, 4, 8, 16, 24, ..., up to
  *      max_num_seqs, at most 512), within a time budget; steps larger than the last
  *      bucket run eagerly.
+ * Tensor parallel: every step runs on all ranks at once (cu_group_run), the profiling step
+ * through the group's submit/wait; the KV cache gets the same block count on every GPU
+ * (the smallest budget's), each holding its heads' share; all keep the same graphs.
  * Any failure unwinds everything (destroy on a half-built backend is safe).
  */
 #include "backend/cuda/cuda_backend.h"
@@ -126,12 +129,12 @@ static void destroy_graphs(struct cuda_backend *b)
     b->n_graphs = 0;
 }
 
-static void cu_destroy(void *impl)
+/* Frees one rank (safe on a half-built one); its device must be current. */
+static void destroy_rank(struct cuda_backend *b)
 {
-    struct cuda_backend *b = (struct cuda_backend *)impl;
     if (!b) return;
     if (b->stream) cudaStreamSynchronize(b->stream);
-    if (b->timed_steps > 1)
+    if (b->rank == 0 && b->timed_steps > 1)
         LOG_INFO("cuda", "%ld steps: GPU busy %.1f ms, idle between steps %.1f ms (%.2f%% of the step time)",
                  b->timed_steps, b->busy_ms, b->idle_ms,
                  b->busy_ms > 0 ? 100.0 * b->idle_ms / (b->busy_ms + b->idle_ms) : 0.0);
@@ -154,6 +157,19 @@ static void cu_destroy(void *impl)
     free(b->w.layers);
     free(b->kv);
     free(b);
+}
+
+static void cu_destroy(void *impl)
+{
+    struct cu_group *g = (struct cu_group *)impl;
+    if (!g) return;
+    cu_group_stop(g); /* the workers first: nothing may use a rank being freed */
+    for (int r = g->world - 1; r >= 0; r--) {
+        if (!g->ranks[r]) continue;
+        cudaSetDevice(g->ranks[r]->device);
+        destroy_rank(g->ranks[r]);
+    }
+    free(g);
 }
 
 static const struct backend_ops cu_ops = { cu_submit, cu_wait, cu_logits, cu_destroy };
@@ -193,6 +209,39 @@ static int check_config(const struct backend_config *cfg, char *err, size_t errl
     return 0;
 }
 
+/* Whether the model splits over `world` GPUs: whole heads (query and KV) and an equal
+ * share of the MLP per GPU, the O and down projections' column shares whole blocks of
+ * their stored types. */
+static int check_split(const struct model *m, int world, char *err, size_t errlen)
+{
+    const struct model_config *c = &m->cfg;
+    if (world == 1) return 0;
+    if (c->n_heads % world || c->n_kv_heads % world) {
+        char fits[64] = "none: one GPU";
+        for (int t = 2, n = 0; t <= CU_MAX_RANKS; t++)
+            if (c->n_heads % t == 0 && c->n_kv_heads % t == 0 && c->ffn_dim % t == 0)
+                n += snprintf(fits + n, sizeof fits - (size_t)n, "%s%d", n ? ", " : "", t);
+        return err_set(err, errlen, ERR_UNSUPPORTED,
+                       "cuda: --tensor-parallel-size %d: the model's %d attention heads and %d KV heads must both "
+                       "be multiples of it (sizes that divide them: %s)",
+                       world, c->n_heads, c->n_kv_heads, fits);
+    }
+    if (c->ffn_dim % world)
+        return err_set(err, errlen, ERR_UNSUPPORTED,
+                       "cuda: --tensor-parallel-size %d: the MLP width %d is not a multiple of it", world, c->ffn_dim);
+    for (int l = 0; l < c->n_layers; l++) {
+        const struct layer_weights *L = &m->w.layers[l];
+        const int64_t qs = (int64_t)c->n_heads * c->head_dim / world, fs = c->ffn_dim / world;
+        const int bo = dtype_block_elems(L->wo->type), bd = dtype_block_elems(L->w_down->type);
+        if (qs % bo || fs % bd)
+            return err_set(err, errlen, ERR_UNSUPPORTED,
+                           "cuda: --tensor-parallel-size %d: layer %d's attention-output (%s) or down (%s) "
+                           "projection does not split into whole %d-element blocks per GPU",
+                           world, l, dtype_name(L->wo->type), dtype_name(L->w_down->type), qs % bo ? bo : bd);
+    }
+    return 0;
+}
+
 /* ---- buffers -------------------------------------------------------------------------- */
 
 /* The canonical decode batch buckets (vLLM's: 1, 2, 4, then every 8), up to cap. Writes
@@ -210,8 +259,9 @@ static int alloc_buffers(struct cuda_backend *b, char *err, size_t errlen)
     const struct model_config *c = &b->m->cfg;
     struct cu_bufs *d = &b->d;
     const size_t T = (size_t)b->Tmax, L = (size_t)b->Lmax, S = (size_t)b->Smax, dim = (size_t)c->dim;
-    const size_t qd = (size_t)c->n_heads * c->head_dim, qkv_dim = (size_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
-    const size_t ffn = (size_t)c->ffn_dim, vocab = (size_t)c->vocab_size;
+    const size_t qd = (size_t)b->nh * c->head_dim, qkv_dim = (size_t)(b->nh + 2 * b->nkv) * c->head_dim;
+    const size_t ffn = (size_t)b->ffn, vocab = (size_t)c->vocab_size;
+    const size_t LR = b->rank == 0 ? L : 0; /* logits rows: rank 0 alone computes them */
     const size_t act_el = b->w.act == DT_F32 ? 4 : 2;
     int rc;
     b->act_width = dim > qd ? dim : qd;
@@ -225,7 +275,7 @@ static int alloc_buffers(struct cuda_backend *b, char *err, size_t errlen)
         size_t s = cuda_quant_matmul_workspace_size(x->type, x->n_in, x->n_out, rows);
         if (s > qws) qws = s;
     };
-    need(&b->w.output, b->Lmax);
+    if (b->rank == 0) need(&b->w.output, b->Lmax);
     for (int l = 0; l < c->n_layers; l++) {
         const struct cu_layer *cl = &b->w.layers[l];
         for (int i = 0; i < cl->n_qkv; i++) need(&cl->qkv[i], b->Tmax);
@@ -235,7 +285,7 @@ static int alloc_buffers(struct cuda_backend *b, char *err, size_t errlen)
     }
     size_t aws = 0;
     for (int rows = 1; rows <= b->Smax; rows++) {
-        size_t s = cuda_attention_decode_workspace_size(rows, c->n_heads, c->head_dim, b->cfg.max_model_len,
+        size_t s = cuda_attention_decode_workspace_size(rows, b->nh, c->head_dim, b->cfg.max_model_len,
                                                         cu_decode_partition(rows));
         if (s > aws) aws = s;
     }
@@ -255,10 +305,10 @@ static int alloc_buffers(struct cuda_backend *b, char *err, size_t errlen)
         { (void **)&d->qkv, 4 * T * qkv_dim, "QKV output" },
         { (void **)&d->q, 4 * T * qd, "rotated queries" },
         { (void **)&d->gu, 8 * T * ffn, "gate/up output" },
-        { (void **)&d->xl, 4 * L * dim, "logits-row residuals" },
-        { (void **)&d->dl, 4 * L * dim, "logits-row deltas" },
-        { &d->xln, act_el * L * dim, "final-normed rows" },
-        { (void **)&d->logits, 4 * L * vocab, "logits" },
+        { (void **)&d->xl, 4 * LR * dim, "logits-row residuals" },
+        { (void **)&d->dl, 4 * LR * dim, "logits-row deltas" },
+        { &d->xln, act_el * LR * dim, "final-normed rows" },
+        { (void **)&d->logits, 4 * LR * vocab, "logits" },
         { &d->qmm_ws, qws, "quantized matmul workspace" },
         { &d->att_ws, aws, "decode attention workspace" },
         { &d->cublas_ws, d->cublas_ws_bytes, "cuBLAS workspace" },
@@ -282,7 +332,9 @@ static int alloc_buffers(struct cuda_backend *b, char *err, size_t errlen)
     if (cublasSetWorkspace(b->cublas, d->cublas_ws, d->cublas_ws_bytes) != CUBLAS_STATUS_SUCCESS)
         return err_set(err, errlen, ERR_IO, "cuda: cublasSetWorkspace failed");
 
-    if ((e = cudaHostAlloc((void **)&b->h_staging, b->staging_bytes, cudaHostAllocDefault)) ||
+    if (b->rank != 0) return 0; /* rank 0 packs every step and gets the sampled tokens back */
+    /* portable: the other ranks copy their inputs from this staging too (h_src) */
+    if ((e = cudaHostAlloc((void **)&b->h_staging, b->staging_bytes, cudaHostAllocPortable)) ||
         (e = cudaHostAlloc((void **)&b->h_samples, sizeof(struct sampling_output) * L, cudaHostAllocDefault)))
         return cu_error(b, false, e, err, errlen, "allocating %.1f MiB of pinned host memory",
                         (double)b->staging_bytes / MIB);
@@ -301,15 +353,16 @@ static void set_kv(struct cuda_backend *b, unsigned char *data, int num_blocks, 
     const struct model_config *c = &b->m->cfg;
     for (int l = 0; l < c->n_layers; l++)
         b->kv[l] = (struct kv_layer){ data + (size_t)l * layer_bytes, b->info.kv_dtype, num_blocks, b->cfg.block_size,
-                                      c->n_kv_heads, c->head_dim, 1.0f, 1.0f };
+                                      b->nkv, c->head_dim, 1.0f, 1.0f };
 }
 
 /* ---- the profiling step --------------------------------------------------------------- */
 
 /* One step of Tmax rows (sequences of up to max_model_len tokens) with Lmax greedy logits
  * rows, through cu_submit / cu_wait, over the one-block KV pool set up by the caller. */
-static int profile_step(struct cuda_backend *b, char *err, size_t errlen)
+static int profile_step(struct cu_group *g, char *err, size_t errlen)
 {
+    struct cuda_backend *b = g->ranks[0];
     const int T = b->Tmax, mml = b->cfg.max_model_len, bs = b->cfg.block_size;
     const int S = (T + mml - 1) / mml, L = b->Lmax;
     int32_t *tok = (int32_t *)calloc((size_t)T, 4), *pos = (int32_t *)calloc((size_t)T, 4);
@@ -345,13 +398,16 @@ static int profile_step(struct cuda_backend *b, char *err, size_t errlen)
     {
         struct batch pb = { T, S, tok, pos, slots, qs, lens, bt, b->max_blocks, L, li };
         (void)bs;
-        if ((rc = cu_submit(b, &pb, smp, err, errlen)) || (rc = cu_wait(b, out, err, errlen))) goto done;
+        if ((rc = cu_submit(g, &pb, smp, err, errlen)) || (rc = cu_wait(g, out, err, errlen))) goto done;
     }
 done:
-    b->prev_logits = 0; /* nothing may name the profiling step's tokens */
-    b->timed_prev = false;
-    b->busy_ms = b->idle_ms = 0;
-    b->timed_steps = 0;
+    for (int r = 0; r < g->world; r++) {
+        struct cuda_backend *x = g->ranks[r];
+        x->prev_logits = 0; /* nothing may name the profiling step's tokens */
+        x->timed_prev = false;
+        x->busy_ms = x->idle_ms = 0;
+        x->timed_steps = 0;
+    }
     sampler_free(greedy);
     free(tok);
     free(pos);
@@ -397,14 +453,14 @@ static int capture(struct cuda_backend *b, int rows, cudaGraphExec_t *exec, char
 
 /* ---- create --------------------------------------------------------------------------- */
 
-/* Steps 1-7 of the file comment on a zeroed b (m, cfg set). Returns 0 or an error; the
- * caller destroys b on failure. */
-static int build(struct cuda_backend *b, char *err, size_t errlen)
+/* Start-up step 1 to 3 of the file comment, and the scratch KV block of step 4, on one
+ * rank (its device current). */
+static int setup_rank(struct cuda_backend *b, void *arg, char *err, size_t errlen)
 {
+    (void)arg;
     const struct model *m = b->m;
     const struct model_config *c = &m->cfg;
     const struct backend_config *cfg = &b->cfg;
-    const double t0 = now_s();
     cudaError_t e;
     int rc;
 
@@ -415,11 +471,10 @@ static int build(struct cuda_backend *b, char *err, size_t errlen)
     cudaDeviceProp prop;
     if ((e = cudaSetDevice(b->device)) || (e = cudaGetDeviceProperties(&prop, b->device)) || (e = cudaFree(NULL)))
         return cu_error(NULL, false, e, err, errlen, "device %d", b->device);
-    size_t free0, total;
-    if ((e = cudaMemGetInfo(&free0, &total))) return cu_error(NULL, false, e, err, errlen, "cudaMemGetInfo");
+    if ((e = cudaMemGetInfo(&b->free0, &b->total))) return cu_error(NULL, false, e, err, errlen, "cudaMemGetInfo");
     snprintf(b->info.name, sizeof b->info.name, "cuda");
     snprintf(b->info.device, sizeof b->info.device, "%.100s, cc %d.%d, %.1f GiB", prop.name, prop.major, prop.minor,
-             (double)total / GIB);
+             (double)b->total / GIB);
     if ((e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking)) ||
         (e = cudaEventCreateWithFlags(&b->ev_done, cudaEventDisableTiming)) ||
         (e = cudaEventCreate(&b->ev_start[0])) || (e = cudaEventCreate(&b->ev_start[1])) ||
@@ -431,7 +486,7 @@ static int build(struct cuda_backend *b, char *err, size_t errlen)
     if (cublasSetStream(h, b->stream) != CUBLAS_STATUS_SUCCESS)
         return err_set(err, errlen, ERR_IO, "cuda: cublasSetStream failed");
     LOG_INFO("cuda", "device %d: %s, %d SMs, %.1f GiB free of %.1f GiB", b->device, b->info.device,
-             prop.multiProcessorCount, (double)free0 / GIB, (double)total / GIB);
+             prop.multiProcessorCount, (double)b->free0 / GIB, (double)b->total / GIB);
 
     /* KV dtype: auto = the model's 16-bit type (BF16 unless its matrices are F16) */
     b->info.kv_dtype = !cfg->kv_dtype_auto ? cfg->kv_dtype
@@ -439,13 +494,13 @@ static int build(struct cuda_backend *b, char *err, size_t errlen)
                                                                               : KV_BF16;
     b->info.block_size = cfg->block_size;
 
-    /* 2. weights */
+    /* 2. weights (this rank's share) */
     const double tw = now_s();
     const size_t free_before_w = mem_free();
     if ((rc = cu_weights_load(b, err, errlen))) return rc;
     b->info.weight_bytes = free_before_w - mem_free();
-    LOG_INFO("cuda", "weights: %.2f GiB on the device in %.1f s (activations %s)", (double)b->info.weight_bytes / GIB,
-             now_s() - tw, dtype_name(b->w.act));
+    LOG_INFO("cuda", "device %d: weights %.2f GiB in %.1f s (activations %s)", b->device,
+             (double)b->info.weight_bytes / GIB, now_s() - tw, dtype_name(b->w.act));
 
     /* 3. step buffers */
     b->Tmax = cfg->max_num_batched_tokens;
@@ -455,98 +510,201 @@ static int build(struct cuda_backend *b, char *err, size_t errlen)
     b->max_blocks = (cfg->max_model_len + cfg->block_size - 1) / cfg->block_size;
     b->pen_cap = (size_t)b->Lmax * (size_t)(cfg->max_model_len < c->vocab_size ? cfg->max_model_len : c->vocab_size);
     b->staging_bytes = cu_staging_capacity(b);
-    const size_t free_w = mem_free();
+    b->free_w = mem_free();
     if ((rc = alloc_buffers(b, err, errlen))) return rc;
 
-    /* 4. the profiling step over a one-block scratch pool */
-    const size_t layer_block = 2 * (size_t)c->n_kv_heads * (size_t)cfg->block_size * (size_t)c->head_dim *
+    /* 4. the profiling step's one-block scratch pool (every block-table entry 0) */
+    const size_t layer_block = 2 * (size_t)b->nkv * (size_t)cfg->block_size * (size_t)c->head_dim *
                                kv_dtype_size(b->info.kv_dtype);
-    const size_t block_bytes = (size_t)c->n_layers * layer_block;
-    unsigned char *kv_tmp = NULL;
-    if ((rc = cu_alloc(b, (void **)&kv_tmp, layer_block, "the profiling step's scratch KV block", err, errlen)))
+    if ((rc = cu_alloc(b, &b->kv_scratch, layer_block, "the profiling step's scratch KV block", err, errlen)))
         return rc;
-    if ((e = cudaMemset(kv_tmp, 0, layer_block)))
+    if ((e = cudaMemset(b->kv_scratch, 0, layer_block)))
         return cu_error(NULL, false, e, err, errlen, "clearing the scratch KV block");
-    set_kv(b, kv_tmp, 1, 0);
-    const double tp = now_s();
-    if ((rc = profile_step(b, err, errlen))) return rc;
+    set_kv(b, (unsigned char *)b->kv_scratch, 1, 0);
+    return 0;
+}
+
+/* Bytes of one KV block over all layers on this rank. */
+static size_t block_bytes_of(const struct cuda_backend *b)
+{
+    const struct model_config *c = &b->m->cfg;
+    return (size_t)c->n_layers * 2 * (size_t)b->nkv * (size_t)b->cfg.block_size * (size_t)c->head_dim *
+           kv_dtype_size(b->info.kv_dtype);
+}
+
+/* Steps 4 (after the profiling step), 5 and 6's budget on one rank: the activation peak,
+ * the graph reserve, and how many KV blocks fit (fit_blocks), or why not one
+ * max_model_len sequence does (fit_msg). */
+static int plan_rank(struct cuda_backend *b, void *arg, char *err, size_t errlen)
+{
+    const int n_buckets = *(const int *)arg;
+    const int largest = n_buckets ? ((const int *)arg)[n_buckets] : 0;
+    const struct backend_config *cfg = &b->cfg;
+    const size_t layer_block = block_bytes_of(b) / (size_t)b->m->cfg.n_layers;
+    cudaError_t e;
+    int rc;
     if ((e = cudaStreamSynchronize(b->stream))) return cu_error(NULL, false, e, err, errlen, "the profiling step");
-    b->info.activation_bytes = free_w - mem_free() - layer_block;
-    LOG_INFO("cuda", "profiling step of %d tokens in %.2f s: activations %.2f GiB", b->Tmax, now_s() - tp,
-             (double)b->info.activation_bytes / GIB);
+    b->info.activation_bytes = b->free_w - mem_free() - layer_block;
 
     /* 5. graph memory: one capture of the largest bucket, times the number of buckets */
-    int buckets[GRAPH_MAX_BATCH];
-    const int n_buckets = make_buckets(b->Lmax < GRAPH_MAX_BATCH ? b->Lmax : GRAPH_MAX_BATCH, buckets, GRAPH_MAX_BATCH);
-    size_t graph_reserve = 0;
-    if (!cfg->enforce_eager && n_buckets) {
+    if (largest) {
         cudaGraphExec_t x;
         const size_t f = mem_free();
-        if ((rc = capture(b, buckets[n_buckets - 1], &x, err, errlen))) return rc;
+        if ((rc = capture(b, largest, &x, err, errlen))) return rc;
         const size_t after = mem_free();
         cudaGraphExecDestroy(x);
-        graph_reserve = (f > after ? f - after : 0) * (size_t)n_buckets;
+        b->graph_reserve = (f > after ? f - after : 0) * (size_t)n_buckets;
     }
-    cu_free(b, kv_tmp);
+    cu_free(b, b->kv_scratch);
+    b->kv_scratch = NULL;
 
-    /* 6. the KV cache */
-    const double own = (double)(free0 - mem_free());
-    double budget = cfg->gpu_memory_utilization * (double)total - own - (double)graph_reserve;
-    const double free_now = (double)mem_free() - (double)graph_reserve;
+    /* 6. the KV budget */
+    const size_t block_bytes = block_bytes_of(b);
+    const double own = (double)(b->free0 - mem_free());
+    double budget = cfg->gpu_memory_utilization * (double)b->total - own - (double)b->graph_reserve;
+    const double free_now = (double)mem_free() - (double)b->graph_reserve;
     if (budget > free_now) budget = free_now; /* other processes hold memory too */
     const int need = b->max_blocks;
+    const double n = budget > 0 ? floor(budget / (double)block_bytes) : 0;
+    b->fit_blocks = n > (double)INT32_MAX ? INT32_MAX : (int)n;
+    b->fit_msg[0] = 0;
+    if (b->fit_blocks < need) {
+        const double missing = (double)need * (double)block_bytes - (budget > 0 ? budget : 0);
+        snprintf(b->fit_msg, sizeof b->fit_msg,
+                 "not enough device memory for the KV cache of one %d-token sequence "
+                 "(--max-model-len): it needs %.3f GiB (%s), %.3f GiB are left = %.2f of %.1f GiB "
+                 "(--gpu-memory-utilization) - %.3f GiB weights - %.3f GiB activations "
+                 "(--max-num-batched-tokens %d, --max-num-seqs %d) - %.3f GiB CUDA graphs; "
+                 "%.3f GiB missing. Raise --gpu-memory-utilization, lower --max-model-len, "
+                 "--max-num-seqs or --max-num-batched-tokens, or use --kv-cache-dtype fp8%s",
+                 cfg->max_model_len, (double)need * (double)block_bytes / GIB, kv_dtype_name(b->info.kv_dtype),
+                 budget > 0 ? budget / GIB : 0.0, cfg->gpu_memory_utilization, (double)b->total / GIB,
+                 (double)b->info.weight_bytes / GIB, (double)b->info.activation_bytes / GIB, b->Tmax,
+                 cfg->max_num_seqs, (double)b->graph_reserve / GIB, missing / GIB,
+                 b->world == 1 ? " (or more GPUs: --tensor-parallel-size)" : "");
+    }
+    return 0;
+}
+
+/* Step 6 on one rank: the KV pool of *(int *)arg blocks. */
+static int alloc_kv(struct cuda_backend *b, void *arg, char *err, size_t errlen)
+{
+    const int nb = *(const int *)arg;
+    void *pool;
+    int rc = cu_alloc(b, &pool, (size_t)nb * block_bytes_of(b), "the KV cache", err, errlen);
+    if (rc) return rc;
+    set_kv(b, (unsigned char *)pool, nb, (size_t)nb * (block_bytes_of(b) / (size_t)b->m->cfg.n_layers));
+    b->info.num_blocks = nb;
+    b->info.kv_bytes = (size_t)nb * block_bytes_of(b);
+    return 0;
+}
+
+/* Step 7 on one rank: the decode graphs of the buckets in arg ({n, bucket...}), within
+ * the time budget. */
+static int capture_graphs(struct cuda_backend *b, void *arg, char *err, size_t errlen)
+{
+    const int n_buckets = *(const int *)arg;
+    const int *buckets = (const int *)arg + 1;
+    const double tg = now_s();
+    cudaError_t e;
+    int rc;
+    b->graphs = (struct cu_graph *)calloc((size_t)n_buckets, sizeof *b->graphs);
+    if (!b->graphs) return err_set(err, errlen, ERR_NOMEM, "cuda: out of host memory");
+    for (int i = 0; i < n_buckets; i++) {
+        if (i && now_s() - tg > GRAPH_CAPTURE_BUDGET_S) {
+            LOG_WARN("cuda", "graph capture budget of %.0f s spent: decode batches above %d run eagerly",
+                     GRAPH_CAPTURE_BUDGET_S, b->graphs[b->n_graphs - 1].batch);
+            break;
+        }
+        if ((rc = capture(b, buckets[i], &b->graphs[i].exec, err, errlen))) return rc;
+        b->graphs[i].batch = buckets[i];
+        b->n_graphs++;
+    }
+    if ((e = cudaStreamSynchronize(b->stream))) return cu_error(NULL, false, e, err, errlen, "uploading the CUDA graphs");
+    return 0;
+}
+
+/* Destroys this rank's graphs past *(int *)arg (the ranks keep the same buckets). */
+static int trim_graphs(struct cuda_backend *b, void *arg, char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    const int keep = *(const int *)arg;
+    while (b->n_graphs > keep) cudaGraphExecDestroy(b->graphs[--b->n_graphs].exec);
+    return 0;
+}
+
+/* Steps 1-7 of the file comment on every rank of g. Returns 0 or an error; the caller
+ * destroys g on failure. */
+static int build(struct cu_group *g, struct backend_info *info, char *err, size_t errlen)
+{
+    struct cuda_backend *b0 = g->ranks[0];
+    const struct backend_config *cfg = &b0->cfg;
+    const double t0 = now_s();
+    int rc;
+
+    if ((rc = cu_group_run(g, setup_rank, NULL, NULL, err, errlen))) return rc;
+    for (int r = 0; r < g->world; r++) g->ranks[r]->h_src = b0->h_staging;
+
+    const double tp = now_s();
+    if ((rc = profile_step(g, err, errlen))) return rc;
+
+    int buckets[GRAPH_MAX_BATCH + 1]; /* {n, bucket...} */
+    const int n_buckets = cfg->enforce_eager ? 0
+                                             : make_buckets(b0->Lmax < GRAPH_MAX_BATCH ? b0->Lmax : GRAPH_MAX_BATCH,
+                                                            buckets + 1, GRAPH_MAX_BATCH);
+    buckets[0] = n_buckets;
+    if ((rc = cu_group_run(g, plan_rank, buckets, NULL, err, errlen))) return rc;
+    LOG_INFO("cuda", "profiling step of %d tokens in %.2f s: activations %.2f GiB%s", b0->Tmax, now_s() - tp,
+             (double)b0->info.activation_bytes / GIB, g->world > 1 ? " per GPU" : "");
+
+    /* the KV cache: the same block count on every rank (each holds its heads' share) */
     int nb = cfg->num_blocks;
     if (nb <= 0) {
-        const double n = budget > 0 ? floor(budget / (double)block_bytes) : 0;
-        nb = n > (double)INT32_MAX ? INT32_MAX : (int)n;
-        if (nb < need) {
-            const double missing = (double)need * (double)block_bytes - (budget > 0 ? budget : 0);
-            return err_set(err, errlen, ERR_NOMEM,
-                           "cuda: not enough device memory for the KV cache of one %d-token sequence "
-                           "(--max-model-len): it needs %.3f GiB (%s), %.3f GiB are left = %.2f of %.1f GiB "
-                           "(--gpu-memory-utilization) - %.3f GiB weights - %.3f GiB activations "
-                           "(--max-num-batched-tokens %d, --max-num-seqs %d) - %.3f GiB CUDA graphs; "
-                           "%.3f GiB missing. Raise --gpu-memory-utilization, lower --max-model-len, "
-                           "--max-num-seqs or --max-num-batched-tokens, or use --kv-cache-dtype fp8",
-                           cfg->max_model_len, (double)need * (double)block_bytes / GIB,
-                           kv_dtype_name(b->info.kv_dtype), budget > 0 ? budget / GIB : 0.0,
-                           cfg->gpu_memory_utilization, (double)total / GIB, (double)b->info.weight_bytes / GIB,
-                           (double)b->info.activation_bytes / GIB, b->Tmax, cfg->max_num_seqs,
-                           (double)graph_reserve / GIB, missing / GIB);
+        nb = INT32_MAX;
+        for (int r = 0; r < g->world; r++) {
+            const struct cuda_backend *b = g->ranks[r];
+            if (b->fit_msg[0]) {
+                if (g->world == 1) return err_set(err, errlen, ERR_NOMEM, "cuda: %s", b->fit_msg);
+                return err_set(err, errlen, ERR_NOMEM, "cuda: GPU %d (device %d): %s", r, b->device, b->fit_msg);
+            }
+            if (b->fit_blocks < nb) nb = b->fit_blocks;
         }
     }
-    void *pool;
-    if ((rc = cu_alloc(b, &pool, (size_t)nb * block_bytes, "the KV cache", err, errlen))) return rc;
-    set_kv(b, (unsigned char *)pool, nb, (size_t)nb * layer_block);
-    b->info.num_blocks = nb;
-    b->info.kv_bytes = (size_t)nb * block_bytes;
-    b->info.max_concurrency = (int)((int64_t)nb * cfg->block_size / cfg->max_model_len);
-    LOG_INFO("cuda", "KV cache (%s): %d blocks of %d tokens = %lld tokens, %.2f GiB; maximum concurrency for "
-             "%d tokens per request: %.2fx",
-             kv_dtype_name(b->info.kv_dtype), nb, cfg->block_size, (long long)nb * cfg->block_size,
-             (double)b->info.kv_bytes / GIB, cfg->max_model_len, (double)nb * cfg->block_size / cfg->max_model_len);
+    if ((rc = cu_group_run(g, alloc_kv, &nb, NULL, err, errlen))) return rc;
 
     /* 7. the decode graphs */
-    if (!cfg->enforce_eager && n_buckets) {
+    if (n_buckets) {
         const double tg = now_s();
-        b->graphs = (struct cu_graph *)calloc((size_t)n_buckets, sizeof *b->graphs);
-        if (!b->graphs) return err_set(err, errlen, ERR_NOMEM, "cuda: out of host memory");
-        for (int i = 0; i < n_buckets; i++) {
-            if (i && now_s() - tg > GRAPH_CAPTURE_BUDGET_S) {
-                LOG_WARN("cuda", "graph capture budget of %.0f s spent: decode batches above %d run eagerly",
-                         GRAPH_CAPTURE_BUDGET_S, b->graphs[b->n_graphs - 1].batch);
-                break;
-            }
-            if ((rc = capture(b, buckets[i], &b->graphs[i].exec, err, errlen))) return rc;
-            b->graphs[i].batch = buckets[i];
-            b->n_graphs++;
-        }
-        if ((e = cudaStreamSynchronize(b->stream)))
-            return cu_error(NULL, false, e, err, errlen, "uploading the CUDA graphs");
-        LOG_INFO("cuda", "captured %d CUDA graphs (decode batches 1..%d) in %.2f s", b->n_graphs,
-                 b->graphs[b->n_graphs - 1].batch, now_s() - tg);
+        if ((rc = cu_group_run(g, capture_graphs, buckets, NULL, err, errlen))) return rc;
+        int keep = b0->n_graphs;
+        for (int r = 1; r < g->world; r++)
+            if (g->ranks[r]->n_graphs < keep) keep = g->ranks[r]->n_graphs;
+        if ((rc = cu_group_run(g, trim_graphs, &keep, NULL, err, errlen))) return rc;
+        LOG_INFO("cuda", "captured %d CUDA graphs (decode batches 1..%d) in %.2f s%s", keep,
+                 b0->graphs[keep - 1].batch, now_s() - tg, g->world > 1 ? " on every GPU" : "");
     }
-    b->info.graphs = b->n_graphs > 0;
+
+    /* what the engine sees: totals over the ranks */
+    *info = b0->info;
+    info->graphs = b0->n_graphs > 0;
+    for (int r = 1; r < g->world; r++) {
+        info->weight_bytes += g->ranks[r]->info.weight_bytes;
+        info->kv_bytes += g->ranks[r]->info.kv_bytes;
+        if (g->ranks[r]->info.activation_bytes > info->activation_bytes)
+            info->activation_bytes = g->ranks[r]->info.activation_bytes;
+    }
+    if (g->world > 1) {
+        char one[sizeof info->device];
+        snprintf(one, sizeof one, "%s", info->device);
+        snprintf(info->device, sizeof info->device, "%d x %.120s, tensor parallel", g->world, one);
+    }
+    info->max_concurrency = (int)((int64_t)nb * cfg->block_size / cfg->max_model_len);
+    LOG_INFO("cuda", "KV cache (%s): %d blocks of %d tokens = %lld tokens, %.2f GiB%s; maximum concurrency for "
+             "%d tokens per request: %.2fx",
+             kv_dtype_name(info->kv_dtype), nb, cfg->block_size, (long long)nb * cfg->block_size,
+             (double)info->kv_bytes / GIB, g->world > 1 ? " over all GPUs" : "", cfg->max_model_len,
+             (double)nb * cfg->block_size / cfg->max_model_len);
     LOG_INFO("cuda", "ready in %.1f s", now_s() - t0);
     return 0;
 }
@@ -559,33 +717,52 @@ extern "C" int tessera_cuda_backend_create(const struct model *m, const struct b
     cudaError_t e;
     *ops = NULL;
     *impl = NULL;
+    const int world = cfg->tensor_parallel_size > 0 ? cfg->tensor_parallel_size : 1;
     if ((rc = check_model(&m->cfg, err, errlen)) || (rc = check_config(cfg, err, errlen))) return rc;
+    if (world > CU_MAX_RANKS)
+        return err_set(err, errlen, ERR_UNSUPPORTED, "cuda: --tensor-parallel-size %d: at most %d GPUs", world,
+                       CU_MAX_RANKS);
     if ((e = cudaGetDeviceCount(&ndev)) != cudaSuccess)
         return cu_error(NULL, false, e, err, errlen, "no usable GPU (cudaGetDeviceCount)");
-    if (cfg->device_index < 0 || cfg->device_index >= ndev)
-        return err_set(err, errlen, ERR_INVALID, "cuda: device %d requested, %d visible (CUDA_VISIBLE_DEVICES)",
-                       cfg->device_index, ndev);
-    struct cuda_backend *b = (struct cuda_backend *)calloc(1, sizeof *b);
-    if (!b) return err_set(err, errlen, ERR_NOMEM, "cuda: out of host memory");
-    b->m = m;
-    b->cfg = *cfg;
-    b->device = cfg->device_index;
-    if ((rc = build(b, err, errlen))) {
-        cu_destroy(b);
+    if (cfg->device_index < 0 || cfg->device_index + world > ndev)
+        return err_set(err, errlen, ERR_INVALID, "cuda: devices %d..%d requested (--tensor-parallel-size %d), %d visible "
+                       "(CUDA_VISIBLE_DEVICES)", cfg->device_index, cfg->device_index + world - 1, world, ndev);
+    if ((rc = check_split(m, world, err, errlen))) return rc;
+    struct cu_group *g = (struct cu_group *)calloc(1, sizeof *g);
+    if (!g) return err_set(err, errlen, ERR_NOMEM, "cuda: out of host memory");
+    g->world = world;
+    for (int r = 0; r < world; r++) {
+        struct cuda_backend *b = (struct cuda_backend *)calloc(1, sizeof *b);
+        if (!b) {
+            cu_destroy(g);
+            return err_set(err, errlen, ERR_NOMEM, "cuda: out of host memory");
+        }
+        g->ranks[r] = b;
+        b->m = m;
+        b->cfg = *cfg;
+        b->device = cfg->device_index + r;
+        b->rank = r;
+        b->world = world;
+        b->nh = m->cfg.n_heads / world;
+        b->nkv = m->cfg.n_kv_heads / world;
+        b->ffn = m->cfg.ffn_dim / world;
+    }
+    if ((rc = cu_group_start(g, err, errlen)) || (rc = build(g, info, err, errlen))) {
+        cu_destroy(g);
         return rc;
     }
-    *info = b->info;
     *ops = &cu_ops;
-    *impl = b;
+    *impl = g;
     return 0;
 }
 
-/* GPU time of the timed steps since create (or the last reset): busy = from the first
- * operation of a step to its last, idle = from the end of one step to the start of the
- * next (the host's share of the step loop). For benchmarks; the backend's thread only. */
+/* GPU time of the timed steps since create (or the last reset), on the first GPU: busy =
+ * from the first operation of a step to its last, idle = from the end of one step to the
+ * start of the next (the host's share of the step loop). For benchmarks; the backend's
+ * thread only. */
 extern "C" void tessera_cuda_backend_timing(void *impl, int reset, double *busy_ms, double *idle_ms, long *steps)
 {
-    struct cuda_backend *b = (struct cuda_backend *)impl;
+    struct cuda_backend *b = ((struct cu_group *)impl)->ranks[0];
     if (busy_ms) *busy_ms = b->busy_ms;
     if (idle_ms) *idle_ms = b->idle_ms;
     if (steps) *steps = b->timed_steps;

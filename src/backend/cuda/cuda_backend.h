@@ -1,7 +1,16 @@
 /* cuda_backend.h — the CUDA backend's private state, shared by the .cu files of src/backend/cuda/ only
  * (the engine sees struct backend_ops; design in docs/cuda-backend.md).
  *
- * One struct cuda_backend per process and GPU, used by one host thread at a time. It owns:
+ * The engine's backend is one struct cu_group: `world` GPUs (tensor parallelism, group.cu),
+ * each a struct cuda_backend (a rank). Rank r holds heads [r*H/world, (r+1)*H/world) of every
+ * attention layer (their Q/K/V rows, their O columns, their KV cache) and the same share of
+ * the MLP (gate/up rows, down columns); after the O and down projections the ranks' partial
+ * outputs are summed with an NCCL all-reduce. Embedding, norms and the residual stream are
+ * replicated; rank 0 alone computes the LM head and samples, then broadcasts the sampled
+ * tokens so every rank has the next step's lag tokens. world 1 is the single-GPU backend,
+ * with no NCCL and no worker thread.
+ *
+ * One struct cuda_backend per GPU, used by one host thread at a time. It owns:
  *   - the weights in device memory (struct cu_weights), uploaded once at create;
  *   - the paged KV cache, one pool per layer (struct kv_layer views of device memory);
  *   - every buffer a step needs, sized once for the largest step (max_num_batched_tokens
@@ -110,11 +119,44 @@ struct cu_graph {
     cudaGraphExec_t exec;
 };
 
+/* NCCL, loaded at run time (nccl.cu) only when world > 1: a single-GPU build and
+ * deployment need no NCCL. Its stable C ABI is declared here (enums as int), so building
+ * needs no nccl.h; under the emulator the emulator's NCCL stands in. */
+typedef struct ncclComm *cu_nccl_comm;
+#define CU_NCCL_UINT8 1   /* ncclUint8 */
+#define CU_NCCL_FLOAT32 7 /* ncclFloat32 */
+#define CU_NCCL_SUM 0     /* ncclSum */
+struct cu_nccl {
+    void *lib; /* dlopen handle (NULL under the emulator) */
+    int (*comm_init_all)(cu_nccl_comm *comms, int ndev, const int *devlist);
+    int (*comm_destroy)(cu_nccl_comm comm);
+    int (*comm_abort)(cu_nccl_comm comm);
+    int (*all_reduce)(const void *send, void *recv, size_t count, int dtype, int op, cu_nccl_comm comm,
+                      cudaStream_t stream);
+    int (*broadcast)(const void *send, void *recv, size_t count, int dtype, int root, cu_nccl_comm comm,
+                     cudaStream_t stream);
+    const char *(*error_string)(int result);
+    int (*get_version)(int *version);
+};
+
 struct cuda_backend {
     const struct model *m;          /* borrowed */
     struct backend_config cfg;      /* validated copy */
     struct backend_info info;       /* what create decided */
     int device;
+    int rank, world;                /* tensor-parallel position (0, 1 on one GPU) */
+    int nh, nkv;                    /* this rank's query and KV heads (n_heads / world, ...) */
+    int64_t ffn;                    /* this rank's MLP width (ffn_dim / world) */
+    cu_nccl_comm comm;              /* world > 1: this rank's communicator (owned by the group) */
+    const struct cu_nccl *nccl;     /* world > 1: the group's NCCL entry points */
+    const unsigned char *h_src;     /* the packed step inputs to copy: rank 0's h_staging (pinned,
+                                       portable), so one pack serves every rank */
+    size_t free0, total;            /* device memory free at start, and in all (create) */
+    size_t free_w;                  /* free after the weights (create) */
+    size_t graph_reserve;           /* bytes held back for the decode graphs (create) */
+    void *kv_scratch;               /* the profiling step's one-block KV pool (create) */
+    int fit_blocks;                 /* KV blocks this rank's budget holds (create) */
+    char fit_msg[768];              /* why not even one max_model_len sequence fits, or "" */
     cudaStream_t stream;
     struct cublasContext *cublas;
     cudaEvent_t ev_done;            /* end of the step in flight (no timing) */
@@ -155,6 +197,46 @@ struct cuda_backend {
     double busy_ms, idle_ms;
     long timed_steps;
 };
+
+/* The engine's backend: `world` ranks (tensor parallelism). world > 1: one worker thread
+ * per rank runs the rank's part of every call, so each rank's CUDA and NCCL calls come
+ * from its own thread (NCCL's rule for one thread per GPU without group calls). */
+#define CU_MAX_RANKS 8
+struct cu_workers;
+struct cu_group {
+    int world;
+    struct cuda_backend *ranks[CU_MAX_RANKS];
+    struct cu_workers *workers;     /* the worker threads when world > 1 (group.cu) */
+    struct cu_nccl nccl;
+    cu_nccl_comm comms[CU_MAX_RANKS];
+    bool aborted;                   /* the communicators were aborted after a rank failed */
+};
+
+/* A rank's part of a group call: 0 or an ERR_* code with the detail in err. */
+typedef int (*cu_rank_fn)(struct cuda_backend *b, void *arg, char *err, size_t errlen);
+
+/* ---- group.cu ------------------------------------------------------------------------- */
+
+/* Runs fn(rank r, args ? args[r] : arg) on every rank at once (world 1: inline on the
+ * caller's thread, with its current device set) and waits for all. Returns the first
+ * failing rank's code and message (prefixed "GPU r" when world > 1). When a rank fails,
+ * the communicators are aborted so no other rank waits forever for a collective. */
+int cu_group_run(struct cu_group *g, cu_rank_fn fn, void *arg, void *const *args, char *err, size_t errlen);
+
+/* Starts the worker threads and NCCL communicators of g (world > 1). */
+int cu_group_start(struct cu_group *g, char *err, size_t errlen);
+
+/* Stops the workers and destroys the communicators (safe on a half-started group). */
+void cu_group_stop(struct cu_group *g);
+
+/* In-place sum of n floats over the ranks on b's stream (world 1: nothing). */
+int cu_all_reduce(struct cuda_backend *b, float *x, size_t n);
+
+/* ---- nccl.cu -------------------------------------------------------------------------- */
+
+/* Fills n with NCCL's entry points (libnccl.so.2, or the emulator's). */
+int cu_nccl_open(struct cu_nccl *n, char *err, size_t errlen);
+void cu_nccl_close(struct cu_nccl *n);
 
 /* ---- create.cu ------------------------------------------------------------------------ */
 
@@ -203,6 +285,7 @@ size_t cu_staging_capacity(const struct cuda_backend *b);
 /* The smallest captured graph bucket holding `rows` decode rows, or NULL. */
 const struct cu_graph *cu_graph_for(const struct cuda_backend *b, int rows);
 
+/* The backend_ops entry points; impl is the struct cu_group. */
 int cu_submit(void *impl, const struct batch *batch, const struct backend_sample *samples, char *err,
               size_t errlen);
 int cu_wait(void *impl, struct backend_token *out, char *err, size_t errlen);

@@ -15,6 +15,11 @@
  *     delta = act @ Wd
  *   logits rows only: xl = x[rows] + delta[rows] (gathered), rmsnorm, @ Wout
  *
+ * Tensor parallel (cuda_backend.h): each rank runs this with its share of the heads and of
+ * the MLP, and the O and down projections' partial outputs are summed over the ranks
+ * (NCCL all-reduce, in place on delta) before the residual add; rank 0 alone computes the
+ * logits rows.
+ *
  * Every buffer is the backend's fixed one, so the same calls are captured into the decode
  * graphs unchanged. The residual stream stays F32 throughout (forward.c's x); x += delta
  * is the F32 add inside rmsnorm_residual, bit for bit forward.c's.
@@ -68,8 +73,9 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
     const struct model_config *c = &b->m->cfg;
     struct cu_bufs *d = &b->d;
     const enum dtype adt = b->w.act;
-    const int T = sh->T, dim = c->dim, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
-    const int64_t qd = (int64_t)nh * hd, qkv_dim = (int64_t)(nh + 2 * nkv) * hd, ffn = c->ffn_dim;
+    /* this rank's heads and MLP width (all of them on one GPU) */
+    const int T = sh->T, dim = c->dim, hd = c->head_dim, nh = b->nh, nkv = b->nkv;
+    const int64_t qd = (int64_t)nh * hd, qkv_dim = (int64_t)(nh + 2 * nkv) * hd, ffn = b->ffn;
     const float eps = c->rms_eps, scale = 1.0f / sqrtf((float)hd);
     cudaStream_t st = b->stream;
     int e;
@@ -101,14 +107,16 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
                                                              d->seq_lens, d->block_tables, b->max_blocks, sh->S, T, nh,
                                                              scale, st));
         STEP("attention output projection", linear(b, &cl->o, d->act, d->delta, dim, T));
+        STEP("all-reduce (attention)", cu_all_reduce(b, d->delta, (size_t)T * dim));
         STEP("rmsnorm_residual (MLP)", cuda_rmsnorm_residual(d->act, adt, d->x, d->delta, cl->ffn_norm, T, dim, eps, st));
         for (int i = 0; i < cl->n_gate_up; i++)
             STEP("gate/up projection", linear(b, &cl->gate_up[i], d->act, d->gu, 2 * ffn, T));
         STEP("silu_mul", cuda_silu_mul_rows(d->act, adt, d->gu, d->gu + ffn, 2 * ffn, T, (int)ffn, st));
         STEP("down projection", linear(b, &cl->down, d->act, d->delta, dim, T));
+        STEP("all-reduce (MLP)", cu_all_reduce(b, d->delta, (size_t)T * dim));
     }
     *layer = -1;
-    if (sh->L == 0) return 0;
+    if (sh->L == 0 || b->rank != 0) return 0; /* rank 0 alone computes the logits */
     /* the last layer's x += delta and the final norm, on the logits rows only */
     STEP("gather logits rows", cuda_gather_rows(d->xl, d->x, dim, d->logits_idx, sh->L, st));
     STEP("gather logits rows", cuda_gather_rows(d->dl, d->delta, dim, d->logits_idx, sh->L, st));

@@ -17,7 +17,10 @@
  *      and none of its sequence's penalty history, bias or mask is packed;
  *   5. one cudaMemcpyAsync of the sampled tokens (struct sampling_output rows) into
  *      pinned memory, and an event.
- * submit returns with all of it queued; wait synchronises on the event. The host thread
+ * submit returns with all of it queued; wait synchronises on the event. Tensor parallel:
+ * rank 0 validates and packs once; every rank copies rank 0's staging and runs 1-3 (the
+ * forward's all-reduces pair the ranks up), rank 0 alone 4-5, and an NCCL broadcast of the
+ * sampled rows gives every rank the next step's lag tokens. The host thread
  * is therefore free between the two (the engine prepares the next step and streams text),
  * and the next step can name tokens it has not seen yet.
  *
@@ -261,7 +264,7 @@ static int enqueue(struct cuda_backend *b, const struct batch *bt, const struct 
     int e;
     if (timed && (e = cudaEventRecord(b->ev_start[b->parity], st)))
         return cu_error(b, true, e, err, errlen, "step %ld: cudaEventRecord", b->step_no);
-    if ((e = cudaMemcpyAsync(d->staging, b->h_staging, lo->total, cudaMemcpyHostToDevice, st)))
+    if ((e = cudaMemcpyAsync(d->staging, b->h_src, lo->total, cudaMemcpyHostToDevice, st)))
         return cu_error(b, true, e, err, errlen, "step %ld: copying the step's inputs to the device", b->step_no);
 
     const unsigned char *ds = d->staging;
@@ -309,7 +312,7 @@ static int enqueue(struct cuda_backend *b, const struct batch *bt, const struct 
             return cu_error(b, true, e, err, errlen, "step %ld: kernel %s", b->step_no, where);
         }
     }
-    if (sample && L) {
+    if (sample && L && b->rank == 0) {
         const bool pen = lo->npen > 0, bias = lo->nbias > 0, mask = lo->nmask > 0;
         e = cuda_sampling(d->logits, vocab, L, vocab, (const struct sampling_params *)(ds + lo->params),
                           pen ? (const int32_t *)(ds + lo->pen_start) : NULL, (const int32_t *)(ds + lo->pen_ids),
@@ -322,6 +325,15 @@ static int enqueue(struct cuda_backend *b, const struct batch *bt, const struct 
                                  cudaMemcpyDeviceToHost, st)))
             return cu_error(b, true, e, err, errlen, "step %ld: copying the sampled tokens to the host", b->step_no);
     }
+    if (sample && L && b->world > 1) { /* every rank gets the lag tokens of the next step */
+        const int r = b->nccl->broadcast(d->samples, d->samples, sizeof(struct sampling_output) * (size_t)L,
+                                         CU_NCCL_UINT8, 0, b->comm, st);
+        if (r) {
+            LOG_ERR("cuda", "GPU %d: ncclBroadcast: %s", b->rank, b->nccl->error_string(r));
+            return cu_error(b, true, cudaErrorUnknown, err, errlen, "step %ld: broadcasting the sampled tokens",
+                            b->step_no);
+        }
+    }
     if (timed && (e = cudaEventRecord(b->ev_end[b->parity], st)))
         return cu_error(b, true, e, err, errlen, "step %ld: cudaEventRecord", b->step_no);
     if ((e = cudaEventRecord(b->ev_done, st)))
@@ -329,30 +341,74 @@ static int enqueue(struct cuda_backend *b, const struct batch *bt, const struct 
     return 0;
 }
 
-static int check_usable(const struct cuda_backend *b, char *err, size_t errlen)
+static int check_usable(const struct cu_group *g, char *err, size_t errlen)
 {
-    if (b->broken)
-        return err_set(err, errlen, ERR_IO, "cuda: backend unusable after an earlier device error: %s", b->broken_msg);
-    if (b->in_flight) return err_set(err, errlen, ERR_BUSY, "cuda: a step is already in flight");
+    for (int r = 0; r < g->world; r++)
+        if (g->ranks[r]->broken)
+            return err_set(err, errlen, ERR_IO, "cuda: backend unusable after an earlier device error%s: %s",
+                           g->world > 1 ? " on one of its GPUs" : "", g->ranks[r]->broken_msg);
+    if (g->ranks[0]->in_flight) return err_set(err, errlen, ERR_BUSY, "cuda: a step is already in flight");
+    return 0;
+}
+
+/* One rank's part of a step: what enqueue takes, and whether to bring the logits back. */
+struct step_job {
+    const struct batch *bt;
+    const struct cu_layout *lo;
+    bool decode, sample, timed, logits;
+    int max_len;
+};
+
+static int step_rank(struct cuda_backend *b, void *arg, char *err, size_t errlen)
+{
+    const struct step_job *j = (const struct step_job *)arg;
+    b->step_no++;
+    if (!j->timed) b->timed_prev = false; /* the gap after a logits call is not a step-to-step gap */
+    int rc = enqueue(b, j->bt, j->lo, j->decode, j->max_len, j->sample, j->timed, err, errlen);
+    if (rc) return rc;
+    if (!j->logits) {
+        b->in_flight = true;
+        b->cur_logits = j->bt->num_logits;
+        return 0;
+    }
+    int e = cudaSuccess;
+    if (b->rank == 0)
+        e = cudaMemcpyAsync(b->h_logits, b->d.logits, sizeof(float) * (size_t)b->m->cfg.vocab_size *
+                            (size_t)j->bt->num_logits, cudaMemcpyDeviceToHost, b->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(b->stream);
+    if (e != cudaSuccess) return cu_error(b, true, e, err, errlen, "step %ld (logits) failed on the device", b->step_no);
+    return 0;
+}
+
+/* Validates the batch against rank 0's limits (every rank has the same) and packs it into
+ * rank 0's staging, which every rank copies from: nothing runs anywhere on an error. */
+static int prepare(struct cu_group *g, const struct batch *bt, const struct backend_sample *samples,
+                   struct step_job *j, struct cu_layout *lo, char *err, size_t errlen)
+{
+    struct cuda_backend *b = g->ranks[0];
+    size_t nbt = 0;
+    int rc;
+    if ((rc = check_usable(g, err, errlen))) return rc;
+    if ((rc = check_batch(b, bt, &j->decode, &j->max_len, &nbt, err, errlen))) return rc;
+    if ((rc = pack(b, bt, samples, nbt, lo, err, errlen))) return rc;
+    j->bt = bt;
+    j->lo = lo;
     return 0;
 }
 
 int cu_submit(void *impl, const struct batch *bt, const struct backend_sample *samples, char *err, size_t errlen)
 {
-    struct cuda_backend *b = (struct cuda_backend *)impl;
-    bool decode;
-    int max_len, rc;
-    size_t nbt;
+    struct cu_group *g = (struct cu_group *)impl;
+    struct step_job j = {};
     struct cu_layout lo;
-    if ((rc = check_usable(b, err, errlen))) return rc;
+    int rc;
     if (bt->num_logits > 0 && !samples) return err_set(err, errlen, ERR_INVALID, "batch: logits rows without samplers");
-    if ((rc = check_batch(b, bt, &decode, &max_len, &nbt, err, errlen))) return rc;
-    if ((rc = pack(b, bt, samples, nbt, &lo, err, errlen))) return rc;
-    b->step_no++;
-    if ((rc = enqueue(b, bt, &lo, decode, max_len, true, true, err, errlen))) return rc;
-    b->in_flight = true;
-    b->cur_logits = bt->num_logits;
-    return 0;
+    if ((rc = prepare(g, bt, samples, &j, &lo, err, errlen))) return rc;
+    j.sample = j.timed = true;
+    rc = cu_group_run(g, step_rank, &j, NULL, err, errlen);
+    if (rc) /* no step in flight: one rank's failure fails the step (and broke the backend) */
+        for (int r = 0; r < g->world; r++) g->ranks[r]->in_flight = false;
+    return rc;
 }
 
 static int status_of(int32_t s)
@@ -366,10 +422,10 @@ static int status_of(int32_t s)
     }
 }
 
-int cu_wait(void *impl, struct backend_token *out, char *err, size_t errlen)
+/* One rank's wait: the step's end; rank 0 also writes the sampled tokens to arg. */
+static int wait_rank(struct cuda_backend *b, void *arg, char *err, size_t errlen)
 {
-    struct cuda_backend *b = (struct cuda_backend *)impl;
-    if (!b->in_flight) return err_set(err, errlen, ERR_INVALID, "cuda: no step in flight");
+    struct backend_token *out = (struct backend_token *)arg;
     b->in_flight = false;
     int e = cudaEventSynchronize(b->ev_done);
     if (e != cudaSuccess)
@@ -385,7 +441,7 @@ int cu_wait(void *impl, struct backend_token *out, char *err, size_t errlen)
         b->timed_prev = true;
     }
     b->parity ^= 1;
-    for (int i = 0; i < b->cur_logits; i++) {
+    for (int i = 0; b->rank == 0 && i < b->cur_logits; i++) {
         const struct sampling_output *o = &b->h_samples[i];
         memcpy(&out[i], o, sizeof *o);
         out[i].status = status_of(o->status);
@@ -395,27 +451,27 @@ int cu_wait(void *impl, struct backend_token *out, char *err, size_t errlen)
     return 0;
 }
 
+int cu_wait(void *impl, struct backend_token *out, char *err, size_t errlen)
+{
+    struct cu_group *g = (struct cu_group *)impl;
+    if (!g->ranks[0]->in_flight) return err_set(err, errlen, ERR_INVALID, "cuda: no step in flight");
+    return cu_group_run(g, wait_rank, out, NULL, err, errlen);
+}
+
 int cu_logits(void *impl, const struct batch *bt, const float **logits, char *err, size_t errlen)
 {
-    struct cuda_backend *b = (struct cuda_backend *)impl;
-    bool decode;
-    int max_len, rc;
-    size_t nbt;
+    struct cu_group *g = (struct cu_group *)impl;
+    struct cuda_backend *b = g->ranks[0];
+    struct step_job j = {};
     struct cu_layout lo;
+    int rc;
     *logits = NULL;
-    if ((rc = check_usable(b, err, errlen))) return rc;
-    if ((rc = check_batch(b, bt, &decode, &max_len, &nbt, err, errlen))) return rc;
-    if ((rc = pack(b, bt, NULL, nbt, &lo, err, errlen))) return rc;
+    if ((rc = prepare(g, bt, NULL, &j, &lo, err, errlen))) return rc;
     const size_t vocab = (size_t)b->m->cfg.vocab_size;
     if (!b->h_logits && !(b->h_logits = (float *)malloc(sizeof(float) * vocab * (size_t)b->Lmax)))
         return err_set(err, errlen, ERR_NOMEM, "cuda: out of host memory for %d x %zu logits", b->Lmax, vocab);
-    b->step_no++;
-    b->timed_prev = false; /* the gap after a logits call is not a step-to-step gap */
-    if ((rc = enqueue(b, bt, &lo, decode, max_len, false, false, err, errlen))) return rc;
-    int e = cudaMemcpyAsync(b->h_logits, b->d.logits, sizeof(float) * vocab * (size_t)bt->num_logits,
-                            cudaMemcpyDeviceToHost, b->stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(b->stream);
-    if (e != cudaSuccess) return cu_error(b, true, e, err, errlen, "step %ld (logits) failed on the device", b->step_no);
+    j.logits = true;
+    if ((rc = cu_group_run(g, step_rank, &j, NULL, err, errlen))) return rc;
     *logits = b->h_logits;
     return 0;
 }
