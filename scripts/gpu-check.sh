@@ -9,7 +9,9 @@
 # parting only at near-ties; a scored prompt's logprobs the CPU's), and Qwen2.5-7B with
 # --load-format dummy: decode step times at batch 1 / 8 / 64 / 256, the TTFT of one
 # 1,024-token prompt, GPU idle between steps, and
-# scripts/bench_serving.py at 256 concurrent requests with BF16 and FP8 KV. Prints one
+# scripts/bench_serving.py at 256 concurrent requests with BF16 and FP8 KV; on a machine
+# with 2 or more GPUs, the same model with --tensor-parallel-size 2 (greedy text = one
+# GPU's, serving throughput). Prints one
 # short results table. Designed to finish inside 8 minutes on one H200 (SKIP_SANITIZER=1
 # leaves the most time to the backend rows).
 #
@@ -277,13 +279,44 @@ else
     else
         row "bench_serving (Qwen2.5-7B dummy)" SKIP "no Qwen tokenizer.json (make test provisions build/testdata)"
     fi
+
+    # 4. tensor parallel over 2 GPUs (a machine with one GPU skips it): the same dummy
+    # Qwen2.5-7B served with -tp 2 gives -tp 1's greedy text, and its serving throughput
+    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+    if [ "${ngpu:-0}" -ge 2 ] && [ -f "$QWEN_DIR/tokenizer.json" ]; then
+        ok=1
+        for tp in 1 2; do
+            if start_server "$OUT/serve-qwen7b-tp$tp.log" --model "$QWEN_DIR" --load-format dummy --device cuda \
+                    --max-model-len 4096 --max-num-seqs 256 --tensor-parallel-size "$tp"; then
+                greedy_texts >"$OUT/greedy-tp$tp.txt" 2>>"$OUT/serve-qwen7b-tp$tp.log" || ok=0
+                if [ "$tp" = 2 ]; then
+                    python3 scripts/bench_serving.py --base-url "http://127.0.0.1:$PORT" --num-prompts "$SERVING_PROMPTS" \
+                        --max-concurrency 256 --random-input-len 1024 --random-output-len 1024 --ignore-eos \
+                        --result-json "$OUT/serving-tp2.json" --quiet >"$OUT/serving-tp2.txt" 2>&1
+                    tps=$(python3 -c "import json;d=json.load(open('$OUT/serving-tp2.json'));print(round(d.get('output_throughput',0)))" 2>/dev/null || echo 0)
+                    row "bench_serving 256 x 1024/1024, -tp 2" INFO "$tps output tok/s (bf16 KV)"
+                fi
+            else
+                ok=0
+            fi
+            stop_server
+        done
+        if [ $ok = 1 ]; then
+            res=$(compare_greedy "$OUT/greedy-tp1.txt" "$OUT/greedy-tp2.txt" 2>&1)
+            row "serve Qwen2.5-7B dummy: -tp 2 greedy = -tp 1" "${res%% *}" "${res#* }"
+        else
+            row "serve Qwen2.5-7B dummy: -tp 2 greedy = -tp 1" FAIL "see $OUT/serve-qwen7b-tp*.log"
+        fi
+    else
+        row "tensor parallel (-tp 2)" SKIP "${ngpu:-0} GPU(s) here"
+    fi
 fi
 
 echo
 echo "---- CUDA backend: Qwen2.5-7B, --load-format dummy ----"
 cat "$OUT/bench-cuda-qwen7b.txt" 2>/dev/null
-for kv in bf16 fp8; do
-    [ -f "$OUT/serving-$kv.txt" ] && { echo "-- bench_serving, $kv KV --"; cat "$OUT/serving-$kv.txt"; }
+for kv in bf16 fp8 tp2; do
+    [ -f "$OUT/serving-$kv.txt" ] && { echo "-- bench_serving, $kv --"; cat "$OUT/serving-$kv.txt"; }
 done
 
 echo

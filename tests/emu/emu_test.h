@@ -6,6 +6,7 @@
  *   emu_died_by_abort(r)               the child was killed by SIGABRT (an emulator abort)
  *   emu_err_has(r, "text")             its stderr contains text (printed on failure)
  *   EMU_CHECK_CUDA(call)               CHECK(call == cudaSuccess) with the error's name
+ *   cudaLaunchHostFunc(s, wait_gate, &g)  holds stream s until g.open (at most 2 s)
  *
  * The child's stdout goes to /dev/null and it exits 0 if fn returns; a child that reports
  * through AddressSanitizer exits non-zero with the report on stderr.
@@ -21,7 +22,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <atomic>
 #include <string>
+#include <thread>
 
 struct emu_child {
     bool signaled;
@@ -90,6 +93,28 @@ static inline bool emu_err_has(const emu_child &r, const char *text)
 static inline double emu_now_us(void)
 {
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+/* A gate for wait_gate: a host function that holds its stream until `open` is set (then
+ * or after 2 s, `timed_out`), counting its runs. */
+struct gate {
+    std::atomic<int> open{ 0 };
+    std::atomic<int> timed_out{ 0 };
+    std::atomic<int> runs{ 0 };
+};
+
+static void CUDART_CB wait_gate(void *p)
+{
+    gate *g = (gate *)p;
+    g->runs++;
+    const double t0 = emu_now_us();
+    while (!g->open.load()) {
+        if (emu_now_us() - t0 > 2e6) {
+            g->timed_out = 1;
+            return;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
 }
 
 #endif

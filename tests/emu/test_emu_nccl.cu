@@ -123,29 +123,24 @@ static float ref_sum(const std::vector<std::vector<float>> &x, size_t i)
     return acc;
 }
 
-struct gate {
-    std::atomic<int> open{ 0 };
-    std::atomic<int> timed_out{ 0 };
-};
-
-/* A host function that blocks its stream until the gate opens (at most 2 s). */
-static void CUDART_CB wait_gate(void *p)
-{
-    gate *g = (gate *)p;
-    double t0 = emu_now_us();
-    while (!g->open.load()) {
-        if (emu_now_us() - t0 > 2e6) {
-            g->timed_out = 1;
-            return;
-        }
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-}
-
 __global__ void fill_rank_kernel(float *x, int rank, int n)
 {
     int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     if (i < n) x[i] = (float)((rank + 1) * 1000 + i);
+}
+
+/* Two ranks on devices 0 and 1: their communicators, a non-blocking stream each and x[r]
+ * of count floats (filled with fill_rank_kernel when `fill`; y[r] too when y is given). */
+static void two_ranks(ncclComm_t comms[2], cudaStream_t s[2], float *x[2], float **y, size_t count, bool fill)
+{
+    NCCL_OK(ncclCommInitAll(comms, 2, nullptr));
+    for (int r = 0; r < 2; r++) {
+        cudaSetDevice(r);
+        cudaStreamCreateWithFlags(&s[r], cudaStreamNonBlocking);
+        cudaMalloc((void **)&x[r], count * sizeof(float));
+        if (y) cudaMalloc((void **)&y[r], count * sizeof(float));
+        if (fill) TS_LAUNCH(fill_rank_kernel, 1, 256, 0, s[r], x[r], r, (int)count);
+    }
 }
 
 __global__ void scale_kernel(const float *in, float *x, float s, int n)
@@ -297,14 +292,8 @@ static void test_group_defers_until_outermost_end(void)
     ncclComm_t comms[2];
     cudaStream_t s[2];
     float *x[2];
-    NCCL_OK(ncclCommInitAll(comms, 2, nullptr));
-    for (int r = 0; r < 2; r++) {
-        cudaSetDevice(r);
-        cudaStreamCreateWithFlags(&s[r], cudaStreamNonBlocking);
-        cudaMalloc((void **)&x[r], count * sizeof(float));
-        TS_LAUNCH(fill_rank_kernel, 1, 64, 0, s[r], x[r], r, (int)count);
-        cudaStreamSynchronize(s[r]);
-    }
+    two_ranks(comms, s, x, nullptr, count, true);
+    for (int r = 0; r < 2; r++) cudaStreamSynchronize(s[r]);
     NCCL_OK(ncclGroupStart());
     NCCL_OK(ncclAllReduce(x[0], x[0], count, ncclFloat32, ncclSum, comms[0], s[0]));
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -473,13 +462,7 @@ static void test_stream_order_with_kernels(void)
     cudaStream_t s[2];
     float *x[2], *y[2];
     gate g;
-    NCCL_OK(ncclCommInitAll(comms, 2, nullptr));
-    for (int r = 0; r < 2; r++) {
-        cudaSetDevice(r);
-        cudaStreamCreateWithFlags(&s[r], cudaStreamNonBlocking);
-        cudaMalloc((void **)&x[r], count * sizeof(float));
-        cudaMalloc((void **)&y[r], count * sizeof(float));
-    }
+    two_ranks(comms, s, x, y, count, false);
     cudaLaunchHostFunc(s[0], wait_gate, &g);
     for (int r = 0; r < 2; r++) TS_LAUNCH(fill_rank_kernel, 1, 256, 0, s[r], x[r], r, count);
     NCCL_OK(ncclGroupStart());
@@ -584,13 +567,7 @@ static void test_call_errors_and_count_zero(void)
     ncclComm_t comms[2];
     cudaStream_t s[2];
     float *x[2];
-    NCCL_OK(ncclCommInitAll(comms, 2, nullptr));
-    for (int r = 0; r < 2; r++) {
-        cudaSetDevice(r);
-        cudaStreamCreateWithFlags(&s[r], cudaStreamNonBlocking);
-        cudaMalloc((void **)&x[r], count * sizeof(float));
-        TS_LAUNCH(fill_rank_kernel, 1, 32, 0, s[r], x[r], r, (int)count);
-    }
+    two_ranks(comms, s, x, nullptr, count, true);
     cudaSetDevice(0);
     std::vector<float> host(count);
     CHECK(ncclAllReduce(x[1], x[1], count, ncclFloat32, ncclSum, comms[1], s[0]) == ncclInvalidArgument,
@@ -646,13 +623,7 @@ static void test_destroy_waits_for_queued_collectives(void)
     cudaStream_t s[2];
     float *x[2];
     gate g;
-    NCCL_OK(ncclCommInitAll(comms, 2, nullptr));
-    for (int r = 0; r < 2; r++) {
-        cudaSetDevice(r);
-        cudaStreamCreateWithFlags(&s[r], cudaStreamNonBlocking);
-        cudaMalloc((void **)&x[r], count * sizeof(float));
-        TS_LAUNCH(fill_rank_kernel, 1, 32, 0, s[r], x[r], r, (int)count);
-    }
+    two_ranks(comms, s, x, nullptr, count, true);
     cudaLaunchHostFunc(s[0], wait_gate, &g);
     for (int r = 0; r < 2; r++) NCCL_OK(ncclAllReduce(x[r], x[r], count, ncclFloat32, ncclSum, comms[r], s[r]));
     std::atomic<int> destroyed{ 0 };
@@ -715,12 +686,7 @@ static void child_mismatch(void)
     ncclComm_t comms[2];
     cudaStream_t s[2];
     float *x[2];
-    ncclCommInitAll(comms, 2, nullptr);
-    for (int r = 0; r < 2; r++) {
-        cudaSetDevice(r);
-        cudaStreamCreateWithFlags(&s[r], cudaStreamNonBlocking);
-        cudaMalloc((void **)&x[r], 8 * sizeof(float));
-    }
+    two_ranks(comms, s, x, nullptr, 8, false);
     ncclGroupStart();
     ncclAllReduce(x[0], x[0], 8, ncclFloat32, ncclSum, comms[0], s[0]);
     ncclAllReduce(x[1], x[1], 4, ncclFloat32, ncclSum, comms[1], s[1]);

@@ -173,27 +173,6 @@ __global__ void add_kernel(const float *a, float *b, int n)
     if (i < n) b[i] += a[i];
 }
 
-struct gate {
-    std::atomic<int> open{ 0 };
-    std::atomic<int> timed_out{ 0 };
-    std::atomic<int> runs{ 0 };
-};
-
-/* A host function that blocks its stream until the gate opens (at most 2 s). */
-static void CUDART_CB wait_gate(void *p)
-{
-    gate *g = (gate *)p;
-    g->runs++;
-    double t0 = emu_now_us();
-    while (!g->open.load()) {
-        if (emu_now_us() - t0 > 2e6) {
-            g->timed_out = 1;
-            return;
-        }
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-}
-
 static void test_async_copy_reads_pinned_when_it_runs(void)
 {
     const int n = 1024;
