@@ -254,6 +254,7 @@ bool request_take(struct request *r, struct req_output *o)
     o->t_first_token = p->t_first_token;
     o->t_total = p->t_total;
     memcpy(o->error, p->error, sizeof o->error);
+    o->request_error = p->request_error;
     pthread_mutex_unlock(&r->mu);
     return any;
 }
@@ -451,6 +452,9 @@ static void on_output(void *ud, const struct sched_output *o)
     if (o->finish == FINISH_ERROR) { /* this request's row could not be sampled */
         char msg[300];
         snprintf(msg, sizeof msg, "sampling failed: %s", o->error ? o->error : "no token");
+        pthread_mutex_lock(&r->mu);
+        r->pend.request_error = o->request_error;
+        pthread_mutex_unlock(&r->mu);
         finish(e, r, REQ_FINISH_ERROR, -1, msg);
         return;
     }

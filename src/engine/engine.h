@@ -162,6 +162,8 @@ struct req_output {
     double t_first_token;      /* seconds from submit to the first token, or -1 */
     double t_total;            /* seconds from submit to finish, or -1 while running */
     char error[256];           /* REQ_FINISH_ERROR: why */
+    bool request_error;        /* REQ_FINISH_ERROR caused by the request itself (its constraints
+                                  left no token: an HTTP server answers 400), not the server */
 };
 
 void req_output_free(struct req_output *o);

@@ -94,6 +94,8 @@ struct sched {
 };
 
 static const char ROW_ERROR[] = "no token can be sampled: every logit is NaN or -inf (after the logit bias)";
+static const char ROW_CONSTRAINED[] = "no token satisfies the request's constraints together (the structured-output "
+                                      "grammar, allowed_token_ids, min_tokens, bad_words and logit_bias leave none)";
 static const char GRAMMAR_REFUSED[] = "the sampled token is not allowed by the structured-output grammar";
 static const char MASK_NOMEM[] = "out of memory computing the structured-output token mask";
 
@@ -787,8 +789,10 @@ static int record(struct sched *s, struct sched_plan *p, char *err, size_t errle
         if (en->logit < 0) continue;
         const struct backend_token *t = &s->out[en->logit];
         if (t->status != 0 || t->token < 0 || t->token >= vocab) {
+            const bool masked = p->samples[en->logit].mask != NULL;
             finish_seq(q, FINISH_ERROR);
-            push_event(s, q, -1, FINISH_ERROR, NULL, false, ROW_ERROR);
+            push_event(s, q, -1, FINISH_ERROR, NULL, false, masked ? ROW_CONSTRAINED : ROW_ERROR);
+            s->events[s->n_events - 1].request_error = masked;
             continue;
         }
         int32_t tok = t->token;

@@ -246,6 +246,8 @@ struct sched_output {
     bool prompt;            /* a prompt event */
     int position;           /* prompt events: the prompt position of token */
     const char *error;      /* FINISH_ERROR events: why (static text), else NULL */
+    bool request_error;     /* FINISH_ERROR: the request's own constraints (a token mask: grammar,
+                               allowed_token_ids, min_tokens, bad_words) left no token */
 };
 
 /* Called once per event during sched_step, in batch order; the output is borrowed for the

@@ -482,7 +482,9 @@ static void on_notify(void *ud)
     c->finish = c->out.finish;
     if (!j->has_error && (c->finish == REQ_FINISH_ERROR || c->finish == REQ_FINISH_ABORT)) {
         j->has_error = true;
-        if (c->finish == REQ_FINISH_ERROR)
+        if (c->finish == REQ_FINISH_ERROR && c->out.request_error)
+            api_error_set(&j->error, 400, API_ERR_INVALID_REQUEST, NULL, NULL, "%s", c->out.error);
+        else if (c->finish == REQ_FINISH_ERROR)
             api_error_set(&j->error, 500, API_ERR_SERVER, NULL, NULL, "%s", c->out.error);
         else
             api_error_set(&j->error, 503, API_ERR_OVERLOADED, NULL, NULL,

@@ -103,7 +103,7 @@ struct gate {
     std::atomic<int> runs{ 0 };
 };
 
-static void CUDART_CB wait_gate(void *p)
+static inline void CUDART_CB wait_gate(void *p)
 {
     gate *g = (gate *)p;
     g->runs++;

@@ -248,16 +248,6 @@ static void test_out_of_bounds_aborts(void)
     CHECK(emu_err_has(r, "past the end"), "reason");
 }
 
-struct gate {
-    std::atomic<int> open{ 0 };
-};
-
-static void CUDART_CB wait_gate(void *p)
-{
-    double t0 = emu_now_us();
-    while (!((gate *)p)->open.load() && emu_now_us() - t0 < 2e6) std::this_thread::sleep_for(std::chrono::microseconds(100));
-}
-
 /* The GEMM runs in its stream's order (asynchronously) and can be captured into a graph. */
 static void test_stream_order_and_capture(void)
 {

@@ -807,3 +807,24 @@ def test_allowed_token_ids(server, client, model_name):
                    extra_body={"allowed_token_ids": allowed})
     toks = out.choices[0].logprobs.tokens
     assert len(toks) == 8 and set(toks) <= {" yes", " no"}, toks
+
+
+def test_constraints_that_leave_no_token_are_400(server, model_name):
+    """Constraints that together allow no token are the request's error, not the server's:
+    400 invalid_request_error naming them (a 500 before), streamed as an error event and
+    [DONE]. min_tokens masks the end token that allowed_token_ids alone allows; a JSON
+    grammar's first token cannot be " yes"."""
+    eos = [2]  # SmolLM2's <|im_end|>, its end-of-sequence token
+    assert server.post_json("/detokenize", {"tokens": eos}).json()["prompt"] == "<|im_end|>"
+    yes = server.post_json("/tokenize", {"prompt": " yes", "add_special_tokens": False}).json()["tokens"]
+    cases = [("/v1/completions", {"prompt": PROMPT, "max_tokens": 5, "allowed_token_ids": eos, "min_tokens": 3}),
+             ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5,
+                                       "allowed_token_ids": yes, "response_format": {"type": "json_object"}})]
+    for path, body in cases:
+        e = check_error(server.post_json(path, {"model": model_name, **body}), 400, "invalid_request_error")
+        assert "no token satisfies the request's constraints" in e["message"], e
+        res = stream_request(server.host, server.port, path, {"model": model_name, **body, "stream": True})
+        events = parse_sse(res.body).json_events()
+        assert res.status == 200 and events[-1]["error"]["type"] == "invalid_request_error", events
+    # the server is fine afterwards
+    assert server.post_json("/v1/completions", {"model": model_name, "prompt": PROMPT, "max_tokens": 2}).status == 200
