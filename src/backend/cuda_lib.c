@@ -81,6 +81,7 @@ int cuda_lib_open(struct cuda_lib *lib, char *err, size_t errlen)
     SYM(device_info, "tessera_cuda_device_info");
     SYM(versions, "tessera_cuda_versions");
     SYM(set_log_level, "tessera_cuda_set_log_level");
+    SYM(nccl_version, "tessera_cuda_nccl_version");
     SYM(create, "tessera_cuda_backend_create");
 #undef SYM
     if (lib->abi_version() != TESSERA_CUDA_ABI) {

@@ -15,6 +15,9 @@
  * structs it receives (struct model, struct backend_config, struct batch, struct sampler)
  * cross the boundary by pointer, so the library must be built from the same sources as
  * the binary — which the ABI number guards.
+ *
+ * ABI 3: struct backend_config gains tensor_parallel_size; tessera_cuda_nccl_version
+ * reports the NCCL that tensor parallelism would load.
  */
 #ifndef TESSERA_BACKEND_CUDA_LIB_H
 #define TESSERA_BACKEND_CUDA_LIB_H
@@ -23,7 +26,7 @@
 
 #include <stddef.h>
 
-#define TESSERA_CUDA_ABI 2
+#define TESSERA_CUDA_ABI 3
 
 /* One GPU as the library reports it. */
 struct cuda_device_info {
@@ -47,6 +50,9 @@ struct cuda_lib {
     /* the library keeps its own copy of util/log.c (RTLD_LOCAL): cuda_lib_open passes the
      * process's level (enum log_level) on after loading it */
     void (*set_log_level)(int level);
+    /* the NCCL version tensor parallelism would use (10000*major + 100*minor + patch), or
+     * a negative error with why it cannot be loaded in err */
+    int (*nccl_version)(char *err, size_t errlen);
     /* the CUDA backend (backend_impl.h contract) */
     backend_create_fn create;
 };

@@ -39,6 +39,11 @@ int cli_devices(int argc, char **argv)
         printf("cuda:%d: %s, compute capability %d.%d, %d SMs, %.1f GiB (%.1f GiB free)\n", d, di.name, di.major,
                di.minor, di.sm_count, di.total_mem / 1073741824.0, di.free_mem / 1073741824.0);
     }
+    if (n > 1) { /* what --tensor-parallel-size needs */
+        int v = lib.nccl_version(err, sizeof err);
+        if (v > 0) printf("nccl: %d.%d.%d (--tensor-parallel-size up to %d)\n", v / 10000, v / 100 % 100, v % 100, n);
+        else printf("nccl: not available (%s): --tensor-parallel-size needs it\n", err);
+    }
     cuda_lib_close(&lib);
     return 0;
 }

@@ -74,6 +74,18 @@ def test_backend_library_built_and_loads():
     assert "cuda: no usable device" in r.stdout or "cuda:0:" in r.stdout, r.stdout
 
 
+def test_devices_lists_gpus_and_nccl_for_tensor_parallel():
+    """Through the emulated backend with 2 devices: both GPUs, then the NCCL that
+    --tensor-parallel-size would use (one GPU prints no NCCL line)."""
+    emu = BUILD / "libtessera-cuda-emu.so"
+    r = run_devices({"TESSERA_CUDA_LIB": str(emu), "TESSERA_EMU_DEVICES": "2"})
+    assert r.returncode == 0, r.stderr
+    assert "cuda:0:" in r.stdout and "cuda:1:" in r.stdout, r.stdout
+    assert "nccl: 2." in r.stdout and "--tensor-parallel-size up to 2" in r.stdout, r.stdout
+    r = run_devices({"TESSERA_CUDA_LIB": str(emu), "TESSERA_EMU_DEVICES": "1"})
+    assert r.returncode == 0 and "cuda:0:" in r.stdout and "nccl:" not in r.stdout, r.stdout
+
+
 @need_nvcc
 def test_every_kernel_compiled_without_spills():
     log = BUILD / "cuda" / "ptxas.log"

@@ -4,10 +4,12 @@
  * GPU, and by g++ against the CUDA-on-CPU emulator into libtessera-cuda-emu.so (tests);
  * never linked into build/tessera. */
 #include "backend/cuda_lib.h"
+#include "backend/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
 
 extern "C" {
+#include "util/err.h"
 #include "util/log.h"
 }
 
@@ -56,6 +58,20 @@ void tessera_cuda_versions(int *runtime, int *driver)
     *driver = 0;
     cudaRuntimeGetVersion(runtime);
     cudaDriverGetVersion(driver);
+}
+
+int tessera_cuda_nccl_version(char *err, size_t errlen)
+{
+    struct cu_nccl n;
+    char why[ERR_BUF];
+    int v = 0;
+    if (cu_nccl_open(&n, why, sizeof why)) {
+        if (err && errlen) snprintf(err, errlen, "%s", why);
+        return -1;
+    }
+    n.get_version(&v);
+    cu_nccl_close(&n);
+    return v;
 }
 
 /* The library has its own copy of util/log.c (it is loaded with RTLD_LOCAL): the binary
