@@ -44,7 +44,8 @@
  * raw candidates (fallback: radix select, then the lowest ids among ties in id order).
  * Scoring rows (prompt logprobs) take the same passes as an unmodified, unmasked row that
  * samples nothing: pass A for the raw max, pass B for the log-sum-exp and the raw
- * candidates; their token is the given one.
+ * candidates; their token is the given one. Its rank (the raw logits >= its own) takes one
+ * more raw sweep, scoring rows only (from L2): a count per thread, then a block sum.
  */
 #include "kernels/common.cuh"
 
@@ -717,6 +718,7 @@ sampling_kernel(const float *__restrict__ logits,                 // [num_rows][
             o->status = status;
             o->logprob = -INFINITY;
             o->n_top = 0;
+            o->rank = 0;
             for (int j = 0; j < SAMPLING_MAX_TOP_LOGPROBS; j++) {
                 o->top_ids[j] = -1;
                 o->top_logprobs[j] = -INFINITY;
@@ -1050,6 +1052,16 @@ sampling_kernel(const float *__restrict__ logits,                 // [num_rows][
         }
     }
 
+    /* ---- rank (scoring rows): the ids whose raw logit is >= the token's, itself included;
+     * an IEEE compare, so NaN never counts (and a NaN token counts nothing) ---- */
+    int rank = 0;
+    if (score && status == SAMPLING_OK) { /* uniform; token is in [0, V) */
+        const float xt = row[token];
+        int n_ge = 0;
+        smp_sweep(c, [&](int, float x, bool raw_ok, bool) { n_ge += raw_ok && x >= xt; }, smp_no_tile_end());
+        rank = (int)smp_block_sum((uint64_t)n_ge, scratch);
+    }
+
     if (tid == 0) {
         o->token = status == SAMPLING_OK ? token : -1;
         o->status = status;
@@ -1060,6 +1072,7 @@ sampling_kernel(const float *__restrict__ logits,                 // [num_rows][
         }
         o->logprob = lp;
         o->n_top = n_top;
+        o->rank = rank;
         for (int j = 0; j < SAMPLING_MAX_TOP_LOGPROBS; j++) {
             int id = -1;
             float v = -INFINITY;

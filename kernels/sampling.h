@@ -76,6 +76,9 @@ struct sampling_output {
                        finite logit or a +inf one */
     int32_t n_top;  /* entries in top_ids / top_logprobs: min(n_logprobs, finite raw logits);
                        0 when not requested or unavailable (as above) */
+    int32_t rank;   /* scoring rows with status SAMPLING_OK: the number of ids whose raw
+                       logit is >= score_token's (itself included; NaN never counts);
+                       0 for sampled rows */
     int32_t top_ids[SAMPLING_MAX_TOP_LOGPROBS];    /* most likely first, lower id first among
                                                       equal logits; -1 past n_top */
     float top_logprobs[SAMPLING_MAX_TOP_LOGPROBS]; /* -inf past n_top */

@@ -504,9 +504,6 @@ static const struct {
     { "guided_grammar", UNSUP_NOT_NULL, false,
       "grammars (EBNF) are not implemented; use guided_json, guided_regex or guided_choice" },
     { "logits_processors", UNSUP_NONEMPTY, false, "logits processors are not implemented" },
-    { "prompt_logprobs", UNSUP_NOT_NULL, false,
-      "vLLM's prompt_logprobs field is not implemented; on /v1/completions, 'echo' with 'logprobs' "
-      "lists the prompt's tokens with their logprobs" },
     { "use_beam_search", UNSUP_TRUE, false, "beam search is not implemented" },
     { "echo", UNSUP_TRUE, true, "echoing the prompt is not supported" },
     { "functions", UNSUP_NONEMPTY, true, "function calling is not implemented" },
@@ -666,6 +663,17 @@ static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oa
         if (rc && s[0]) { rc = oai_bad(e, "suffix", "'suffix' is not supported"); goto fail; }
     }
     r->rp.logprobs = r->top_logprobs;
+    /* vLLM's prompt_logprobs: each prompt token's logprob, rank and k alternatives; like
+       vLLM, not with stream */
+    TRY(opt_int(root, "prompt_logprobs", 0, SAMPLER_MAX_TOP_LOGPROBS, &v, e));
+    if (rc) {
+        if (r->stream) {
+            rc = oai_bad(e, "prompt_logprobs", "'prompt_logprobs' is not available with 'stream'");
+            goto fail;
+        }
+        r->prompt_logprobs = (int)v;
+        if (r->rp.prompt_logprobs < (int)v) r->rp.prompt_logprobs = (int)v;
+    }
     TRY(opt_int_msg(root, "best_of", 1, INT_MAX, "at least 1", &v, e)); /* vLLM takes it on both */
     if (rc && v > 1) { rc = oai_bad(e, "best_of", "'best_of' > 1 is not supported"); goto fail; }
 
@@ -1087,6 +1095,7 @@ static int parse_request(const struct oai_ctx *ctx, enum oai_kind kind, const ch
     out->n = 1;
     out->n_prompts = 1;
     out->top_logprobs = -1;
+    out->prompt_logprobs = -1;
     int64_t max_req = 0; /* the max_tokens asked for, 0 if none */
     const char *max_key = "max_tokens";
     const char *what = kind == OAI_CHAT ? "messages" : "prompt";

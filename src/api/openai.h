@@ -86,6 +86,8 @@ struct oai_request {
     int n_prompts;          /* 1, or a /v1/completions batch (prompt: [...] of strings or of
                                id arrays): prompt k is prompt_ids[prompt_off[k], prompt_off[k + 1]) */
     int prompt_off[OAI_MAX_PROMPTS + 1];
+    int prompt_logprobs;    /* vLLM's "prompt_logprobs": alternatives per prompt token (0..20), or
+                               -1 when not asked */
     bool echo_on;           /* completions "echo" */
     bool echo_only;         /* completions "max_tokens": 0 with "echo": the answer is the prompt
                                alone (with its logprobs); one token is generated and dropped */
@@ -221,6 +223,11 @@ struct oai_piece {
     int32_t prompt_first;   /* the prompt's first token */
     const struct req_logprob *plp; /* [n_plp] the prompt's other tokens */
     int n_plp;
+    /* vLLM's prompt_logprobs field (completions: in the choice; chat: the response's, from
+       piece 0): [null, {"id": {logprob, rank, decoded_token}, ...}, ...] over prompt_first
+       and plp, each with the token and up to vllm_top alternatives */
+    bool vllm_prompt;
+    int vllm_top;
     /* chat only */
     const char *reasoning;  /* [reasoning_len] reasoning_content; NULL: none */
     size_t reasoning_len;

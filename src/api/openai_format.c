@@ -231,6 +231,52 @@ fail:
     return NULL;
 }
 
+/* Adds "id": {"logprob", "rank", "decoded_token"} to obj (one entry of vLLM's
+ * prompt_logprobs). */
+static bool add_ranked_entry(const struct model *m, cJSON *obj, int32_t id, float logprob, int32_t rank)
+{
+    char key[16];
+    snprintf(key, sizeof key, "%d", (int)id);
+    size_t len = 0;
+    char *b = token_bytes(m, id, &len);
+    cJSON *s = b ? oai_json_string(b, len) : NULL, *e = cJSON_CreateObject();
+    free(b);
+    if (!s || !e || !cJSON_AddNumberToObject(e, "logprob", lp_value(logprob)) ||
+        !cJSON_AddNumberToObject(e, "rank", rank) || !cJSON_AddItemToObject(e, "decoded_token", s)) {
+        if (!e || !cJSON_GetObjectItemCaseSensitive(e, "decoded_token")) cJSON_Delete(s);
+        cJSON_Delete(e);
+        return false;
+    }
+    if (!cJSON_AddItemToObject(obj, key, e)) {
+        cJSON_Delete(e);
+        return false;
+    }
+    return true;
+}
+
+/* vLLM's prompt_logprobs: null for the first prompt token (nothing predicts it), then per
+ * token {"id": {logprob, rank, decoded_token}} for the token itself followed by its top
+ * vllm_top alternatives (ranks 1..k; the token once when it is among them). */
+static cJSON *vllm_prompt_logprobs(const struct model *m, const struct oai_piece *p)
+{
+    cJSON *arr = cJSON_CreateArray();
+    if (!arr || !cJSON_AddItemToArray(arr, cJSON_CreateNull())) goto fail;
+    for (int i = 0; i < p->n_plp; i++) {
+        const struct req_logprob *lp = &p->plp[i];
+        cJSON *o = cJSON_CreateObject();
+        if (!o || !cJSON_AddItemToArray(arr, o)) { cJSON_Delete(o); goto fail; }
+        if (!add_ranked_entry(m, o, lp->token, lp->logprob, lp->rank)) goto fail;
+        const int k = p->vllm_top < lp->n_top ? p->vllm_top : lp->n_top;
+        for (int j = 0; j < k; j++)
+            if (lp->top_ids[j] != lp->token && !add_ranked_entry(m, o, lp->top_ids[j], lp->top_logprobs[j], j + 1))
+                goto fail;
+    }
+    return arr;
+fail:
+    cJSON_Delete(arr);
+    return NULL;
+}
+
 /* The logprobs value of a choice: null unless the piece carries logprobs. */
 static cJSON *piece_logprobs(const struct model *m, enum oai_kind kind, const struct oai_piece *p)
 {
@@ -350,6 +396,10 @@ static cJSON *choice_object(const struct model *m, enum oai_kind kind, const str
     }
     cJSON *lp = piece_logprobs(m, kind, p);
     if (!lp || !cJSON_AddItemToObject(c, "logprobs", lp)) { cJSON_Delete(lp); goto fail; }
+    if (kind != OAI_CHAT && p->vllm_prompt) { /* vLLM: per completions choice; chat: the response's */
+        cJSON *plp = vllm_prompt_logprobs(m, p);
+        if (!plp || !cJSON_AddItemToObject(c, "prompt_logprobs", plp)) { cJSON_Delete(plp); goto fail; }
+    }
     cJSON *fr = p->finish_reason ? cJSON_CreateString(p->finish_reason) : cJSON_CreateNull();
     if (!fr || !cJSON_AddItemToObject(c, "finish_reason", fr)) { cJSON_Delete(fr); goto fail; }
     return c;
@@ -407,6 +457,10 @@ char *oai_response_json(const struct model *m, const struct oai_meta *meta,
     }
     cJSON *usage = usage_object(u);
     if (!usage || !cJSON_AddItemToObject(root, "usage", usage)) { cJSON_Delete(usage); goto fail; }
+    if (meta->kind == OAI_CHAT && n > 0 && pieces[0].vllm_prompt) {
+        cJSON *plp = vllm_prompt_logprobs(m, &pieces[0]);
+        if (!plp || !cJSON_AddItemToObject(root, "prompt_logprobs", plp)) { cJSON_Delete(plp); goto fail; }
+    }
     return finish(root, false, len);
 fail:
     cJSON_Delete(root);

@@ -140,6 +140,9 @@ struct backend_token {
                                ERR_INVALID: a scoring row's score_token out of range) */
     float logprob;          /* raw logprob of token (when asked) */
     int32_t n_top;          /* entries in top_* (0 when not asked) */
+    int32_t rank;           /* scoring rows (status 0): the number of ids whose raw logit is >=
+                               the token's, the token included (vLLM's rank: 1 = the most
+                               likely; NaN logits never count); 0 for sampled rows */
     int32_t top_ids[SAMPLER_MAX_TOP_LOGPROBS];      /* most likely first */
     float top_logprobs[SAMPLER_MAX_TOP_LOGPROBS];
 };

@@ -176,6 +176,7 @@ static void copy_logprob(struct req_logprob *d, const struct sched_logprob *lp)
 {
     d->token = lp->token;
     d->logprob = lp->logprob;
+    d->rank = lp->rank;
     d->n_top = lp->n_top;
     memcpy(d->top_ids, lp->top_ids, sizeof d->top_ids[0] * (size_t)lp->n_top);
     memcpy(d->top_logprobs, lp->top_logprobs, sizeof d->top_logprobs[0] * (size_t)lp->n_top);

@@ -133,6 +133,9 @@ enum req_finish {
 struct req_logprob {
     int32_t token;
     float logprob;
+    int32_t rank;                                /* prompt logprobs: how many ids are at least as
+                                                    likely, the token included (1 = the most
+                                                    likely); 0 for generated tokens */
     int n_top;                                   /* entries in top_* */
     int32_t top_ids[SAMPLER_MAX_TOP_LOGPROBS];   /* most likely first */
     float top_logprobs[SAMPLER_MAX_TOP_LOGPROBS];

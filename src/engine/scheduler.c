@@ -725,6 +725,7 @@ static const struct sched_logprob *row_logprob(struct sched *s, int row, const s
     struct sched_logprob *d = &s->lps[row];
     d->token = t->token;
     d->logprob = t->logprob;
+    d->rank = t->rank;
     d->n_top = t->n_top;
     memcpy(d->top_ids, t->top_ids, sizeof d->top_ids[0] * (size_t)t->n_top);
     memcpy(d->top_logprobs, t->top_logprobs, sizeof d->top_logprobs[0] * (size_t)t->n_top);

@@ -213,6 +213,7 @@ struct sched_seq {
 struct sched_logprob {
     int32_t token;
     float logprob;
+    int32_t rank;                                /* prompt events: backend_token.rank; else 0 */
     int n_top;                                   /* entries in top_* */
     int32_t top_ids[SAMPLER_MAX_TOP_LOGPROBS];   /* most likely first */
     float top_logprobs[SAMPLER_MAX_TOP_LOGPROBS];

@@ -72,3 +72,15 @@ int row_top_n(const float *x, int n, int k, struct row_top *top)
         if (x[i] > -INFINITY) top_insert(top, &m, k, i, x[i]);
     return m;
 }
+
+int row_count_ge(const float *x, int n, float v)
+{
+    int count = 0, i = 0;
+#if defined(__AVX512F__)
+    const __m512 vv = _mm512_set1_ps(v);
+    for (; i + 16 <= n; i += 16) /* ordered compare: false when either side is NaN */
+        count += __builtin_popcount(_mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), vv, _CMP_GE_OQ));
+#endif
+    for (; i < n; i++) count += x[i] >= v;
+    return count;
+}

@@ -439,6 +439,14 @@ static void finish_job(struct job *j)
                                             .calls = calls[i], .n_calls = c->n_calls,
                                             .content_null = c->n_calls > 0 || c->reasoning_len > 0 };
             if (echo_logprobs(&j->req)) piece_prompt(j, c, &pieces[i]);
+            if (j->req.prompt_logprobs >= 0) { /* vLLM's prompt_logprobs field */
+                int len;
+                pieces[i].prompt_first = oai_prompt(&j->req, c->index / j->req.n, &len)[0];
+                pieces[i].plp = c->plp;
+                pieces[i].n_plp = c->n_plp;
+                pieces[i].vllm_prompt = true;
+                pieces[i].vllm_top = j->req.prompt_logprobs;
+            }
         }
         body = ok ? oai_response_json(j->s->m, &j->meta, pieces, oai_n_choices(&j->req), &u, &len) : NULL;
         for (int i = 0; i < oai_n_choices(&j->req); i++) free(calls[i]);

@@ -239,7 +239,9 @@ static const struct bad_case bad_cases[] = {
     B400(COMPL, "{\"prompt\":\"x\",\"stop_token_ids\":[49152]}", "stop_token_ids"),
     B400(COMPL, "{\"prompt\":\"x\",\"stop_token_ids\":[1.5]}", "stop_token_ids"),
     B400(COMPL, "{\"prompt\":\"x\",\"stop_token_ids\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}", "stop_token_ids"),
-    B400(CHAT, "{" MSG ",\"prompt_logprobs\":1}", "prompt_logprobs"),
+    B400(CHAT, "{" MSG ",\"prompt_logprobs\":1,\"stream\":true}", "prompt_logprobs"),
+    B400(COMPL, "{\"prompt\":\"x\",\"prompt_logprobs\":21}", "prompt_logprobs"),
+    B400(COMPL, "{\"prompt\":\"x\",\"prompt_logprobs\":-1}", "prompt_logprobs"),
     B400(CHAT, "{" MSG ",\"use_beam_search\":true}", "use_beam_search"),
     B400(CHAT, "{" MSG ",\"include_stop_str_in_output\":1}", "include_stop_str_in_output"),
     B400(CHAT, "{" MSG ",\"echo\":true}", "echo"),
@@ -494,6 +496,20 @@ static void test_completion_echo(void)
     b = "{\"prompt\":\"x\",\"logprobs\":2}";
     rc = oai_parse_completion(&ctx, b, strlen(b), &r, &e);
     CHECK(rc == 0 && r.rp.prompt_logprobs == -1 && !r.echo_only, "logprobs without echo");
+    if (!rc) oai_request_free(&r);
+    /* vLLM's prompt_logprobs field asks the engine for as many alternatives as the larger
+       of it and echo's logprobs */
+    b = "{\"prompt\":\"x\",\"prompt_logprobs\":7}";
+    rc = oai_parse_completion(&ctx, b, strlen(b), &r, &e);
+    CHECK(rc == 0 && r.prompt_logprobs == 7 && r.rp.prompt_logprobs == 7 && r.rp.logprobs == -1, "prompt_logprobs");
+    if (!rc) oai_request_free(&r);
+    b = "{\"prompt\":\"x\",\"prompt_logprobs\":1,\"echo\":true,\"logprobs\":4}";
+    rc = oai_parse_completion(&ctx, b, strlen(b), &r, &e);
+    CHECK(rc == 0 && r.prompt_logprobs == 1 && r.rp.prompt_logprobs == 4, "prompt_logprobs with echo");
+    if (!rc) oai_request_free(&r);
+    b = "{\"prompt\":\"x\",\"prompt_logprobs\":null}";
+    rc = oai_parse_completion(&ctx, b, strlen(b), &r, &e);
+    CHECK(rc == 0 && r.prompt_logprobs == -1 && r.rp.prompt_logprobs == -1, "prompt_logprobs null");
     if (!rc) oai_request_free(&r);
 }
 

@@ -390,8 +390,17 @@ done:
     backend_free(b);
 }
 
+/* The rank of score_token in raw: the ids whose logit is >= its own (NaN never counts). */
+static int plain_rank(const float *raw, int vocab, int32_t score_token)
+{
+    int n = 0;
+    for (int i = 0; i < vocab; i++) n += raw[i] >= raw[score_token];
+    return n;
+}
+
 /* Checks scoring row out (n_logprobs asked) against sampler_logprobs of score_token over
- * the raw row: status 0, the token, its logprob and the top alternatives. */
+ * the raw row: status 0, the token, its logprob and the top alternatives; and its rank
+ * against a plain count over the same row. */
 static void check_scored(const struct backend_token *out, const float *raw, int32_t score_token, int n_logprobs,
                          const char *what)
 {
@@ -407,11 +416,14 @@ static void check_scored(const struct backend_token *out, const float *raw, int3
         CHECK(out->top_ids[j] == ids[j] && fabsf(out->top_logprobs[j] - lps[j]) <= 1e-4f,
               "%s: top %d: %d %g, raw %d %g", what, j, out->top_ids[j], (double)out->top_logprobs[j], ids[j],
               (double)lps[j]);
+    const int rank = plain_rank(raw, vocab, score_token);
+    CHECK(out->rank == rank && rank >= 1, "%s: rank %d, a plain count %d", what, out->rank, rank);
 }
 
 /* Scoring rows (prompt logprobs): one sequence's prompt positions scored against the next
  * prompt token, beside the sequence's sampled last row, in one step. Each scoring row gives
- * its token with the raw logprobs of the step's logits (backend_logits of the same batch):
+ * its token with the raw logprobs and the rank of the step's logits (backend_logits of the
+ * same batch; the rank against a plain count, the sampled and failed rows' rank 0):
  * the sequence's bias (banning a scored token), repetition penalty and mask (excluding the
  * scored tokens) are ignored, top-N of 20 / 5 / 0 / none; a score_token outside the
  * vocabulary fails its row only (ERR_INVALID); the sampled row samples as without them.
@@ -466,13 +478,15 @@ static void test_scoring(void)
         bs[i] = (struct backend_sample){ .sampler = smp, .n_logprobs = n_lp[i], .mask = mask, .score = i < NL - 1,
                                          .score_token = score_tok[i] };
     struct backend_token out[NL];
+    memset(out, 0xff, sizeof out); /* rank included: every field must be written */
     CHECK(backend_step(b, &o.b, bs, out, err, sizeof err) == 0, "scoring step: %s", err);
     char what[64];
     for (int i = 0; i < NL - 1; i++) {
         snprintf(what, sizeof what, "scoring row %d (position %d)", i, li[i]);
         if (score_tok[i] < 0 || score_tok[i] >= vocab)
-            CHECK(out[i].status == ERR_INVALID && out[i].token == -1, "%s: score_token %d: status %d token %d", what,
-                  score_tok[i], out[i].status, out[i].token);
+            CHECK(out[i].status == ERR_INVALID && out[i].token == -1 && out[i].rank == 0,
+                  "%s: score_token %d: status %d token %d rank %d", what, score_tok[i], out[i].status, out[i].token,
+                  out[i].rank);
         else
             check_scored(&out[i], raw + (size_t)i * vocab, score_tok[i], n_lp[i], what);
     }
@@ -481,9 +495,9 @@ static void test_scoring(void)
     float lp = 0.0f;
     sampler_logprobs(row, vocab, want >= 0 ? want : 0, 0, NULL, NULL, &lp);
     CHECK(out[NL - 1].status == 0 && out[NL - 1].token == want && out[NL - 1].n_top == 3 &&
-              fabsf(out[NL - 1].logprob - lp) <= 1e-4f,
-          "sampled row: status %d token %d (the sampler %d) n_top %d logprob %g (%g)", out[NL - 1].status,
-          out[NL - 1].token, want, out[NL - 1].n_top, (double)out[NL - 1].logprob, (double)lp);
+              fabsf(out[NL - 1].logprob - lp) <= 1e-4f && out[NL - 1].rank == 0,
+          "sampled row: status %d token %d (the sampler %d) n_top %d logprob %g (%g) rank %d", out[NL - 1].status,
+          out[NL - 1].token, want, out[NL - 1].n_top, (double)out[NL - 1].logprob, (double)lp, out[NL - 1].rank);
 
     /* decode-shaped: the first sequence's next token (sampled) and a second sequence's
      * one-token prompt chunk (scored against 504), then the scoring row alone */
@@ -503,14 +517,16 @@ static void test_scoring(void)
         CHECK(backend_logits(b, &db, &lg, err, sizeof err) == 0, "decode logits: %s", err);
         if (!lg) break;
         memcpy(raw, lg, sizeof(float) * (size_t)vocab * (size_t)db.num_logits);
+        memset(out, 0xff, sizeof out);
         CHECK(backend_step(b, &db, dsp, out, err, sizeof err) == 0, "decode step: %s", err);
         const int k = alone ? 0 : 1; /* the scoring row */
         check_scored(&out[k], raw + (size_t)k * vocab, 504, 4, alone ? "decode scoring row alone" : "decode scoring row");
         if (!alone) {
             memcpy(row, raw, sizeof(float) * (size_t)vocab);
             want = sampler_sample(ref, row);
-            CHECK(out[0].status == 0 && out[0].token == want, "decode sampled row: status %d token %d (the sampler %d)",
-                  out[0].status, out[0].token, want);
+            CHECK(out[0].status == 0 && out[0].token == want && out[0].rank == 0,
+                  "decode sampled row: status %d token %d (the sampler %d) rank %d", out[0].status, out[0].token, want,
+                  out[0].rank);
         }
     }
 done:

@@ -1012,8 +1012,9 @@ static void test_dummy(void)
 
 /* Runs one step of batch b with samples smp (n logits rows) after ops->logits of the same
  * batch; checks every scoring row against sampler_logprobs over those logits (status 0,
- * the token, its logprob and top alternatives within 1e-4), or ERR_INVALID for a token
- * out of range; copies the outputs to out. */
+ * the token, its logprob and top alternatives within 1e-4) and its rank against a plain
+ * count of the logits >= the token's (exactly), or ERR_INVALID for a token out of range;
+ * a sampled or failed row's rank is 0. Copies the outputs to out (poisoned first). */
 static void score_step(struct side *sd, const struct batch *b, const struct backend_sample *smp,
                        struct backend_token *out, int vocab, const char *what)
 {
@@ -1028,15 +1029,20 @@ static void score_step(struct side *sd, const struct batch *b, const struct back
         return;
     }
     memcpy(raw, lg, sizeof(float) * (size_t)vocab * (size_t)b->num_logits);
+    memset(out, 0xff, sizeof *out * (size_t)b->num_logits);
     rc = sd->ops->submit(sd->impl, b, smp, err, sizeof err);
     if (!rc) rc = sd->ops->wait(sd->impl, out, err, sizeof err);
     CHECK(rc == 0, "%s: step: %s", what, err);
     for (int i = 0; !rc && i < b->num_logits; i++) {
-        if (!smp[i].score) continue;
+        if (!smp[i].score) {
+            CHECK(out[i].rank == 0, "%s row %d (sampled): rank %d", what, i, out[i].rank);
+            continue;
+        }
         const int32_t t = smp[i].score_token;
         if (t < 0 || t >= vocab) {
-            CHECK(out[i].status == ERR_INVALID && out[i].token == -1, "%s row %d: score_token %d: status %d token %d",
-                  what, i, t, out[i].status, out[i].token);
+            CHECK(out[i].status == ERR_INVALID && out[i].token == -1 && out[i].rank == 0,
+                  "%s row %d: score_token %d: status %d token %d rank %d", what, i, t, out[i].status, out[i].token,
+                  out[i].rank);
             continue;
         }
         int32_t ids[SAMPLER_MAX_TOP_LOGPROBS];
@@ -1047,6 +1053,10 @@ static void score_step(struct side *sd, const struct batch *b, const struct back
         CHECK(ok, "%s row %d: status %d token %d (scored %d) logprob %g (raw %g) n_top %d (%d), top %d (%d)", what, i,
               out[i].status, out[i].token, t, (double)out[i].logprob, (double)lp, out[i].n_top, n, out[i].top_ids[0],
               n > 0 ? ids[0] : -1);
+        const float *r = raw + (size_t)i * vocab;
+        int rank = 0;
+        for (int j = 0; j < vocab; j++) rank += r[j] >= r[t];
+        CHECK(out[i].rank == rank && rank >= 1, "%s row %d: rank %d, a plain count %d", what, i, out[i].rank, rank);
     }
     free(raw);
 }

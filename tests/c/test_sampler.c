@@ -1507,7 +1507,7 @@ static void test_mask_nothing_allowed(void)
 
 /* row_scan (the vectorized scans behind sampler_logprobs) against plain references:
  * rows of several lengths (not multiples of 16), with NaN, -inf, +-large values and ties;
- * the maximum and the top-n exactly, the sum of exp within 1e-6 relative. */
+ * the maximum, the top-n and the counts exactly, the sum of exp within 1e-6 relative. */
 static int cmp_top(const void *a, const void *b)
 {
     const struct row_top *x = a, *y = b;
@@ -1552,6 +1552,54 @@ static void test_row_scan(void)
         }
 }
 
+/* row_count_ge against a plain loop: rows of lengths around multiples of 16 with NaN,
+ * +-inf, +-0.0, subnormals and many ties; v = each entry of the row (ties with itself and
+ * others), NaN, +-inf, +-0.0 and a subnormal. Plus hand-counted cases. */
+static int count_ge_ref(const float *x, int n, float v)
+{
+    int c = 0;
+    for (int i = 0; i < n; i++)
+        if (x[i] >= v) c++;
+    return c;
+}
+
+static void test_row_count_ge(void)
+{
+    static float x[1003];
+    const float special[] = { NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-45f, -1e-45f, 1.0f };
+    const int lens[] = { 0, 1, 15, 16, 17, 31, 32, 33, 100, 1003 };
+    uint64_t st = 777;
+    int bad = 0;
+    for (int li = 0; li < 10; li++)
+        for (int trial = 0; trial < 8; trial++) {
+            const int n = lens[li];
+            for (int i = 0; i < n; i++) {
+                unsigned r = (unsigned)(test_rng(&st) >> 33);
+                x[i] = r % 7 == 0 ? special[r / 7 % 8] : (float)((int)(r % (trial % 2 ? 5 : 3000)) - 2) * 0.5f;
+            }
+            for (int j = 0; j < n + 8; j++) {
+                const float v = j < n ? x[j] : special[j - n];
+                const int got = row_count_ge(x, n, v), want = count_ge_ref(x, n, v);
+                if (got != want && bad++ < 5)
+                    CHECK(0, "n %d trial %d v %g: %d, want %d", n, trial, (double)v, got, want);
+            }
+        }
+    CHECK(bad == 0, "%d counts differ", bad);
+    /* by hand: 17 entries (one past a vector of 16) */
+    float y[17];
+    for (int i = 0; i < 17; i++) y[i] = 2.0f;
+    y[0] = NAN;
+    y[5] = -INFINITY;
+    y[16] = 3.0f;
+    y[15] = -0.0f;
+    CHECK(row_count_ge(y, 17, 2.0f) == 14, "ties: %d", row_count_ge(y, 17, 2.0f));
+    CHECK(row_count_ge(y, 17, 3.0f) == 1, "max in the tail: %d", row_count_ge(y, 17, 3.0f));
+    CHECK(row_count_ge(y, 17, -INFINITY) == 16, "-inf counts every non-NaN: %d", row_count_ge(y, 17, -INFINITY));
+    CHECK(row_count_ge(y, 17, NAN) == 0, "NaN counts nothing: %d", row_count_ge(y, 17, NAN));
+    CHECK(row_count_ge(y, 17, 0.0f) == 15, "+0 counts -0: %d", row_count_ge(y, 17, 0.0f));
+    CHECK(row_count_ge(y, 17, INFINITY) == 0, "+inf: %d", row_count_ge(y, 17, INFINITY));
+}
+
 int main(void)
 {
     RUN(test_params_validate);
@@ -1578,5 +1626,6 @@ int main(void)
     RUN(test_mask_filters);
     RUN(test_mask_nothing_allowed);
     RUN(test_row_scan);
+    RUN(test_row_count_ge);
     return test_summary();
 }

@@ -5,8 +5,8 @@
  * and step, then sampler_sample_masked on the raw row with the row's token mask and
  * sampler_logprobs (cpu_sampling below, with the launcher's arguments). The rule is computed with exact integer weights on both
  * sides, so the check is exact: the same token for every row (zero mismatches), the same
- * status, the same top-N logprob ids; logprob values within float rounding of the CPU's
- * double log-sum-exp.
+ * status, the same top-N logprob ids, the same rank (0 on every row but a scored one);
+ * logprob values within float rounding of the CPU's double log-sum-exp.
  *
  * Rows: vocabularies 257, 1000, 1001 (odd stride: scalar loads), 6007, 9001, 49,152 and
  * 151,936; logits normal, peaked, flat (uniform: the candidate paths give way to the exact
@@ -18,7 +18,8 @@
  * or nothing, shared by rows, on modified tokens, through every path); logprobs 0 / 5 / 20;
  * steps up to 2^50; every fast path and every fallback of the kernel; invalid parameters
  * and malformed CSR data per row; scoring rows (prompt logprobs: the given token's raw
- * logprobs, everything else ignored; out-of-range targets). Plus: Philox on the device against the known-answer
+ * logprobs, everything else ignored; out-of-range targets; the rank with ties, NaN, +-inf,
+ * signed zeros and subnormals at and around the target). Plus: Philox on the device against the known-answer
  * vectors (and cuRAND on a GPU), batch independence, and a chi-square test of many GPU
  * draws against the exact distribution. Outputs are poisoned before every call and every
  * buffer's guards checked after it. ~10 s under the emulator (2 cores, -O2).
@@ -27,6 +28,7 @@
 #include "ktest.h"
 
 extern "C" {
+#include "sampler/row_scan.h"
 #include "sampler/sampler.h"
 #include "util/err.h"
 }
@@ -43,8 +45,9 @@ extern "C" {
 
 /* ---- the twin ---------------------------------------------------------------------------- */
 
-/* A scoring row's twin: sampler_logprobs of score_token over the raw row, nothing else
- * read (sampling_params' comment). */
+/* A scoring row's twin: sampler_logprobs of score_token over the raw row and its rank as
+ * the CPU backend counts it (row_count_ge of the raw logit), nothing else read
+ * (sampling_params' comment). */
 static void cpu_score_row(const float *row, int vocab, const sampling_params &P, sampling_output &o)
 {
     if (P.n_logprobs < -1 || P.n_logprobs > SAMPLING_MAX_TOP_LOGPROBS) {
@@ -60,6 +63,7 @@ static void cpu_score_row(const float *row, int vocab, const sampling_params &P,
     int n = sampler_logprobs(row, vocab, P.score_token, std::max(P.n_logprobs, 0), o.top_ids, o.top_logprobs,
                              &o.logprob);
     o.n_top = n > 0 ? n : 0;
+    o.rank = row_count_ge(row, vocab, row[P.score_token]);
 }
 
 /* cuda_sampling's CPU twin, same arguments (host pointers): one struct sampler per row. */
@@ -77,6 +81,7 @@ static void cpu_sampling(const float *logits, int64_t row_stride, int num_rows, 
         o.token = -1;
         o.logprob = -INFINITY;
         o.n_top = 0;
+        o.rank = 0; /* sampled and failed rows */
         for (int j = 0; j < SAMPLING_MAX_TOP_LOGPROBS; j++) {
             o.top_ids[j] = -1;
             o.top_logprobs[j] = -INFINITY;
@@ -278,13 +283,14 @@ static int compare_rows(const batch &b, const std::vector<sampling_output> &got,
     int bad = 0;
     for (int r = 0; r < b.rows(); r++) {
         const sampling_output &g = got[r], &e = ref[r];
-        bool ok = g.status == e.status && g.token == e.token && lp_close(g.logprob, e.logprob) && g.n_top == e.n_top;
+        bool ok = g.status == e.status && g.token == e.token && lp_close(g.logprob, e.logprob) && g.n_top == e.n_top &&
+                  g.rank == e.rank;
         for (int j = 0; ok && j < SAMPLING_MAX_TOP_LOGPROBS; j++)
             ok = g.top_ids[j] == e.top_ids[j] && lp_close(g.top_logprobs[j], e.top_logprobs[j]);
         if (!ok && bad++ < 4) {
-            fprintf(stderr, "    %s row %d (%s): gpu status %d token %d lp %.7g n_top %d | cpu status %d token %d "
-                    "lp %.7g n_top %d\n", tag, r, b.what[r].c_str(), g.status, g.token, (double)g.logprob, g.n_top,
-                    e.status, e.token, (double)e.logprob, e.n_top);
+            fprintf(stderr, "    %s row %d (%s): gpu status %d token %d lp %.7g n_top %d rank %d | cpu status %d "
+                    "token %d lp %.7g n_top %d rank %d\n", tag, r, b.what[r].c_str(), g.status, g.token,
+                    (double)g.logprob, g.n_top, g.rank, e.status, e.token, (double)e.logprob, e.n_top, e.rank);
             for (int j = 0; j < std::max(g.n_top, e.n_top) && j < SAMPLING_MAX_TOP_LOGPROBS; j++)
                 if (g.top_ids[j] != e.top_ids[j] || !lp_close(g.top_logprobs[j], e.top_logprobs[j]))
                     fprintf(stderr, "      top[%d]: gpu %d %.7g cpu %d %.7g\n", j, g.top_ids[j],
@@ -774,6 +780,72 @@ static void test_scoring_rows(void)
     }
 }
 
+/* The rank of scoring rows (the raw logits >= the target's, NaN never counted) on crafted
+ * rows, each beside a sampled row (rank 0): the target tied with a few ids or with the
+ * whole row, tied at the maximum, the unique maximum, the minimum; NaN / -inf / +inf around
+ * a finite target; a -inf target (every non-NaN id counts), a NaN one (none), a +inf one;
+ * a row of only -inf and NaN; +0.0 against -0.0 (equal) and subnormals (not zero: a
+ * flush-to-zero compare would count 0 >= 1e-45); targets at id 0 and V - 1 (the tail of
+ * the last tile). Vocabularies over one and several tiles, with the float4 path and
+ * without (odd stride: its padding columns, -7, must not count). */
+static void test_scoring_rank(void)
+{
+    for (int V : { 257, 1001, 6007 }) {
+        batch b;
+        b.V = V;
+        b.stride = V == 1001 ? 1003 : V;
+        ktest_rng rng(4242 + V);
+        /* a scoring row of kind k for target t, its logits edited by edit(l) first */
+        auto scored = [&](kind k, int n_lp, auto edit, int32_t t, const char *what) {
+            add_row(b, rng, k, make_params(1.0f, 0, 1.0f, 0.0f, n_lp, 11, 0), 0, 0);
+            edit(b.logits.data() + (size_t)(b.rows() - 1) * (size_t)b.stride);
+            score_last_row(b, t);
+            b.what.back() += std::string(" ") + what;
+            add_row(b, rng, K_NORMAL, make_params(0.8f, 0, 1.0f, 0.0f, 3, 12, 1), 0, 0); /* sampled: rank 0 */
+        };
+        auto none = [](float *) {};
+        const int mid = V / 2, last = V - 1;
+        scored(K_QUANT, 5, [&](float *l) { l[3] = l[mid] = l[last] = 0.5f; }, mid, "ties");
+        scored(K_QUANT, -1, none, 0, "quantised id 0");
+        scored(K_EQUAL, 0, none, last, "all equal");
+        scored(K_NORMAL, 5, [&](float *l) { l[3] = l[100] = l[last] = 50.0f; }, 100, "tied max");
+        scored(K_NORMAL, 20, [&](float *l) { l[3] = l[100] = l[last] = 50.0f; }, last, "tied max, last id");
+        scored(K_NORMAL, 5, [&](float *l) { l[7] = 60.0f; }, 7, "unique max");
+        scored(K_NORMAL, 5, [&](float *l) { l[mid] = -100.0f; }, mid, "min");
+        scored(K_WILD, 5, [&](float *l) { l[9] = 0.0f; }, 9, "wild, finite target");
+        scored(K_WILD, 5, [&](float *l) { l[1] = l[2] = NAN; l[last] = INFINITY; l[9] = -INFINITY; }, 9, "-inf target");
+        scored(K_WILD, 5, [&](float *l) { l[mid] = NAN; }, mid, "NaN target");
+        scored(K_NORMAL, 5, [&](float *l) { l[4] = l[last] = INFINITY; l[5] = NAN; }, last, "+inf target");
+        scored(K_NORMAL, 5, [&](float *l) { l[4] = INFINITY; l[5] = NAN; l[6] = -INFINITY; }, 0, "+inf in the row");
+        scored(K_DEAD, 5, none, 1, "dead row, -inf target");
+        scored(K_DEAD, 5, none, 0, "dead row, NaN target");
+        auto zeros = [&](float *l) {
+            l[10] = 0.0f;
+            l[11] = -0.0f;
+            l[12] = 1e-45f;
+            l[13] = -1e-45f;
+            l[mid] = 0.0f;
+            l[last] = -0.0f;
+        };
+        scored(K_NORMAL, 5, zeros, mid, "+0 target");
+        scored(K_NORMAL, 5, zeros, 11, "-0 target");
+        scored(K_NORMAL, 5, zeros, 12, "subnormal target");
+        scored(K_NORMAL, 5, zeros, 13, "negative subnormal target");
+        /* the expected ranks of a few rows, by hand: the twin itself must be right */
+        std::vector<sampling_output> ref(b.rows());
+        cpu_sampling(b.logits.data(), b.stride, b.rows(), b.V, b.params.data(), NULL, NULL, NULL, NULL, NULL, NULL,
+                     NULL, NULL, ref.data());
+        CHECK(ref[4].rank == V, "all equal: twin rank %d", ref[4].rank);
+        CHECK(ref[6].rank == 3 && ref[8].rank == 3 && ref[10].rank == 1, "tied / unique max: twin ranks %d %d %d",
+              ref[6].rank, ref[8].rank, ref[10].rank);
+        CHECK(ref[18].rank == 0 && ref[19].rank == 0, "NaN target: twin rank %d (sampled row %d)", ref[18].rank,
+              ref[19].rank);
+        CHECK(ref[20].rank == 2 && ref[24].rank == 2 * V / 3, "+inf target / dead row: twin ranks %d %d",
+              ref[20].rank, ref[24].rank);
+        check_batch(b, V == 1001 ? "rank V=1001 unaligned" : V == 257 ? "rank V=257" : "rank V=6007");
+    }
+}
+
 /* Launcher arguments it cannot run with. */
 static void test_invalid_args(void)
 {
@@ -1014,6 +1086,7 @@ int main(void)
     RUN(test_row_errors);
     RUN(test_masks);
     RUN(test_scoring_rows);
+    RUN(test_scoring_rank);
     RUN(test_batch_independence);
     RUN(test_large_vocab);
     RUN(test_chi_square);

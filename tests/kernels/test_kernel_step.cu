@@ -4,7 +4,7 @@
  *
  * step_unpack: random steps of 0-300 tokens over 1-40 sequences, decode-only and mixed,
  * with one-step-lag tokens (-1 - k) resolved from a fake previous sampling output whose
- * rows are 44 int32 apart (struct sampling_output), an index past the previous step's
+ * rows are sizeof(struct sampling_output) apart, an index past the previous step's
  * rows (-1), padding of tokens / sequences / logits rows (graph buckets), block tables of
  * 0 to max_blocks_per_seq entries into a poisoned [pad_seqs][max_blocks] table (entries
  * past a sequence's blocks must keep their poison). Every output compared exactly.
@@ -13,11 +13,12 @@
  */
 #include "ktest.h"
 
+#include "kernels/sampling.h"
 #include "kernels/step.h"
 
 static const ktol EXACT = { 0.0, 0.0 };
 
-#define PREV_STRIDE 44 /* sizeof(struct sampling_output) / 4 */
+#define PREV_STRIDE ((int64_t)(sizeof(struct sampling_output) / sizeof(int32_t))) /* the backend's stride */
 
 /* The CPU twin of cuda_step_unpack, on host arrays with the same meaning. */
 static void cpu_step_unpack(const struct step_unpack_args *a)

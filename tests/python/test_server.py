@@ -758,9 +758,61 @@ def test_completion_echo_logprobs(server, client, model_name, tessera_bin, defau
     assert abs(loglik - sum(ref[i - 1, ids[i]] for i in range(len(ctx), len(ids)))) < 1e-2
     assert chs[1]["logprobs"]["token_logprobs"][1:-1] == chs[0]["logprobs"]["token_logprobs"][1:len(ctx)]
     assert len(cont) > 0
-    # vLLM's own field stays refused, naming the way that works
-    r = server.post_json("/v1/completions", {"prompt": text, "prompt_logprobs": 1})
-    check_error(r, 400, "invalid_request_error", param="prompt_logprobs")
+
+
+def test_vllm_prompt_logprobs(server, model_name, tessera_bin, default_model, tmp_path):
+    """vLLM's prompt_logprobs field: null for the first prompt token, then per token
+    {"id": {logprob, rank, decoded_token}} for the token and its top k alternatives
+    (ranks 1..k). The logprobs and ranks against the log-softmax of `tessera logits` over
+    the same ids (f16 KV as the server's; a rank within the ids whose reference logprob is
+    within 2e-3 of the token's); the same numbers as the echo + logprobs route; chat puts
+    the list at the response's top level; stream and k > 20 are refused."""
+    import numpy as np
+    text = "The quick brown fox jumps over the lazy dog because it wanted to see the river."
+    ids = server.post_json("/tokenize", {"prompt": text, "add_special_tokens": False}).json()["tokens"]
+    out = tmp_path / "logits.bin"
+    subprocess.run([str(tessera_bin), "logits", "--model", str(default_model), "--tokens", ",".join(map(str, ids)),
+                    "--out", str(out), "--threads", "2", "--kv-dtype", "f16"], check=True, capture_output=True)
+    ref = _log_softmax(np.fromfile(out, dtype="<f4").reshape(len(ids), -1))
+    k = 3
+    r = server.post_json("/v1/completions", {"model": model_name, "prompt": ids, "max_tokens": 1,
+                                             "temperature": 0, "prompt_logprobs": k})
+    assert r.status == 200, r.body[:300]
+    c = r.json()["choices"][0]
+    plp = c["prompt_logprobs"]
+    assert len(plp) == len(ids) and plp[0] is None and c["logprobs"] is None
+    for i in range(1, len(ids)):
+        entry, tok, row = plp[i], ids[i], ref[i - 1]
+        assert str(tok) == next(iter(entry)), (i, entry)  # the prompt token first
+        me = entry[str(tok)]
+        assert abs(me["logprob"] - row[tok]) < 2e-3, (i, me, row[tok])
+        lo, hi = int((row >= row[tok] + 2e-3).sum()) + 1, int((row >= row[tok] - 2e-3).sum())
+        assert lo <= me["rank"] <= hi, (i, me["rank"], lo, hi)
+        assert me["decoded_token"] == server.post_json("/detokenize", {"tokens": [tok]}).json()["prompt"]
+        # the top k: the alternatives, and the token itself when it is one of them
+        alts = {int(t): v for t, v in entry.items() if int(t) != tok}
+        in_top = len(entry) == k
+        assert len(entry) in (k, k + 1), (i, entry)
+        ranks = sorted([v["rank"] for v in alts.values()] + ([me["rank"]] if in_top else []))
+        assert ranks == list(range(1, k + 1)), (i, entry)
+        top1 = [v["logprob"] for v in entry.values() if v["rank"] == 1][0]
+        assert abs(top1 - row.max()) < 2e-3, (i, top1, row.max())
+        lps = [v["logprob"] for v in sorted(entry.values(), key=lambda v: v["rank"])]
+        assert lps == sorted(lps, reverse=True), (i, entry)
+    # the same numbers as the echo route
+    e = server.post_json("/v1/completions", {"model": model_name, "prompt": ids, "max_tokens": 0, "echo": True,
+                                             "logprobs": 1}).json()["choices"][0]["logprobs"]
+    assert e["token_logprobs"][1:] == [plp[i][str(ids[i])]["logprob"] for i in range(1, len(ids))]
+    # chat: at the top level, over the rendered prompt
+    r = server.post_json("/v1/chat/completions", {"model": model_name, "max_tokens": 1, "prompt_logprobs": 0,
+                                                  "messages": [{"role": "user", "content": "hi"}]}).json()
+    assert len(r["prompt_logprobs"]) == r["usage"]["prompt_tokens"] and r["prompt_logprobs"][0] is None
+    assert all(len(x) == 1 and next(iter(x.values()))["rank"] >= 1 for x in r["prompt_logprobs"][1:])
+    check_error(server.post_json("/v1/completions", {"model": model_name, "prompt": text, "prompt_logprobs": 1,
+                                                     "stream": True}), 400, "invalid_request_error",
+                param="prompt_logprobs")
+    check_error(server.post_json("/v1/completions", {"model": model_name, "prompt": text, "prompt_logprobs": 21}),
+                400, "invalid_request_error", param="prompt_logprobs")
 
 
 def test_bad_words(server, client, model_name):

@@ -24,6 +24,7 @@
 #include "model/forward.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "sampler/row_scan.h"
 #include "util/err.h"
 
 #include <math.h>
@@ -72,11 +73,12 @@ static int resolve_prev(struct cpu_backend *c, const struct batch *b, char *err,
     return 0;
 }
 
-/* A scoring row: no sampling, no sampler state, no mask; score_token with its raw logprob
- * and max(n_logprobs, 0) top alternatives (sampler_logprobs over the raw row). */
+/* A scoring row: no sampling, no sampler state, no mask; score_token with its raw logprob,
+ * max(n_logprobs, 0) top alternatives (sampler_logprobs over the raw row) and its rank (the
+ * raw logits >= its own). */
 static void score_row(const float *row, int vocab, const struct backend_sample *s, struct backend_token *o)
 {
-    *o = (struct backend_token){ .token = -1 };
+    *o = (struct backend_token){ .token = -1, .rank = 0 };
     if (s->score_token < 0 || s->score_token >= vocab) {
         o->status = ERR_INVALID;
         return;
@@ -86,6 +88,7 @@ static void score_row(const float *row, int vocab, const struct backend_sample *
     int n_top = sampler_logprobs(row, vocab, s->score_token, s->n_logprobs > 0 ? s->n_logprobs : 0, o->top_ids,
                                  o->top_logprobs, &o->logprob);
     o->n_top = n_top > 0 ? n_top : 0;
+    o->rank = row_count_ge(row, vocab, row[s->score_token]);
 }
 
 static void sample_row(struct cpu_backend *c, float *row, const struct backend_sample *s, struct backend_token *o)
@@ -95,7 +98,7 @@ static void sample_row(struct cpu_backend *c, float *row, const struct backend_s
         score_row(row, vocab, s, o);
         return;
     }
-    *o = (struct backend_token){ .token = -1 };
+    *o = (struct backend_token){ .token = -1, .rank = 0 }; /* every field: out is reused across steps */
     int32_t tok = sampler_sample_masked(s->sampler, row, s->mask);
     if (tok < 0) {
         o->status = tok;

@@ -44,10 +44,14 @@ extern "C" {
 #include "util/log.h"
 }
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 static_assert(sizeof(struct backend_token) == sizeof(struct sampling_output), "backend_token mirrors sampling_output");
+static_assert(offsetof(struct backend_token, rank) == offsetof(struct sampling_output, rank) &&
+                  offsetof(struct backend_token, top_ids) == offsetof(struct sampling_output, top_ids),
+              "backend_token's fields in sampling_output's order (wait_rank copies one into the other)");
 static_assert(SAMPLER_MAX_TOP_LOGPROBS == SAMPLING_MAX_TOP_LOGPROBS, "top-logprob limits differ");
 
 static size_t al16(size_t x) { return (x + 15) & ~(size_t)15; }
