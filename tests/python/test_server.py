@@ -706,6 +706,21 @@ def _log_softmax(x):
     return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
 
 
+SCORED_TEXT = "The quick brown fox jumps over the lazy dog because it wanted to see the river."
+
+
+def _reference_logprobs(server, tessera_bin, default_model, tmp_path, text):
+    """text's ids (the server's tokenizer, no specials) and the log-softmax of `tessera
+    logits` over them: row i is the distribution of the token after ids[:i + 1] (one
+    forward of the whole prompt on the CLI, f16 KV as the server's)."""
+    import numpy as np
+    ids = server.post_json("/tokenize", {"prompt": text, "add_special_tokens": False}).json()["tokens"]
+    out = tmp_path / "logits.bin"
+    subprocess.run([str(tessera_bin), "logits", "--model", str(default_model), "--tokens", ",".join(map(str, ids)),
+                    "--out", str(out), "--threads", "2", "--kv-dtype", "f16"], check=True, capture_output=True)
+    return ids, _log_softmax(np.fromfile(out, dtype="<f4").reshape(len(ids), -1))
+
+
 def test_completion_echo_logprobs(server, client, model_name, tessera_bin, default_model, tmp_path):
     # echo with logprobs scores the prompt (lm-evaluation-harness's loglikelihood requests):
     # the prompt's tokens first, the first with null logprobs, each other one with its
@@ -713,12 +728,8 @@ def test_completion_echo_logprobs(server, client, model_name, tessera_bin, defau
     # ids (an independent path: one forward of the whole prompt, on the CLI; f16 KV as the
     # server's)
     import numpy as np
-    text = "The quick brown fox jumps over the lazy dog because it wanted to see the river."
-    ids = server.post_json("/tokenize", {"prompt": text, "add_special_tokens": False}).json()["tokens"]
-    out = tmp_path / "logits.bin"
-    subprocess.run([str(tessera_bin), "logits", "--model", str(default_model), "--tokens", ",".join(map(str, ids)),
-                    "--out", str(out), "--threads", "2", "--kv-dtype", "f16"], check=True, capture_output=True)
-    ref = _log_softmax(np.fromfile(out, dtype="<f4").reshape(len(ids), -1))
+    text = SCORED_TEXT
+    ids, ref = _reference_logprobs(server, tessera_bin, default_model, tmp_path, text)
     r = complete(client, model_name, prompt=text, max_tokens=0, echo=True, logprobs=3, temperature=0)
     c = r.choices[0]
     assert c.text == text and c.finish_reason == "length" and r.usage.completion_tokens == 0
@@ -768,12 +779,8 @@ def test_vllm_prompt_logprobs(server, model_name, tessera_bin, default_model, tm
     within 2e-3 of the token's); the same numbers as the echo + logprobs route; chat puts
     the list at the response's top level; stream and k > 20 are refused."""
     import numpy as np
-    text = "The quick brown fox jumps over the lazy dog because it wanted to see the river."
-    ids = server.post_json("/tokenize", {"prompt": text, "add_special_tokens": False}).json()["tokens"]
-    out = tmp_path / "logits.bin"
-    subprocess.run([str(tessera_bin), "logits", "--model", str(default_model), "--tokens", ",".join(map(str, ids)),
-                    "--out", str(out), "--threads", "2", "--kv-dtype", "f16"], check=True, capture_output=True)
-    ref = _log_softmax(np.fromfile(out, dtype="<f4").reshape(len(ids), -1))
+    text = SCORED_TEXT
+    ids, ref = _reference_logprobs(server, tessera_bin, default_model, tmp_path, text)
     k = 3
     r = server.post_json("/v1/completions", {"model": model_name, "prompt": ids, "max_tokens": 1,
                                              "temperature": 0, "prompt_logprobs": k})
