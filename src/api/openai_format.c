@@ -237,18 +237,19 @@ static bool add_ranked_entry(const struct model *m, cJSON *obj, int32_t id, floa
 {
     char key[16];
     snprintf(key, sizeof key, "%d", (int)id);
-    size_t len = 0;
-    char *b = token_bytes(m, id, &len);
-    cJSON *s = b ? oai_json_string(b, len) : NULL, *e = cJSON_CreateObject();
-    free(b);
-    if (!s || !e || !cJSON_AddNumberToObject(e, "logprob", lp_value(logprob)) ||
-        !cJSON_AddNumberToObject(e, "rank", rank) || !cJSON_AddItemToObject(e, "decoded_token", s)) {
-        if (!e || !cJSON_GetObjectItemCaseSensitive(e, "decoded_token")) cJSON_Delete(s);
+    cJSON *e = cJSON_CreateObject();
+    if (!e || !cJSON_AddItemToObject(obj, key, e)) { /* obj owns e from here on */
         cJSON_Delete(e);
         return false;
     }
-    if (!cJSON_AddItemToObject(obj, key, e)) {
-        cJSON_Delete(e);
+    if (!cJSON_AddNumberToObject(e, "logprob", lp_value(logprob)) || !cJSON_AddNumberToObject(e, "rank", rank))
+        return false;
+    size_t len = 0;
+    char *b = token_bytes(m, id, &len);
+    cJSON *s = b ? oai_json_string(b, len) : NULL;
+    free(b);
+    if (!s || !cJSON_AddItemToObject(e, "decoded_token", s)) {
+        cJSON_Delete(s);
         return false;
     }
     return true;

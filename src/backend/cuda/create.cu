@@ -643,7 +643,7 @@ static int build(struct cu_group *g, struct backend_info *info, char *err, size_
     const double t0 = now_s();
     int rc;
 
-    if ((rc = cu_group_run(g, setup_rank, NULL, NULL, err, errlen))) return rc;
+    if ((rc = cu_group_run(g, setup_rank, NULL, err, errlen))) return rc;
     for (int r = 0; r < g->world; r++) g->ranks[r]->h_src = b0->h_staging;
 
     const double tp = now_s();
@@ -654,7 +654,7 @@ static int build(struct cu_group *g, struct backend_info *info, char *err, size_
                                              : make_buckets(b0->Lmax < GRAPH_MAX_BATCH ? b0->Lmax : GRAPH_MAX_BATCH,
                                                             buckets + 1, GRAPH_MAX_BATCH);
     buckets[0] = n_buckets;
-    if ((rc = cu_group_run(g, plan_rank, buckets, NULL, err, errlen))) return rc;
+    if ((rc = cu_group_run(g, plan_rank, buckets, err, errlen))) return rc;
     LOG_INFO("cuda", "profiling step of %d tokens in %.2f s: activations %.2f GiB%s", b0->Tmax, now_s() - tp,
              (double)b0->info.activation_bytes / GIB, g->world > 1 ? " per GPU" : "");
 
@@ -671,16 +671,16 @@ static int build(struct cu_group *g, struct backend_info *info, char *err, size_
             if (b->fit_blocks < nb) nb = b->fit_blocks;
         }
     }
-    if ((rc = cu_group_run(g, alloc_kv, &nb, NULL, err, errlen))) return rc;
+    if ((rc = cu_group_run(g, alloc_kv, &nb, err, errlen))) return rc;
 
     /* 7. the decode graphs */
     if (n_buckets) {
         const double tg = now_s();
-        if ((rc = cu_group_run(g, capture_graphs, buckets, NULL, err, errlen))) return rc;
+        if ((rc = cu_group_run(g, capture_graphs, buckets, err, errlen))) return rc;
         int keep = b0->n_graphs;
         for (int r = 1; r < g->world; r++)
             if (g->ranks[r]->n_graphs < keep) keep = g->ranks[r]->n_graphs;
-        if ((rc = cu_group_run(g, trim_graphs, &keep, NULL, err, errlen))) return rc;
+        if ((rc = cu_group_run(g, trim_graphs, &keep, err, errlen))) return rc;
         LOG_INFO("cuda", "captured %d CUDA graphs (decode batches 1..%d) in %.2f s%s", keep,
                  b0->graphs[keep - 1].batch, now_s() - tg, g->world > 1 ? " on every GPU" : "");
     }

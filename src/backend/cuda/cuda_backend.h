@@ -217,11 +217,11 @@ typedef int (*cu_rank_fn)(struct cuda_backend *b, void *arg, char *err, size_t e
 
 /* ---- group.cu ------------------------------------------------------------------------- */
 
-/* Runs fn(rank r, args ? args[r] : arg) on every rank at once (world 1: inline on the
- * caller's thread, with its current device set) and waits for all. Returns the first
- * failing rank's code and message (prefixed "GPU r" when world > 1). When a rank fails,
- * the communicators are aborted so no other rank waits forever for a collective. */
-int cu_group_run(struct cu_group *g, cu_rank_fn fn, void *arg, void *const *args, char *err, size_t errlen);
+/* Runs fn(rank, arg) on every rank at once (world 1: inline on the caller's thread, with
+ * its current device set) and waits for all. Returns the first failing rank's code and
+ * message (prefixed "GPU r" when world > 1). When a rank fails, the communicators are
+ * aborted so no other rank waits forever for a collective. */
+int cu_group_run(struct cu_group *g, cu_rank_fn fn, void *arg, char *err, size_t errlen);
 
 /* Starts the worker threads and NCCL communicators of g (world > 1). */
 int cu_group_start(struct cu_group *g, char *err, size_t errlen);

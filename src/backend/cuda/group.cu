@@ -10,9 +10,8 @@
  * bumps `gen`; each worker runs it once per generation and counts itself `done`; the
  * caller waits until all are. A failing rank makes the caller abort the communicators (at
  * once, or when the call returns): a rank that failed will never join the collectives its
- * peers are waiting in or have queued,
- * and every failure here is fatal to the backend anyway (errors that are the caller's —
- * a bad batch — are found before any rank runs).
+ * peers are waiting in or have queued, and every failure here is fatal to the backend
+ * anyway (errors that are the caller's — a bad batch — are found before any rank runs).
  */
 #include "backend/cuda/cuda_backend.h"
 
@@ -40,14 +39,12 @@ struct cu_workers {
     bool quit;
     cu_rank_fn fn;
     void *arg;
-    void *const *args;
     int rc[CU_MAX_RANKS];
     char err[CU_MAX_RANKS][ERR_BUF];
     pthread_t th[CU_MAX_RANKS];
     int started;          /* threads running */
     bool stuck;           /* a worker did not finish after an abort: never joined */
     struct cu_group *g;
-    int rank_of[CU_MAX_RANKS];
 };
 
 struct worker_start {
@@ -70,7 +67,7 @@ static void *worker_main(void *p)
         if (w->quit) break;
         seen = w->gen;
         cu_rank_fn fn = w->fn;
-        void *arg = w->args ? w->args[r] : w->arg;
+        void *arg = w->arg;
         pthread_mutex_unlock(&w->mu);
         char err[ERR_BUF] = "";
         int rc = fn(b, arg, err, sizeof err);
@@ -93,19 +90,18 @@ static void abort_comms(struct cu_group *g)
     LOG_ERR("cuda", "a GPU failed: the NCCL communicators were aborted");
 }
 
-int cu_group_run(struct cu_group *g, cu_rank_fn fn, void *arg, void *const *args, char *err, size_t errlen)
+int cu_group_run(struct cu_group *g, cu_rank_fn fn, void *arg, char *err, size_t errlen)
 {
     if (g->world == 1) {
         struct cuda_backend *b = g->ranks[0];
         cudaError_t e = cudaSetDevice(b->device);
         if (e != cudaSuccess) return cu_error(b, false, e, err, errlen, "selecting device %d", b->device);
-        return fn(b, args ? args[0] : arg, err, errlen);
+        return fn(b, arg, err, errlen);
     }
     struct cu_workers *w = g->workers;
     pthread_mutex_lock(&w->mu);
     w->fn = fn;
     w->arg = arg;
-    w->args = args;
     w->done = 0;
     for (int r = 0; r < g->world; r++) w->rc[r] = 0;
     w->gen++;

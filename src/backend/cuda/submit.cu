@@ -409,7 +409,7 @@ int cu_submit(void *impl, const struct batch *bt, const struct backend_sample *s
     if (bt->num_logits > 0 && !samples) return err_set(err, errlen, ERR_INVALID, "batch: logits rows without samplers");
     if ((rc = prepare(g, bt, samples, &j, &lo, err, errlen))) return rc;
     j.sample = j.timed = true;
-    rc = cu_group_run(g, step_rank, &j, NULL, err, errlen);
+    rc = cu_group_run(g, step_rank, &j, err, errlen);
     if (rc) /* no step in flight: one rank's failure fails the step (and broke the backend) */
         for (int r = 0; r < g->world; r++) g->ranks[r]->in_flight = false;
     return rc;
@@ -459,7 +459,7 @@ int cu_wait(void *impl, struct backend_token *out, char *err, size_t errlen)
 {
     struct cu_group *g = (struct cu_group *)impl;
     if (!g->ranks[0]->in_flight) return err_set(err, errlen, ERR_INVALID, "cuda: no step in flight");
-    return cu_group_run(g, wait_rank, out, NULL, err, errlen);
+    return cu_group_run(g, wait_rank, out, err, errlen);
 }
 
 int cu_logits(void *impl, const struct batch *bt, const float **logits, char *err, size_t errlen)
@@ -475,7 +475,7 @@ int cu_logits(void *impl, const struct batch *bt, const float **logits, char *er
     if (!b->h_logits && !(b->h_logits = (float *)malloc(sizeof(float) * vocab * (size_t)b->Lmax)))
         return err_set(err, errlen, ERR_NOMEM, "cuda: out of host memory for %d x %zu logits", b->Lmax, vocab);
     j.logits = true;
-    if ((rc = cu_group_run(g, step_rank, &j, NULL, err, errlen))) return rc;
+    if ((rc = cu_group_run(g, step_rank, &j, err, errlen))) return rc;
     *logits = b->h_logits;
     return 0;
 }
