@@ -260,6 +260,14 @@ else
     if TESSERA_CUDA_LIB=build/libtessera-cuda.so timeout 400 build/tests/tool_bench_cuda "$QWEN_DIR" --dummy \
             --kv-cache-dtype bf16 >"$OUT/bench-cuda-qwen7b.txt" 2>"$OUT/bench-cuda-qwen7b.log"; then st=PASS; else st=MISS; fi
     row "Qwen2.5-7B dummy: backend step bench" "$st" "$(( $(date +%s) - s ))s (table below)"
+    # the same weights quantized to Q8_0 at load (--quantization q8_0): ~53% of the bytes
+    s=$(date +%s)
+    if TESSERA_CUDA_LIB=build/libtessera-cuda.so timeout 300 build/tests/tool_bench_cuda "$QWEN_DIR" --dummy \
+            --kv-cache-dtype bf16 --quantization q8_0 >"$OUT/bench-cuda-qwen7b-q8_0.txt" \
+            2>"$OUT/bench-cuda-qwen7b-q8_0.log"; then st=PASS; else st=INFO; fi
+    step1() { awk '$1 == "decode" && $3 == "batch" && $4 == "1" { print $5 }' "$1" 2>/dev/null; }
+    row "Qwen2.5-7B dummy -q q8_0: batch-1 step" "$st" \
+        "$(step1 "$OUT/bench-cuda-qwen7b-q8_0.txt") ms vs BF16 $(step1 "$OUT/bench-cuda-qwen7b.txt") ms, $(( $(date +%s) - s ))s"
     if [ -f "$QWEN_DIR/tokenizer.json" ]; then
         for kv in bf16 fp8; do
             if start_server "$OUT/serve-qwen7b-$kv.log" --model "$QWEN_DIR" --load-format dummy --device cuda \
@@ -315,6 +323,7 @@ fi
 echo
 echo "---- CUDA backend: Qwen2.5-7B, --load-format dummy ----"
 cat "$OUT/bench-cuda-qwen7b.txt" 2>/dev/null
+[ -f "$OUT/bench-cuda-qwen7b-q8_0.txt" ] && { echo "-- --quantization q8_0 --"; cat "$OUT/bench-cuda-qwen7b-q8_0.txt"; }
 for kv in bf16 fp8 tp2; do
     [ -f "$OUT/serving-$kv.txt" ] && { echo "-- bench_serving, $kv --"; cat "$OUT/serving-$kv.txt"; }
 done

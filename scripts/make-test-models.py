@@ -19,6 +19,8 @@ Writes into --out:
                           safetensors holding f16-representable values
   qwen2-tiny.gguf         the same weights as a GGUF (arch qwen2, F16 matrices, F32
                           norms and biases): identical values to qwen2-tiny/
+  qwen2-tiny-q8_0.gguf    the same with every matrix quantized to Q8_0 by
+                          gguf.quants.quantize: what --quantization q8_0 makes of qwen2-tiny/
   qwen3-tiny/             random Qwen3ForCausalLM (q_norm/k_norm, head_dim 32 with
                           hidden 64 and 4 heads, tied), BF16
   llama3-tiny/            random LlamaForCausalLM with llama3 rope_scaling (factor 8,
@@ -480,24 +482,35 @@ def make_tiny_hf(name, prod, tok_json, reader):
                         tok_json, tok_cfg, {"bos_token_id": 1, "eos_token_id": 2})
 
 
-def make_qwen2_tiny_gguf(prod, reader):
+def make_qwen2_tiny_gguf(prod, reader, q8_0=False):
+    """qwen2-tiny/'s tensors as a GGUF: matrices F16 (exact: the values are on the fp16
+    grid), or with q8_0 quantized to Q8_0 by gguf.quants.quantize (what tessera's
+    --quantization q8_0 must reproduce byte for byte from qwen2-tiny/)."""
     s = TINY_SPECS["qwen2-tiny"]
     cfg = tiny_config(s["arch"], s["head_dim"], s["tied"], s["dtype"], s["extra"])
     hf = tiny_tensors("qwen2-tiny")
-    tensors = [("token_embd.weight", hf["model.embed_tokens.weight"].astype(np.float16), None)]
+
+    def matrix(name, a):
+        if not q8_0:
+            return (name, a.astype(np.float16), None)
+        q = gguf.quants.quantize(a.astype(np.float32), gguf.GGMLQuantizationType.Q8_0)
+        return (name, q, gguf.GGMLQuantizationType.Q8_0)
+
+    tensors = [matrix("token_embd.weight", hf["model.embed_tokens.weight"])]
     for i in range(TINY["n_layer"]):
         p = f"model.layers.{i}."
         for k, g in HF_TO_GGUF_LAYER.items():
             if p + k in hf:
                 a = hf[p + k]
-                tensors.append((f"blk.{i}.{g}", a if a.ndim == 1 else a.astype(np.float16), None))
+                tensors.append((f"blk.{i}.{g}", a, None) if a.ndim == 1 else matrix(f"blk.{i}.{g}", a))
     tensors.append(("output_norm.weight", hf["model.norm.weight"], None))
-    tensors.append(("output.weight", hf["lm_head.weight"].astype(np.float16), None))
+    tensors.append(matrix("output.weight", hf["lm_head.weight"]))
+    ftype = gguf.LlamaFileType.MOSTLY_Q8_0 if q8_0 else gguf.LlamaFileType.MOSTLY_F16
     U32, F32, STR = gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32, gguf.GGUFValueType.STRING
     kv = {
         "general.type": ("model", STR),
         "general.name": ("qwen2-tiny (random weights, tessera test model)", STR),
-        "general.file_type": (int(gguf.LlamaFileType.MOSTLY_F16), U32),
+        "general.file_type": (int(ftype), U32),
         "qwen2.block_count": (cfg["num_hidden_layers"], U32),
         "qwen2.context_length": (cfg["max_position_embeddings"], U32),
         "qwen2.embedding_length": (cfg["hidden_size"], U32),
@@ -729,7 +742,7 @@ def main():
     key = {"source": src.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
     names = ["smollm2-f16.gguf", "smollm2-q8_0.gguf", "smollm2-hf", "smollm2-hf-sharded",
-             "qwen2-tiny", "qwen2-tiny.gguf", "qwen3-tiny", "llama3-tiny",
+             "qwen2-tiny", "qwen2-tiny.gguf", "qwen2-tiny-q8_0.gguf", "qwen3-tiny", "llama3-tiny",
              "qwen2-tiny-hd64", "qwen3-tiny-hd64", "llama3-tiny-hd64", *QTINY_SPECS]
     if args.only:
         names = [n for n in names if n in args.only]
@@ -760,8 +773,8 @@ def main():
                 hf_tensors = smollm2_hf_tensors(reader)
             (make_smollm2_hf if n == "smollm2-hf" else make_smollm2_hf_sharded)(
                 reader, p, tok_json, hf_tensors)
-        elif n == "qwen2-tiny.gguf":
-            make_qwen2_tiny_gguf(p, reader)
+        elif n in ("qwen2-tiny.gguf", "qwen2-tiny-q8_0.gguf"):
+            make_qwen2_tiny_gguf(p, reader, q8_0=n.endswith("q8_0.gguf"))
         elif n in QTINY_SPECS:
             make_qtiny_gguf(n, p, reader)
         else:

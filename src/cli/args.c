@@ -1,10 +1,13 @@
 /* args.c — see args.h. */
 #include "cli/args.h"
 
+#include "model/model.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 const char *args_value(int argc, char **argv, int *i)
 {
@@ -83,4 +86,14 @@ int args_ids(const char *flag, const char *s, int32_t **out)
     }
     *out = v;
     return n;
+}
+
+int args_quantization(const char *flag, const char *s, unsigned *flags)
+{
+    if (strcmp(s, "none") && strcmp(s, "q8_0")) {
+        fprintf(stderr, "%s: '%s' is not one of none, q8_0\n", flag, s);
+        return -1;
+    }
+    *flags = !strcmp(s, "q8_0") ? *flags | MODEL_LOAD_Q8_0 : *flags & ~(unsigned)MODEL_LOAD_Q8_0;
+    return 0;
 }

@@ -13,6 +13,9 @@ int args_int(const char *flag, const char *s, long min, long max, int *out);
 int args_u64(const char *flag, const char *s, uint64_t *out);
 /* Finite float in [min, max]. */
 int args_float(const char *flag, const char *s, double min, double max, float *out);
+/* --quantization none|q8_0 into model_load flags: *flags gets MODEL_LOAD_Q8_0 set or
+ * cleared. */
+int args_quantization(const char *flag, const char *s, unsigned *flags);
 /* Comma-separated non-negative token ids "1,2,3" into a malloc'd array (caller frees).
  * Returns the count (>= 1) or -1. */
 int args_ids(const char *flag, const char *s, int32_t **out);

@@ -301,6 +301,7 @@ int cli_bench(int argc, char **argv)
     int threads = 0, n_gen = 64, reps = 3, max_model_len = 0;
     int prompts[BENCH_MAX_PROMPTS] = { 128, 512, 2048 }, n_prompts = 3;
     enum kv_dtype kv = KV_F16;
+    unsigned load_flags = 0; /* --quantization */
     struct backend_config bc;
     backend_config_default(&bc);
     for (int i = 1; i < argc; i++) {
@@ -319,6 +320,8 @@ int cli_bench(int argc, char **argv)
             if (backend_device_parse(v, &bc.device)) { fprintf(stderr, "--device: auto, cpu or cuda\n"); return 2; }
         } else if (!strcmp(f, "--enforce-eager")) {
             bc.enforce_eager = true;
+        } else if ((!strcmp(f, "--quantization") || !strcmp(f, "-q")) && (v = args_value(argc, argv, &i))) {
+            if (args_quantization(f, v, &load_flags)) return 2;
         } else if ((!strcmp(f, "--tensor-parallel-size") || !strcmp(f, "-tp")) && (v = args_value(argc, argv, &i))) {
             if (args_int(f, v, 1, 8, &bc.tensor_parallel_size)) return 2;
         } else if (!strcmp(f, "--gpu-memory-utilization") && (v = args_value(argc, argv, &i))) {
@@ -331,7 +334,7 @@ int cli_bench(int argc, char **argv)
                     "                     [--gen-tokens N] [--reps N] [--max-model-len N (the model's context)]\n"
                     "                     [--kv-dtype f32|f16|bf16|fp8] [--device auto|cpu|cuda]\n"
                     "                     [--enforce-eager] [--gpu-memory-utilization X (CUDA; ignored by the CPU)]\n"
-                    "                     [--tensor-parallel-size N (CUDA: N GPUs)]\n"
+                    "                     [--tensor-parallel-size N (CUDA: N GPUs)] [--quantization none|q8_0]\n"
                     "                     [--json-schema FILE [--batch N (8)]]: decode steps with vs without the\n"
                     "                     schema as structured output, at batch N\n");
             return 2;
@@ -346,7 +349,7 @@ int cli_bench(int argc, char **argv)
     struct sampler *smp = NULL;
     int32_t *ids = NULL;
     int rc, status = 1;
-    if ((rc = model_load(model_path, 0, &m, err, sizeof err))) goto fail;
+    if ((rc = model_load(model_path, load_flags, &m, err, sizeof err))) goto fail;
     if (schema_path) {
         bc.n_threads = threads;
         bc.kv_dtype_auto = false;

@@ -64,6 +64,7 @@ static void gen_usage(FILE *f)
         "                          0.9); the CPU backend ignores it and uses --kv-cache-memory\n"
         "  --enforce-eager         CUDA: no CUDA graphs\n"
         "  --tensor-parallel-size N  CUDA: split the model over N GPUs (default 1)\n"
+        "  --quantization none|q8_0  q8_0: quantize F32/F16/BF16 weight matrices to Q8_0 at load\n"
         "  --print-ids             print the generated token ids instead of text (stop strings\n"
         "                          still end generation; the ids include the token that completed one)\n"
         "  --quiet                 no statistics on stderr\n",
@@ -101,6 +102,7 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
         else if (!strcmp(f, "--print-ids")) a->print_ids = true;
         else if (!strcmp(f, "--enforce-eager")) a->enforce_eager = true;
         else if (!strcmp(f, "--tensor-parallel-size") || !strcmp(f, "-tp")) { VAL(); if (args_int(f, v, 1, 8, &a->tensor_parallel_size)) return 2; }
+        else if (!strcmp(f, "--quantization") || !strcmp(f, "-q")) { VAL(); if (args_quantization(f, v, &a->load_flags)) return 2; }
         else if (!strcmp(f, "--device")) {
             VAL();
             if (backend_device_parse(v, &a->device)) { fprintf(stderr, "--device: '%s' is not one of auto, cpu, cuda\n", v); return 2; }
@@ -340,7 +342,7 @@ int cli_generate(int argc, char **argv)
     int n_prompt = 0, status = 1, n_steps = 0;
 
     double t_load = now_s();
-    if ((rc = model_load(a.model, 0, &m, err, sizeof err))) goto fail;
+    if ((rc = model_load(a.model, a.load_flags, &m, err, sizeof err))) goto fail;
     t_load = now_s() - t_load;
     gen_apply_defaults(&a, m);
     if (a.prompts_file) {

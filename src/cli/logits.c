@@ -29,7 +29,7 @@ static void logits_usage(FILE *f)
     fprintf(f,
             "usage: tessera logits --model PATH --tokens ID,ID,... --out FILE [--threads N]\n"
             "                      [--device cpu|cuda|auto] [--kv-dtype f32|f16|fp16|bf16|fp8]\n"
-            "                      [--chunk N] [--batch-copies K] [--block-size B]\n"
+            "                      [--chunk N] [--batch-copies K] [--block-size B] [--quantization none|q8_0]\n"
             "writes float32 logits [n_tokens][vocab] (little-endian) of every position to FILE\n");
 }
 
@@ -40,6 +40,7 @@ int cli_logits(int argc, char **argv)
     enum kv_dtype kv_dtype = KV_F32;
     bool kv_given = false; /* default: f32 on the CPU (the reference), the backend's choice elsewhere */
     enum backend_device device = BACKEND_DEVICE_CPU;
+    unsigned load_flags = 0; /* --quantization */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -60,6 +61,7 @@ int cli_logits(int argc, char **argv)
         else if (!strcmp(a, "--chunk")) bad = args_int(a, v, 1, 1 << 24, &chunk);
         else if (!strcmp(a, "--batch-copies")) bad = args_int(a, v, 1, 1024, &copies);
         else if (!strcmp(a, "--block-size")) bad = args_int(a, v, 1, 1 << 16, &block_size);
+        else if (!strcmp(a, "--quantization") || !strcmp(a, "-q")) bad = args_quantization(a, v, &load_flags);
         else if (!strcmp(a, "--device")) {
             bad = backend_device_parse(v, &device) ? -1 : 0;
             if (bad) fprintf(stderr, "logits: bad value '%s' for %s\n", v, a);
@@ -94,8 +96,8 @@ int cli_logits(int argc, char **argv)
     int64_t *slots = NULL;
     FILE *f = NULL;
 
-    if (model_load(model_path, MODEL_LOAD_NO_TOKENIZER, &m, err, sizeof err)) goto fail;
-    char desc[512];
+    if (model_load(model_path, MODEL_LOAD_NO_TOKENIZER | load_flags, &m, err, sizeof err)) goto fail;
+    char desc[MODEL_DESC_MAX];
     model_describe(m, desc, sizeof desc);
     fprintf(stderr, "model: %s\n", desc);
     const int vocab = m->cfg.vocab_size;

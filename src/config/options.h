@@ -36,6 +36,8 @@ struct server_options {
     char *chat_template;               /* file overriding the model's template, or NULL */
     char *load_format;                 /* "auto" (the files' weights) or "dummy" (random weights of
                                           the config's shapes: MODEL_LOAD_DUMMY) */
+    char *quantization;                /* "none" or "q8_0" (F32/F16/BF16 matrices to Q8_0 at load:
+                                          MODEL_LOAD_Q8_0) */
     /* chat output */
     char *tool_call_parser;            /* "auto" (the format the chat template shows, if any),
                                           "none", "hermes", "llama3_json", "mistral",

@@ -10,6 +10,7 @@
 #include "loader/gguf.h"
 #include "loader/safetensors.h"
 #include "model/dummy.h"
+#include "model/weights_quant.h"
 #include "template/jinja.h"
 #include "tokenizer/tokenizer.h"
 #include "util/err.h"
@@ -186,8 +187,20 @@ int model_load(const char *path, unsigned flags, struct model **out, char *err, 
         return err_set(err, errlen, ERR_INVALID,
                        "%s: --load-format dummy needs a Hugging Face model directory (config.json)", path);
     }
+    m->random_weights = (flags & MODEL_LOAD_DUMMY) != 0;
     int rc = m->source == MODEL_HF ? load_hf(m, flags, err, errlen) : load_gguf(m, flags, err, errlen);
     if (rc) goto fail;
+    if (flags & MODEL_LOAD_Q8_0) {
+        char sub[ERR_BUF];
+        if ((rc = weights_quantize(&m->quant, &m->w, DT_Q8_0, sub, sizeof sub))) {
+            err_set(err, errlen, rc, "%s: %s", path, sub);
+            goto fail;
+        }
+        if (m->dummy && m->quant->n_kept == 0) { /* nothing reads the random BF16 bytes any more */
+            dummy_weights_free(m->dummy);
+            m->dummy = NULL;
+        }
+    }
     if (!m->name[0]) { /* GGUF without general.name: the file name */
         const char *slash = strrchr(path, '/');
         snprintf(m->name, sizeof m->name, "%s", slash ? slash + 1 : path);
@@ -209,6 +222,7 @@ void model_free(struct model *m)
 {
     if (!m) return;
     weights_free(&m->w);
+    quant_weights_free(m->quant);
     dummy_weights_free(m->dummy);
     if (m->tmpl) jinja_free(m->tmpl);
     if (m->tok) tok_free(m->tok);
@@ -226,14 +240,19 @@ void model_describe(const struct model *m, char *buf, size_t len)
 {
     const struct model_config *c = &m->cfg;
     static const char *scal[] = { "none", "linear", "llama3" };
+    char quant[128] = ""; /* --quantization q8_0 */
+    if (m->quant && m->quant->n_quantized)
+        snprintf(quant, sizeof quant, ", %d matrices quantized at load in %.1f s from %.1f MiB", m->quant->n_quantized,
+                 m->quant->seconds, (double)m->quant->bytes_before / (1024.0 * 1024.0));
     snprintf(buf, len,
              "%s (%s, %s): %d layers, dim %d, heads %d/%d x %d, ffn %d, vocab %d, ctx %d, "
-             "rope %s theta %g scaling %s%s%s%s%s, weights %.1f MiB (%s%s)",
+             "rope %s theta %g scaling %s%s%s%s%s, weights %.1f MiB (%s%s%s)",
              m->name, model_arch_name(c->arch), m->source == MODEL_HF ? "hf" : "gguf", c->n_layers,
              c->dim, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn_dim, c->vocab_size, c->max_seq_len,
              c->rope_layout == ROPE_NEOX ? "neox" : "normal", c->rope.theta, scal[c->rope.scaling],
              c->rope_freq_factors ? "+freq_factors" : "", c->qkv_bias ? ", qkv bias" : "",
              c->qk_norm ? ", qk norm" : "", c->tied_embeddings ? ", tied" : "",
              (double)m->w.matrix_bytes / (1024.0 * 1024.0), dtype_name(m->w.layers[0].wq->type),
-             m->dummy ? ", random: --load-format dummy" : "");
+             quant,
+             m->random_weights ? ", random: --load-format dummy" : "");
 }

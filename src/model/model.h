@@ -21,6 +21,7 @@ struct hf_dir;
 struct tokenizer;
 struct jinja_template;
 struct dummy_weights;
+struct quant_weights;
 
 enum model_source { MODEL_GGUF = 0, MODEL_HF = 1 };
 
@@ -51,7 +52,10 @@ struct model {
     int32_t eog_ids[MODEL_MAX_EOG]; /* ids that end generation (eos + known end-of-turn tokens) */
     int n_eog;
     struct gen_defaults gen;
-    struct dummy_weights *dummy;    /* MODEL_LOAD_DUMMY: the random weights (owned) */
+    struct dummy_weights *dummy;    /* MODEL_LOAD_DUMMY: the random weights (owned; freed once
+                                       MODEL_LOAD_Q8_0 has quantized every matrix) */
+    bool random_weights;            /* MODEL_LOAD_DUMMY */
+    struct quant_weights *quant;    /* MODEL_LOAD_Q8_0: the quantized matrices w points at (owned) */
 };
 
 /* Flags for model_load. */
@@ -60,6 +64,8 @@ enum {
     MODEL_LOAD_DUMMY = 1 << 1,        /* --load-format dummy: an HF directory's config.json (and
                                          tokenizer files) with random weights of the real
                                          shapes (model/dummy.h); safetensors are not read */
+    MODEL_LOAD_Q8_0 = 1 << 2,         /* --quantization q8_0: F32/F16/BF16 matrices quantized
+                                         to Q8_0 at load (model/weights_quant.h) */
 };
 
 /* Loads path: a .gguf file or an HF directory. On error returns a negative code with a
@@ -70,7 +76,9 @@ void model_free(struct model *m);
 /* True if id ends a generation (in eog_ids). */
 bool model_is_eog(const struct model *m, int32_t id);
 
-/* One-line summary ("llama 30 layers dim 576 heads 9/3 ...") into buf. */
+/* One-line summary ("llama 30 layers dim 576 heads 9/3 ...") into buf; MODEL_DESC_MAX
+ * bytes hold the longest. */
+#define MODEL_DESC_MAX 640
 void model_describe(const struct model *m, char *buf, size_t len);
 
 #endif

@@ -217,6 +217,17 @@ int weights_add_map(struct model_weights *w, const struct mapped_file *map)
     return 0;
 }
 
+int weights_n_slots(const struct model_weights *w) { return WEIGHTS_MATS_PER_LAYER * w->n_layers + 2; }
+
+const struct tensor **weights_slot(struct model_weights *w, int i)
+{
+    const int n = WEIGHTS_MATS_PER_LAYER * w->n_layers;
+    if (i >= n) return i == n ? &w->output : &w->token_embd;
+    struct layer_weights *L = &w->layers[i / WEIGHTS_MATS_PER_LAYER];
+    const struct tensor **s[WEIGHTS_MATS_PER_LAYER] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+    return s[i % WEIGHTS_MATS_PER_LAYER];
+}
+
 void weights_free(struct model_weights *w)
 {
     if (w->layers) {

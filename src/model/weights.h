@@ -64,6 +64,15 @@ int weights_from_dummy(const struct dummy_weights *dm, const char *name, const s
  * views may point into. Only for read-only mappings from map_open. Returns 0 or
  * ERR_NOMEM. Called by the model loader after weights_from_gguf / weights_from_hf. */
 int weights_add_map(struct model_weights *w, const struct mapped_file *map);
+/* The matrix slots of w, for code that rewrites every matrix view (packing,
+ * quantization): slots [0, WEIGHTS_MATS_PER_LAYER * n_layers) are each layer's wq, wk, wv,
+ * wo, w_gate, w_up, w_down in that order, then the output head, then the token embedding
+ * (weights_n_slots in all). A tied head and the embedding are two slots holding the same
+ * view. */
+#define WEIGHTS_MATS_PER_LAYER 7
+int weights_n_slots(const struct model_weights *w);
+const struct tensor **weights_slot(struct model_weights *w, int i);
+
 /* Frees the owned F32 arrays, the layer array and the map list (not the views or the
  * mappings). Safe on a zeroed struct. */
 void weights_free(struct model_weights *w);

@@ -11,24 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MATS_PER_LAYER 7
-
-/* The matrix slots of a layer, in a fixed order. */
-static const struct tensor **layer_slot(struct layer_weights *L, int i)
-{
-    const struct tensor **s[MATS_PER_LAYER] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
-    return s[i];
-}
-
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-/* Calls visit on every matrix slot of p->w (the output head last). */
+/* Calls visit on every matrix slot of p->w but the token embedding (the lookup reads
+ * single rows; a tied head is packed through the output slot, and the lookup keeps
+ * reading the embedding's own view). */
 static void for_each_slot(struct packed_weights *p, void (*visit)(struct packed_weights *, const struct tensor **, void *),
                           void *arg)
 {
-    for (int l = 0; l < p->w.n_layers; l++)
-        for (int i = 0; i < MATS_PER_LAYER; i++) visit(p, layer_slot(&p->layers[l], i), arg);
-    visit(p, &p->w.output, arg);
+    const int n = weights_n_slots(&p->w) - 1; /* the embedding is the last slot */
+    for (int i = 0; i < n; i++) visit(p, weights_slot(&p->w, i), arg);
 }
 
 static void count_slot(struct packed_weights *p, const struct tensor **slot, void *arg)

@@ -583,7 +583,9 @@ int server_run(const struct server_options *o)
     notify_status("loading %s", o->model);
 
     double t0 = now_s();
-    if (model_load(o->model, !strcmp(o->load_format, "dummy") ? MODEL_LOAD_DUMMY : 0, &s.m, err, sizeof err))
+    const unsigned load_flags = (!strcmp(o->load_format, "dummy") ? MODEL_LOAD_DUMMY : 0) |
+                                (!strcmp(o->quantization, "q8_0") ? MODEL_LOAD_Q8_0 : 0);
+    if (model_load(o->model, load_flags, &s.m, err, sizeof err))
         goto fail;
     if (o->chat_template && load_template_override(s.m, o->chat_template, err, sizeof err)) goto fail;
     if (engine_config_from(o, s.m, &ec, err, sizeof err)) goto fail;
@@ -619,7 +621,7 @@ int server_run(const struct server_options *o)
              tparse_format_name(s.ctx.tool_format),
              !strcmp(o->tool_call_parser, "auto") ? " (from the chat template)" : "",
              rsn_kind_name(s.ctx.reasoning));
-    char desc[256];
+    char desc[MODEL_DESC_MAX];
     model_describe(s.m, desc, sizeof desc);
     LOG_INFO("server", "model %s loaded in %.1f s: %s", s.names[0], now_s() - t0, desc);
     const struct sched_config *sc = engine_sched_config(s.e);

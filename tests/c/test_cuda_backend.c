@@ -22,7 +22,8 @@
  *            differ only where the CPU's own margin between the two tokens is within
  *            twice the logit bound (a near-tie at the stated tolerance), at most 1 in 20.
  *            Models: the default SmolLM2 Q4_1 GGUF (both kinds of step), Q4_0 / Q5_0 /
- *            Q4_K / mixed-type tiny GGUFs, the random HF llama3 / qwen2 / qwen3 models;
+ *            Q4_K / mixed-type tiny GGUFs, the random HF llama3 / qwen2 / qwen3 models,
+ *            and two of those quantized to Q8_0 at load (--quantization q8_0);
  *            KV BF16, F16, FP8.
  *   graphs   a run with CUDA graphs equals one with enforce_eager, token for token and
  *            logprob for logprob (bitwise), through shrinking (padded) batches
@@ -524,13 +525,14 @@ struct mcase {
     int gen;
     double nmse, maxrel; /* logit bounds; negative: that multiple of the CPU's own baseline change */
     int tp;              /* GPUs (tensor parallel); 0: 1 */
+    unsigned load;       /* more model_load flags (MODEL_LOAD_Q8_0) */
 };
 
 static struct result g_res, g_res2;
 
 static void run_case(const struct mcase *mc)
 {
-    unsigned flags = mc->testmodel ? MODEL_LOAD_NO_TOKENIZER : 0;
+    unsigned flags = (mc->testmodel ? MODEL_LOAD_NO_TOKENIZER : 0) | mc->load;
     struct model *m = load_model(mc->path, mc->testmodel, flags);
     if (!m) return;
     char err[ERR_BUF];
@@ -585,8 +587,8 @@ static void test_forward_smollm2(void)
         SKIP("SmolLM2 through the emulator under a sanitizer takes too long (make test runs it)");
         return;
     }
-    struct mcase decode = { "models/SmolLM2-135M-Instruct.Q4_1.gguf", false, KV_BF16, true, 0, 3, -3, -2.5, 1 };
-    struct mcase prefill = { "models/SmolLM2-135M-Instruct.Q4_1.gguf", false, KV_F16, false, 0, 3, -3, -2.5, 1 };
+    struct mcase decode = { "models/SmolLM2-135M-Instruct.Q4_1.gguf", false, KV_BF16, true, 0, 3, -3, -2.5, 1, 0 };
+    struct mcase prefill = { "models/SmolLM2-135M-Instruct.Q4_1.gguf", false, KV_F16, false, 0, 3, -3, -2.5, 1, 0 };
     run_case(&decode);
     run_case(&prefill);
 }
@@ -595,12 +597,15 @@ static void test_forward_quant_tiny(void)
 {
     const struct mcase cs[] = {
         /* 32-element types in decode-shaped steps: exact */
-        { "testmodels/tiny-q4_0.gguf", true, KV_BF16, true, 2, 6, 5e-4, 0.1, 1 },
-        { "testmodels/tiny-q5_0.gguf", true, KV_FP8_E4M3, true, 2, 6, 5e-4, 0.1, 1 },
+        { "testmodels/tiny-q4_0.gguf", true, KV_BF16, true, 2, 6, 5e-4, 0.1, 1, 0 },
+        { "testmodels/tiny-q5_0.gguf", true, KV_FP8_E4M3, true, 2, 6, 5e-4, 0.1, 1, 0 },
         /* K-quants (per-32 vs per-256 activation scales), BF16 prefill, unfused Q/K/V */
-        { "testmodels/tiny-q4_k.gguf", true, KV_F16, false, 0, 8, 3e-3, 0.3, 1 },
-        { "testmodels/tiny-mixed.gguf", true, KV_FP8_E4M3, false, 0, 8, 6e-3, 0.4, 1 },
-        { "testmodels/tiny-q5_1.gguf", true, KV_BF16, false, 0, 8, 3e-3, 0.3, 1 },
+        { "testmodels/tiny-q4_k.gguf", true, KV_F16, false, 0, 8, 3e-3, 0.3, 1, 0 },
+        { "testmodels/tiny-mixed.gguf", true, KV_FP8_E4M3, false, 0, 8, 6e-3, 0.4, 1, 0 },
+        { "testmodels/tiny-q5_1.gguf", true, KV_BF16, false, 0, 8, 3e-3, 0.3, 1, 0 },
+        /* HF checkpoints (F32, BF16) quantized to Q8_0 at load (--quantization q8_0) */
+        { "testmodels/qwen2-tiny-hd64", true, KV_BF16, true, 1, 6, 5e-4, 0.1, 1, MODEL_LOAD_Q8_0 },
+        { "testmodels/llama3-tiny-hd64", true, KV_F16, false, 0, 8, 3e-3, 0.3, 1, MODEL_LOAD_Q8_0 },
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_case(&cs[i]);
 }
@@ -609,9 +614,9 @@ static void test_forward_quant_tiny(void)
 static void test_forward_dense_tiny(void)
 {
     const struct mcase cs[] = {
-        { "testmodels/llama3-tiny-hd64", true, KV_BF16, false, 0, 8, 2e-4, 0.06, 1 },
-        { "testmodels/qwen2-tiny-hd64", true, KV_FP8_E4M3, false, 0, 8, 3e-3, 0.3, 1 },
-        { "testmodels/qwen3-tiny-hd64", true, KV_F16, false, 0, 8, 2e-4, 0.06, 1 },
+        { "testmodels/llama3-tiny-hd64", true, KV_BF16, false, 0, 8, 2e-4, 0.06, 1, 0 },
+        { "testmodels/qwen2-tiny-hd64", true, KV_FP8_E4M3, false, 0, 8, 3e-3, 0.3, 1, 0 },
+        { "testmodels/qwen3-tiny-hd64", true, KV_F16, false, 0, 8, 2e-4, 0.06, 1, 0 },
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_case(&cs[i]);
 }
@@ -698,7 +703,8 @@ static size_t kv_block_bytes(const struct model *m, enum kv_dtype dt)
  * rank 0's LM head and sampling broadcast to the other. Against the CPU with the bounds of
  * one GPU (the split changes only the order of two F32 partial sums): Llama (plain),
  * Qwen2 (the Q/K/V bias split with its rows), Qwen3 (q/k norms), a GGUF Q4_0 model (the
- * quantized O and down columns split at block boundaries) in decode-shaped steps; then
+ * quantized O and down columns split at block boundaries) in decode-shaped steps, and the
+ * BF16 Llama quantized to Q8_0 at load (--quantization q8_0) in prefill and decode; then
  * graphs vs enforce_eager and lag vs synchronous on 2 GPUs, bitwise. */
 static void test_tensor_parallel(void)
 {
@@ -707,10 +713,11 @@ static void test_tensor_parallel(void)
         return;
     }
     const struct mcase cs[] = {
-        { "testmodels/llama3-tiny-hd64", true, KV_BF16, false, 0, 8, 2e-4, 0.06, 2 },
-        { "testmodels/qwen2-tiny-hd64", true, KV_FP8_E4M3, false, 0, 8, 3e-3, 0.3, 2 },
-        { "testmodels/qwen3-tiny-hd64", true, KV_F16, false, 0, 8, 2e-4, 0.06, 2 },
-        { "testmodels/tiny-q4_0.gguf", true, KV_BF16, true, 0, 6, 5e-4, 0.1, 2 },
+        { "testmodels/llama3-tiny-hd64", true, KV_BF16, false, 0, 8, 2e-4, 0.06, 2, 0 },
+        { "testmodels/qwen2-tiny-hd64", true, KV_FP8_E4M3, false, 0, 8, 3e-3, 0.3, 2, 0 },
+        { "testmodels/qwen3-tiny-hd64", true, KV_F16, false, 0, 8, 2e-4, 0.06, 2, 0 },
+        { "testmodels/tiny-q4_0.gguf", true, KV_BF16, true, 0, 6, 5e-4, 0.1, 2, 0 },
+        { "testmodels/llama3-tiny-hd64", true, KV_F16, false, 0, 8, 3e-3, 0.3, 2, MODEL_LOAD_Q8_0 },
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_case(&cs[i]);
     run_pair("testmodels/llama3-tiny-hd64", true, 2);

@@ -96,7 +96,7 @@ static void check_same(const struct server_options *a, const struct server_optio
         SAME_I(n_##f);                                                              \
         for (int i_ = 0; i_ < a->n_##f && i_ < b->n_##f; i_++) SAME_S(f[i_]);      \
     } while (0)
-    SAME_S(model); SAME_L(served_model_name); SAME_S(chat_template); SAME_S(load_format);
+    SAME_S(model); SAME_L(served_model_name); SAME_S(chat_template); SAME_S(load_format); SAME_S(quantization);
     SAME_S(tool_call_parser); SAME_I(enable_auto_tool_choice); SAME_S(reasoning_parser);
     SAME_S(host); SAME_I(port); SAME_L(api_key); SAME_S(api_key_file);
     SAME_I(public_metrics); SAME_I(max_body_bytes); SAME_I(max_header_bytes);
@@ -127,6 +127,7 @@ static void fill_nondefault(struct server_options *o)
     o->n_served_model_name = 2;
     o->chat_template = strdup("t.jinja");
     o->load_format = strdup("dummy");
+    o->quantization = strdup("q8_0");
     o->tool_call_parser = strdup("llama3_json");
     o->enable_auto_tool_choice = true;
     o->reasoning_parser = strdup("qwen3");
@@ -211,6 +212,7 @@ static void test_yaml_every_type(void)
         "  - 'héllo: [not a list] # no comment'\n"
         "chat-template: t.jinja\n"
         "load_format: dummy\n"
+        "quantization: q8_0\n"
         "tool_call_parser: llama3_json\n"
         "enable-auto-tool-choice: true\n"
         "reasoning-parser: qwen3\n"
@@ -539,7 +541,7 @@ static void test_help(void)
         CHECK(strstr(help, flag) || strstr(help, bflag), "--help lacks %s", line);
         keys++;
     }
-    CHECK(keys == 48, "%d keys", keys); /* one per option of the table */
+    CHECK(keys == 49, "%d keys", keys); /* one per option of the table */
     CHECK(strstr(help, "--max-num-seqs N") && strstr(help, "[1..4096, default 64]"), "%s", help);
     CHECK(strstr(help, "--[no-]enable-prefix-caching") && strstr(help, "\nengine:\n"), "bool/section");
     CHECK(strstr(help, "--config FILE") && strstr(help, "--print-config"), "general");
@@ -665,6 +667,25 @@ static void test_tensor_parallel_flag(void)
     opts_free(&o);
     rc = load_text("tensor-parallel-size: 2\n", &o, err, sizeof err);
     CHECK(rc == 0 && o.tensor_parallel_size == 2, "yaml: %d %s", rc, err);
+    opts_free(&o);
+}
+
+/* vLLM's -q short form, the long flag, the YAML key and the choices. */
+static void test_quantization_flag(void)
+{
+    struct server_options o;
+    char err[ERR_BUF];
+    int rc = parse(&o, err, sizeof err, "m", NULL);
+    CHECK(rc == 0 && str_eq(o.quantization, "none"), "default: %d %s", rc, err);
+    opts_free(&o);
+    rc = parse(&o, err, sizeof err, "m", "-q", "q8_0", NULL);
+    CHECK(rc == 0 && str_eq(o.quantization, "q8_0"), "-q q8_0: %d %s", rc, err);
+    opts_free(&o);
+    rc = parse(&o, err, sizeof err, "m", "--quantization", "fp8", NULL);
+    CHECK(rc < 0 && strstr(err, "quantization") && strstr(err, "none, q8_0"), "fp8: %s", err);
+    opts_free(&o);
+    rc = load_text("quantization: q8_0\n", &o, err, sizeof err);
+    CHECK(rc == 0 && str_eq(o.quantization, "q8_0"), "yaml: %d %s", rc, err);
     opts_free(&o);
 }
 
@@ -810,6 +831,7 @@ int main(void)
     RUN(test_env_api_key);
     RUN(test_api_key_file);
     RUN(test_tensor_parallel_flag);
+    RUN(test_quantization_flag);
     RUN(test_keyfile);
     RUN(test_round_trip);
     RUN(test_print_config);

@@ -4,9 +4,11 @@
  *   build/tests/tool_bench_cuda MODEL [--dummy] [--kv-cache-dtype bf16|fp8]
  *        [--max-model-len N] [--max-num-seqs N] [--max-num-batched-tokens N]
  *        [--gpu-memory-utilization F] [--context N] [--steps N] [--enforce-eager]
+ *        [--quantization q8_0]
  *
  * Loads MODEL (--dummy: a config-only HF directory with random weights, the
- * --load-format dummy of tessera serve), creates the backend from $TESSERA_CUDA_LIB
+ * --load-format dummy of tessera serve; --quantization q8_0: its matrices quantized to
+ * Q8_0 at load, as tessera serve -q q8_0 does), creates the backend from $TESSERA_CUDA_LIB
  * (default build/libtessera-cuda.so), and measures:
  *   - decode steps at batch 1, 8, 64 and 256 over --context tokens of context each,
  *     pipelined as the engine runs them: the next step's batch is built (its tokens named
@@ -188,13 +190,14 @@ static double run_prefill(struct bench *b, int len, char *err, size_t errlen)
 int main(int argc, char **argv)
 {
     const char *model_path = NULL, *kv = "auto";
-    bool dummy = false, eager = false;
+    bool dummy = false, eager = false, q8_0 = false;
     int max_model_len = 4096, max_seqs = 256, max_tokens = 8192, ctx = 1024, steps = 64;
     double util = 0.9;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--dummy")) dummy = true;
         else if (!strcmp(a, "--enforce-eager")) eager = true;
+        else if (!strcmp(a, "--quantization") && v && !strcmp(v, "q8_0")) q8_0 = true, i++;
         else if (!strcmp(a, "--kv-cache-dtype") && v) kv = argv[++i];
         else if (!strcmp(a, "--max-model-len") && v) max_model_len = atoi(argv[++i]);
         else if (!strcmp(a, "--max-num-seqs") && v) max_seqs = atoi(argv[++i]);
@@ -206,7 +209,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: %s MODEL [--dummy] [--kv-cache-dtype bf16|fp8] [--max-model-len N] "
                     "[--max-num-seqs N] [--max-num-batched-tokens N] [--gpu-memory-utilization F] [--context N] "
-                    "[--steps N] [--enforce-eager]\n", argv[0]);
+                    "[--steps N] [--enforce-eager] [--quantization q8_0]\n", argv[0]);
             return 2;
         }
     }
@@ -231,7 +234,8 @@ int main(int argc, char **argv)
     char err[ERR_BUF];
     struct model *m = NULL;
     double t0 = now_ms();
-    if (model_load(model_path, MODEL_LOAD_NO_TOKENIZER | (dummy ? MODEL_LOAD_DUMMY : 0), &m, err, sizeof err)) {
+    const unsigned flags = MODEL_LOAD_NO_TOKENIZER | (dummy ? MODEL_LOAD_DUMMY : 0) | (q8_0 ? MODEL_LOAD_Q8_0 : 0);
+    if (model_load(model_path, flags, &m, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
@@ -264,7 +268,7 @@ int main(int argc, char **argv)
     sp.temperature = 0;
     b.greedy = sampler_create(&sp, b.vocab);
 
-    char desc[256];
+    char desc[MODEL_DESC_MAX];
     model_describe(m, desc, sizeof desc);
     printf("model: %s\n", desc);
     printf("backend: %s; weights %.2f GiB, activations %.2f GiB, KV %.2f GiB (%s, %d blocks, %d x %d-token "

@@ -1,0 +1,226 @@
+/* weights_quant.c — see weights_quant.h. Two passes over the model's matrix slots: one
+ * sizes the quantized copies (one allocation for all), one fills them, row ranges split
+ * over a thread pool, and re-points every slot that held the source view. */
+#include "model/weights_quant.h"
+
+#include "util/bigalloc.h"
+#include "util/err.h"
+#include "util/half.h"
+#include "util/mapfile.h"
+#include "util/threadpool.h"
+
+#include <time.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define Q8_0_BLOCK 32
+#define Q8_0_BYTES 34
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+int quant_row_q8_0(const float *x, int64_t n, uint8_t *out)
+{
+    int bad = 0;
+    for (int64_t b = 0; b < n / Q8_0_BLOCK; b++, x += Q8_0_BLOCK, out += Q8_0_BYTES) {
+        /* max |x| on the bit patterns: for |x| (sign cleared) unsigned order is float
+         * order, and an integer max vectorizes where a float one may not (NaN rules);
+         * anything at or above the infinity pattern is NaN or infinite */
+        uint32_t amax_bits = 0;
+        for (int j = 0; j < Q8_0_BLOCK; j++) {
+            uint32_t u;
+            memcpy(&u, &x[j], 4);
+            u &= 0x7fffffffu;
+            amax_bits = u > amax_bits ? u : amax_bits;
+        }
+        if (amax_bits >= 0x7f800000u) {
+            bad = 1;
+            memset(out, 0, Q8_0_BYTES);
+            continue;
+        }
+        const float d = fp32_from_bits(amax_bits) / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const uint16_t d16 = fp32_to_fp16(d);
+        memcpy(out, &d16, 2);
+        int8_t *q = (int8_t *)(out + 2);
+        for (int j = 0; j < Q8_0_BLOCK; j++) {
+            /* roundf (half away from zero), in a form that vectorizes: |v| <= 127 up to the
+             * rounding of id, so the int conversion truncates exactly, v - t is exact, and
+             * comparing it with +-0.5 decides the rounding exactly; the result is within
+             * [-127, 127] */
+            const float v = x[j] * id;
+            const int32_t t = (int32_t)v;
+            const float frac = v - (float)t;
+            q[j] = (int8_t)(t + (frac >= 0.5f) - (frac <= -0.5f));
+        }
+    }
+    return bad ? -1 : 0;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static bool is_float_type(enum dtype t) { return t == DT_F32 || t == DT_F16 || t == DT_BF16; }
+
+/* Row r of a float matrix t as F32 into row[t->ne[0]]. */
+static void read_row(const struct tensor *t, int64_t r, float *row)
+{
+    const int64_t n = t->ne[0];
+    const char *src = (const char *)t->data + (size_t)r * dtype_row_bytes(t->type, n);
+    if (t->type == DT_F32) {
+        memcpy(row, src, sizeof(float) * (size_t)n);
+        return;
+    }
+    const uint16_t *h = (const uint16_t *)src;
+    for (int64_t i = 0; i < n; i++) row[i] = t->type == DT_F16 ? fp16_to_fp32(h[i]) : bf16_to_fp32(h[i]);
+}
+
+struct quant_job {
+    const struct tensor *src;
+    uint8_t *dst;
+    int64_t *bad_row; /* [threads]: each thread's first row with a non-finite value, or -1 */
+    int no_memory;    /* a thread could not get its row buffer */
+};
+
+static void quant_task(void *arg, int ith, int nth)
+{
+    struct quant_job *j = arg;
+    const struct tensor *t = j->src;
+    const int64_t n = t->ne[0];
+    const size_t row_bytes = dtype_row_bytes(DT_Q8_0, n);
+    long r0, r1;
+    tp_split((long)t->ne[1], ith, nth, &r0, &r1);
+    j->bad_row[ith] = -1;
+    if (r0 >= r1) return;
+    float *row = malloc(sizeof(float) * (size_t)n);
+    if (!row) {
+        j->no_memory = 1; /* each thread writes the same value */
+        return;
+    }
+    for (long r = r0; r < r1; r++) {
+        read_row(t, r, row);
+        if (quant_row_q8_0(row, n, j->dst + (size_t)r * row_bytes) && j->bad_row[ith] < 0) j->bad_row[ith] = r;
+    }
+    free(row);
+}
+
+/* Points every slot of w that holds `from` at `to` (a tied head and the embedding are one
+ * view in two slots). */
+static void repoint(struct model_weights *w, const struct tensor *from, const struct tensor *to)
+{
+    for (int i = 0; i < weights_n_slots(w); i++)
+        if (*weights_slot(w, i) == from) *weights_slot(w, i) = to;
+}
+
+/* True if slot i holds the same view as an earlier slot (so it is converted once). */
+static bool seen_before(struct model_weights *w, int i)
+{
+    for (int k = 0; k < i; k++)
+        if (*weights_slot(w, k) == *weights_slot(w, i)) return true;
+    return false;
+}
+
+int weights_quantize(struct quant_weights **out, struct model_weights *w, enum dtype to, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (to != DT_Q8_0) return err_set(err, errlen, ERR_INVALID, "quantization to %s is not supported (q8_0 is)", dtype_name(to));
+    const double t0 = now_s();
+    const int n_slots = weights_n_slots(w);
+    size_t names_len = 0;
+    struct quant_weights *q = calloc(1, sizeof *q);
+    if (!q) return err_set(err, errlen, ERR_NOMEM, "quantizing the weights: out of memory");
+    for (int i = 0; i < n_slots; i++) { /* sizes, and shapes checked before anything changes */
+        const struct tensor *t = *weights_slot(w, i);
+        if (seen_before(w, i)) continue;
+        if (!is_float_type(t->type)) {
+            q->n_kept++;
+            continue;
+        }
+        if (t->ne[0] % Q8_0_BLOCK) {
+            quant_weights_free(q);
+            return err_set(err, errlen, ERR_INVALID,
+                           "--quantization q8_0: tensor '%s' has rows of %lld values, not a multiple of %d",
+                           t->name, (long long)t->ne[0], Q8_0_BLOCK);
+        }
+        q->bytes += align64(dtype_row_bytes(DT_Q8_0, t->ne[0]) * (size_t)t->ne[1]);
+        q->bytes_before += t->nbytes;
+        q->n_quantized++;
+        names_len += strlen(t->name) + 1;
+    }
+    if (q->n_quantized == 0) {
+        *out = q;
+        return 0;
+    }
+    q->views = calloc((size_t)q->n_quantized, sizeof *q->views);
+    q->names = malloc(names_len);
+    q->data = big_alloc(q->bytes);
+    struct threadpool *tp = tp_create(0);
+    struct quant_job job = { 0 };
+    if (tp) job.bad_row = calloc((size_t)tp_size(tp), sizeof *job.bad_row);
+    if (!q->views || !q->names || !q->data || !job.bad_row) {
+        double mib = (double)q->bytes / 1048576.0;
+        tp_free(tp);
+        quant_weights_free(q);
+        return err_set(err, errlen, ERR_NOMEM, "quantizing the weights: cannot allocate %.1f MiB", mib);
+    }
+
+    /* convert into the new views first; re-point the slots only once all succeeded */
+    int rc = 0, k = 0;
+    size_t off = 0, name_off = 0;
+    for (int i = 0; i < n_slots && !rc; i++) {
+        const struct tensor *t = *weights_slot(w, i);
+        if (seen_before(w, i) || !is_float_type(t->type)) continue;
+        job.src = t;
+        job.dst = (uint8_t *)q->data + off;
+        tp_run(tp, quant_task, &job);
+        if (job.no_memory) rc = err_set(err, errlen, ERR_NOMEM, "quantizing the weights: out of memory");
+        for (int th = 0; th < tp_size(tp) && !rc; th++)
+            if (job.bad_row[th] >= 0)
+                rc = err_set(err, errlen, ERR_INVALID,
+                             "--quantization q8_0: tensor '%s' row %lld holds a value that is not finite (NaN "
+                             "or infinity)", t->name, (long long)job.bad_row[th]);
+        struct tensor *v = &q->views[k++];
+        *v = *t;
+        v->type = DT_Q8_0;
+        v->data = job.dst;
+        v->nbytes = dtype_row_bytes(DT_Q8_0, t->ne[0]) * (size_t)t->ne[1];
+        v->cpu_packed = NULL;
+        v->name = strcpy(q->names + name_off, t->name);
+        /* the source's file pages go back now, not after the last matrix, so the peak is
+         * one matrix above the Q8_0 size; should a later matrix fail, reads of this one
+         * fault its bytes back unchanged (map_release) */
+        for (int m = 0; m < w->n_maps && !rc; m++) q->released += map_release(w->maps[m], t->data, t->nbytes);
+        name_off += strlen(t->name) + 1;
+        off += align64(v->nbytes);
+    }
+    tp_free(tp);
+    free(job.bad_row);
+    if (rc) {
+        quant_weights_free(q);
+        return rc;
+    }
+    k = 0;
+    for (int i = 0; i < n_slots; i++) {
+        const struct tensor *t = *weights_slot(w, i);
+        if (seen_before(w, i) || !is_float_type(t->type)) continue;
+        repoint(w, t, &q->views[k++]);
+    }
+    w->matrix_bytes = 0;
+    for (int i = 0; i < n_slots; i++)
+        if (!seen_before(w, i)) w->matrix_bytes += (*weights_slot(w, i))->nbytes;
+    q->seconds = now_s() - t0;
+    *out = q;
+    return 0;
+}
+
+void quant_weights_free(struct quant_weights *q)
+{
+    if (!q) return;
+    big_free(q->data, q->bytes);
+    free(q->names);
+    free(q->views);
+    free(q);
+}
