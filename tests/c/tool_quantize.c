@@ -33,7 +33,10 @@ int main(int argc, char **argv)
         return 1;
     }
     fclose(f);
-    if (quant_row_q8_0(in, n, out)) {
+    const int bad = quant_row_q8_0(in, n, out);
+    if (bad) {
+        free(in);
+        free(out);
         fprintf(stderr, "a value is not finite\n");
         return 3;
     }
