@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,5 +96,17 @@ int args_quantization(const char *flag, const char *s, unsigned *flags)
         return -1;
     }
     *flags = !strcmp(s, "q8_0") ? *flags | MODEL_LOAD_Q8_0 : *flags & ~(unsigned)MODEL_LOAD_Q8_0;
+    return 0;
+}
+
+int args_dtype(const char *flag, const char *s, unsigned *flags)
+{
+    const bool bf16 = !strcmp(s, "bfloat16"), f16 = !strcmp(s, "float16") || !strcmp(s, "half");
+    if (!bf16 && !f16 && strcmp(s, "auto")) {
+        fprintf(stderr, "%s: '%s' is not one of auto, bfloat16, float16, half\n", flag, s);
+        return -1;
+    }
+    *flags &= ~(unsigned)(MODEL_LOAD_BF16 | MODEL_LOAD_F16);
+    *flags |= bf16 ? MODEL_LOAD_BF16 : f16 ? MODEL_LOAD_F16 : 0;
     return 0;
 }

@@ -16,6 +16,8 @@ int args_float(const char *flag, const char *s, double min, double max, float *o
 /* --quantization none|q8_0 into model_load flags: *flags gets MODEL_LOAD_Q8_0 set or
  * cleared. */
 int args_quantization(const char *flag, const char *s, unsigned *flags);
+/* --dtype auto|bfloat16|float16|half likewise (MODEL_LOAD_BF16 / MODEL_LOAD_F16). */
+int args_dtype(const char *flag, const char *s, unsigned *flags);
 /* Comma-separated non-negative token ids "1,2,3" into a malloc'd array (caller frees).
  * Returns the count (>= 1) or -1. */
 int args_ids(const char *flag, const char *s, int32_t **out);

@@ -301,7 +301,7 @@ int cli_bench(int argc, char **argv)
     int threads = 0, n_gen = 64, reps = 3, max_model_len = 0;
     int prompts[BENCH_MAX_PROMPTS] = { 128, 512, 2048 }, n_prompts = 3;
     enum kv_dtype kv = KV_F16;
-    unsigned load_flags = 0; /* --quantization */
+    unsigned load_flags = 0; /* --quantization, --dtype */
     struct backend_config bc;
     backend_config_default(&bc);
     for (int i = 1; i < argc; i++) {
@@ -322,6 +322,8 @@ int cli_bench(int argc, char **argv)
             bc.enforce_eager = true;
         } else if ((!strcmp(f, "--quantization") || !strcmp(f, "-q")) && (v = args_value(argc, argv, &i))) {
             if (args_quantization(f, v, &load_flags)) return 2;
+        } else if (!strcmp(f, "--dtype") && (v = args_value(argc, argv, &i))) {
+            if (args_dtype(f, v, &load_flags)) return 2;
         } else if ((!strcmp(f, "--tensor-parallel-size") || !strcmp(f, "-tp")) && (v = args_value(argc, argv, &i))) {
             if (args_int(f, v, 1, 8, &bc.tensor_parallel_size)) return 2;
         } else if (!strcmp(f, "--gpu-memory-utilization") && (v = args_value(argc, argv, &i))) {
@@ -335,6 +337,7 @@ int cli_bench(int argc, char **argv)
                     "                     [--kv-dtype f32|f16|bf16|fp8] [--device auto|cpu|cuda]\n"
                     "                     [--enforce-eager] [--gpu-memory-utilization X (CUDA; ignored by the CPU)]\n"
                     "                     [--tensor-parallel-size N (CUDA: N GPUs)] [--quantization none|q8_0]\n"
+                    "                     [--dtype auto|bfloat16|float16|half]\n"
                     "                     [--json-schema FILE [--batch N (8)]]: decode steps with vs without the\n"
                     "                     schema as structured output, at batch N\n");
             return 2;

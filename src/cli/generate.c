@@ -65,6 +65,7 @@ static void gen_usage(FILE *f)
         "  --enforce-eager         CUDA: no CUDA graphs\n"
         "  --tensor-parallel-size N  CUDA: split the model over N GPUs (default 1)\n"
         "  --quantization none|q8_0  q8_0: quantize F32/F16/BF16 weight matrices to Q8_0 at load\n"
+        "  --dtype auto|bfloat16|float16|half  weight matrices converted to that type at load\n"
         "  --print-ids             print the generated token ids instead of text (stop strings\n"
         "                          still end generation; the ids include the token that completed one)\n"
         "  --quiet                 no statistics on stderr\n",
@@ -103,6 +104,7 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
         else if (!strcmp(f, "--enforce-eager")) a->enforce_eager = true;
         else if (!strcmp(f, "--tensor-parallel-size") || !strcmp(f, "-tp")) { VAL(); if (args_int(f, v, 1, 8, &a->tensor_parallel_size)) return 2; }
         else if (!strcmp(f, "--quantization") || !strcmp(f, "-q")) { VAL(); if (args_quantization(f, v, &a->load_flags)) return 2; }
+        else if (!strcmp(f, "--dtype")) { VAL(); if (args_dtype(f, v, &a->load_flags)) return 2; }
         else if (!strcmp(f, "--device")) {
             VAL();
             if (backend_device_parse(v, &a->device)) { fprintf(stderr, "--device: '%s' is not one of auto, cpu, cuda\n", v); return 2; }

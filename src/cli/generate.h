@@ -16,7 +16,7 @@ struct model;
 
 struct gen_args {
     const char *model, *prompt, *prompt_file, *prompts_file, *tokens, *system, *chat_template_file;
-    unsigned load_flags;    /* model_load flags: --quantization */
+    unsigned load_flags;    /* model_load flags: --quantization, --dtype */
     bool chat, print_ids, ignore_eos, quiet;
     int max_tokens, threads, ctx;
     int max_num_seqs, max_num_batched_tokens, kv_cache_mib, kv_blocks; /* --prompts-file engine knobs */

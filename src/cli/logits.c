@@ -30,6 +30,7 @@ static void logits_usage(FILE *f)
             "usage: tessera logits --model PATH --tokens ID,ID,... --out FILE [--threads N]\n"
             "                      [--device cpu|cuda|auto] [--kv-dtype f32|f16|fp16|bf16|fp8]\n"
             "                      [--chunk N] [--batch-copies K] [--block-size B] [--quantization none|q8_0]\n"
+            "                      [--dtype auto|bfloat16|float16|half]\n"
             "writes float32 logits [n_tokens][vocab] (little-endian) of every position to FILE\n");
 }
 
@@ -40,7 +41,7 @@ int cli_logits(int argc, char **argv)
     enum kv_dtype kv_dtype = KV_F32;
     bool kv_given = false; /* default: f32 on the CPU (the reference), the backend's choice elsewhere */
     enum backend_device device = BACKEND_DEVICE_CPU;
-    unsigned load_flags = 0; /* --quantization */
+    unsigned load_flags = 0; /* --quantization, --dtype */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -62,6 +63,7 @@ int cli_logits(int argc, char **argv)
         else if (!strcmp(a, "--batch-copies")) bad = args_int(a, v, 1, 1024, &copies);
         else if (!strcmp(a, "--block-size")) bad = args_int(a, v, 1, 1 << 16, &block_size);
         else if (!strcmp(a, "--quantization") || !strcmp(a, "-q")) bad = args_quantization(a, v, &load_flags);
+        else if (!strcmp(a, "--dtype")) bad = args_dtype(a, v, &load_flags);
         else if (!strcmp(a, "--device")) {
             bad = backend_device_parse(v, &device) ? -1 : 0;
             if (bad) fprintf(stderr, "logits: bad value '%s' for %s\n", v, a);

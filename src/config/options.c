@@ -83,6 +83,9 @@ static const struct opt_def opt_table[] = {
     ENUM("quantization", quantization, "none", "none|q8_0", "model",
          "q8_0 = quantize F32/F16/BF16 weight matrices to Q8_0 (8.5 bits) at load: about half "
          "the memory and bytes per decode step of BF16; quantized GGUF matrices stay as they are"),
+    ENUM("dtype", dtype, "auto", "auto|bfloat16|float16|half", "model",
+         "type of the weight matrices (vLLM's flag): auto = as stored; bfloat16 / float16 (half) = "
+         "F32/F16/BF16 matrices converted at load; --quantization q8_0 wins over it"),
 
     ENUM("tool-call-parser", tool_call_parser, "auto", "auto|none|hermes|llama3_json|mistral|deepseek_v3",
          "chat", "format of the model's tool calls, parsed into tool_calls when a request's "

@@ -38,6 +38,8 @@ struct server_options {
                                           the config's shapes: MODEL_LOAD_DUMMY) */
     char *quantization;                /* "none" or "q8_0" (F32/F16/BF16 matrices to Q8_0 at load:
                                           MODEL_LOAD_Q8_0) */
+    char *dtype;                       /* "auto" (as stored), "bfloat16", "float16" or "half"
+                                          (MODEL_LOAD_BF16 / MODEL_LOAD_F16) */
     /* chat output */
     char *tool_call_parser;            /* "auto" (the format the chat template shows, if any),
                                           "none", "hermes", "llama3_json", "mistral",

@@ -10,7 +10,7 @@
 #include "loader/gguf.h"
 #include "loader/safetensors.h"
 #include "model/dummy.h"
-#include "model/weights_quant.h"
+#include "model/weights_convert.h"
 #include "template/jinja.h"
 #include "tokenizer/tokenizer.h"
 #include "util/err.h"
@@ -190,13 +190,17 @@ int model_load(const char *path, unsigned flags, struct model **out, char *err, 
     m->random_weights = (flags & MODEL_LOAD_DUMMY) != 0;
     int rc = m->source == MODEL_HF ? load_hf(m, flags, err, errlen) : load_gguf(m, flags, err, errlen);
     if (rc) goto fail;
-    if (flags & MODEL_LOAD_Q8_0) {
+    const enum dtype to = (flags & MODEL_LOAD_Q8_0)  ? DT_Q8_0
+                          : (flags & MODEL_LOAD_F16)  ? DT_F16
+                          : (flags & MODEL_LOAD_BF16) ? DT_BF16
+                                                      : DT_COUNT_;
+    if (to != DT_COUNT_) {
         char sub[ERR_BUF];
-        if ((rc = weights_quantize(&m->quant, &m->w, DT_Q8_0, sub, sizeof sub))) {
+        if ((rc = weights_convert(&m->converted, &m->w, to, sub, sizeof sub))) {
             err_set(err, errlen, rc, "%s: %s", path, sub);
             goto fail;
         }
-        if (m->dummy && m->quant->n_kept == 0) { /* nothing reads the random BF16 bytes any more */
+        if (m->dummy && m->converted->n_kept == 0) { /* nothing reads the random bytes any more */
             dummy_weights_free(m->dummy);
             m->dummy = NULL;
         }
@@ -222,7 +226,7 @@ void model_free(struct model *m)
 {
     if (!m) return;
     weights_free(&m->w);
-    quant_weights_free(m->quant);
+    converted_weights_free(m->converted);
     dummy_weights_free(m->dummy);
     if (m->tmpl) jinja_free(m->tmpl);
     if (m->tok) tok_free(m->tok);
@@ -240,10 +244,12 @@ void model_describe(const struct model *m, char *buf, size_t len)
 {
     const struct model_config *c = &m->cfg;
     static const char *scal[] = { "none", "linear", "llama3" };
-    char quant[128] = ""; /* --quantization q8_0 */
-    if (m->quant && m->quant->n_quantized)
-        snprintf(quant, sizeof quant, ", %d matrices quantized at load in %.1f s from %.1f MiB", m->quant->n_quantized,
-                 m->quant->seconds, (double)m->quant->bytes_before / (1024.0 * 1024.0));
+    char quant[128] = ""; /* --quantization / --dtype */
+    const struct converted_weights *cv = m->converted;
+    if (cv && cv->n_converted)
+        snprintf(quant, sizeof quant, ", %d matrices %s at load in %.1f s from %.1f MiB", cv->n_converted,
+                 cv->to == DT_Q8_0 ? "quantized" : "converted", cv->seconds,
+                 (double)cv->bytes_before / (1024.0 * 1024.0));
     snprintf(buf, len,
              "%s (%s, %s): %d layers, dim %d, heads %d/%d x %d, ffn %d, vocab %d, ctx %d, "
              "rope %s theta %g scaling %s%s%s%s%s, weights %.1f MiB (%s%s%s)",

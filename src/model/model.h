@@ -21,7 +21,7 @@ struct hf_dir;
 struct tokenizer;
 struct jinja_template;
 struct dummy_weights;
-struct quant_weights;
+struct converted_weights;
 
 enum model_source { MODEL_GGUF = 0, MODEL_HF = 1 };
 
@@ -52,10 +52,11 @@ struct model {
     int32_t eog_ids[MODEL_MAX_EOG]; /* ids that end generation (eos + known end-of-turn tokens) */
     int n_eog;
     struct gen_defaults gen;
-    struct dummy_weights *dummy;    /* MODEL_LOAD_DUMMY: the random weights (owned; freed once
-                                       MODEL_LOAD_Q8_0 has quantized every matrix) */
+    struct dummy_weights *dummy;    /* MODEL_LOAD_DUMMY: the random weights (owned; freed once a
+                                       conversion has replaced every matrix) */
     bool random_weights;            /* MODEL_LOAD_DUMMY */
-    struct quant_weights *quant;    /* MODEL_LOAD_Q8_0: the quantized matrices w points at (owned) */
+    struct converted_weights *converted; /* MODEL_LOAD_Q8_0 / _F16 / _BF16: the converted matrices
+                                            w points at (owned), else NULL */
 };
 
 /* Flags for model_load. */
@@ -65,7 +66,10 @@ enum {
                                          tokenizer files) with random weights of the real
                                          shapes (model/dummy.h); safetensors are not read */
     MODEL_LOAD_Q8_0 = 1 << 2,         /* --quantization q8_0: F32/F16/BF16 matrices quantized
-                                         to Q8_0 at load (model/weights_quant.h) */
+                                         to Q8_0 at load (model/weights_convert.h) */
+    MODEL_LOAD_F16 = 1 << 3,          /* --dtype float16: F32/BF16 matrices to F16 at load */
+    MODEL_LOAD_BF16 = 1 << 4,         /* --dtype bfloat16: F32/F16 matrices to BF16 at load
+                                         (MODEL_LOAD_Q8_0 wins over both) */
 };
 
 /* Loads path: a .gguf file or an HF directory. On error returns a negative code with a

@@ -23,7 +23,8 @@
  *            twice the logit bound (a near-tie at the stated tolerance), at most 1 in 20.
  *            Models: the default SmolLM2 Q4_1 GGUF (both kinds of step), Q4_0 / Q5_0 /
  *            Q4_K / mixed-type tiny GGUFs, the random HF llama3 / qwen2 / qwen3 models,
- *            and two of those quantized to Q8_0 at load (--quantization q8_0);
+ *            two of those quantized to Q8_0 at load (--quantization q8_0), one converted
+ *            to F16 (--dtype float16);
  *            KV BF16, F16, FP8.
  *   graphs   a run with CUDA graphs equals one with enforce_eager, token for token and
  *            logprob for logprob (bitwise), through shrinking (padded) batches
@@ -617,6 +618,8 @@ static void test_forward_dense_tiny(void)
         { "testmodels/llama3-tiny-hd64", true, KV_BF16, false, 0, 8, 2e-4, 0.06, 1, 0 },
         { "testmodels/qwen2-tiny-hd64", true, KV_FP8_E4M3, false, 0, 8, 3e-3, 0.3, 1, 0 },
         { "testmodels/qwen3-tiny-hd64", true, KV_F16, false, 0, 8, 2e-4, 0.06, 1, 0 },
+        /* BF16 converted to F16 at load (--dtype float16): F16 activations into cuBLAS */
+        { "testmodels/qwen3-tiny-hd64", true, KV_BF16, false, 0, 8, 2e-4, 0.06, 1, MODEL_LOAD_F16 },
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_case(&cs[i]);
 }

@@ -96,7 +96,7 @@ static void check_same(const struct server_options *a, const struct server_optio
         SAME_I(n_##f);                                                              \
         for (int i_ = 0; i_ < a->n_##f && i_ < b->n_##f; i_++) SAME_S(f[i_]);      \
     } while (0)
-    SAME_S(model); SAME_L(served_model_name); SAME_S(chat_template); SAME_S(load_format); SAME_S(quantization);
+    SAME_S(model); SAME_L(served_model_name); SAME_S(chat_template); SAME_S(load_format); SAME_S(quantization); SAME_S(dtype);
     SAME_S(tool_call_parser); SAME_I(enable_auto_tool_choice); SAME_S(reasoning_parser);
     SAME_S(host); SAME_I(port); SAME_L(api_key); SAME_S(api_key_file);
     SAME_I(public_metrics); SAME_I(max_body_bytes); SAME_I(max_header_bytes);
@@ -128,6 +128,7 @@ static void fill_nondefault(struct server_options *o)
     o->chat_template = strdup("t.jinja");
     o->load_format = strdup("dummy");
     o->quantization = strdup("q8_0");
+    o->dtype = strdup("half");
     o->tool_call_parser = strdup("llama3_json");
     o->enable_auto_tool_choice = true;
     o->reasoning_parser = strdup("qwen3");
@@ -213,6 +214,7 @@ static void test_yaml_every_type(void)
         "chat-template: t.jinja\n"
         "load_format: dummy\n"
         "quantization: q8_0\n"
+        "dtype: half\n"
         "tool_call_parser: llama3_json\n"
         "enable-auto-tool-choice: true\n"
         "reasoning-parser: qwen3\n"
@@ -541,7 +543,7 @@ static void test_help(void)
         CHECK(strstr(help, flag) || strstr(help, bflag), "--help lacks %s", line);
         keys++;
     }
-    CHECK(keys == 49, "%d keys", keys); /* one per option of the table */
+    CHECK(keys == 50, "%d keys", keys); /* one per option of the table */
     CHECK(strstr(help, "--max-num-seqs N") && strstr(help, "[1..4096, default 64]"), "%s", help);
     CHECK(strstr(help, "--[no-]enable-prefix-caching") && strstr(help, "\nengine:\n"), "bool/section");
     CHECK(strstr(help, "--config FILE") && strstr(help, "--print-config"), "general");
@@ -670,7 +672,7 @@ static void test_tensor_parallel_flag(void)
     opts_free(&o);
 }
 
-/* vLLM's -q short form, the long flag, the YAML key and the choices. */
+/* vLLM's -q short form, the long flag, the YAML key and the choices; --dtype. */
 static void test_quantization_flag(void)
 {
     struct server_options o;
@@ -686,6 +688,13 @@ static void test_quantization_flag(void)
     opts_free(&o);
     rc = load_text("quantization: q8_0\n", &o, err, sizeof err);
     CHECK(rc == 0 && str_eq(o.quantization, "q8_0"), "yaml: %d %s", rc, err);
+    opts_free(&o);
+    /* vLLM's --dtype: the 16-bit types by their vLLM names; float32 is not offered */
+    rc = parse(&o, err, sizeof err, "m", "--dtype", "bfloat16", NULL);
+    CHECK(rc == 0 && str_eq(o.dtype, "bfloat16"), "--dtype bfloat16: %d %s", rc, err);
+    opts_free(&o);
+    rc = parse(&o, err, sizeof err, "m", "--dtype", "float32", NULL);
+    CHECK(rc < 0 && strstr(err, "--dtype") && strstr(err, "half"), "float32: %s", err);
     opts_free(&o);
 }
 

@@ -6,7 +6,7 @@
  * Exit status 0 on success, 3 when a value is not finite (nothing written), 2 on bad
  * usage, 1 on I/O errors.
  */
-#include "model/weights_quant.h"
+#include "model/weights_convert.h"
 #include "util/tensor.h"
 
 #include <stdio.h>

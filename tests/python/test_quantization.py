@@ -1,5 +1,6 @@
-"""--quantization q8_0 (src/model/weights_quant.h): a model's F32 / F16 / BF16 matrices
-quantized to GGUF's Q8_0 at load, then served by the quantized kernels.
+"""--quantization q8_0 and --dtype (src/model/weights_convert.h): a model's F32 / F16 / BF16
+matrices quantized to GGUF's Q8_0, or converted to F16 / BF16, at load, then served by
+the kernels of that type.
 
   * the quantizer (build/tests/tool_quantize, quant_row_q8_0) against gguf-py's independent
     numpy Q8_0 quantizer, byte for byte: random rows over many scales, exact .5 ties, zero
@@ -10,8 +11,11 @@ quantized to GGUF's Q8_0 at load, then served by the quantized kernels.
     converted, none was missed or laid out differently;
   * SmolLM2's BF16 checkpoint stays close to its unquantized self (top-1 and logit bounds);
   * a quantized GGUF is left as it is; an F16 GGUF is quantized;
-  * bad input: a NaN in a weight names the tensor and row; an unknown scheme is a usage
-    error before anything loads;
+  * --dtype float16 on qwen2-tiny/ (F32) gives bitwise the logits of qwen2-tiny.gguf (F16
+    matrices of the same values); --dtype bfloat16 on a BF16 checkpoint changes nothing;
+  * bad input: a NaN in a weight names the tensor and row, so does a value beyond float16's
+    range with --dtype float16; an unknown scheme or dtype is a usage error before anything
+    loads;
   * `tessera serve -q q8_0` answers with the text `tessera generate -q q8_0` gives.
 """
 import json
@@ -118,34 +122,61 @@ def test_quantized_gguf_is_kept_and_f16_gguf_converted(tmp_path):
     assert "(Q8_0, 211 matrices quantized at load" in log, log
 
 
-def test_non_finite_weight_is_refused(tmp_path):
-    """A NaN in qwen2-tiny's layer-1 down projection: the load fails naming tensor and row."""
-    src = TEST_MODELS / "qwen2-tiny"
-    dst = tmp_path / "qwen2-nan"
-    shutil.copytree(src, dst)
+def poisoned_copy(tmp_path, value):
+    """qwen2-tiny/ with `value` at row 5, column 3 of layer 1's down projection."""
+    dst = tmp_path / "qwen2-poisoned"
+    shutil.copytree(TEST_MODELS / "qwen2-tiny", dst)
     st = dst / "model.safetensors"
     raw = bytearray(st.read_bytes())
     (hlen,) = struct.unpack("<Q", raw[:8])
-    hdr = json.loads(raw[8:8 + hlen])
-    name = "model.layers.1.mlp.down_proj.weight"
-    t = hdr[name]
+    t = json.loads(raw[8:8 + hlen])[POISONED]
     assert t["dtype"] == "F32"
-    n_in = t["shape"][1]
-    off = 8 + hlen + t["data_offsets"][0] + 4 * (5 * n_in + 3)  # row 5, column 3
-    raw[off:off + 4] = struct.pack("<f", float("nan"))
+    off = 8 + hlen + t["data_offsets"][0] + 4 * (5 * t["shape"][1] + 3)
+    raw[off:off + 4] = struct.pack("<f", value)
     st.write_bytes(bytes(raw))
-    p = subprocess.run([str(BIN), "logits", "--model", str(dst), "--tokens", "1,2,3", "--out",
-                        str(tmp_path / "x.f32"), "-q", "q8_0"], capture_output=True, text=True, timeout=120)
+    return dst
+
+
+POISONED = "model.layers.1.mlp.down_proj.weight"
+
+
+@pytest.mark.parametrize("value,flags,why", [
+    (float("nan"), ("-q", "q8_0"), "not finite"),
+    (float("inf"), ("--dtype", "bfloat16"), "not finite"),
+    (1e6, ("--dtype", "float16"), "beyond float16's range"),
+])
+def test_unconvertible_weight_is_refused(tmp_path, value, flags, why):
+    """The load fails naming the option, tensor and row."""
+    model = poisoned_copy(tmp_path, value)
+    p = subprocess.run([str(BIN), "logits", "--model", str(model), "--tokens", "1,2,3", "--out",
+                        str(tmp_path / "x.f32"), *flags], capture_output=True, text=True, timeout=120)
     assert p.returncode != 0
-    assert f"tensor '{name}' row 5" in p.stderr and "not finite" in p.stderr, p.stderr
+    assert f"{' '.join(flags).replace('-q', '--quantization')}: tensor '{POISONED}' row 5" in p.stderr, p.stderr
+    assert why in p.stderr, p.stderr
 
 
-def test_unknown_scheme_is_a_usage_error(tmp_path):
+@pytest.mark.parametrize("prompt,spelling", [("english", "float16"), ("code", "half")])
+def test_dtype_float16_equals_f16_gguf(tmp_path, prompt, spelling):
+    ours, log = logits(TEST_MODELS / "qwen2-tiny", prompt, "--dtype", spelling, tmp_path=tmp_path)
+    assert "(F16, 16 matrices converted at load" in log, log
+    ref, _ = logits(TEST_MODELS / "qwen2-tiny.gguf", prompt, tmp_path=tmp_path)
+    assert np.array_equal(ours, ref), f"max |d| {np.abs(ours - ref).max()}"
+
+
+def test_dtype_of_the_checkpoint_changes_nothing(tmp_path):
+    a, log = logits(TEST_MODELS / "llama3-tiny", "english", "--dtype", "bfloat16", tmp_path=tmp_path)
+    assert "converted at load" not in log, log
+    b, _ = logits(TEST_MODELS / "llama3-tiny", "english", tmp_path=tmp_path)
+    assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("flag,value,choice", [("--quantization", "fp8", "q8_0"), ("--dtype", "float32", "bfloat16")])
+def test_unknown_scheme_is_a_usage_error(tmp_path, flag, value, choice):
     for cmd in (["serve", "--model", str(tmp_path / "missing.gguf")], ["generate", "--model", "x", "--prompt", "x"],
                 ["bench", "--model", "x"], ["logits", "--model", "x", "--tokens", "1", "--out", "x"]):
-        p = subprocess.run([str(BIN), *cmd, "--quantization", "fp8"], capture_output=True, text=True, timeout=60)
+        p = subprocess.run([str(BIN), *cmd, flag, value], capture_output=True, text=True, timeout=60)
         assert p.returncode == 2, (cmd, p.returncode, p.stderr)
-        assert "--quantization" in p.stderr and "q8_0" in p.stderr, (cmd, p.stderr)
+        assert flag in p.stderr and choice in p.stderr and "missing" not in p.stderr, (cmd, p.stderr)
 
 
 def test_serve_quantized(tessera_bin):

@@ -1,7 +1,7 @@
-/* weights_quant.c — see weights_quant.h. Two passes over the model's matrix slots: one
- * sizes the quantized copies (one allocation for all), one fills them, row ranges split
+/* weights_convert.c — see weights_convert.h. Two passes over the model's matrix slots: one
+ * sizes the converted copies (one allocation for all), one fills them, row ranges split
  * over a thread pool, and re-points every slot that held the source view. */
-#include "model/weights_quant.h"
+#include "model/weights_convert.h"
 
 #include "util/bigalloc.h"
 #include "util/err.h"
@@ -65,6 +65,24 @@ static double now_s(void)
 
 static bool is_float_type(enum dtype t) { return t == DT_F32 || t == DT_F16 || t == DT_BF16; }
 
+/* A matrix of type t is converted to `to` when it is a float type other than `to`. */
+static bool converts(enum dtype t, enum dtype to) { return is_float_type(t) && t != to; }
+
+/* n F32 values into one row of `to` at out. Returns -1 when a value is not finite or
+ * (F16) beyond the type's range. */
+static int convert_row(enum dtype to, const float *x, int64_t n, uint8_t *out)
+{
+    if (to == DT_Q8_0) return quant_row_q8_0(x, n, out);
+    uint16_t *h = (uint16_t *)out;
+    uint16_t all = 0; /* exponent bits of every result: all ones means inf or NaN */
+    const uint16_t exp_mask = to == DT_F16 ? 0x7c00u : 0x7f80u;
+    for (int64_t i = 0; i < n; i++) {
+        h[i] = to == DT_F16 ? fp32_to_fp16(x[i]) : fp32_to_bf16(x[i]);
+        all |= (uint16_t)((h[i] & exp_mask) == exp_mask);
+    }
+    return all ? -1 : 0;
+}
+
 /* Row r of a float matrix t as F32 into row[t->ne[0]]. */
 static void read_row(const struct tensor *t, int64_t r, float *row)
 {
@@ -78,19 +96,20 @@ static void read_row(const struct tensor *t, int64_t r, float *row)
     for (int64_t i = 0; i < n; i++) row[i] = t->type == DT_F16 ? fp16_to_fp32(h[i]) : bf16_to_fp32(h[i]);
 }
 
-struct quant_job {
+struct convert_job {
     const struct tensor *src;
+    enum dtype to;
     uint8_t *dst;
-    int64_t *bad_row; /* [threads]: each thread's first row with a non-finite value, or -1 */
+    int64_t *bad_row; /* [threads]: each thread's first row that could not be converted, or -1 */
     int no_memory;    /* a thread could not get its row buffer */
 };
 
-static void quant_task(void *arg, int ith, int nth)
+static void convert_task(void *arg, int ith, int nth)
 {
-    struct quant_job *j = arg;
+    struct convert_job *j = arg;
     const struct tensor *t = j->src;
     const int64_t n = t->ne[0];
-    const size_t row_bytes = dtype_row_bytes(DT_Q8_0, n);
+    const size_t row_bytes = dtype_row_bytes(j->to, n);
     long r0, r1;
     tp_split((long)t->ne[1], ith, nth, &r0, &r1);
     j->bad_row[ith] = -1;
@@ -102,7 +121,7 @@ static void quant_task(void *arg, int ith, int nth)
     }
     for (long r = r0; r < r1; r++) {
         read_row(t, r, row);
-        if (quant_row_q8_0(row, n, j->dst + (size_t)r * row_bytes) && j->bad_row[ith] < 0) j->bad_row[ith] = r;
+        if (convert_row(j->to, row, n, j->dst + (size_t)r * row_bytes) && j->bad_row[ith] < 0) j->bad_row[ith] = r;
     }
     free(row);
 }
@@ -123,48 +142,55 @@ static bool seen_before(struct model_weights *w, int i)
     return false;
 }
 
-int weights_quantize(struct quant_weights **out, struct model_weights *w, enum dtype to, char *err, size_t errlen)
+/* The option that asked for `to`, for messages. */
+static const char *option_of(enum dtype to)
+{
+    return to == DT_Q8_0 ? "--quantization q8_0" : to == DT_F16 ? "--dtype float16" : "--dtype bfloat16";
+}
+
+int weights_convert(struct converted_weights **out, struct model_weights *w, enum dtype to, char *err, size_t errlen)
 {
     *out = NULL;
-    if (to != DT_Q8_0) return err_set(err, errlen, ERR_INVALID, "quantization to %s is not supported (q8_0 is)", dtype_name(to));
+    if (to != DT_Q8_0 && to != DT_F16 && to != DT_BF16)
+        return err_set(err, errlen, ERR_INVALID, "converting weights to %s is not supported", dtype_name(to));
     const double t0 = now_s();
     const int n_slots = weights_n_slots(w);
     size_t names_len = 0;
-    struct quant_weights *q = calloc(1, sizeof *q);
-    if (!q) return err_set(err, errlen, ERR_NOMEM, "quantizing the weights: out of memory");
+    struct converted_weights *q = calloc(1, sizeof *q);
+    if (!q) return err_set(err, errlen, ERR_NOMEM, "converting the weights: out of memory");
+    q->to = to;
     for (int i = 0; i < n_slots; i++) { /* sizes, and shapes checked before anything changes */
         const struct tensor *t = *weights_slot(w, i);
         if (seen_before(w, i)) continue;
-        if (!is_float_type(t->type)) {
+        if (!converts(t->type, to)) {
             q->n_kept++;
             continue;
         }
-        if (t->ne[0] % Q8_0_BLOCK) {
-            quant_weights_free(q);
-            return err_set(err, errlen, ERR_INVALID,
-                           "--quantization q8_0: tensor '%s' has rows of %lld values, not a multiple of %d",
-                           t->name, (long long)t->ne[0], Q8_0_BLOCK);
+        if (t->ne[0] % dtype_block_elems(to)) {
+            converted_weights_free(q);
+            return err_set(err, errlen, ERR_INVALID, "%s: tensor '%s' has rows of %lld values, not a multiple of %d",
+                           option_of(to), t->name, (long long)t->ne[0], dtype_block_elems(to));
         }
-        q->bytes += align64(dtype_row_bytes(DT_Q8_0, t->ne[0]) * (size_t)t->ne[1]);
+        q->bytes += align64(dtype_row_bytes(to, t->ne[0]) * (size_t)t->ne[1]);
         q->bytes_before += t->nbytes;
-        q->n_quantized++;
+        q->n_converted++;
         names_len += strlen(t->name) + 1;
     }
-    if (q->n_quantized == 0) {
+    if (q->n_converted == 0) {
         *out = q;
         return 0;
     }
-    q->views = calloc((size_t)q->n_quantized, sizeof *q->views);
+    q->views = calloc((size_t)q->n_converted, sizeof *q->views);
     q->names = malloc(names_len);
     q->data = big_alloc(q->bytes);
     struct threadpool *tp = tp_create(0);
-    struct quant_job job = { 0 };
+    struct convert_job job = { .to = to };
     if (tp) job.bad_row = calloc((size_t)tp_size(tp), sizeof *job.bad_row);
     if (!q->views || !q->names || !q->data || !job.bad_row) {
         double mib = (double)q->bytes / 1048576.0;
         tp_free(tp);
-        quant_weights_free(q);
-        return err_set(err, errlen, ERR_NOMEM, "quantizing the weights: cannot allocate %.1f MiB", mib);
+        converted_weights_free(q);
+        return err_set(err, errlen, ERR_NOMEM, "converting the weights: cannot allocate %.1f MiB", mib);
     }
 
     /* convert into the new views first; re-point the slots only once all succeeded */
@@ -172,21 +198,21 @@ int weights_quantize(struct quant_weights **out, struct model_weights *w, enum d
     size_t off = 0, name_off = 0;
     for (int i = 0; i < n_slots && !rc; i++) {
         const struct tensor *t = *weights_slot(w, i);
-        if (seen_before(w, i) || !is_float_type(t->type)) continue;
+        if (seen_before(w, i) || !converts(t->type, to)) continue;
         job.src = t;
         job.dst = (uint8_t *)q->data + off;
-        tp_run(tp, quant_task, &job);
-        if (job.no_memory) rc = err_set(err, errlen, ERR_NOMEM, "quantizing the weights: out of memory");
+        tp_run(tp, convert_task, &job);
+        if (job.no_memory) rc = err_set(err, errlen, ERR_NOMEM, "converting the weights: out of memory");
         for (int th = 0; th < tp_size(tp) && !rc; th++)
             if (job.bad_row[th] >= 0)
-                rc = err_set(err, errlen, ERR_INVALID,
-                             "--quantization q8_0: tensor '%s' row %lld holds a value that is not finite (NaN "
-                             "or infinity)", t->name, (long long)job.bad_row[th]);
+                rc = err_set(err, errlen, ERR_INVALID, "%s: tensor '%s' row %lld holds a value that is not finite%s",
+                             option_of(to), t->name, (long long)job.bad_row[th],
+                             to == DT_F16 ? " or beyond float16's range (65504)" : " (NaN or infinity)");
         struct tensor *v = &q->views[k++];
         *v = *t;
-        v->type = DT_Q8_0;
+        v->type = to;
         v->data = job.dst;
-        v->nbytes = dtype_row_bytes(DT_Q8_0, t->ne[0]) * (size_t)t->ne[1];
+        v->nbytes = dtype_row_bytes(to, t->ne[0]) * (size_t)t->ne[1];
         v->cpu_packed = NULL;
         v->name = strcpy(q->names + name_off, t->name);
         /* the source's file pages go back now, not after the last matrix, so the peak is
@@ -199,13 +225,13 @@ int weights_quantize(struct quant_weights **out, struct model_weights *w, enum d
     tp_free(tp);
     free(job.bad_row);
     if (rc) {
-        quant_weights_free(q);
+        converted_weights_free(q);
         return rc;
     }
     k = 0;
     for (int i = 0; i < n_slots; i++) {
         const struct tensor *t = *weights_slot(w, i);
-        if (seen_before(w, i) || !is_float_type(t->type)) continue;
+        if (seen_before(w, i) || !converts(t->type, to)) continue;
         repoint(w, t, &q->views[k++]);
     }
     w->matrix_bytes = 0;
@@ -216,7 +242,7 @@ int weights_quantize(struct quant_weights **out, struct model_weights *w, enum d
     return 0;
 }
 
-void quant_weights_free(struct quant_weights *q)
+void converted_weights_free(struct converted_weights *q)
 {
     if (!q) return;
     big_free(q->data, q->bytes);
