@@ -550,7 +550,7 @@ static void run_case(const struct mcase *mc)
         printf("  %s (%s, kv %s, %s steps%s): create %.1f s, %d steps %.1f s; logits over %d rows: nmse %.2e "
                "(bound %.0e), max |d| %.3f std (bound %.2f)\n",
                mc->path, dtype_name(m->w.layers[0].wq->type), kv_dtype_name(sd.info.kv_dtype),
-               mc->chunked ? "decode-shaped" : "prefill+decode", mc->tp > 1 ? ", 2 GPUs" : "", tc, g_res.steps, g_res.seconds, g_res.ls.rows,
+               mc->chunked ? "decode-shaped" : "prefill+decode", mc->tp == 2 ? ", 2 GPUs" : mc->tp == 4 ? ", 4 GPUs" : "", tc, g_res.steps, g_res.seconds, g_res.ls.rows,
                g_res.ls.nmse, mc->nmse < 0 ? -mc->nmse * g_res.base.nmse : mc->nmse, g_res.ls.maxrel,
                mc->maxrel < 0 ? -mc->maxrel * g_res.base.maxrel : mc->maxrel);
         printf("    baseline (CPU, kv %s vs f32): nmse %.2e, max |d| %.3f std\n", kv_dtype_name(sd.info.kv_dtype),
@@ -721,8 +721,16 @@ static void test_tensor_parallel(void)
         { "testmodels/qwen3-tiny-hd64", true, KV_F16, false, 0, 8, 2e-4, 0.06, 2, 0 },
         { "testmodels/tiny-q4_0.gguf", true, KV_BF16, true, 0, 6, 5e-4, 0.1, 2, 0 },
         { "testmodels/llama3-tiny-hd64", true, KV_F16, false, 0, 8, 3e-3, 0.3, 2, MODEL_LOAD_Q8_0 },
+        /* 4 GPUs, 2 KV heads: each KV head replicated on the 2 GPUs whose query head uses it */
+        { "testmodels/qwen2-tiny-hd64", true, KV_BF16, false, 0, 8, 3e-4, 0.1, 4, 0 },
     };
-    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_case(&cs[i]);
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        if (cs[i].tp > g_device_count(NULL, 0)) {
+            printf("  %s on %d GPUs: not run, %d visible\n", cs[i].path, cs[i].tp, g_device_count(NULL, 0));
+            continue;
+        }
+        run_case(&cs[i]);
+    }
     run_pair("testmodels/llama3-tiny-hd64", true, 2);
     run_pair("testmodels/qwen2-tiny-hd64", false, 2);
 }
@@ -756,9 +764,9 @@ static void test_tensor_parallel_limits(void)
     side_close(&sd);
     o.tp = 3; /* 4 heads over 3 GPUs */
     rc = g_device_count(NULL, 0) >= 3 ? side_open(&sd, m, &o, err, sizeof err) : ERR_UNSUPPORTED;
-    if (g_device_count(NULL, 0) < 3) snprintf(err, sizeof err, "multiples (not run: fewer than 3 GPUs)");
+    if (g_device_count(NULL, 0) < 3) snprintf(err, sizeof err, "must be a multiple (not run: fewer than 3 GPUs)");
     printf("    3 GPUs: %s\n", err);
-    CHECK(rc == ERR_UNSUPPORTED && strstr(err, "multiples"), "4 heads over 3 GPUs must be refused: %d %s", rc, err);
+    CHECK(rc == ERR_UNSUPPORTED && strstr(err, "must be a multiple"), "4 heads over 3 GPUs must be refused: %d %s", rc, err);
     side_close(&sd);
 
     if (g_emulated) {

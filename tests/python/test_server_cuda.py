@@ -217,7 +217,7 @@ def test_cuda_tensor_parallel_serves_like_the_cpu(tessera_bin, emu_lib):
 @pytest.mark.parametrize("device,devices,expect", [
     ("cpu", "2", "CPU backend runs on one machine"),   # asked of the CPU
     ("auto", "1", "needs 2 GPUs, 1 visible"),          # never quietly one CPU instead
-    ("cuda", "4", "must both be multiples of it"),     # SmolLM2's 9 heads / 3 KV heads over 2
+    ("cuda", "4", "heads must be a multiple of it"),   # SmolLM2's 9 heads / 3 KV heads over 2
 ])
 def test_tensor_parallel_refusals(tessera_bin, default_model, emu_lib, device, devices, expect):
     """What cannot run split over GPUs stops the server at start with the reason."""

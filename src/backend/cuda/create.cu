@@ -209,21 +209,25 @@ static int check_config(const struct backend_config *cfg, char *err, size_t errl
     return 0;
 }
 
-/* Whether the model splits over `world` GPUs: whole heads (query and KV) and an equal
- * share of the MLP per GPU, the O and down projections' column shares whole blocks of
- * their stored types. */
+/* KV heads split over `world` GPUs: whole heads per GPU, or, with fewer KV heads than GPUs,
+ * each one replicated on world / n_kv_heads of them. */
+static bool kv_splits(int n_kv_heads, int world) { return n_kv_heads % world == 0 || world % n_kv_heads == 0; }
+
+/* Whether the model splits over `world` GPUs: whole query heads and KV heads (or KV heads
+ * replicated) and an equal share of the MLP per GPU, the O and down projections' column
+ * shares whole blocks of their stored types. */
 static int check_split(const struct model *m, int world, char *err, size_t errlen)
 {
     const struct model_config *c = &m->cfg;
     if (world == 1) return 0;
-    if (c->n_heads % world || c->n_kv_heads % world) {
+    if (c->n_heads % world || !kv_splits(c->n_kv_heads, world)) {
         char fits[64] = "none: one GPU";
         for (int t = 2, n = 0; t <= CU_MAX_RANKS; t++)
-            if (c->n_heads % t == 0 && c->n_kv_heads % t == 0 && c->ffn_dim % t == 0)
+            if (c->n_heads % t == 0 && kv_splits(c->n_kv_heads, t) && c->ffn_dim % t == 0)
                 n += snprintf(fits + n, sizeof fits - (size_t)n, "%s%d", n ? ", " : "", t);
         return err_set(err, errlen, ERR_UNSUPPORTED,
-                       "cuda: --tensor-parallel-size %d: the model's %d attention heads and %d KV heads must both "
-                       "be multiples of it (sizes that divide them: %s)",
+                       "cuda: --tensor-parallel-size %d: the model's %d attention heads must be a multiple of it, "
+                       "and its %d KV heads a multiple or a divisor of it (sizes that fit: %s)",
                        world, c->n_heads, c->n_kv_heads, fits);
     }
     if (c->ffn_dim % world)
@@ -744,7 +748,13 @@ extern "C" int tessera_cuda_backend_create(const struct model *m, const struct b
         b->rank = r;
         b->world = world;
         b->nh = m->cfg.n_heads / world;
-        b->nkv = m->cfg.n_kv_heads / world;
+        if (m->cfg.n_kv_heads >= world) {
+            b->nkv = m->cfg.n_kv_heads / world;
+            b->kv0 = r * b->nkv;
+        } else { /* replicated: the KV head of this rank's query heads' group */
+            b->nkv = 1;
+            b->kv0 = r * m->cfg.n_kv_heads / world;
+        }
         b->ffn = m->cfg.ffn_dim / world;
     }
     if ((rc = cu_group_start(g, err, errlen)) || (rc = build(g, info, err, errlen))) {

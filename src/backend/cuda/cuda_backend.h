@@ -145,7 +145,11 @@ struct cuda_backend {
     struct backend_info info;       /* what create decided */
     int device;
     int rank, world;                /* tensor-parallel position (0, 1 on one GPU) */
-    int nh, nkv;                    /* this rank's query and KV heads (n_heads / world, ...) */
+    int nh, nkv;                    /* this rank's query and KV heads (n_heads / world; n_kv_heads /
+                                       world, or 1 when world exceeds n_kv_heads) */
+    int kv0;                        /* this rank's first KV head: rank * nkv, or with fewer KV
+                                       heads than GPUs the one its query heads share (each KV
+                                       head replicated on world / n_kv_heads GPUs, as vLLM) */
     int64_t ffn;                    /* this rank's MLP width (ffn_dim / world) */
     cu_nccl_comm comm;              /* world > 1: this rank's communicator (owned by the group) */
     const struct cu_nccl *nccl;     /* world > 1: the group's NCCL entry points */

@@ -9,10 +9,11 @@
  * and up. Norm weights, the QKV bias and Qwen3's q/k norms go up as F32 (the model holds
  * them as F32 already). A tied LM head is the embedding table itself.
  *
- * Tensor parallel (cuda_backend.h): a rank uploads its heads' rows of Q, K, V (and bias),
- * its heads' columns of O, its share of the gate/up rows and of the down columns — strided
- * copies straight from the file, quantized blocks intact (the shares are whole blocks) —
- * and the replicated embedding and norms; the LM head goes to rank 0 only.
+ * Tensor parallel (cuda_backend.h): a rank uploads its heads' rows of Q, K, V (and bias; a
+ * KV head replicated on several GPUs goes to each), its heads' columns of O, its share of
+ * the gate/up rows and of the down columns — strided copies straight from the file,
+ * quantized blocks intact (the shares are whole blocks) — and the replicated embedding and
+ * norms; the LM head goes to rank 0 only.
  *
  * The activation dtype follows from the linears: if every one (the LM head included) is
  * F16, the norms, attention and SiLU·mul write F16 and cuBLAS reads it directly; likewise
@@ -160,7 +161,7 @@ int cu_weights_load(struct cuda_backend *b, char *err, size_t errlen)
     struct cu_weights *w = &b->w;
     /* this rank's share: query rows q0.., KV rows k0.., MLP rows f0.. (everything on one GPU) */
     const int64_t dim = c->dim, hd = c->head_dim, qd = (int64_t)b->nh * hd, kvd = (int64_t)b->nkv * hd;
-    const int64_t q0 = b->rank * qd, k0 = b->rank * kvd, ffn = b->ffn, f0 = b->rank * ffn;
+    const int64_t q0 = b->rank * qd, k0 = (int64_t)b->kv0 * hd, ffn = b->ffn, f0 = b->rank * ffn;
     char what[96];
     int rc;
 
