@@ -240,6 +240,8 @@ void model_free(struct model *m)
     free(m);
 }
 
+size_t model_release_converted(struct model *m) { return converted_weights_release(m->converted); }
+
 void model_describe(const struct model *m, char *buf, size_t len)
 {
     const struct model_config *c = &m->cfg;

@@ -77,6 +77,12 @@ enum {
 int model_load(const char *path, unsigned flags, struct model **out, char *err, size_t errlen);
 void model_free(struct model *m);
 
+/* Frees the host copy of the matrices converted at load (--quantization, --dtype) once a
+ * backend holds its own copy of every weight (the CUDA backend after create); their views
+ * keep their shapes but no data. Returns the bytes freed (0: nothing converted). Only for
+ * a model nothing on the host computes with afterwards (tessera serve on a GPU). */
+size_t model_release_converted(struct model *m);
+
 /* True if id ends a generation (in eog_ids). */
 bool model_is_eog(const struct model *m, int32_t id);
 

@@ -250,3 +250,13 @@ void converted_weights_free(struct converted_weights *q)
     free(q->views);
     free(q);
 }
+
+size_t converted_weights_release(struct converted_weights *c)
+{
+    if (!c || !c->data) return 0;
+    const size_t bytes = c->bytes;
+    big_free(c->data, c->bytes);
+    c->data = NULL;
+    for (int i = 0; i < c->n_converted; i++) c->views[i].data = NULL;
+    return bytes;
+}

@@ -53,6 +53,14 @@ int weights_convert(struct converted_weights **out, struct model_weights *w, enu
                     size_t errlen);
 void converted_weights_free(struct converted_weights *c);
 
+/* Frees the converted bytes (data) but keeps the views, whose data becomes NULL, so that a
+ * reader that should not be there faults at once instead of reading stale bytes. For a
+ * backend that has copied every matrix to its own memory (the CUDA backend, after
+ * create): the host copy is then dead weight (a 70B model's Q8_0 is 75 GB). Returns the
+ * bytes freed. Called once, by the thread that owns the model, when nothing else reads
+ * its matrices. */
+size_t converted_weights_release(struct converted_weights *c);
+
 /* One row: n F32 values (n a multiple of 32) into n / 32 Q8_0 blocks at out (34 bytes
  * each: fp16 d, then 32 int8 codes). Returns 0, or -1 when a value is NaN or infinite
  * (that block is then all zeros). Any thread. */

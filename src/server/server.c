@@ -633,6 +633,12 @@ int server_run(const struct server_options *o)
              (double)bi->weight_bytes / 1048576.0, (double)bi->kv_bytes / 1048576.0, kv_dtype_name(bi->kv_dtype),
              (double)bi->activation_bytes / 1048576.0,
              !strcmp(bi->name, "cuda") ? (bi->graphs ? ", CUDA graphs" : ", eager") : "");
+    if (!strcmp(bi->name, "cuda")) { /* the GPUs hold the weights; nothing on the host reads them again */
+        const size_t freed = model_release_converted(s.m);
+        if (freed)
+            LOG_INFO("server", "released the host copy of the weights converted at load (%.1f MiB): the GPU "
+                     "holds them", (double)freed / 1048576.0);
+    }
     /* vLLM's lines, so the same log checks work */
     LOG_INFO("server", "# %s blocks: %d, maximum concurrency for %d tokens per request: %.2fx",
              !strcmp(bi->name, "cuda") ? "GPU" : "CPU", bi->num_blocks, sc->max_model_len,

@@ -24,7 +24,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import BUILD
+from conftest import BUILD, TEST_MODELS
 from server_util import (check_chat_stream, expect_engine_failure, free_port, parse_sse, run_server,
                          stream_request)
 
@@ -227,3 +227,24 @@ def test_tensor_parallel_refusals(tessera_bin, default_model, emu_lib, device, d
                        capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode != 0, p.stderr[-2000:]
     assert expect in p.stderr, p.stderr[-2000:]
+
+
+def test_cuda_serves_a_checkpoint_quantized_at_load(tessera_bin, emu_lib):
+    """--quantization q8_0 on the CUDA backend: a BF16 checkpoint (the tiny random Llama)
+    quantized at load, served through the Q8_0 GEMV, gives the CPU backend's greedy tokens
+    from the same quantized weights (decode-shaped steps: integer dot products equal to the
+    CPU's), and the host copy of the quantized weights is released once the GPU has them."""
+    model = TEST_MODELS / "llama3-tiny-hd64"
+    reqs = [{"prompt": p, "max_tokens": MAX_TOKENS, "temperature": 0, "logprobs": 1, "ignore_eos": True}
+            for p in PROMPTS[:4]]
+    got = {}
+    for device in ("cpu", "cuda"):
+        with run_server(tessera_bin, model, "--served-model-name", "m", "--device", device, "--quantization", "q8_0",
+                        *COMMON,
+                        env=EMU_ENV if device == "cuda" else None, start_timeout=START) as srv:
+            log = srv.stderr()
+            assert "(Q8_0, 16 matrices quantized at load" in log, srv.stderr_tail()
+            assert ("released the host copy" in log) == (device == "cuda"), srv.stderr_tail()
+            got[device] = complete_all(srv, reqs)
+    for c, g in zip(got["cpu"], got["cuda"]):
+        assert g["logprobs"]["tokens"] == c["logprobs"]["tokens"], (c["text"], g["text"])
