@@ -67,7 +67,7 @@ elif [ -e "$emu_lib" ]; then
     run_c "$BUILD/tests/test_scheduler" "test_scheduler (cuda, emulated)" TESSERA_TEST_DEVICE=cuda \
         TESSERA_CUDA_LIB="$emu_lib" TESSERA_EMU_MEM_MB=1024 TESSERA_TEST_MODEL="$BUILD/testmodels/llama3-tiny-hd64"
     # the same split over 2 emulated GPUs (tensor parallel: NCCL all-reduces, rank 0
-    # sampling and broadcasting the tokens)
+    # sampling and broadcasting the tokens): the overlapped loop, F16 KV
     run_c "$BUILD/tests/test_scheduler" "test_scheduler (cuda, emulated, 2 GPUs)" TESSERA_TEST_DEVICE=cuda \
         TESSERA_TEST_TP=2 TESSERA_EMU_DEVICES=2 TESSERA_CUDA_LIB="$emu_lib" TESSERA_EMU_MEM_MB=1024 \
         TESSERA_TEST_MODEL="$BUILD/testmodels/llama3-tiny-hd64"

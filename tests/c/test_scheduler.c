@@ -21,6 +21,8 @@
  * same tests on the emulated CUDA backend; default cpu. TESSERA_TEST_MODEL picks another
  * model (make test runs the CUDA pass on the tiny BF16 llama3 with head_dim 64, whose
  * GPU and CPU arithmetic agree to rounding: greedy ids stay exact there too).
+ * TESSERA_TEST_TP=2 splits it over 2 emulated GPUs; that pass runs the overlapped loop
+ * with the F16 KV cache only (the one-GPU pass covers the rest of the matrix).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "engine/scheduler.h"
@@ -976,7 +978,9 @@ int main(void)
     make_prompts();
     RUN(test_add_errors);
     RUN(test_alone);
-    for (int ov = SLOW; ov < 2; ov++) { /* sanitizers: the overlapped loop only */
+    /* sanitizers, and the pass over several GPUs (make test's second CUDA pass): the
+     * overlapped loop only, the one the CUDA backend runs (the single-GPU pass keeps both) */
+    for (int ov = SLOW || test_backend_tp() > 1; ov < 2; ov++) {
         g_overlap = ov ? SCHED_OVERLAP_ON : SCHED_OVERLAP_OFF;
         printf("overlapped scheduling %s:\n", ov ? "on" : "off");
         RUN(test_together);
@@ -1000,13 +1004,15 @@ int main(void)
     bool f16_have_ref = g_have_ref;
     g_kv = KV_FP8_E4M3;
     g_overlap = SCHED_OVERLAP_ON;
-    printf("fp8 KV, overlapped scheduling on:\n");
-    RUN(test_alone);
-    RUN(test_together);
-    RUN(test_preemption);
-    RUN(test_chunked);
-    RUN(test_prefix);
-    RUN(test_abort);
+    if (test_backend_tp() == 1) { /* over several GPUs FP8 KV is test_cuda_backend's (logits) */
+        printf("fp8 KV, overlapped scheduling on:\n");
+        RUN(test_alone);
+        RUN(test_together);
+        RUN(test_preemption);
+        RUN(test_chunked);
+        RUN(test_prefix);
+        RUN(test_abort);
+    }
     g_kv = KV_F16; /* the F16 references again, for the tests below */
     memcpy(g_ref, f16_ref, sizeof g_ref);
     memcpy(g_ref_n, f16_ref_n, sizeof g_ref_n);
