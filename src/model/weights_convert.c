@@ -156,40 +156,40 @@ int weights_convert(struct converted_weights **out, struct model_weights *w, enu
     const double t0 = now_s();
     const int n_slots = weights_n_slots(w);
     size_t names_len = 0;
-    struct converted_weights *q = calloc(1, sizeof *q);
-    if (!q) return err_set(err, errlen, ERR_NOMEM, "converting the weights: out of memory");
-    q->to = to;
+    struct converted_weights *cw = calloc(1, sizeof *cw);
+    if (!cw) return err_set(err, errlen, ERR_NOMEM, "converting the weights: out of memory");
+    cw->to = to;
     for (int i = 0; i < n_slots; i++) { /* sizes, and shapes checked before anything changes */
         const struct tensor *t = *weights_slot(w, i);
         if (seen_before(w, i)) continue;
         if (!converts(t->type, to)) {
-            q->n_kept++;
+            cw->n_kept++;
             continue;
         }
         if (t->ne[0] % dtype_block_elems(to)) {
-            converted_weights_free(q);
+            converted_weights_free(cw);
             return err_set(err, errlen, ERR_INVALID, "%s: tensor '%s' has rows of %lld values, not a multiple of %d",
                            option_of(to), t->name, (long long)t->ne[0], dtype_block_elems(to));
         }
-        q->bytes += align64(dtype_row_bytes(to, t->ne[0]) * (size_t)t->ne[1]);
-        q->bytes_before += t->nbytes;
-        q->n_converted++;
+        cw->bytes += align64(dtype_row_bytes(to, t->ne[0]) * (size_t)t->ne[1]);
+        cw->bytes_before += t->nbytes;
+        cw->n_converted++;
         names_len += strlen(t->name) + 1;
     }
-    if (q->n_converted == 0) {
-        *out = q;
+    if (cw->n_converted == 0) {
+        *out = cw;
         return 0;
     }
-    q->views = calloc((size_t)q->n_converted, sizeof *q->views);
-    q->names = malloc(names_len);
-    q->data = big_alloc(q->bytes);
+    cw->views = calloc((size_t)cw->n_converted, sizeof *cw->views);
+    cw->names = malloc(names_len);
+    cw->data = big_alloc(cw->bytes);
     struct threadpool *tp = tp_create(0);
     struct convert_job job = { .to = to };
     if (tp) job.bad_row = calloc((size_t)tp_size(tp), sizeof *job.bad_row);
-    if (!q->views || !q->names || !q->data || !job.bad_row) {
-        double mib = (double)q->bytes / 1048576.0;
+    if (!cw->views || !cw->names || !cw->data || !job.bad_row) {
+        double mib = (double)cw->bytes / 1048576.0;
         tp_free(tp);
-        converted_weights_free(q);
+        converted_weights_free(cw);
         return err_set(err, errlen, ERR_NOMEM, "converting the weights: cannot allocate %.1f MiB", mib);
     }
 
@@ -200,7 +200,7 @@ int weights_convert(struct converted_weights **out, struct model_weights *w, enu
         const struct tensor *t = *weights_slot(w, i);
         if (seen_before(w, i) || !converts(t->type, to)) continue;
         job.src = t;
-        job.dst = (uint8_t *)q->data + off;
+        job.dst = (uint8_t *)cw->data + off;
         tp_run(tp, convert_task, &job);
         if (job.no_memory) rc = err_set(err, errlen, ERR_NOMEM, "converting the weights: out of memory");
         for (int th = 0; th < tp_size(tp) && !rc; th++)
@@ -208,47 +208,47 @@ int weights_convert(struct converted_weights **out, struct model_weights *w, enu
                 rc = err_set(err, errlen, ERR_INVALID, "%s: tensor '%s' row %lld holds a value that is not finite%s",
                              option_of(to), t->name, (long long)job.bad_row[th],
                              to == DT_F16 ? " or beyond float16's range (65504)" : " (NaN or infinity)");
-        struct tensor *v = &q->views[k++];
+        struct tensor *v = &cw->views[k++];
         *v = *t;
         v->type = to;
         v->data = job.dst;
         v->nbytes = dtype_row_bytes(to, t->ne[0]) * (size_t)t->ne[1];
         v->cpu_packed = NULL;
-        v->name = strcpy(q->names + name_off, t->name);
+        v->name = strcpy(cw->names + name_off, t->name);
         /* the source's file pages go back now, not after the last matrix, so the peak is
-         * one matrix above the Q8_0 size; should a later matrix fail, reads of this one
+         * one matrix above the converted size; should a later matrix fail, reads of this one
          * fault its bytes back unchanged (map_release) */
-        for (int m = 0; m < w->n_maps && !rc; m++) q->released += map_release(w->maps[m], t->data, t->nbytes);
+        for (int m = 0; m < w->n_maps && !rc; m++) cw->released += map_release(w->maps[m], t->data, t->nbytes);
         name_off += strlen(t->name) + 1;
         off += align64(v->nbytes);
     }
     tp_free(tp);
     free(job.bad_row);
     if (rc) {
-        converted_weights_free(q);
+        converted_weights_free(cw);
         return rc;
     }
     k = 0;
     for (int i = 0; i < n_slots; i++) {
         const struct tensor *t = *weights_slot(w, i);
         if (seen_before(w, i) || !converts(t->type, to)) continue;
-        repoint(w, t, &q->views[k++]);
+        repoint(w, t, &cw->views[k++]);
     }
     w->matrix_bytes = 0;
     for (int i = 0; i < n_slots; i++)
         if (!seen_before(w, i)) w->matrix_bytes += (*weights_slot(w, i))->nbytes;
-    q->seconds = now_s() - t0;
-    *out = q;
+    cw->seconds = now_s() - t0;
+    *out = cw;
     return 0;
 }
 
-void converted_weights_free(struct converted_weights *q)
+void converted_weights_free(struct converted_weights *c)
 {
-    if (!q) return;
-    big_free(q->data, q->bytes);
-    free(q->names);
-    free(q->views);
-    free(q);
+    if (!c) return;
+    big_free(c->data, c->bytes);
+    free(c->names);
+    free(c->views);
+    free(c);
 }
 
 size_t converted_weights_release(struct converted_weights *c)
