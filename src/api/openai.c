@@ -277,6 +277,14 @@ static uint64_t random_seed(void)
 }
 
 /* Sampling parameters, each from the body or ctx->defaults. */
+/* --max-logprobs: asking for more alternatives per token than the server allows is a 400
+ * (vLLM's rule). The error, for a v above ctx->max_logprobs. */
+static int logprobs_cap_error(const struct oai_ctx *ctx, const char *key, double v, struct api_error *e)
+{
+    return oai_bad(e, key, "'%s' asks for %.0f log probabilities per token; this server allows at most %d "
+                   "(--max-logprobs)", key, v, ctx->max_logprobs);
+}
+
 static int parse_sampling(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
                           struct api_error *e)
 {
@@ -640,6 +648,10 @@ static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oa
             rc = oai_bad(e, "top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
             goto fail;
         }
+        if (rc && v > ctx->max_logprobs) {
+            rc = logprobs_cap_error(ctx, "top_logprobs", v, e);
+            goto fail;
+        }
         r->top_logprobs = lp ? (rc ? (int)v : 0) : -1;
     } else {
         const cJSON *lp = oai_opt(root, "logprobs");
@@ -649,6 +661,10 @@ static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oa
         }
         TRY(opt_int(root, "logprobs", 0, 5, &v, e));
         r->top_logprobs = rc ? (int)v : -1;
+        if (rc && v > ctx->max_logprobs) {
+            rc = logprobs_cap_error(ctx, "logprobs", v, e);
+            goto fail;
+        }
         bv = false;
         TRY(opt_bool(root, "echo", &bv, e));
         if (r->echo_only && !bv) {
@@ -669,6 +685,10 @@ static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oa
     if (rc) {
         if (r->stream) {
             rc = oai_bad(e, "prompt_logprobs", "'prompt_logprobs' is not available with 'stream'");
+            goto fail;
+        }
+        if (v > ctx->max_logprobs) {
+            rc = logprobs_cap_error(ctx, "prompt_logprobs", v, e);
             goto fail;
         }
         r->prompt_logprobs = (int)v;

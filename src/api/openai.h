@@ -45,6 +45,8 @@ struct oai_ctx {
                                          default when a request omits "model" */
     int n_served;
     int max_model_len;
+    int max_logprobs;                 /* --max-logprobs: the most alternatives per token a request
+                                         may ask for (0..SAMPLER_MAX_TOP_LOGPROBS) */
     size_t max_prompt_bytes;          /* a prompt text longer than this cannot fit in
                                          max_model_len tokens: refused before tokenizing
                                          (oai_max_prompt_bytes); 0: no such check */

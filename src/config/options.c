@@ -80,6 +80,8 @@ static const struct opt_def opt_table[] = {
         "Jinja chat template file overriding the model's own"),
     ENUM("load-format", load_format, "auto", "auto|dummy", "model",
          "auto = the model's weights; dummy = random weights of its config's shapes (benchmarks)"),
+    BOOL("trust-remote-code", trust_remote_code, "false", "model",
+         "accepted for vLLM compatibility: tessera never runs code from a model directory"),
     ENUM("quantization", quantization, "none", "none|q8_0", "model",
          "q8_0 = quantize F32/F16/BF16 weight matrices to Q8_0 (8.5 bits) at load: about half "
          "the memory and bytes per decode step of BF16; quantized GGUF matrices stay as they are"),
@@ -187,9 +189,16 @@ static const struct opt_def opt_table[] = {
         "default repetition penalty (unset: generation_config.json, else 1 = off)"),
     INT("max-tokens", max_tokens, "0", 0, 1048576, "sampling",
         "default max_tokens of a request; 0 = up to the context length"),
+    INT("max-logprobs", max_logprobs, "20", 0, 20, "sampling",
+        "most log probabilities per token a request may ask for (top_logprobs, logprobs, "
+        "prompt_logprobs); more is a 400, as in vLLM"),
 
     ENUM("log-level", log_level, "info", "error|warn|info|debug", "logging",
          "least severe message logged"),
+    BOOL("disable-log-requests", disable_log_requests, "false", "logging",
+         "accepted for vLLM compatibility: prompts and outputs are never logged above debug"),
+    BOOL("disable-log-stats", disable_log_stats, "false", "logging",
+         "accepted for vLLM compatibility: there are no periodic stats lines (/metrics has them)"),
 };
 #define N_OPTS ((int)(sizeof opt_table / sizeof opt_table[0]))
 

@@ -36,6 +36,7 @@ struct server_options {
     char *chat_template;               /* file overriding the model's template, or NULL */
     char *load_format;                 /* "auto" (the files' weights) or "dummy" (random weights of
                                           the config's shapes: MODEL_LOAD_DUMMY) */
+    bool trust_remote_code;            /* accepted for vLLM compatibility (no model code is run) */
     char *quantization;                /* "none" or "q8_0" (F32/F16/BF16 matrices to Q8_0 at load:
                                           MODEL_LOAD_Q8_0) */
     char *dtype;                       /* "auto" (as stored), "bfloat16", "float16" or "half"
@@ -96,8 +97,14 @@ struct server_options {
     double min_p;
     double repetition_penalty;
     int max_tokens;                    /* default max_tokens for requests; 0 = to the limit */
+    int max_logprobs;                  /* the most log probabilities per token a request may ask
+                                          for (top_logprobs, logprobs, prompt_logprobs) */
     /* logging */
     char *log_level;                   /* "info" */
+    bool disable_log_requests;         /* accepted for vLLM compatibility (request contents are
+                                          never logged above debug) */
+    bool disable_log_stats;            /* accepted for vLLM compatibility (no periodic stats
+                                          lines; /metrics has them) */
 
     char *config_file;                 /* --config, for messages; NULL if none */
 };

@@ -600,7 +600,8 @@ int server_run(const struct server_options *o)
     }
     if (engine_create(&s.e, s.m, &ec, err, sizeof err)) goto fail;
     s.ctx = (struct oai_ctx){ .m = s.m, .served_names = s.names, .n_served = s.n_names,
-                              .max_model_len = engine_sched_config(s.e)->max_model_len };
+                              .max_model_len = engine_sched_config(s.e)->max_model_len,
+                              .max_logprobs = o->max_logprobs };
     s.ctx.max_prompt_bytes = oai_max_prompt_bytes(s.m, s.ctx.max_model_len);
     defaults_from(o, s.m, &s.ctx.defaults);
     /* structured output: the vocabulary as text, built once and shared by every request's

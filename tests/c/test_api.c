@@ -32,6 +32,7 @@ static struct oai_ctx make_ctx(int max_model_len)
     c.served_names = g_names;
     c.n_served = 2;
     c.max_model_len = max_model_len;
+    c.max_logprobs = SAMPLER_MAX_TOP_LOGPROBS;
     sampler_params_default(&c.defaults.sp);
     c.defaults.sp.temperature = 0.7f;
     c.defaults.sp.top_p = 0.9f;

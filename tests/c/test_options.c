@@ -110,6 +110,7 @@ static void check_same(const struct server_options *a, const struct server_optio
     SAME_I(threads); SAME_I(max_queued_requests); SAME_I(max_queued_tokens);
     SAME_D(temperature); SAME_D(top_p); SAME_I(top_k); SAME_D(min_p);
     SAME_D(repetition_penalty); SAME_I(max_tokens); SAME_S(log_level);
+    SAME_I(trust_remote_code); SAME_I(max_logprobs); SAME_I(disable_log_requests); SAME_I(disable_log_stats);
 #undef SAME_S
 #undef SAME_I
 #undef SAME_D
@@ -170,6 +171,10 @@ static void fill_nondefault(struct server_options *o)
     o->repetition_penalty = 1.1;
     o->max_tokens = 100;
     o->log_level = strdup("debug");
+    o->trust_remote_code = true;
+    o->max_logprobs = 7;
+    o->disable_log_requests = true;
+    o->disable_log_stats = true;
 }
 
 /* ---- tests -------------------------------------------------------------------------- */
@@ -254,6 +259,10 @@ static void test_yaml_every_type(void)
         "min-p: 5e-2\n"
         "repetition-penalty: 1.1\n"
         "max-tokens: 100\n"
+        "max-logprobs: 7\n"
+        "trust-remote-code: true\n"
+        "disable_log_requests: yes\n"
+        "disable-log-stats: on\n"
         "log_level: debug\n";
     struct server_options o, want;
     char msg[ERR_BUF];
@@ -543,7 +552,7 @@ static void test_help(void)
         CHECK(strstr(help, flag) || strstr(help, bflag), "--help lacks %s", line);
         keys++;
     }
-    CHECK(keys == 50, "%d keys", keys); /* one per option of the table */
+    CHECK(keys == 54, "%d keys", keys); /* one per option of the table */
     CHECK(strstr(help, "--max-num-seqs N") && strstr(help, "[1..4096, default 64]"), "%s", help);
     CHECK(strstr(help, "--[no-]enable-prefix-caching") && strstr(help, "\nengine:\n"), "bool/section");
     CHECK(strstr(help, "--config FILE") && strstr(help, "--print-config"), "general");

@@ -139,3 +139,25 @@ def test_usage_and_metrics_add_up(tessera_bin, default_model):
             assert delta(m, "vllm:request_success_total", finished_reason=reason) == 0, reason
         assert delta(m, "vllm:time_to_first_token_seconds_count") == 5
         assert delta(m, "vllm:e2e_request_latency_seconds_count") == 5
+
+
+def test_vllm_logging_and_trust_flags_and_max_logprobs(tessera_bin, default_model):
+    """vLLM's --trust-remote-code, --disable-log-requests and --disable-log-stats are
+    accepted (nothing to do: no model code runs, no request contents or periodic stats are
+    logged); --max-logprobs caps every kind of logprobs request: above it, a 400 naming the
+    field and the flag; at it, the alternatives come back."""
+    with run_server(tessera_bin, default_model, "--trust-remote-code", "--disable-log-requests",
+                    "--disable-log-stats", "--max-logprobs", 2, "--max-model-len", MAX_MODEL_LEN) as srv:
+        name = model_id(srv)
+        chat = {"model": name, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "logprobs": True}
+        comp = {"model": name, "prompt": "Hello", "max_tokens": 2}
+        for path, body, field in (("/v1/chat/completions", {**chat, "top_logprobs": 3}, "top_logprobs"),
+                                  ("/v1/completions", {**comp, "logprobs": 3}, "logprobs"),
+                                  ("/v1/completions", {**comp, "prompt_logprobs": 3}, "prompt_logprobs")):
+            err = check_error(srv.post_json(path, body), 400, "invalid_request_error", param=field)
+            assert "--max-logprobs" in err["message"] and "at most 2" in err["message"], err
+        r = srv.post_json("/v1/chat/completions", {**chat, "top_logprobs": 2})
+        assert r.status == 200, r.text()
+        assert len(r.json()["choices"][0]["logprobs"]["content"][0]["top_logprobs"]) == 2
+        r = srv.post_json("/v1/completions", {**comp, "prompt_logprobs": 2})
+        assert r.status == 200, r.text()
