@@ -168,7 +168,8 @@ static const struct opt_def opt_table[] = {
         "CPU backend ignores it and sizes its KV cache from kv-cache-memory)"),
     INT("tensor-parallel-size", tensor_parallel_size, "1", 1, 8, "engine",
         "GPUs the model is split over (CUDA backend, NCCL; devices 0..N-1 of CUDA_VISIBLE_DEVICES); "
-        "the attention and KV heads and the MLP width must divide by it"),
+        "the attention heads and the MLP width must divide by it, the KV heads divide by it or "
+        "divide it (each then on several GPUs)"),
     BOOL("enforce-eager", enforce_eager, "false", "engine",
          "CUDA backend: run every step eagerly, without CUDA graphs"),
     INT("threads", threads, "0", 0, 4096, "engine", "CPU forward threads; 0 = all CPUs"),
