@@ -101,7 +101,8 @@ def test_hf_checkpoint_equals_gguf_quantized_by_gguf_py(tmp_path, prompt):
 # max |dlogit| 1.62 | 1.61, 1.61 | 2.14, 2.71 | 1.63, 1.91 | 1.77; mean 0.29 | 0.24,
 # 0.25 | 0.26, 0.28 | 0.18, 0.31 | 0.17 (logit ranges 59-74): within 1.8x. Bound: 2.5x.
 # A wrong scale or rounding rule is far outside (qwen2-tiny above is the exact check).
-@pytest.mark.parametrize("prompt", ["english", "code", "chinese", "chat"])
+# make test runs the two prompts with the largest ratios (test time).
+@pytest.mark.parametrize("prompt", ["chinese", "chat"])
 def test_bf16_checkpoint_stays_close(tmp_path, prompt):
     q, _ = logits(TEST_MODELS / "smollm2-hf", prompt, "-q", "q8_0", tmp_path=tmp_path)
     f, _ = logits(TEST_MODELS / "smollm2-hf", prompt, tmp_path=tmp_path)
