@@ -276,7 +276,6 @@ static uint64_t random_seed(void)
     return s;
 }
 
-/* Sampling parameters, each from the body or ctx->defaults. */
 /* --max-logprobs: asking for more alternatives per token than the server allows is a 400
  * (vLLM's rule). The error, for a v above ctx->max_logprobs. */
 static int logprobs_cap_error(const struct oai_ctx *ctx, const char *key, double v, struct api_error *e)
@@ -285,6 +284,7 @@ static int logprobs_cap_error(const struct oai_ctx *ctx, const char *key, double
                    "(--max-logprobs)", key, v, ctx->max_logprobs);
 }
 
+/* Sampling parameters, each from the body or ctx->defaults. */
 static int parse_sampling(const struct oai_ctx *ctx, const cJSON *root, struct oai_request *r,
                           struct api_error *e)
 {

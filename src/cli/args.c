@@ -5,10 +5,8 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 const char *args_value(int argc, char **argv, int *i)
 {
@@ -91,22 +89,14 @@ int args_ids(const char *flag, const char *s, int32_t **out)
 
 int args_quantization(const char *flag, const char *s, unsigned *flags)
 {
-    if (strcmp(s, "none") && strcmp(s, "q8_0")) {
-        fprintf(stderr, "%s: '%s' is not one of none, q8_0\n", flag, s);
-        return -1;
-    }
-    *flags = !strcmp(s, "q8_0") ? *flags | MODEL_LOAD_Q8_0 : *flags & ~(unsigned)MODEL_LOAD_Q8_0;
-    return 0;
+    if (!model_convert_flags(s, NULL, flags)) return 0;
+    fprintf(stderr, "%s: '%s' is not one of none, q8_0\n", flag, s);
+    return -1;
 }
 
 int args_dtype(const char *flag, const char *s, unsigned *flags)
 {
-    const bool bf16 = !strcmp(s, "bfloat16"), f16 = !strcmp(s, "float16") || !strcmp(s, "half");
-    if (!bf16 && !f16 && strcmp(s, "auto")) {
-        fprintf(stderr, "%s: '%s' is not one of auto, bfloat16, float16, half\n", flag, s);
-        return -1;
-    }
-    *flags &= ~(unsigned)(MODEL_LOAD_BF16 | MODEL_LOAD_F16);
-    *flags |= bf16 ? MODEL_LOAD_BF16 : f16 ? MODEL_LOAD_F16 : 0;
-    return 0;
+    if (!model_convert_flags(NULL, s, flags)) return 0;
+    fprintf(stderr, "%s: '%s' is not one of auto, bfloat16, float16, half\n", flag, s);
+    return -1;
 }

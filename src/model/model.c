@@ -168,6 +168,23 @@ static int load_hf(struct model *m, unsigned flags, char *err, size_t errlen)
     return 0;
 }
 
+int model_convert_flags(const char *quantization, const char *dtype, unsigned *flags)
+{
+    unsigned f = *flags;
+    if (quantization) {
+        if (strcmp(quantization, "none") && strcmp(quantization, "q8_0")) return -1;
+        f = !strcmp(quantization, "q8_0") ? f | MODEL_LOAD_Q8_0 : f & ~(unsigned)MODEL_LOAD_Q8_0;
+    }
+    if (dtype) {
+        const bool bf16 = !strcmp(dtype, "bfloat16"), f16 = !strcmp(dtype, "float16") || !strcmp(dtype, "half");
+        if (!bf16 && !f16 && strcmp(dtype, "auto")) return -1;
+        f &= ~(unsigned)(MODEL_LOAD_BF16 | MODEL_LOAD_F16);
+        f |= bf16 ? MODEL_LOAD_BF16 : f16 ? MODEL_LOAD_F16 : 0;
+    }
+    *flags = f;
+    return 0;
+}
+
 int model_load(const char *path, unsigned flags, struct model **out, char *err, size_t errlen)
 {
     struct stat st;

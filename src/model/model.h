@@ -72,6 +72,12 @@ enum {
                                          (MODEL_LOAD_Q8_0 wins over both) */
 };
 
+/* The model_load flags of a --quantization name (none, q8_0) and a --dtype name (auto,
+ * bfloat16, float16, half; vLLM's spellings), added to *flags (the conversion flags it
+ * held are replaced). NULL: that option not given. Returns 0, or -1 for an unknown name
+ * (*flags unchanged). Shared by `serve`'s option table and the other subcommands' flags. */
+int model_convert_flags(const char *quantization, const char *dtype, unsigned *flags);
+
 /* Loads path: a .gguf file or an HF directory. On error returns a negative code with a
  * message naming the file and key/tensor, and *out = NULL. Called once at start-up. */
 int model_load(const char *path, unsigned flags, struct model **out, char *err, size_t errlen);

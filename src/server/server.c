@@ -583,10 +583,8 @@ int server_run(const struct server_options *o)
     notify_status("loading %s", o->model);
 
     double t0 = now_s();
-    const unsigned load_flags = (!strcmp(o->load_format, "dummy") ? MODEL_LOAD_DUMMY : 0) |
-                                (!strcmp(o->quantization, "q8_0") ? MODEL_LOAD_Q8_0 : 0) |
-                                (!strcmp(o->dtype, "bfloat16") ? MODEL_LOAD_BF16 : 0) |
-                                (!strcmp(o->dtype, "float16") || !strcmp(o->dtype, "half") ? MODEL_LOAD_F16 : 0);
+    unsigned load_flags = !strcmp(o->load_format, "dummy") ? MODEL_LOAD_DUMMY : 0;
+    model_convert_flags(o->quantization, o->dtype, &load_flags); /* names checked by the option table */
     if (model_load(o->model, load_flags, &s.m, err, sizeof err))
         goto fail;
     if (o->chat_template && load_template_override(s.m, o->chat_template, err, sizeof err)) goto fail;
