@@ -274,7 +274,8 @@ ASAN_PYTEST := tests/python/test_model_files.py tests/python/test_templates.py \
                tests/python/test_gguf_files.py tests/python/test_quant.py \
                tests/python/test_server_bad_input.py tests/python/test_server.py \
                tests/python/test_server_load.py tests/python/test_server_backend.py \
-               tests/python/test_server_hardening.py tests/python/test_quantization.py
+               tests/python/test_server_hardening.py tests/python/test_quantization.py \
+               tests/python/test_speculative.py
 asan: $(VENV)/.ok $(MODEL) $(TESTDATA_OK)
 	$(MAKE) BUILD=build-asan CUDA=0 OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
 	@$(MAKE) --no-print-directory BUILD=build-asan testmodels-only

@@ -6,7 +6,8 @@
 # kernel benchmarks against the copy-bandwidth and cuBLAS ceilings measured in the same
 # run, and `tessera devices`; then the CUDA backend: its end-to-end test against the CPU
 # forward on the GPU, `tessera serve --device cuda` with SmolLM2 (greedy text the CPU's,
-# parting only at near-ties; a scored prompt's logprobs the CPU's), and Qwen2.5-7B with
+# parting only at near-ties; a scored prompt's logprobs the CPU's), speculative decoding's
+# scheduler test on the GPU, and Qwen2.5-7B with
 # --load-format dummy: decode step times at batch 1 / 8 / 64 / 256, the TTFT of one
 # 1,024-token prompt, GPU idle between steps, and
 # scripts/bench_serving.py at 256 concurrent requests with BF16 and FP8 KV; on a machine
@@ -226,6 +227,18 @@ else
             TESSERA_TEST_MODEL="$SMOL" timeout 300 build/tests/test_sched_grammar \
             >"$OUT/test_sched_grammar.log" 2>&1; then st=PASS; else st=FAIL; fi
     row "test_sched_grammar (on the GPU)" "$st" "$(tail -n 1 "$OUT/test_sched_grammar.log") ($(( $(date +%s) - s ))s)"
+
+    # 1c. speculative decoding on the GPU: several sampling rows of a sequence per step,
+    # outputs those of one token per step (the tiny BF16 llama3, as make test's emulated pass)
+    s=$(date +%s)
+    if [ ! -d build/testmodels/llama3-tiny-hd64 ]; then
+        row "test_sched_spec (on the GPU)" SKIP "build/testmodels missing (carry it)"
+    else
+        if TESSERA_TEST_DEVICE=cuda TESSERA_CUDA_LIB=build/libtessera-cuda.so \
+                TESSERA_TEST_MODEL=build/testmodels/llama3-tiny-hd64 timeout 300 build/tests/test_sched_spec \
+                >"$OUT/test_sched_spec.log" 2>&1; then st=PASS; else st=FAIL; fi
+        row "test_sched_spec (on the GPU)" "$st" "$(tail -n 1 "$OUT/test_sched_spec.log") ($(( $(date +%s) - s ))s)"
+    fi
 
     # 2. the server on the GPU gives the CPU's greedy text
     if [ -f "$SMOL" ]; then

@@ -75,6 +75,10 @@ elif [ -e "$emu_lib" ]; then
     # strings): greedy ids equal the solo runs' up to near ties (test_engine.c says which)
     run_c "$BUILD/tests/test_engine" "test_engine (cuda, emulated)" TESSERA_TEST_DEVICE=cuda \
         TESSERA_CUDA_LIB="$emu_lib" TESSERA_EMU_MEM_MB=1024 TESSERA_TEST_MODEL="$BUILD/testmodels/llama3-tiny-hd64"
+    # speculative decoding: several sampling rows of one sequence in a step, each drawing
+    # with its own step's random bits
+    run_c "$BUILD/tests/test_sched_spec" "test_sched_spec (cuda, emulated)" TESSERA_TEST_DEVICE=cuda \
+        TESSERA_CUDA_LIB="$emu_lib" TESSERA_EMU_MEM_MB=1024 TESSERA_TEST_MODEL="$BUILD/testmodels/llama3-tiny-hd64"
     # constrained decoding: the token masks applied by the CUDA sampling kernel
     run_c "$BUILD/tests/test_sched_grammar" "test_sched_grammar (cuda, emulated)" TESSERA_TEST_DEVICE=cuda \
         TESSERA_CUDA_LIB="$emu_lib" TESSERA_EMU_MEM_MB=1024 TESSERA_TEST_MODEL="$BUILD/testmodels/llama3-tiny-hd64"

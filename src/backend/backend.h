@@ -131,6 +131,11 @@ struct backend_sample {
                                 no params, penalties or bias apply; score_token outside
                                 [0, vocab) fails the row (status ERR_INVALID) */
     int32_t score_token;
+    uint32_t ahead;          /* speculative rows (engine/speculative.h): draw with the random
+                                bits of step sampler_step + ahead (sampler_sample_ahead); the
+                                engine gives such rows only to samplers without penalties.
+                                Consecutive rows may then share one sampler: the backend
+                                samples them one after another, never at once. 0 otherwise */
 };
 
 /* One sampled token. Layout and meaning as kernels/sampling.h's struct sampling_output. */

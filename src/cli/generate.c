@@ -63,6 +63,8 @@ static void gen_usage(FILE *f)
         "  --gpu-memory-utilization X  (--prompts-file, CUDA) fraction of GPU memory to use (default\n"
         "                          0.9); the CPU backend ignores it and uses --kv-cache-memory\n"
         "  --enforce-eager         CUDA: no CUDA graphs\n"
+        "  --speculative-config JSON  (--prompts-file) speculative decoding, vLLM's form:\n"
+        "                          '{\"method\": \"ngram\", \"num_speculative_tokens\": 5, \"prompt_lookup_max\": 4}'\n"
         "  --tensor-parallel-size N  CUDA: split the model over N GPUs (default 1)\n"
         "  --quantization none|q8_0  q8_0: quantize F32/F16/BF16 weight matrices to Q8_0 at load\n"
         "  --dtype auto|bfloat16|float16|half  weight matrices converted to that type at load\n"
@@ -102,6 +104,11 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
         else if (!strcmp(f, "--chat")) a->chat = true;
         else if (!strcmp(f, "--print-ids")) a->print_ids = true;
         else if (!strcmp(f, "--enforce-eager")) a->enforce_eager = true;
+        else if (!strcmp(f, "--speculative-config")) {
+            VAL();
+            char why[ERR_BUF];
+            if (spec_config_parse(v, &a->spec, why, sizeof why)) { fprintf(stderr, "%s\n", why); return 2; }
+        }
         else if (!strcmp(f, "--tensor-parallel-size") || !strcmp(f, "-tp")) { VAL(); if (args_int(f, v, 1, 8, &a->tensor_parallel_size)) return 2; }
         else if (!strcmp(f, "--quantization") || !strcmp(f, "-q")) { VAL(); if (args_quantization(f, v, &a->load_flags)) return 2; }
         else if (!strcmp(f, "--dtype")) { VAL(); if (args_dtype(f, v, &a->load_flags)) return 2; }
@@ -163,6 +170,10 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
     }
     if (a->system && !a->chat) {
         fprintf(stderr, "generate: --system needs --chat\n");
+        return 2;
+    }
+    if (a->spec.num_tokens > 0 && !a->prompts_file) {
+        fprintf(stderr, "generate: --speculative-config needs --prompts-file (the batching engine)\n");
         return 2;
     }
     char err[ERR_BUF] = "";

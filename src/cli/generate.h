@@ -5,6 +5,7 @@
 #define TESSERA_CLI_GENERATE_H
 
 #include "backend/backend.h"
+#include "engine/speculative.h"
 #include "sampler/sampler.h"
 #include "sampler/stop.h"
 
@@ -24,6 +25,7 @@ struct gen_args {
     enum kv_dtype kv_dtype;
     enum backend_device device;
     bool enforce_eager;
+    struct spec_config spec;  /* --speculative-config (--prompts-file); num_tokens 0: off */
     int tensor_parallel_size;
     double gpu_memory_utilization;
     const char *stops[STOP_MAX_STRINGS];

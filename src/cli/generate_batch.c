@@ -167,6 +167,7 @@ int gen_run_batch(const struct gen_args *a, const struct model *m, char *err, si
     cfg.max_num_batched_tokens = a->max_num_batched_tokens;
     cfg.max_model_len = ctx;
     cfg.block_size = KV_DEFAULT_BLOCK_SIZE;
+    cfg.spec = a->spec;
     gen_backend_config(a, &cfg.backend);
     /* the backend sizes the KV cache and says which knob to turn when it is too small */
     cfg.backend.cpu_kv_bytes = (size_t)a->kv_cache_mib << 20;
@@ -224,10 +225,12 @@ int gen_run_batch(const struct gen_args *a, const struct model *m, char *err, si
         long gen = 0;
         for (int i = 0; i < r.n_items; i++) gen += r.items[i].n_gen;
         double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-        fprintf(stderr, "[%d prompts | %llu steps | %ld generated tokens in %.2f s, %.1f tok/s | preemptions %llu | prefix-cache hits %llu of %llu tokens]\n",
+        fprintf(stderr, "[%d prompts | %llu steps | %ld generated tokens in %.2f s, %.1f tok/s | preemptions %llu | "
+                "prefix-cache hits %llu of %llu tokens | speculative: %llu of %llu proposed tokens kept]\n",
                 r.n_items, (unsigned long long)st.steps, gen, dt, dt > 0 ? (double)gen / dt : 0.0,
                 (unsigned long long)st.preemptions, (unsigned long long)st.bm.hit_tokens,
-                (unsigned long long)st.bm.query_tokens);
+                (unsigned long long)st.bm.query_tokens, (unsigned long long)st.spec_accepted_tokens,
+                (unsigned long long)st.spec_draft_tokens);
     }
 out:
     if (r.items)

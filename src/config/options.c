@@ -12,6 +12,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "config/options.h"
+#include "engine/speculative.h"
 
 #include "config/keyfile.h"
 #include "util/err.h"
@@ -172,6 +173,11 @@ static const struct opt_def opt_table[] = {
         "divide it (each then on several GPUs)"),
     BOOL("enforce-eager", enforce_eager, "false", "engine",
          "CUDA backend: run every step eagerly, without CUDA graphs"),
+    STR("speculative-config", speculative_config, NULL, "JSON", "engine",
+        "speculative decoding, vLLM's JSON: '{\"method\": \"ngram\", \"num_speculative_tokens\": 5, "
+        "\"prompt_lookup_max\": 4}' proposes up to 5 tokens that followed an earlier occurrence of the "
+        "context's last 4 (prompt_lookup_min..max) tokens and checks them in one step; outputs "
+        "unchanged; turns overlapped scheduling off"),
     INT("threads", threads, "0", 0, 4096, "engine", "CPU forward threads; 0 = all CPUs"),
     INT("max-queued-requests", max_queued_requests, "256", 1, 1000000, "engine",
         "requests waiting for a slot before new ones get 429"),
@@ -797,6 +803,8 @@ int opts_parse(int argc, char **argv, struct server_options *o, char *err, size_
         goto fail;
     }
     if (o->api_key_file && (rc = check_key_file(o, err, errlen))) goto fail;
+    struct spec_config spec;
+    if ((rc = spec_config_parse(o->speculative_config, &spec, err, errlen))) goto fail;
     if (print_config) {
         opts_print_yaml(o, stdout);
         free(fv);

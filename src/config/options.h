@@ -37,6 +37,8 @@ struct server_options {
     char *load_format;                 /* "auto" (the files' weights) or "dummy" (random weights of
                                           the config's shapes: MODEL_LOAD_DUMMY) */
     bool trust_remote_code;            /* accepted for vLLM compatibility (no model code is run) */
+    char *speculative_config;          /* vLLM's --speculative-config JSON (engine/speculative.h),
+                                          checked by opts_parse; NULL: off */
     char *quantization;                /* "none" or "q8_0" (F32/F16/BF16 matrices to Q8_0 at load:
                                           MODEL_LOAD_Q8_0) */
     char *dtype;                       /* "auto" (as stored), "bfloat16", "float16" or "half"

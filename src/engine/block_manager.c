@@ -490,6 +490,18 @@ int bm_seq_append_slots(struct block_manager *bm, struct bm_seq *seq, int64_t n_
     return 0;
 }
 
+int bm_seq_truncate(struct block_manager *bm, struct bm_seq *seq, int64_t n_tokens, char *err,
+                    size_t errlen)
+{
+    if (n_tokens < seq->num_computed || n_tokens > seq->num_tokens)
+        return err_set(err, errlen, ERR_INVALID, "truncate to %lld tokens (computed %lld, slots for %lld)",
+                       (long long)n_tokens, (long long)seq->num_computed, (long long)seq->num_tokens);
+    int64_t want = blocks_for(bm, n_tokens);
+    while (seq->num_blocks > want) block_put(bm, seq->block_table[--seq->num_blocks]);
+    seq->num_tokens = n_tokens;
+    return 0;
+}
+
 int bm_seq_commit(struct block_manager *bm, struct bm_seq *seq, const int32_t *tokens,
                   int64_t n_computed, char *err, size_t errlen)
 {

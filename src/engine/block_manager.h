@@ -125,6 +125,14 @@ bool bm_seq_can_append(const struct block_manager *bm, const struct bm_seq *seq,
 int bm_seq_append_slots(struct block_manager *bm, struct bm_seq *seq, int64_t n_new,
                         char *err, size_t errlen);
 
+/* Gives back the slots of positions n_tokens .. num_tokens - 1 (speculative rows whose
+ * tokens were not kept): blocks left holding none return to the free list. Those
+ * positions are never committed, so the blocks are not cached and only this sequence
+ * holds them. ERR_INVALID (and no change) if n_tokens is below num_computed or above
+ * num_tokens. */
+int bm_seq_truncate(struct block_manager *bm, struct bm_seq *seq, int64_t n_tokens, char *err,
+                    size_t errlen);
+
 /* Records that the KV of positions [0, n_computed) is now written (after a forward
  * step); tokens[0, n_computed) (borrowed) are the sequence's token ids, prompt and
  * generated. Newly completed full blocks enter the prefix cache. num_computed must not

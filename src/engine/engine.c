@@ -119,6 +119,7 @@ struct engine {
     int piece_cap;
     char *stop_out;              /* [piece_cap + STOP_MAX_LEN] stop matcher output */
     uint64_t seen_preemptions, seen_queries, seen_hits;
+    uint64_t seen_drafts, seen_draft_tokens, seen_accepted;
     char fail_msg[ERR_BUF + 32];
     double last_tick;            /* monotonic seconds of the last cfg.tick call */
 };
@@ -590,6 +591,13 @@ static void update_stats(struct engine *e)
                                st.bm.hit_tokens - e->seen_hits);
         e->seen_queries = st.bm.query_tokens;
         e->seen_hits = st.bm.hit_tokens;
+    }
+    if (st.spec_drafts != e->seen_drafts) {
+        stats_add_spec(&e->stats, st.spec_drafts - e->seen_drafts, st.spec_draft_tokens - e->seen_draft_tokens,
+                       st.spec_accepted_tokens - e->seen_accepted);
+        e->seen_drafts = st.spec_drafts;
+        e->seen_draft_tokens = st.spec_draft_tokens;
+        e->seen_accepted = st.spec_accepted_tokens;
     }
 }
 

@@ -17,6 +17,7 @@
  * per-token work overlaps the backend's step.
  */
 #include "engine/scheduler.h"
+#include "engine/speculative.h"
 #include "grammar/grammar.h"
 #include "model/batch.h"
 #include "model/model.h"
@@ -38,6 +39,9 @@ struct sched_entry {
     int n_score;    /* scoring rows (prompt logprobs): logits rows score_row .. + n_score - 1 */
     int score_row;  /* score positions score_pos .. (each gives the next prompt token's logprob) */
     int score_pos;
+    int n_draft;    /* speculative: rows 1..n_draft check these proposed tokens; the logits
+                       rows logit .. logit + n_draft all sample (see record_spec) */
+    int32_t draft[SPEC_MAX_TOKENS];
 };
 
 /* One step's description: planned, then in flight until recorded. The batch and the
@@ -88,6 +92,7 @@ struct sched {
 
     uint64_t steps, preemptions, prefill_tokens, batched_tokens, discarded;
     uint64_t masked_rows, mask_ns;
+    uint64_t spec_drafts, spec_draft_tokens, spec_accepted;
     int n_samplers, n_matchers;
     bool broken;                      /* a backend call failed: no more steps */
     char broken_msg[ERR_BUF];
@@ -196,6 +201,11 @@ int sched_create(struct sched **out, const struct model *m, const struct sched_c
         return err_set(err, errlen, ERR_INVALID,
                        "scheduler: without chunked prefill max_num_batched_tokens (%d) must be "
                        ">= max_model_len (%d)", c.max_num_batched_tokens, c.max_model_len);
+    if (c.spec.num_tokens < 0 || c.spec.num_tokens > SPEC_MAX_TOKENS ||
+        (c.spec.num_tokens > 0 && (c.spec.lookup_min < 1 || c.spec.lookup_max < c.spec.lookup_min ||
+                                   c.spec.lookup_max > SPEC_MAX_NGRAM || c.spec.disable_by_batch_size < 0)))
+        return err_set(err, errlen, ERR_RANGE, "scheduler: speculative config out of range (tokens %d, n-gram %d..%d)",
+                       c.spec.num_tokens, c.spec.lookup_min, c.spec.lookup_max);
     c.backend.max_num_seqs = c.max_num_seqs;
     c.backend.max_num_batched_tokens = c.max_num_batched_tokens;
     c.backend.max_model_len = c.max_model_len;
@@ -221,6 +231,7 @@ int sched_create(struct sched **out, const struct model *m, const struct sched_c
     c.backend.kv_dtype = info->kv_dtype;
     c.backend.kv_dtype_auto = false;
     if (c.overlap == SCHED_OVERLAP_AUTO) c.overlap = !strcmp(info->name, "cuda") ? SCHED_OVERLAP_ON : SCHED_OVERLAP_OFF;
+    if (c.spec.num_tokens > 0) c.overlap = SCHED_OVERLAP_OFF; /* a proposal needs the last token */
     s->overlap = c.overlap == SCHED_OVERLAP_ON;
     s->cfg = c;
     /* a secret key, so clients cannot aim prefix-cache hash collisions */
@@ -390,6 +401,7 @@ int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq
     q->gm_on = !p->grammar_deferred;
     q->grammar_start_token = p->grammar_start_token;
     q->pending_row = -1;
+    q->spec_cap = s->cfg.spec.num_tokens;
     s->waiting[s->n_waiting++] = q;
     *seq_id = q->id;
     return 0;
@@ -564,6 +576,37 @@ static int lookup_len(const struct sched_seq *q)
     return q->plp_next < q->n_prompt ? q->plp_next - 1 : q->n_tokens;
 }
 
+/* Speculative decoding: the tokens proposed for decoding sequence q (its next token due, no
+ * step in flight for it) into draft[], at most what the step has to spare: budget tokens,
+ * rows logits rows, q's max_tokens (every row may yield a token), and KV blocks (a
+ * proposal never preempts). 0 when speculation is off or could change q's tokens: its
+ * rows would depend on each other (penalties over the history, a grammar, bad words,
+ * min_tokens still masking the end) — or a request waits for the rows. */
+static int propose(struct sched *s, struct sched_seq *q, int budget, int rows, int32_t *draft)
+{
+    const struct sched_config *c = &s->cfg;
+    const struct sampler_params *sp = &q->sp;
+    int n_gen = q->n_tokens - q->n_prompt;
+    if (c->spec.num_tokens <= 0 || s->n_waiting > 0 ||
+        (c->spec.disable_by_batch_size > 0 && s->n_running > c->spec.disable_by_batch_size) ||
+        q->pending_row >= 0 || q->gm || q->bad_words ||
+        q->min_tokens > n_gen || sp->repetition_penalty != 1.0f || sp->presence_penalty != 0.0f ||
+        sp->frequency_penalty != 0.0f)
+        return 0;
+    if (q->spec_wait > 0) { /* backing off after proposals that kept nothing */
+        q->spec_wait--;
+        return 0;
+    }
+    int max = q->max_tokens - n_gen - 1;
+    if (max > q->spec_cap) max = q->spec_cap;
+    if (max > budget) max = budget;
+    if (max > rows) max = rows;
+    if (max <= 0) return 0;
+    int n = spec_ngram_propose(q->tokens, q->n_tokens, &c->spec, max, draft);
+    while (n > 0 && !bm_seq_can_append(s->bm, q->bs, 1 + n)) n--;
+    return n;
+}
+
 /* Picks the next step's work into plan p; returns the number of entries or a negative
  * code. Running sequences first (oldest first), then FCFS admission. Logits rows: one per
  * running sequence is reserved; scoring rows and admissions take the others, so a step
@@ -584,6 +627,13 @@ static int schedule(struct sched *s, struct sched_plan *p, char *err, size_t err
             n_new = budget;
         }
         int rows = fit_rows(q, q->num_computed, &n_new, rows_left + 1);
+        struct sched_entry *en = &p->entries[n_entries];
+        en->n_draft = 0;
+        if (n_new == 1 && rows == 1) {
+            en->n_draft = propose(s, q, budget - 1, rows_left, en->draft);
+            n_new += en->n_draft;
+            rows_left -= en->n_draft;
+        }
         /* make room by preempting the newest running sequences, this one last */
         while (!bm_seq_can_append(s->bm, q->bs, n_new)) {
             int victim = s->n_running - 1;
@@ -593,7 +643,11 @@ static int schedule(struct sched *s, struct sched_plan *p, char *err, size_t err
         }
         if (i >= s->n_running) break; /* q itself was preempted */
         if ((rc = bm_seq_append_slots(s->bm, q->bs, n_new, err, errlen))) return rc;
-        p->entries[n_entries++] = (struct sched_entry){ .seq = q, .n_new = n_new, .logit = -1 };
+        en->seq = q; /* the fields fill_batch reads (the proposal is in place) */
+        en->n_new = n_new;
+        en->logit = -1;
+        en->admitted = false;
+        n_entries++;
         budget -= n_new;
         if (rows > 1) rows_left -= rows - 1;
     }
@@ -629,7 +683,7 @@ static int schedule(struct sched *s, struct sched_plan *p, char *err, size_t err
         remove_at(s->waiting, &s->n_waiting, 0);
         s->running[s->n_running++] = q;
         p->entries[n_entries++] = (struct sched_entry){ .seq = q, .n_new = n_new, .logit = -1,
-                                                        .admitted = true };
+                                                        .admitted = true };  /* n_draft 0 */
         budget -= n_new;
         rows_left -= rows;
     }
@@ -650,7 +704,9 @@ static int fill_batch(struct sched *s, struct sched_plan *p, char *err, size_t e
         p->query_start[e] = row;
         for (int k = 0; k < en->n_new; k++) {
             int pos = pos0 + k;
-            p->token_ids[row + k] = pos < q->n_tokens ? q->tokens[pos] : BACKEND_TOKEN_PREV(q->pending_row);
+            p->token_ids[row + k] = pos < q->n_tokens   ? q->tokens[pos]
+                                    : en->n_draft ? en->draft[pos - q->n_tokens]
+                                                  : BACKEND_TOKEN_PREV(q->pending_row);
             p->positions[row + k] = pos;
         }
         if ((rc = bm_seq_slot_mapping(s->bm, q->bs, pos0, en->n_new, p->slot_mapping + row, err,
@@ -672,14 +728,18 @@ static int fill_batch(struct sched *s, struct sched_plan *p, char *err, size_t e
         row += en->n_new;
         q->num_computed += en->n_new;
         q->refs++;
-        /* logits only where the whole known context is now computed: the next token is due */
-        if (pos0 + en->n_new == known) {
+        /* logits only where the whole known context is now computed: the next token is due
+         * (and, speculating, the n_draft after it, one row each) */
+        if (pos0 + en->n_new == known + en->n_draft) {
             en->logit = n_logits;
             q->pending_row = n_logits;
             q->pending_plan = (int)(p - s->plans);
-            p->samples[n_logits] = (struct backend_sample){ .sampler = q->sampler, .n_logprobs = q->logprobs };
-            p->logits_indices[n_logits++] = row - 1;
-            p->n_sample++;
+            for (int k = 0; k <= en->n_draft; k++) {
+                p->samples[n_logits] = (struct backend_sample){ .sampler = q->sampler, .n_logprobs = q->logprobs,
+                                                                .ahead = (uint32_t)k };
+                p->logits_indices[n_logits++] = row - 1 - en->n_draft + k;
+            }
+            p->n_sample += 1 + en->n_draft;
         }
     }
     p->query_start[n] = row;
@@ -766,11 +826,82 @@ static bool record_scores(struct sched *s, const struct sched_entry *en, struct 
     return true;
 }
 
+/* Keeps sampled token tok of q (backend token t of logits row `row`): the grammar first (a
+ * refused token is not kept: q ends with an error), then q's sampler and tokens, then the
+ * end checks; queues its event. False if q has finished. */
+static bool keep_token(struct sched *s, struct sched_seq *q, int row, const struct backend_token *t,
+                       const struct sched_plan *p)
+{
+    if (t->status != 0 || t->token < 0 || t->token >= s->m->cfg.vocab_size) {
+        const bool masked = p->samples[row].mask != NULL;
+        finish_seq(q, FINISH_ERROR);
+        push_event(s, q, -1, FINISH_ERROR, NULL, false, masked ? ROW_CONSTRAINED : ROW_ERROR);
+        s->events[s->n_events - 1].request_error = masked;
+        return false;
+    }
+    int32_t tok = t->token;
+    if (q->gm && q->gm_on && gm_accept(q->gm, tok) != 0) {
+        finish_seq(q, FINISH_ERROR);
+        push_event(s, q, -1, FINISH_ERROR, NULL, false, GRAMMAR_REFUSED);
+        return false;
+    }
+    bool constrained = q->gm && q->gm_on;
+    if (q->gm && !q->gm_on && tok == q->grammar_start_token) q->gm_on = true;
+    sampler_accept(q->sampler, tok);
+    q->tokens[q->n_tokens++] = tok;
+    /* a constrained sequence ends where its grammar does, ignore_eos or not */
+    if (((!q->ignore_eos || constrained) && model_is_eog(s->m, tok)) || is_stop_id(q, tok))
+        finish_seq(q, FINISH_STOP);
+    else if (q->n_tokens - q->n_prompt >= q->max_tokens) finish_seq(q, FINISH_LENGTH);
+    const struct sched_logprob *lp = q->logprobs >= 0 ? row_logprob(s, row, t) : NULL;
+    push_event(s, q, tok, q->finish, lp, false, NULL);
+    return q->finish == FINISH_NONE;
+}
+
+/* Adapts q's next proposal to how much of its last one (n_draft tokens) was kept: kept
+ * whole, the next may be twice as long (up to num_tokens); else one longer than what was
+ * kept; nothing kept k times in a row, no proposal for the next 2^k - 1 steps (at most 31).
+ * Outputs never depend on it, only the cost of the rows. */
+static void spec_next(const struct sched *s, struct sched_seq *q, int n_draft, int accepted)
+{
+    int cap = accepted == n_draft ? 2 * n_draft : accepted + 1;
+    q->spec_cap = cap < s->cfg.spec.num_tokens ? cap : s->cfg.spec.num_tokens;
+    q->spec_misses = accepted ? 0 : q->spec_misses + 1;
+    q->spec_wait = accepted ? 0 : (1 << (q->spec_misses < 5 ? q->spec_misses : 5)) - 1;
+}
+
+/* A speculative entry of a completed step (q running: no overlap with speculation): keeps
+ * the sampled tokens of rows 0, 1, … up to the first that differs from the proposal (row
+ * k's input was proposal k - 1, so row k counts only while every proposal before it was
+ * sampled), then commits the KV of the rows whose inputs were kept and gives back the
+ * other slots. */
+static int record_spec(struct sched *s, const struct sched_plan *p, const struct sched_entry *en,
+                       struct sched_seq *q, char *err, size_t errlen)
+{
+    int pos0 = q->num_computed - en->n_new, n_before = q->n_tokens, accepted = 0, rc;
+    for (int k = 0; k <= en->n_draft; k++) {
+        const struct backend_token *t = &s->out[en->logit + k];
+        if (!keep_token(s, q, en->logit + k, t, p) || k == en->n_draft || t->token != en->draft[k]) break;
+        accepted++;
+    }
+    int kept = q->n_tokens - n_before;
+    s->spec_drafts++;
+    s->spec_draft_tokens += (uint64_t)en->n_draft;
+    s->spec_accepted += (uint64_t)accepted;
+    spec_next(s, q, en->n_draft, accepted);
+    /* rows 0 .. kept - 1 had real inputs (row 0 the last known token, row k proposal k - 1
+     * == kept token k - 1); row 0's KV counts even when its token failed */
+    int valid = kept > 1 ? kept : 1;
+    q->num_computed = q->num_done = pos0 + valid;
+    if ((rc = bm_seq_truncate(s->bm, q->bs, q->num_computed, err, errlen))) return rc;
+    return bm_seq_commit(s->bm, q->bs, q->tokens, q->num_done, err, errlen);
+}
+
 /* The step of plan p completed with tokens s->out: commit its KV, record every sampled
  * token, queue the events. */
 static int record(struct sched *s, struct sched_plan *p, char *err, size_t errlen)
 {
-    int rc, vocab = s->m->cfg.vocab_size;
+    int rc;
     for (int e = 0; e < p->n_entries; e++) {
         struct sched_entry *en = &p->entries[e];
         struct sched_seq *q = en->seq;
@@ -781,38 +912,17 @@ static int record(struct sched *s, struct sched_plan *p, char *err, size_t errle
             if (en->logit >= 0) s->discarded++;
             continue;
         }
+        if (en->n_draft) {
+            if ((rc = record_spec(s, p, en, q, err, errlen))) return rc;
+            continue;
+        }
         if (q->status == SEQ_RUNNING) {
             q->num_done += en->n_new;
             if ((rc = bm_seq_commit(s->bm, q->bs, q->tokens, q->num_done, err, errlen))) return rc;
             if (en->admitted) push_event(s, q, -1, FINISH_NONE, NULL, true, NULL);
         } /* else preempted while this step ran: its KV is gone, its token still counts */
         if (!record_scores(s, en, q)) continue;
-        if (en->logit < 0) continue;
-        const struct backend_token *t = &s->out[en->logit];
-        if (t->status != 0 || t->token < 0 || t->token >= vocab) {
-            const bool masked = p->samples[en->logit].mask != NULL;
-            finish_seq(q, FINISH_ERROR);
-            push_event(s, q, -1, FINISH_ERROR, NULL, false, masked ? ROW_CONSTRAINED : ROW_ERROR);
-            s->events[s->n_events - 1].request_error = masked;
-            continue;
-        }
-        int32_t tok = t->token;
-        /* the grammar first: a refused token is not kept */
-        if (q->gm && q->gm_on && gm_accept(q->gm, tok) != 0) {
-            finish_seq(q, FINISH_ERROR);
-            push_event(s, q, -1, FINISH_ERROR, NULL, false, GRAMMAR_REFUSED);
-            continue;
-        }
-        bool constrained = q->gm && q->gm_on;
-        if (q->gm && !q->gm_on && tok == q->grammar_start_token) q->gm_on = true;
-        sampler_accept(q->sampler, tok);
-        q->tokens[q->n_tokens++] = tok;
-        /* a constrained sequence ends where its grammar does, ignore_eos or not */
-        if (((!q->ignore_eos || constrained) && model_is_eog(s->m, tok)) || is_stop_id(q, tok))
-            finish_seq(q, FINISH_STOP);
-        else if (q->n_tokens - q->n_prompt >= q->max_tokens) finish_seq(q, FINISH_LENGTH);
-        const struct sched_logprob *lp = q->logprobs >= 0 ? row_logprob(s, en->logit, t) : NULL;
-        push_event(s, q, tok, q->finish, lp, false, NULL);
+        if (en->logit >= 0) keep_token(s, q, en->logit, &s->out[en->logit], p);
     }
     return 0;
 }
@@ -888,7 +998,7 @@ static void plan_masks(struct sched *s, struct sched_plan *p)
         struct sched_seq *q = en->seq;
         if (en->logit < 0) continue;
         struct backend_sample *smp = &p->samples[en->logit];
-        smp->mask = NULL;
+        for (int k = 0; k <= en->n_draft; k++) smp[k].mask = NULL;
         bool constrained = q->gm && q->gm_on, short_of_min = q->min_tokens > q->n_tokens - q->n_prompt;
         if ((!constrained && !short_of_min && !q->allowed && !q->bad_words) || !seq_live(q)) continue;
         uint32_t *mask = p->masks + (size_t)en->logit * (size_t)s->mask_words;
@@ -908,6 +1018,12 @@ static void plan_masks(struct sched *s, struct sched_plan *p)
         if (short_of_min) mask_out_end_tokens(s, q, mask);
         if (q->bad_words) mask_out_bad_words(q, mask);
         smp->mask = mask;
+        /* speculative rows: only allowed ids can mask them (propose), the same for each */
+        for (int k = 1; k <= en->n_draft; k++) {
+            uint32_t *mk = p->masks + (size_t)(en->logit + k) * (size_t)s->mask_words;
+            memcpy(mk, mask, sizeof *mk * (size_t)s->mask_words);
+            smp[k].mask = mk;
+        }
     }
     if (n_masked) {
         s->mask_ns += now_ns() - t0;
@@ -1011,7 +1127,9 @@ void sched_get_stats(const struct sched *s, struct sched_stats *st)
                                 .batched_tokens = s->batched_tokens, .discarded_tokens = s->discarded,
                                 .num_waiting = s->n_waiting, .num_running = s->n_running,
                                 .num_samplers = s->n_samplers, .num_matchers = s->n_matchers,
-                                .masked_rows = s->masked_rows, .mask_ns = s->mask_ns };
+                                .masked_rows = s->masked_rows, .mask_ns = s->mask_ns,
+                                .spec_drafts = s->spec_drafts, .spec_draft_tokens = s->spec_draft_tokens,
+                                .spec_accepted_tokens = s->spec_accepted };
     bm_get_stats(s->bm, &st->bm);
 }
 

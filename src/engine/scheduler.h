@@ -47,6 +47,24 @@
  * discarded, never reported, and its blocks are freed when N+1 has completed. Outputs
  * are byte-identical with overlap on and off (tests/c/test_scheduler.c).
  *
+ * Speculative decoding (sched_config.spec, engine/speculative.h): a decoding sequence whose
+ * context ends with an n-gram seen earlier gets the tokens that followed it as extra rows of
+ * its step, each with its own logits row, sampled as a decode step would sample it (row i
+ * draws with the random bits of step + i: backend_sample.ahead). The sampled tokens are kept
+ * up to and including the first that differs from the proposal (or ends the sequence); the
+ * slots of the rows after it are given back (bm_seq_truncate) and their KV, never
+ * committed, is overwritten later. Outputs are those of one token per step. A sequence is
+ * proposed for only when nothing could make its rows depend on each other or on the
+ * queue: no penalties, no grammar, no bad words, past its min_tokens, no request waiting
+ * for a seat, not more sequences running than spec.disable_by_batch_size (when set), and
+ * with logits rows, tokens, KV blocks and max_tokens to spare (a proposal
+ * never preempts). Rows are not free (on the CPU a step's cost grows with them), so each
+ * sequence's proposals adapt to what it keeps: after a proposal kept whole the next may be
+ * twice as long (up to num_tokens), otherwise one longer than what was kept; after k
+ * proposals in a row of which nothing was kept, none for the next 2^k - 1 steps (at most
+ * 31). The proposal needs the sequence's last token, so speculation runs
+ * without overlap (as vLLM first did): sched_create resolves overlap to OFF.
+ *
  * Invariants: every RUNNING sequence's num_computed equals its block-manager num_tokens
  * (the slots of every planned or running step are appended when it is planned); the KV
  * of [0, num_done) is written and committed to the prefix cache; a WAITING sequence
@@ -63,6 +81,7 @@
 
 #include "backend/backend.h"
 #include "engine/block_manager.h"
+#include "engine/speculative.h"
 #include "sampler/sampler.h"
 
 #include <stdbool.h>
@@ -87,6 +106,8 @@ struct sched_config {
     bool enable_prefix_caching;
     bool enable_chunked_prefill;/* off: max_num_batched_tokens >= max_model_len */
     enum sched_overlap overlap;
+    struct spec_config spec;    /* speculative decoding (n-gram); num_tokens 0: off. On, it
+                                   turns overlap off (see "Speculative decoding" above) */
     /* The backend to create: device, KV cache dtype and size (num_blocks, or the
      * cpu_kv_bytes / gpu_memory_utilization budget; one max_model_len sequence must fit),
      * threads, graphs. Its max_num_seqs, max_num_batched_tokens, max_model_len and
@@ -204,6 +225,10 @@ struct sched_seq {
                                BACKEND_TOKEN_PREV(pending_row)); -1: none */
     int pending_plan;       /* which of the scheduler's two step plans pending_row is in */
     int refs;               /* planned or running steps that include this sequence */
+    int spec_cap;           /* speculative: the most tokens its next proposal may have
+                               (spec_next, scheduler.c) */
+    int spec_wait;          /* speculative: steps to go before it is proposed for again */
+    int spec_misses;        /* speculative: proposals in a row of which nothing was kept */
     struct sched_seq *next_zombie; /* finished, waiting for its steps to complete */
 };
 
@@ -266,6 +291,9 @@ struct sched_stats {
     int num_samplers;         /* live samplers (one per admitted, unfinished sequence) */
     int num_matchers;         /* live grammar matchers (admitted constrained sequences) */
     uint64_t masked_rows;     /* logits rows sampled under a grammar mask */
+    uint64_t spec_drafts;     /* speculative: proposals checked (sequence-steps with rows) */
+    uint64_t spec_draft_tokens;   /* tokens proposed */
+    uint64_t spec_accepted_tokens;/* proposed tokens that were sampled, hence kept */
     uint64_t mask_ns;         /* time spent filling those masks (scheduler thread) */
     struct bm_stats bm;
 };
@@ -318,7 +346,8 @@ bool sched_has_work(const struct sched *s);
 const struct sched_seq *sched_find(const struct sched *s, int64_t seq_id);
 
 void sched_get_stats(const struct sched *s, struct sched_stats *st);
-/* The effective configuration (block_size defaulted, overlap resolved to ON / OFF,
+/* The effective configuration (block_size defaulted, overlap resolved to ON / OFF (OFF with
+ * speculation),
  * backend.num_blocks / kv_dtype as the backend chose them). Immutable after sched_create,
  * so any thread may read it. */
 const struct sched_config *sched_get_config(const struct sched *s);

@@ -100,6 +100,15 @@ void stats_add_preemption(struct stats *st)
     pthread_mutex_unlock(&st->mu);
 }
 
+void stats_add_spec(struct stats *st, uint64_t drafts, uint64_t draft_tokens, uint64_t accepted)
+{
+    pthread_mutex_lock(&st->mu);
+    st->s.spec_drafts += drafts;
+    st->s.spec_draft_tokens += draft_tokens;
+    st->s.spec_accepted_tokens += accepted;
+    pthread_mutex_unlock(&st->mu);
+}
+
 void stats_add_finished(struct stats *st, enum stats_finish reason)
 {
     pthread_mutex_lock(&st->mu);
@@ -169,6 +178,9 @@ size_t stats_format_prometheus(const struct engine_stats *s, const char *model_n
         { "vllm:num_preemptions_total", "Cumulative number of preemptions from the engine.", s->preemptions },
         { "vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", s->prefix_cache_queries },
         { "vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", s->prefix_cache_hits },
+        { "vllm:spec_decode_num_drafts_total", "Number of spec decoding drafts.", s->spec_drafts },
+        { "vllm:spec_decode_num_draft_tokens_total", "Number of draft tokens.", s->spec_draft_tokens },
+        { "vllm:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.", s->spec_accepted_tokens },
     };
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) {
         fmt_metric(&b, counters[i].name, "counter", counters[i].help);

@@ -46,6 +46,8 @@ struct engine_stats {
      * part of it served from the prefix cache at its first admission) */
     uint64_t prompt_tokens, prompt_tokens_cached, generation_tokens, preemptions;
     uint64_t prefix_cache_queries, prefix_cache_hits; /* in tokens */
+    uint64_t spec_drafts, spec_draft_tokens, spec_accepted_tokens; /* speculative decoding:
+                                 proposals checked, tokens proposed, proposed tokens kept */
     uint64_t finished[STATS_FINISH_COUNT_];
     struct histogram hist[HIST_COUNT_];
 };
@@ -66,6 +68,7 @@ void stats_add_tokens(struct stats *st, uint64_t prompt, uint64_t generation);
 void stats_add_cached_prompt_tokens(struct stats *st, uint64_t cached);
 void stats_add_prefix_cache(struct stats *st, uint64_t queries, uint64_t hits);
 void stats_add_preemption(struct stats *st);
+void stats_add_spec(struct stats *st, uint64_t drafts, uint64_t draft_tokens, uint64_t accepted);
 void stats_add_finished(struct stats *st, enum stats_finish reason);
 
 /* Reader side (any thread): a consistent copy. */

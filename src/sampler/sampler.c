@@ -619,9 +619,9 @@ static int cand_id_cmp(const void *a, const void *b)
 
 /* The draw: the token whose interval [C(<t), C(<=t)) of the cumulative support weight, in
  * token-id order, holds floor(bits * total / 2^64). */
-static int32_t draw(struct sampler *s, struct dist *d)
+static int32_t draw(struct sampler *s, struct dist *d, uint64_t step)
 {
-    uint64_t r = smp_draw_point(smp_draw_bits(s->p.seed, s->step), d->total);
+    uint64_t r = smp_draw_point(smp_draw_bits(s->p.seed, step), d->total);
     uint32_t theta = d->theta;
     if (d->sparse) {
         struct cand *c = s->cand;
@@ -660,7 +660,7 @@ static int32_t draw(struct sampler *s, struct dist *d)
     return ERR_RANGE; /* unreachable: r < total */
 }
 
-int32_t sampler_sample_masked(struct sampler *s, float *logits, const uint32_t *mask)
+int32_t sampler_sample_ahead(struct sampler *s, float *logits, const uint32_t *mask, uint32_t ahead)
 {
     if (!s || !logits)
         return ERR_INVALID;
@@ -674,10 +674,15 @@ int32_t sampler_sample_masked(struct sampler *s, float *logits, const uint32_t *
         struct dist d;
         tok = build_dist(s, logits, &d);
         if (tok == 0)
-            tok = draw(s, &d);
+            tok = draw(s, &d, s->step + ahead);
     }
     restore_logits(s, logits, a);
     return tok;
+}
+
+int32_t sampler_sample_masked(struct sampler *s, float *logits, const uint32_t *mask)
+{
+    return sampler_sample_ahead(s, logits, mask, 0);
 }
 
 int32_t sampler_sample(struct sampler *s, float *logits)

@@ -95,6 +95,12 @@ int32_t sampler_sample(struct sampler *s, float *logits);
  * logit bias, before the penalties, so a banned token is never drawn and ERR_RANGE means
  * nothing allowed is samplable. logits[] is restored; logprobs stay raw (unmasked). */
 int32_t sampler_sample_masked(struct sampler *s, float *logits, const uint32_t *mask);
+/* sampler_sample_masked with the random bits of step sampler_step(s) + ahead: the token
+ * it would return after `ahead` more tokens were accepted, for a speculative row that
+ * checks a proposed token (engine/speculative.h). The history is s's as it is, so the
+ * caller uses it only where no penalty applies (repetition 1, presence and frequency 0).
+ * ahead 0 is sampler_sample_masked. No allocation. */
+int32_t sampler_sample_ahead(struct sampler *s, float *logits, const uint32_t *mask, uint32_t ahead);
 /* The distribution sampler_sample would draw from next, without drawing: writes the
  * support's ids and normalised probabilities (in no particular order) into the caller's
  * ids[vocab_size] / probs[vocab_size] and returns its size (1 when greedy), or ERR_RANGE

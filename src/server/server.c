@@ -20,6 +20,7 @@
 #include "server/server.h"
 #include "backend/backend.h"
 #include "config/keyfile.h"
+#include "engine/speculative.h"
 #include "engine/stats.h"
 #include "grammar/grammar.h"
 #include "model/model.h"
@@ -295,6 +296,9 @@ static int engine_config_from(const struct server_options *o, const struct model
     b->n_threads = o->threads;
     b->enforce_eager = o->enforce_eager;
     b->tensor_parallel_size = o->tensor_parallel_size;
+    /* checked by opts_parse; a caller that filled the options itself gets the message */
+    int rc = spec_config_parse(o->speculative_config, &c->spec, err, errlen);
+    if (rc) return rc;
     ec->max_queued_requests = o->max_queued_requests;
     ec->max_queued_tokens = o->max_queued_tokens;
     return 0;
@@ -642,11 +646,14 @@ int server_run(const struct server_options *o)
     LOG_INFO("server", "# %s blocks: %d, maximum concurrency for %d tokens per request: %.2fx",
              !strcmp(bi->name, "cuda") ? "GPU" : "CPU", bi->num_blocks, sc->max_model_len,
              (double)bi->num_blocks * bi->block_size / (double)sc->max_model_len);
+    char spec[96];
+    spec_config_describe(&sc->spec, spec, sizeof spec);
     LOG_INFO("server", "engine: max_model_len %d, max_num_seqs %d, max_num_batched_tokens %d, "
-             "%d KV blocks of %d tokens, prefix caching %s, chunked prefill %s, overlapped scheduling %s",
+             "%d KV blocks of %d tokens, prefix caching %s, chunked prefill %s, overlapped scheduling %s, "
+             "speculative decoding %s",
              sc->max_model_len, sc->max_num_seqs, sc->max_num_batched_tokens, bi->num_blocks, bi->block_size,
              sc->enable_prefix_caching ? "on" : "off", sc->enable_chunked_prefill ? "on" : "off",
-             sc->overlap == SCHED_OVERLAP_ON ? "on" : "off");
+             sc->overlap == SCHED_OVERLAP_ON ? "on" : "off", spec);
     atomic_store(&s.state, SERVER_READY);
     LOG_INFO("server", "ready");
     notify_ready("ready");

@@ -124,6 +124,55 @@ static void test_alloc_append_release(void)
     bm_free(bm);
 }
 
+/* Speculative rows not kept: their slots go back, emptied blocks return to the free list,
+ * the committed and cached blocks stay. */
+static void test_truncate(void)
+{
+    struct block_manager *bm;
+    struct bm_seq *s;
+    char err[ERR_BUF];
+    int32_t tokens[16];
+    for (int i = 0; i < 16; i++) tokens[i] = 100 + i;
+    CHECK(bm_create(&bm, 6, 4, true, KEY, err, sizeof err) == 0, "%s", err);
+    CHECK(bm_seq_create(bm, 24, NULL, 0, &s, err, sizeof err) == 0, "%s", err);
+    int64_t nc;
+    CHECK(bm_seq_alloc_prompt(bm, s, tokens, 6, &nc, err, sizeof err) == 0, "%s", err);
+    CHECK(bm_seq_append_slots(bm, s, 6, err, sizeof err) == 0, "%s", err);
+    CHECK(bm_seq_commit(bm, s, tokens, 5, err, sizeof err) == 0, "%s", err); /* 1 full block cached */
+    /* a step of 6 rows (positions 5..10: the last token and 5 proposals): blocks 2 and 3 */
+    CHECK(bm_seq_append_slots(bm, s, 5, err, sizeof err) == 0, "%s", err);
+    int nb;
+    bm_seq_block_table(s, &nb);
+    CHECK(nb == 3 && bm_seq_num_tokens(s) == 11, "%d blocks, %lld tokens", nb, (long long)bm_seq_num_tokens(s));
+    CHECK(bm_seq_truncate(bm, s, 4, err, sizeof err) == ERR_INVALID, "below the computed 5");
+    CHECK(bm_seq_truncate(bm, s, 12, err, sizeof err) == ERR_INVALID, "above the 11 slots");
+    CHECK(bm_seq_num_tokens(s) == 11, "unchanged after refusals");
+    /* two rows kept: positions 5, 6; the third block holds none of them any more */
+    CHECK(bm_seq_truncate(bm, s, 7, err, sizeof err) == 0, "%s", err);
+    bm_seq_block_table(s, &nb);
+    struct bm_stats st;
+    bm_get_stats(bm, &st);
+    CHECK(nb == 2 && bm_seq_num_tokens(s) == 7, "%d blocks, %lld tokens", nb, (long long)bm_seq_num_tokens(s));
+    CHECK(st.num_used == 2 && st.num_free == 4 && st.num_cached == 1, "used %d free %d cached %d", st.num_used,
+          st.num_free, st.num_cached);
+    check_ok(bm, "truncated");
+    CHECK(bm_seq_commit(bm, s, tokens, 7, err, sizeof err) == 0, "%s", err);
+    CHECK(bm_seq_truncate(bm, s, 7, err, sizeof err) == 0, "to itself");
+    /* the next step's slots continue at position 7 */
+    CHECK(bm_seq_append_slots(bm, s, 2, err, sizeof err) == 0, "%s", err);
+    int64_t slots[2];
+    const int32_t *bt = bm_seq_block_table(s, &nb);
+    CHECK(bm_seq_slot_mapping(bm, s, 7, 2, slots, err, sizeof err) == 0 && slots[0] == (int64_t)bt[1] * 4 + 3 &&
+              slots[1] == (int64_t)bt[2] * 4,
+          "slots %lld %lld", (long long)slots[0], (long long)slots[1]);
+    check_ok(bm, "appended again");
+    bm_seq_free(bm, s);
+    bm_get_stats(bm, &st);
+    CHECK(st.num_used == 0 && st.num_free + st.num_cached_idle == 6, "free %d idle %d", st.num_free,
+          st.num_cached_idle);
+    bm_free(bm);
+}
+
 /* A sequence on tokens[0, n): alloc_prompt, slots for the rest, commit all. */
 static struct bm_seq *run_prompt(struct block_manager *bm, const int32_t *tokens, int64_t n,
                                  const char *salt, int64_t *n_cached)
@@ -945,6 +994,7 @@ int main(void)
     RUN(test_siphash_vectors);
     RUN(test_create_errors);
     RUN(test_alloc_append_release);
+    RUN(test_truncate);
     RUN(test_prefix_hits);
     RUN(test_salt_separation);
     RUN(test_partial_and_full_hit);

@@ -589,7 +589,10 @@ static void test_forward_smollm2(void)
         return;
     }
     struct mcase decode = { "models/SmolLM2-135M-Instruct.Q4_1.gguf", false, KV_BF16, true, 0, 3, -3, -2.5, 1, 0 };
-    struct mcase prefill = { "models/SmolLM2-135M-Instruct.Q4_1.gguf", false, KV_F16, false, 0, 3, -3, -2.5, 1, 0 };
+    /* prefill rows go through BF16 activations into cuBLAS where the CPU quantizes them to
+     * int8: max |d| measured 0.774 std against a CPU baseline of 0.309 (2.50x) on an AVX2
+     * machine, whose CPU kernels accumulate in another order than AVX-512's; bound 3x */
+    struct mcase prefill = { "models/SmolLM2-135M-Instruct.Q4_1.gguf", false, KV_F16, false, 0, 3, -3, -3, 1, 0 };
     run_case(&decode);
     run_case(&prefill);
 }

@@ -99,7 +99,7 @@ static void sample_row(struct cpu_backend *c, float *row, const struct backend_s
         return;
     }
     *o = (struct backend_token){ .token = -1, .rank = 0 }; /* every field: out is reused across steps */
-    int32_t tok = sampler_sample_masked(s->sampler, row, s->mask);
+    int32_t tok = sampler_sample_ahead(s->sampler, row, s->mask, s->ahead);
     if (tok < 0) {
         o->status = tok;
         return;
@@ -112,19 +112,30 @@ static void sample_row(struct cpu_backend *c, float *row, const struct backend_s
     o->n_top = n_top > 0 ? n_top : 0;
 }
 
-/* The logits rows of a step, split over the forward's thread pool: each sampling row has
- * its own sequence's sampler, and scoring rows read none, so rows are independent. */
+/* The logits rows of a step, split over the forward's thread pool. Scoring rows read no
+ * sampler, and a sampling row has its own sequence's sampler — except the speculative rows
+ * of one sequence, consecutive rows sharing one (and its scratch): a share boundary never
+ * falls between two of them. */
 struct sample_job {
     struct cpu_backend *c;
     const struct backend_sample *samples;
     int n;
 };
 
+/* The first row at or after i that does not share its predecessor's sampler (n at most). */
+static long share_boundary(const struct backend_sample *smp, long n, long i)
+{
+    while (i > 0 && i < n && !smp[i].score && !smp[i - 1].score && smp[i].sampler == smp[i - 1].sampler) i++;
+    return i;
+}
+
 static void sample_worker(void *arg, int ith, int nth)
 {
     struct sample_job *j = arg;
     long begin, end;
     tp_split(j->n, ith, nth, &begin, &end);
+    begin = share_boundary(j->samples, j->n, begin);
+    end = share_boundary(j->samples, j->n, end);
     size_t vocab = (size_t)j->c->m->cfg.vocab_size;
     for (long i = begin; i < end; i++)
         sample_row(j->c, j->c->fs->logits + (size_t)i * vocab, &j->samples[i], &j->c->out[i]);

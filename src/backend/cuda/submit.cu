@@ -244,7 +244,7 @@ static int pack(struct cuda_backend *b, const struct batch *bt, const struct bac
                                           .frequency_penalty = p->frequency_penalty, .top_k = p->top_k,
                                           .n_logprobs = samples[i].n_logprobs, .score = samples[i].score,
                                           .score_token = samples[i].score_token, .seed = p->seed,
-                                          .step = sampler_step(s) };
+                                          .step = sampler_step(s) + samples[i].ahead };
         int n = 0;
         if (penalties_on(p) && !samples[i].score) {
             n = sampler_history_len(s);
