@@ -12,9 +12,9 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "config/options.h"
-#include "engine/speculative.h"
 
 #include "config/keyfile.h"
+#include "engine/speculative.h"
 #include "util/err.h"
 
 #include <cjson/cJSON.h>

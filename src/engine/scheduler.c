@@ -201,11 +201,8 @@ int sched_create(struct sched **out, const struct model *m, const struct sched_c
         return err_set(err, errlen, ERR_INVALID,
                        "scheduler: without chunked prefill max_num_batched_tokens (%d) must be "
                        ">= max_model_len (%d)", c.max_num_batched_tokens, c.max_model_len);
-    if (c.spec.num_tokens < 0 || c.spec.num_tokens > SPEC_MAX_TOKENS ||
-        (c.spec.num_tokens > 0 && (c.spec.lookup_min < 1 || c.spec.lookup_max < c.spec.lookup_min ||
-                                   c.spec.lookup_max > SPEC_MAX_NGRAM || c.spec.disable_by_batch_size < 0)))
-        return err_set(err, errlen, ERR_RANGE, "scheduler: speculative config out of range (tokens %d, n-gram %d..%d)",
-                       c.spec.num_tokens, c.spec.lookup_min, c.spec.lookup_max);
+    int rc = spec_config_check(&c.spec, err, errlen);
+    if (rc) return rc;
     c.backend.max_num_seqs = c.max_num_seqs;
     c.backend.max_num_batched_tokens = c.max_num_batched_tokens;
     c.backend.max_model_len = c.max_model_len;
@@ -218,7 +215,6 @@ int sched_create(struct sched **out, const struct model *m, const struct sched_c
     s->flight = -1;
     s->max_blocks_per_seq = (c.max_model_len + c.block_size - 1) / c.block_size;
     s->mask_words = grammar_mask_words(m->cfg.vocab_size);
-    int rc;
     if ((rc = backend_create(&s->be, m, &c.backend, err, errlen))) goto fail;
     const struct backend_info *info = backend_get_info(s->be);
     /* one sequence alone must always fit, or preemption could never make progress */
@@ -627,13 +623,10 @@ static int schedule(struct sched *s, struct sched_plan *p, char *err, size_t err
             n_new = budget;
         }
         int rows = fit_rows(q, q->num_computed, &n_new, rows_left + 1);
-        struct sched_entry *en = &p->entries[n_entries];
-        en->n_draft = 0;
-        if (n_new == 1 && rows == 1) {
-            en->n_draft = propose(s, q, budget - 1, rows_left, en->draft);
-            n_new += en->n_draft;
-            rows_left -= en->n_draft;
-        }
+        int32_t draft[SPEC_MAX_TOKENS];
+        int n_draft = n_new == 1 && rows == 1 ? propose(s, q, budget - 1, rows_left, draft) : 0;
+        n_new += n_draft;
+        rows_left -= n_draft;
         /* make room by preempting the newest running sequences, this one last */
         while (!bm_seq_can_append(s->bm, q->bs, n_new)) {
             int victim = s->n_running - 1;
@@ -643,11 +636,9 @@ static int schedule(struct sched *s, struct sched_plan *p, char *err, size_t err
         }
         if (i >= s->n_running) break; /* q itself was preempted */
         if ((rc = bm_seq_append_slots(s->bm, q->bs, n_new, err, errlen))) return rc;
-        en->seq = q; /* the fields fill_batch reads (the proposal is in place) */
-        en->n_new = n_new;
-        en->logit = -1;
-        en->admitted = false;
-        n_entries++;
+        struct sched_entry *en = &p->entries[n_entries++];
+        *en = (struct sched_entry){ .seq = q, .n_new = n_new, .logit = -1, .n_draft = n_draft };
+        memcpy(en->draft, draft, sizeof *draft * (size_t)n_draft);
         budget -= n_new;
         if (rows > 1) rows_left -= rows - 1;
     }
@@ -683,7 +674,7 @@ static int schedule(struct sched *s, struct sched_plan *p, char *err, size_t err
         remove_at(s->waiting, &s->n_waiting, 0);
         s->running[s->n_running++] = q;
         p->entries[n_entries++] = (struct sched_entry){ .seq = q, .n_new = n_new, .logit = -1,
-                                                        .admitted = true };  /* n_draft 0 */
+                                                        .admitted = true };
         budget -= n_new;
         rows_left -= rows;
     }

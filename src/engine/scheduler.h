@@ -291,10 +291,10 @@ struct sched_stats {
     int num_samplers;         /* live samplers (one per admitted, unfinished sequence) */
     int num_matchers;         /* live grammar matchers (admitted constrained sequences) */
     uint64_t masked_rows;     /* logits rows sampled under a grammar mask */
+    uint64_t mask_ns;         /* time spent filling those masks (scheduler thread) */
     uint64_t spec_drafts;     /* speculative: proposals checked (sequence-steps with rows) */
     uint64_t spec_draft_tokens;   /* tokens proposed */
     uint64_t spec_accepted_tokens;/* proposed tokens that were sampled, hence kept */
-    uint64_t mask_ns;         /* time spent filling those masks (scheduler thread) */
     struct bm_stats bm;
 };
 

@@ -78,10 +78,26 @@ int spec_config_parse(const char *json, struct spec_config *out, char *err, size
                      c.lookup_min, c.lookup_max);
         goto done;
     }
+    if ((rc = spec_config_check(&c, err, errlen))) goto done; /* the keys' bounds above are its bounds */
     *out = c;
 done:
     cJSON_Delete(root);
     return rc;
+}
+
+int spec_config_check(const struct spec_config *c, char *err, size_t errlen)
+{
+    if (c->num_tokens == 0) return 0;
+    if (c->num_tokens < 0 || c->num_tokens > SPEC_MAX_TOKENS)
+        return err_set(err, errlen, ERR_RANGE, "speculative decoding: %d tokens, not in [1, %d]", c->num_tokens,
+                       SPEC_MAX_TOKENS);
+    if (c->lookup_min < 1 || c->lookup_max < c->lookup_min || c->lookup_max > SPEC_MAX_NGRAM)
+        return err_set(err, errlen, ERR_RANGE, "speculative decoding: n-gram %d..%d, not within [1, %d]",
+                       c->lookup_min, c->lookup_max, SPEC_MAX_NGRAM);
+    if (c->disable_by_batch_size < 0)
+        return err_set(err, errlen, ERR_RANGE, "speculative decoding: disable_by_batch_size %d < 0",
+                       c->disable_by_batch_size);
+    return 0;
 }
 
 void spec_config_describe(const struct spec_config *c, char *buf, size_t cap)

@@ -47,6 +47,11 @@ struct spec_config {
  * ERR_RANGE naming the key and what is accepted. */
 int spec_config_parse(const char *json, struct spec_config *out, char *err, size_t errlen);
 
+/* Checks a filled-in configuration (num_tokens 0: off, nothing else checked): 0, or
+ * ERR_RANGE naming the field out of range. spec_config_parse's results pass; sched_create
+ * runs it for callers that fill the struct themselves. */
+int spec_config_check(const struct spec_config *c, char *err, size_t errlen);
+
 /* Writes "ngram, 5 tokens, n-gram 1..4" (", up to 8 running" with disable_by_batch_size 8;
  * "off" when off) to buf. */
 void spec_config_describe(const struct spec_config *c, char *buf, size_t cap);

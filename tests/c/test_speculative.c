@@ -71,6 +71,22 @@ static void test_config(void)
     }
 }
 
+/* The struct check sched_create runs for callers that fill the configuration themselves. */
+static void test_check(void)
+{
+    char err[ERR_BUF];
+    struct spec_config off = { 0 }, ok = { 5, 1, 4, 0 };
+    CHECK(spec_config_check(&off, err, sizeof err) == 0, "off: %s", err);
+    CHECK(spec_config_check(&ok, err, sizeof err) == 0, "5 tokens 1..4: %s", err);
+    const struct spec_config bad[] = { { -1, 1, 4, 0 }, { SPEC_MAX_TOKENS + 1, 1, 4, 0 }, { 5, 0, 4, 0 },
+                                       { 5, 4, 3, 0 }, { 5, 1, SPEC_MAX_NGRAM + 1, 0 }, { 5, 1, 4, -1 } };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = 0;
+        CHECK(spec_config_check(&bad[i], err, sizeof err) == ERR_RANGE && strstr(err, "speculative decoding"),
+              "case %zu accepted (%s)", i, err);
+    }
+}
+
 static int propose(const int32_t *t, int n, int lo, int hi, int k, int max, int32_t *out)
 {
     struct spec_config c = { .num_tokens = k, .lookup_min = lo, .lookup_max = hi };
@@ -119,6 +135,7 @@ static void test_propose(void)
 int main(void)
 {
     RUN(test_config);
+    RUN(test_check);
     RUN(test_propose);
     return test_summary();
 }
