@@ -120,6 +120,8 @@ struct http_conn {
     char *path;                   /* normalised (malloc'd) */
     const struct http_route *route;
     bool cors_done;               /* a preflight answer: it carries its own CORS headers */
+    bool preflight;               /* a CORS preflight, answered once its (empty) body is in */
+    char preflight_methods[128];  /* the methods its path serves */
     char *body;                   /* [body_cap] NUL-terminated */
     size_t body_len, body_cap;
     size_t body_seen;             /* bytes received, kept or not */
@@ -583,17 +585,21 @@ static bool route_matches(const struct http_route *r, const char *path)
     return strncmp(r->path, path, n) == 0 && path[n] == '/' && path[n + 1] != 0;
 }
 
-/* A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method) for a path
- * serving path_methods: 204 with the CORS headers, or 403 saying what is not allowed.
- * Answered before authentication: a browser never sends the API key with a preflight. */
-static enum MHD_Result conn_preflight(struct http_conn *c, const char *origin, const char *method,
-                                      const char *path_methods)
+/* The answer to a CORS preflight (OPTIONS with Origin and Access-Control-Request-Method;
+ * conn_begin marked it) for a path serving c->preflight_methods: 204 with the CORS
+ * headers, or 403 saying what is not allowed. Answered before authentication (a browser
+ * never sends the API key with a preflight), and only after the request is complete:
+ * answered from conn_begin, MHD would close the connection (as for an error whose body
+ * is never read), and the browser's request that follows would need a new one. */
+static enum MHD_Result conn_preflight(struct http_conn *c)
 {
     char buf[4096], err[256];
     const char *hdrs[CORS_MAX_HEADERS + 1];
+    const char *origin = MHD_lookup_connection_value(c->mhd, MHD_HEADER_KIND, "Origin");
+    const char *method = MHD_lookup_connection_value(c->mhd, MHD_HEADER_KIND, "Access-Control-Request-Method");
     const char *req_headers = MHD_lookup_connection_value(c->mhd, MHD_HEADER_KIND,
                                                           "Access-Control-Request-Headers");
-    if (!cors_preflight(&c->srv->cfg.cors, origin, method, req_headers, path_methods, buf, sizeof buf,
+    if (!cors_preflight(&c->srv->cfg.cors, origin, method, req_headers, c->preflight_methods, buf, sizeof buf,
                         hdrs, err, sizeof err))
         return conn_error(c, 403, API_ERR_INVALID_REQUEST, "cors_not_allowed", NULL, "%s", err);
     c->cors_done = true;
@@ -629,7 +635,11 @@ static enum MHD_Result conn_begin(struct http_conn *c, const char *url, const ch
         const char *origin = MHD_lookup_connection_value(c->mhd, MHD_HEADER_KIND, "Origin");
         const char *want = MHD_lookup_connection_value(c->mhd, MHD_HEADER_KIND,
                                                        "Access-Control-Request-Method");
-        if (origin && want) return conn_preflight(c, origin, want, allow);
+        if (origin && want) {
+            c->preflight = true;
+            snprintf(c->preflight_methods, sizeof c->preflight_methods, "%s", allow);
+            return MHD_YES; /* answered by conn_preflight once the request is complete */
+        }
     }
     if (!c->route) {
         char allow_hdr[160];
@@ -814,6 +824,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mhd, const ch
         return keep ? MHD_YES : MHD_NO;
     }
     if (c->handled) return c->reply ? conn_reply_ready(c) : MHD_NO;
+    if (c->preflight) return conn_preflight(c);
     if (c->too_large)
         return conn_error(c, 413, API_ERR_INVALID_REQUEST, "request_too_large", NULL,
                           "Request body is larger than the limit of %zu bytes",

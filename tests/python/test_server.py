@@ -620,6 +620,22 @@ def test_cors_browser_client(tessera_bin, default_model):
         r = srv.post_json("/v1/chat/completions", body,
                           headers={"Origin": "http://evil.example", "Authorization": "Bearer sk-cors"})
         assert r.status == 200 and r.header("Access-Control-Allow-Origin") is None
+        # a browser sends the preflight and then its request on one keep-alive connection
+        from server_util import HttpConn
+        c = HttpConn(srv.host, srv.port)
+        try:
+            c.send_request("OPTIONS", "/v1/chat/completions", headers={**pre, "Connection": "keep-alive"})
+            status, _, hdrs, _ = c.read_head()
+            assert status == 204 and not any(k.lower() == "connection" and v.lower() == "close"
+                                             for k, v in hdrs), hdrs
+            list(c.iter_body(hdrs, method="OPTIONS", status=status))
+            c.send_request("POST", "/v1/chat/completions", body=json.dumps(dict(body, stream=False)).encode(),
+                           headers={"Origin": origin, "Authorization": "Bearer sk-cors", "Connection": "keep-alive"})
+            status, _, hdrs, _ = c.read_head()
+            data = b"".join(d for _, d in c.iter_body(hdrs, method="POST", status=status))
+            assert status == 200 and json.loads(data)["object"] == "chat.completion", data
+        finally:
+            c.close()
 
 
 def test_continue_final_message(server, client, model_name, default_model):
