@@ -10,7 +10,8 @@
 #
 # Environment: ROUNDS (default 2), THREADS (default 2), DEVICE (default cpu), TOKENS
 # (max tokens per prompt, default 256), LIMIT (default 2), SPEC (the JSON without its
-# closing brace; default 5 tokens, n-gram 1..4).
+# closing brace; default 5 tokens, n-gram 1..4), WORKLOADS (default "code prose batch"),
+# SAMPLING (more generate flags for every run, e.g. "--frequency-penalty 0.3").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
@@ -20,6 +21,8 @@ DEVICE=${DEVICE:-cpu}
 TOKENS=${TOKENS:-256}
 LIMIT=${LIMIT:-2}
 SPEC=${SPEC:-'{"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4, "prompt_lookup_min": 1'}
+WORKLOADS=${WORKLOADS:-code prose batch}
+read -r -a SAMPLING_ARGS <<<"${SAMPLING:-}"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
@@ -29,21 +32,21 @@ printf '%s\n' 'Here is a Python function:\n\ndef area(width, height):\n    """Re
 printf '%s\n' 'Once upon a time, in a small village by the sea,' 'The history of the printing press' \
     'Explain why the sky is blue.' 'Write a letter to a friend about your holiday.' >"$TMP/prose.txt"
 # batch: eight sequences at once, half copying, half free
-{ for i in 1 2 3 4; do cat "$TMP/code.txt"; done; cat "$TMP/prose.txt"; } >"$TMP/batch.txt"
+cat "$TMP/code.txt" "$TMP/code.txt" "$TMP/code.txt" "$TMP/code.txt" "$TMP/prose.txt" >"$TMP/batch.txt"
 
 run() { # workload, label, extra args...
     local w=$1 label=$2
     shift 2
     build/tessera generate --model "$MODEL" --prompts-file "$TMP/$w.txt" --temperature 0 --max-tokens "$TOKENS" \
-        --threads "$THREADS" --device "$DEVICE" "$@" >"$TMP/$w-$label.out" 2>"$TMP/$w-$label.err"
+        --threads "$THREADS" --device "$DEVICE" "${SAMPLING_ARGS[@]}" "$@" >"$TMP/$w-$label.out" 2>"$TMP/$w-$label.err"
     local stats
     stats=$(grep -E '^\[[0-9]+ prompts' "$TMP/$w-$label.err")
     printf '%-6s %-8s %s\n' "$w" "$label" "$(sed -E 's/^\[([0-9]+) prompts \| ([0-9]+) steps \| ([0-9]+) generated tokens in ([0-9.]+) s, ([0-9.]+) tok\/s.*speculative: ([0-9]+) of ([0-9]+) proposed.*/\5 tok\/s, \2 steps, \3 tokens, kept \6 of \7/' <<<"$stats")"
 }
 
-echo "model $MODEL, device $DEVICE, $THREADS threads, $TOKENS tokens per prompt, greedy"
-for r in $(seq "$ROUNDS"); do
-    for w in code prose batch; do
+echo "model $MODEL, device $DEVICE, $THREADS threads, $TOKENS tokens per prompt, greedy ${SAMPLING:-}"
+for _ in $(seq "$ROUNDS"); do
+    for w in $WORKLOADS; do
         run "$w" off
         run "$w" spec --speculative-config "$SPEC}"
         run "$w" "spec<=$LIMIT" --speculative-config "$SPEC, \"disable_by_batch_size\": $LIMIT}"

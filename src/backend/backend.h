@@ -131,11 +131,15 @@ struct backend_sample {
                                 no params, penalties or bias apply; score_token outside
                                 [0, vocab) fails the row (status ERR_INVALID) */
     int32_t score_token;
-    uint32_t ahead;          /* speculative rows (engine/speculative.h): draw with the random
-                                bits of step sampler_step + ahead (sampler_sample_ahead); the
-                                engine gives such rows only to samplers without penalties.
+    uint32_t ahead;          /* speculative rows (engine/speculative.h): draw as the sampler
+                                would after the `ahead` tokens prior[0, ahead) (the proposed
+                                tokens before this row) were accepted: the random bits of
+                                step sampler_step + ahead, those tokens counted for the
+                                penalties (sampler_sample_ahead, sampler_history_ahead).
                                 Consecutive rows may then share one sampler: the backend
                                 samples them one after another, never at once. 0 otherwise */
+    const int32_t *prior;    /* [ahead] (<= SAMPLER_MAX_AHEAD), borrowed until backend_wait
+                                returns; NULL when ahead is 0 */
 };
 
 /* One sampled token. Layout and meaning as kernels/sampling.h's struct sampling_output. */

@@ -30,6 +30,9 @@
 #include <sys/random.h>
 #include <time.h>
 
+/* a speculative row looks past at most the whole proposal (backend_sample.prior) */
+_Static_assert(SPEC_MAX_TOKENS <= SAMPLER_MAX_AHEAD, "a proposal longer than a draw can look ahead");
+
 /* One sequence's share of a step. */
 struct sched_entry {
     struct sched_seq *seq;
@@ -576,18 +579,16 @@ static int lookup_len(const struct sched_seq *q)
  * step in flight for it) into draft[], at most what the step has to spare: budget tokens,
  * rows logits rows, q's max_tokens (every row may yield a token), and KV blocks (a
  * proposal never preempts). 0 when speculation is off or could change q's tokens: its
- * rows would depend on each other (penalties over the history, a grammar, bad words,
- * min_tokens still masking the end) — or a request waits for the rows. */
+ * rows' masks would depend on the tokens before them (a grammar, bad words, min_tokens
+ * still masking the end) — or a request waits for the rows. Penalties do not stop it:
+ * each row counts the proposed tokens before it (backend_sample.prior). */
 static int propose(struct sched *s, struct sched_seq *q, int budget, int rows, int32_t *draft)
 {
     const struct sched_config *c = &s->cfg;
-    const struct sampler_params *sp = &q->sp;
     int n_gen = q->n_tokens - q->n_prompt;
     if (c->spec.num_tokens <= 0 || s->n_waiting > 0 ||
         (c->spec.disable_by_batch_size > 0 && s->n_running > c->spec.disable_by_batch_size) ||
-        q->pending_row >= 0 || q->gm || q->bad_words ||
-        q->min_tokens > n_gen || sp->repetition_penalty != 1.0f || sp->presence_penalty != 0.0f ||
-        sp->frequency_penalty != 0.0f)
+        q->pending_row >= 0 || q->gm || q->bad_words || q->min_tokens > n_gen)
         return 0;
     if (q->spec_wait > 0) { /* backing off after proposals that kept nothing */
         q->spec_wait--;
@@ -727,7 +728,8 @@ static int fill_batch(struct sched *s, struct sched_plan *p, char *err, size_t e
             q->pending_plan = (int)(p - s->plans);
             for (int k = 0; k <= en->n_draft; k++) {
                 p->samples[n_logits] = (struct backend_sample){ .sampler = q->sampler, .n_logprobs = q->logprobs,
-                                                                .ahead = (uint32_t)k };
+                                                                .ahead = (uint32_t)k,
+                                                                .prior = k ? en->draft : NULL };
                 p->logits_indices[n_logits++] = row - 1 - en->n_draft + k;
             }
             p->n_sample += 1 + en->n_draft;

@@ -228,6 +228,27 @@ void sampler_history(const struct sampler *s, int32_t *ids, uint32_t *info)
     }
 }
 
+int sampler_history_ahead(const struct sampler *s, const int32_t *prior, int n, int32_t *ids, uint32_t *info)
+{
+    int len = s->n_touched;
+    sampler_history(s, ids, info);
+    for (int i = 0; i < n; i++) { /* as sampler_accept would count them; O(len) each, few */
+        const int32_t t = prior[i];
+        if (t < 0 || t >= s->vocab_size)
+            continue;
+        int j = 0;
+        while (j < len && ids[j] != t)
+            j++;
+        if (j == len) {
+            ids[len] = t;
+            info[len++] = 0;
+        }
+        if ((info[j] & SMP_COUNT_MASK) != SMP_COUNT_MASK)
+            info[j]++;
+    }
+    return len;
+}
+
 int sampler_logit_bias(const struct sampler *s, int32_t *ids, float *vals)
 {
     memcpy(ids, s->bias_ids, (size_t)s->n_bias * sizeof *ids);
@@ -660,10 +681,40 @@ static int32_t draw(struct sampler *s, struct dist *d, uint64_t step)
     return ERR_RANGE; /* unreachable: r < total */
 }
 
-int32_t sampler_sample_ahead(struct sampler *s, float *logits, const uint32_t *mask, uint32_t ahead)
+/* Counts prior[0, n) for the penalties as sampler_accept would (the step stays): the
+ * counts they change go to saved[] and the history length is returned, for pop_prior. */
+static int push_prior(struct sampler *s, const int32_t *prior, int n, uint32_t *saved)
 {
-    if (!s || !logits)
+    const int before = s->n_touched;
+    for (int i = 0; i < n; i++) {
+        const int32_t t = prior[i];
+        if (t < 0 || t >= s->vocab_size)
+            continue;
+        saved[i] = s->counts[t];
+        touch(s, t);
+        if ((s->counts[t] & SMP_COUNT_MASK) != SMP_COUNT_MASK)
+            s->counts[t]++;
+    }
+    return before;
+}
+
+/* Undoes push_prior: the counts restored in reverse order (a token may repeat). */
+static void pop_prior(struct sampler *s, const int32_t *prior, int n, const uint32_t *saved, int before)
+{
+    for (int i = n - 1; i >= 0; i--)
+        if (prior[i] >= 0 && prior[i] < s->vocab_size)
+            s->counts[prior[i]] = saved[i];
+    s->n_touched = before;
+}
+
+int32_t sampler_sample_ahead(struct sampler *s, float *logits, const uint32_t *mask, uint32_t ahead,
+                             const int32_t *prior)
+{
+    if (!s || !logits || (prior && ahead > SAMPLER_MAX_AHEAD))
         return ERR_INVALID;
+    uint32_t saved[SAMPLER_MAX_AHEAD];
+    const int n_prior = prior && penalties_on(&s->p) ? (int)ahead : 0;
+    const int before = push_prior(s, prior, n_prior, saved);
     struct applied a = process_logits(s, logits, mask);
     int32_t tok;
     if (s->p.temperature == 0.0f) {
@@ -677,12 +728,13 @@ int32_t sampler_sample_ahead(struct sampler *s, float *logits, const uint32_t *m
             tok = draw(s, &d, s->step + ahead);
     }
     restore_logits(s, logits, a);
+    pop_prior(s, prior, n_prior, saved, before);
     return tok;
 }
 
 int32_t sampler_sample_masked(struct sampler *s, float *logits, const uint32_t *mask)
 {
-    return sampler_sample_ahead(s, logits, mask, 0);
+    return sampler_sample_ahead(s, logits, mask, 0, NULL);
 }
 
 int32_t sampler_sample(struct sampler *s, float *logits)

@@ -95,12 +95,17 @@ int32_t sampler_sample(struct sampler *s, float *logits);
  * logit bias, before the penalties, so a banned token is never drawn and ERR_RANGE means
  * nothing allowed is samplable. logits[] is restored; logprobs stay raw (unmasked). */
 int32_t sampler_sample_masked(struct sampler *s, float *logits, const uint32_t *mask);
-/* sampler_sample_masked with the random bits of step sampler_step(s) + ahead: the token
- * it would return after `ahead` more tokens were accepted, for a speculative row that
- * checks a proposed token (engine/speculative.h). The history is s's as it is, so the
- * caller uses it only where no penalty applies (repetition 1, presence and frequency 0).
- * ahead 0 is sampler_sample_masked. No allocation. */
-int32_t sampler_sample_ahead(struct sampler *s, float *logits, const uint32_t *mask, uint32_t ahead);
+/* The most tokens a draw may look ahead (sampler_sample_ahead, sampler_history_ahead). */
+#define SAMPLER_MAX_AHEAD 16
+
+/* sampler_sample_masked as it would draw after the `ahead` tokens prior[0, ahead) were
+ * accepted: with the random bits of step sampler_step(s) + ahead, and those tokens
+ * counted for the penalties as generated ones — for a speculative row that checks a
+ * proposed token (engine/speculative.h). prior NULL: none counted (the same draw where no
+ * penalty applies). s is as before on return. ahead 0 is sampler_sample_masked; ahead
+ * above SAMPLER_MAX_AHEAD with prior is ERR_INVALID. No allocation. */
+int32_t sampler_sample_ahead(struct sampler *s, float *logits, const uint32_t *mask, uint32_t ahead,
+                             const int32_t *prior);
 /* The distribution sampler_sample would draw from next, without drawing: writes the
  * support's ids and normalised probabilities (in no particular order) into the caller's
  * ids[vocab_size] / probs[vocab_size] and returns its size (1 when greedy), or ERR_RANGE
@@ -137,6 +142,10 @@ const struct sampler_params *sampler_get_params(const struct sampler *s);
 void sampler_set_step(struct sampler *s, uint64_t step);
 int sampler_history_len(const struct sampler *s);
 void sampler_history(const struct sampler *s, int32_t *ids, uint32_t *info);
+/* sampler_history as it would be after the n tokens prior[0, n) were accepted (the
+ * speculative rows' history, see sampler_sample_ahead): ids[] and info[] must hold
+ * sampler_history_len(s) + n entries. Returns the number written. */
+int sampler_history_ahead(const struct sampler *s, const int32_t *prior, int n, int32_t *ids, uint32_t *info);
 int sampler_logit_bias(const struct sampler *s, int32_t *ids, float *vals);
 
 /* Log-softmax of the raw logits[vocab_size] (caller-owned, read only; normally the row

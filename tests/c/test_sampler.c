@@ -790,6 +790,67 @@ static void test_step_keys_draw(void)
     sampler_free(b);
 }
 
+/* A speculative row's draw (sampler_sample_ahead with the proposed tokens before it) is
+ * the draw after accepting those tokens, penalties included, and leaves the sampler as it
+ * was; sampler_history_ahead is the history after accepting them (what the device
+ * sampler is given). Checked to matter: without the prior tokens some draws differ. */
+static void test_ahead_prior(void)
+{
+    enum { V = 64, TRIALS = 200 };
+    const int32_t prompt[] = { 1, 2, 3, 5 }, output[] = { 7, 7, 9 };
+    const int32_t prior[] = { 5, 7, 60, 5, 11, 60 }; /* repeats, seen and new ids */
+    const int np = (int)(sizeof prior / sizeof prior[0]);
+    int differs = 0, draws = 0;
+    for (int trial = 0; trial < TRIALS; trial++) {
+        float l[V];
+        random_logits(l, V, 1.5f, 777 + (uint64_t)trial);
+        struct sampler_params p = params(trial % 4 ? 0.9f : 0.0f, 0, 1.0f, 0.0f, 31 + (uint64_t)trial);
+        p.repetition_penalty = 1.3f;
+        p.presence_penalty = 0.5f;
+        p.frequency_penalty = 0.4f;
+        struct sampler *a = sampler_create(&p, V);
+        sampler_accept_prompt(a, prompt, 4);
+        for (int i = 0; i < 3; i++)
+            sampler_accept(a, output[i]);
+        int32_t ids0[V], ids[V], ids_b[V];
+        uint32_t info0[V], info[V], info_b[V];
+        const int n0 = sampler_history_len(a);
+        sampler_history(a, ids0, info0);
+        for (int k = 0; k <= np; k++) {
+            struct sampler *b = sampler_create(&p, V);
+            sampler_accept_prompt(b, prompt, 4);
+            for (int i = 0; i < 3; i++)
+                sampler_accept(b, output[i]);
+            for (int i = 0; i < k; i++)
+                sampler_accept(b, prior[i]);
+            const int32_t want = sampler_sample(b, l);
+            const int32_t got = sampler_sample_ahead(a, l, NULL, (uint32_t)k, prior);
+            CHECK(got == want, "trial %d, %d ahead: %d, after accepting them %d", trial, k, got, want);
+            differs += k > 0 && sampler_sample_ahead(a, l, NULL, (uint32_t)k, NULL) != want;
+            draws++;
+            const int n = sampler_history_ahead(a, prior, k, ids, info), nb = sampler_history_len(b);
+            sampler_history(b, ids_b, info_b);
+            CHECK(n == nb && !memcmp(ids, ids_b, sizeof *ids * (size_t)n) &&
+                      !memcmp(info, info_b, sizeof *info * (size_t)n),
+                  "trial %d, %d ahead: history of %d entries, after accepting them %d", trial, k, n, nb);
+            sampler_free(b);
+        }
+        CHECK(sampler_step(a) == 3 && sampler_history_len(a) == n0, "trial %d: the sampler moved", trial);
+        sampler_history(a, ids, info);
+        CHECK(!memcmp(ids, ids0, sizeof *ids * (size_t)n0) && !memcmp(info, info0, sizeof *info * (size_t)n0),
+              "trial %d: the history changed", trial);
+        sampler_free(a);
+    }
+    CHECK(differs > draws / 20, "the proposed tokens changed only %d of %d draws", differs, draws);
+    struct sampler_params p = params(1.0f, 0, 1.0f, 0.0f, 1);
+    struct sampler *a = sampler_create(&p, V);
+    float l[V] = { 0 };
+    int32_t many[SAMPLER_MAX_AHEAD + 1] = { 0 };
+    CHECK(sampler_sample_ahead(a, l, NULL, SAMPLER_MAX_AHEAD + 1, many) == ERR_INVALID,
+          "looking %d ahead was not refused", SAMPLER_MAX_AHEAD + 1);
+    sampler_free(a);
+}
+
 /* Exported state for the device sampler: the history with its prompt flags and counts,
  * and the merged logit bias. */
 static void test_export(void)
@@ -1615,6 +1676,7 @@ int main(void)
     RUN(test_seed_and_reset);
     RUN(test_golden_sequence);
     RUN(test_step_keys_draw);
+    RUN(test_ahead_prior);
     RUN(test_export);
     RUN(test_against_spec);
     RUN(test_cost);

@@ -5,16 +5,17 @@
  * it produces. Eight sequences whose prompts repeat a random segment (so the n-gram
  * proposer finds matches in the prompt, and in the output once the model copies) mix
  * greedy and seeded sampling, logprobs, allowed_token_ids (a mask on every speculative
- * row; one sequence over four ids, whose output soon repeats on any model), a stop id, ignore_eos, short max_tokens, min_tokens and penalties (no proposals
- * for that one). They run once without speculation (the reference) and then with it:
+ * row; one sequence over four ids, whose output soon repeats on any model), a stop id,
+ * ignore_eos, short max_tokens, min_tokens and penalties (each speculative row counting
+ * the proposed tokens before it; greedy and seeded). They run once without speculation (the reference) and then with it:
  * together, and with chunked prefill, a KV pool small enough to preempt, prefix caching
  * and overlap requested (speculation resolves it to off). Tokens, logprobs and finish
  * reasons must be the reference's — exactly on the CPU — while the proposals are
  * really used (proposed and kept tokens counted; on the CPU each kept one saves a
  * sequence-step). The block manager is
  * checked after every step (the slots of rejected rows are given back), and no block is
- * held at the end. Also: no proposals without spare logits rows, nor for a sequence with
- * penalties.
+ * held at the end. Also: no proposals without spare logits rows, and a sequence with
+ * penalties alone is proposed for, keeps tokens and gives the reference's output.
  *
  * TESSERA_TEST_DEVICE=cuda (TESSERA_CUDA_LIB=build/libtessera-cuda-emu.so,
  * TESSERA_TEST_MODEL=build/testmodels/llama3-tiny-hd64) runs the same on the emulated CUDA
@@ -122,18 +123,24 @@ static void seq_params(int i, struct sched_seq_params *sp)
     sp->logprobs = 2;
     sp->sp.temperature = 0;
     switch (i) {
-    case 1: case 5: /* seeded sampling */
+    case 1: case 5: /* seeded sampling (5: with a frequency penalty) */
         sp->sp.temperature = 0.8f;
         sp->sp.top_p = 0.95f;
         sp->sp.seed = 100 + (uint64_t)i;
+        if (i == 5) sp->sp.frequency_penalty = 0.5f;
         break;
     case 2:
         sp->allowed_ids = g_allowed;
         sp->n_allowed = g_n_allowed;
         break;
-    case 3: /* penalties: never proposed for */
-        sp->sp.repetition_penalty = 1.2f;
-        sp->sp.presence_penalty = 0.2f;
+    case 3: /* penalties, greedy over four ids: the output cycles through them, so proposals
+             * are kept, and each row's choice turns on the counts of the proposed tokens
+             * before it */
+        sp->sp.repetition_penalty = 1.05f;
+        sp->sp.presence_penalty = 0.3f;
+        sp->sp.frequency_penalty = 1.0f;
+        sp->allowed_ids = g_allowed4;
+        sp->n_allowed = 4;
         break;
     case 4:
         sp->max_tokens = 11;
@@ -343,13 +350,26 @@ static unsigned long long run_pair(int max_num_seqs, int disable_by_batch_size)
     return (unsigned long long)after.spec_draft_tokens;
 }
 
-/* Nothing is proposed where it could change a token or take a row another sequence needs. */
+/* The sequence with penalties alone: proposed for, tokens kept, the reference's output
+ * (each speculative row's penalties count the proposed tokens before it). */
+static void test_penalties(void)
+{
+    static struct run ref, got;
+    struct sched_config cfg = base_cfg(false);
+    const unsigned which = 1u << 3;
+    run(&cfg, which, &ref, "penalties, reference");
+    cfg = base_cfg(true);
+    run(&cfg, which, &got, "penalties");
+    check_same(&ref, &got, which, "penalties");
+    printf("  penalties: %llu of %llu proposed tokens kept\n", (unsigned long long)got.st.spec_accepted_tokens,
+           (unsigned long long)got.st.spec_draft_tokens);
+    CHECK(got.st.spec_drafts > 0 && got.st.spec_accepted_tokens > 0, "penalties: %llu proposals, %llu kept",
+          (unsigned long long)got.st.spec_drafts, (unsigned long long)got.st.spec_accepted_tokens);
+}
+
+/* Nothing is proposed where it would take a row another sequence needs. */
 static void test_not_proposed(void)
 {
-    static struct run r;
-    struct sched_config cfg = base_cfg(true);
-    run(&cfg, 1u << 3, &r, "penalties");
-    CHECK(r.st.spec_drafts == 0, "penalties: %llu proposals", (unsigned long long)r.st.spec_drafts);
     /* the pair runs in step (same length): with two rows never one to spare */
     CHECK(run_pair(2, 0) == 0, "proposals without a spare logits row");
     CHECK(run_pair(3, 0) > 0, "no proposals with a spare logits row");
@@ -378,6 +398,7 @@ int main(void)
     make_prompts();
     RUN(test_config_checked);
     RUN(test_same_outputs);
+    RUN(test_penalties);
     RUN(test_not_proposed);
     model_free(g_model);
     return test_summary();

@@ -99,7 +99,7 @@ static void sample_row(struct cpu_backend *c, float *row, const struct backend_s
         return;
     }
     *o = (struct backend_token){ .token = -1, .rank = 0 }; /* every field: out is reused across steps */
-    int32_t tok = sampler_sample_ahead(s->sampler, row, s->mask, s->ahead);
+    int32_t tok = sampler_sample_ahead(s->sampler, row, s->mask, s->ahead, s->prior);
     if (tok < 0) {
         o->status = tok;
         return;

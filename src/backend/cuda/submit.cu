@@ -179,6 +179,14 @@ static bool penalties_on(const struct sampler_params *p)
     return p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
 }
 
+/* At most the penalty-history entries row smp packs: its sequence's distinct tokens plus
+ * the proposed ones it looks past (sampler_history_ahead), never more than the vocabulary. */
+static int history_bound(const struct cuda_backend *b, const struct backend_sample *smp)
+{
+    const int n = sampler_history_len(smp->sampler) + (smp->prior ? (int)smp->ahead : 0);
+    return n < b->m->cfg.vocab_size ? n : b->m->cfg.vocab_size;
+}
+
 /* Packs the batch (and, with samples, the sampling inputs) into h_staging per *lo. */
 static int pack(struct cuda_backend *b, const struct batch *bt, const struct backend_sample *samples, size_t nbt,
                 struct cu_layout *lo, char *err, size_t errlen)
@@ -193,7 +201,10 @@ static int pack(struct cuda_backend *b, const struct batch *bt, const struct bac
                            samples[i].n_logprobs);
         b->h_bias_start[i] = (int32_t)nbias;
         if (samples[i].score) continue; /* a scoring row: no penalties, bias or mask to pack */
-        if (penalties_on(sampler_get_params(s))) npen += (size_t)sampler_history_len(s);
+        if (samples[i].prior && samples[i].ahead > SAMPLER_MAX_AHEAD)
+            return err_set(err, errlen, ERR_INVALID, "batch: logits row %d looks %u tokens ahead", i,
+                           samples[i].ahead);
+        if (penalties_on(sampler_get_params(s))) npen += (size_t)history_bound(b, &samples[i]);
         nbias += (size_t)sampler_logit_bias(s, b->h_bias_ids + nbias, b->h_bias_vals + nbias);
         nmask += samples[i].mask != NULL;
     }
@@ -247,8 +258,8 @@ static int pack(struct cuda_backend *b, const struct batch *bt, const struct bac
                                           .step = sampler_step(s) + samples[i].ahead };
         int n = 0;
         if (penalties_on(p) && !samples[i].score) {
-            n = sampler_history_len(s);
-            sampler_history(s, pid + ps[i], pinfo + ps[i]);
+            n = sampler_history_ahead(s, samples[i].prior, samples[i].prior ? (int)samples[i].ahead : 0, pid + ps[i],
+                                      pinfo + ps[i]);
         }
         ps[i + 1] = ps[i] + n;
     }
