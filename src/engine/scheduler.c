@@ -579,16 +579,17 @@ static int lookup_len(const struct sched_seq *q)
  * step in flight for it) into draft[], at most what the step has to spare: budget tokens,
  * rows logits rows, q's max_tokens (every row may yield a token), and KV blocks (a
  * proposal never preempts). 0 when speculation is off or could change q's tokens: its
- * rows' masks would depend on the tokens before them (a grammar, bad words, min_tokens
- * still masking the end) — or a request waits for the rows. Penalties do not stop it:
- * each row counts the proposed tokens before it (backend_sample.prior). */
+ * rows' masks would depend on the tokens before them (a grammar, bad words) — or a
+ * request waits for the rows. Penalties and min_tokens do not stop it: each row counts
+ * the proposed tokens before it (backend_sample.prior), and its mask keeps the end
+ * tokens out while its own token is short of min_tokens (plan_masks). */
 static int propose(struct sched *s, struct sched_seq *q, int budget, int rows, int32_t *draft)
 {
     const struct sched_config *c = &s->cfg;
     int n_gen = q->n_tokens - q->n_prompt;
     if (c->spec.num_tokens <= 0 || s->n_waiting > 0 ||
         (c->spec.disable_by_batch_size > 0 && s->n_running > c->spec.disable_by_batch_size) ||
-        q->pending_row >= 0 || q->gm || q->bad_words || q->min_tokens > n_gen)
+        q->pending_row >= 0 || q->gm || q->bad_words)
         return 0;
     if (q->spec_wait > 0) { /* backing off after proposals that kept nothing */
         q->spec_wait--;
@@ -1008,15 +1009,19 @@ static void plan_masks(struct sched *s, struct sched_plan *p)
         } else {
             memset(mask, 0xFF, sizeof *mask * (size_t)s->mask_words);
         }
-        if (short_of_min) mask_out_end_tokens(s, q, mask);
         if (q->bad_words) mask_out_bad_words(q, mask);
         smp->mask = mask;
-        /* speculative rows: only allowed ids can mask them (propose), the same for each */
+        /* speculative rows (never with a grammar or bad words, see propose): the allowed
+         * ids, and the end tokens out while the row's token would still be short of
+         * min_tokens (row k draws token n_gen + k) */
+        const int n_gen = q->n_tokens - q->n_prompt;
         for (int k = 1; k <= en->n_draft; k++) {
             uint32_t *mk = p->masks + (size_t)(en->logit + k) * (size_t)s->mask_words;
             memcpy(mk, mask, sizeof *mk * (size_t)s->mask_words);
+            if (q->min_tokens > n_gen + k) mask_out_end_tokens(s, q, mk);
             smp[k].mask = mk;
         }
+        if (short_of_min) mask_out_end_tokens(s, q, mask);
     }
     if (n_masked) {
         s->mask_ns += now_ns() - t0;

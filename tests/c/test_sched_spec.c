@@ -7,15 +7,17 @@
  * greedy and seeded sampling, logprobs, allowed_token_ids (a mask on every speculative
  * row; one sequence over four ids, whose output soon repeats on any model), a stop id,
  * ignore_eos, short max_tokens, min_tokens and penalties (each speculative row counting
- * the proposed tokens before it; greedy and seeded). They run once without speculation (the reference) and then with it:
- * together, and with chunked prefill, a KV pool small enough to preempt, prefix caching
- * and overlap requested (speculation resolves it to off). Tokens, logprobs and finish
- * reasons must be the reference's — exactly on the CPU — while the proposals are
- * really used (proposed and kept tokens counted; on the CPU each kept one saves a
- * sequence-step). The block manager is
- * checked after every step (the slots of rejected rows are given back), and no block is
- * held at the end. Also: no proposals without spare logits rows, and a sequence with
- * penalties alone is proposed for, keeps tokens and gives the reference's output.
+ * the proposed tokens before it; greedy and seeded). They run once without speculation
+ * (the reference) and then with it: together, and with chunked prefill, a KV pool small
+ * enough to preempt, prefix caching and overlap requested (speculation resolves it to
+ * off). Tokens, logprobs and finish reasons must be the reference's — exactly on the CPU
+ * — while the proposals are really used (proposed and kept tokens counted; on the CPU
+ * each kept one saves a sequence-step). The block manager is checked after every step
+ * (the slots of rejected rows are given back), and no block is held at the end. Also: no
+ * proposals without spare logits rows; a sequence whose penalties decide its choices, and
+ * eight whose end token comes up as soon as min_tokens allows it (each speculative row
+ * masks the end only while its own token is short), are proposed for, keep tokens and
+ * give the reference's output.
  *
  * TESSERA_TEST_DEVICE=cuda (TESSERA_CUDA_LIB=build/libtessera-cuda-emu.so,
  * TESSERA_TEST_MODEL=build/testmodels/llama3-tiny-hd64) runs the same on the emulated CUDA
@@ -45,6 +47,8 @@ static enum backend_device g_device = BACKEND_DEVICE_CPU;
 static int32_t g_prompt[NSEQ][96];
 static int g_len[NSEQ];
 static int32_t g_allowed[96], g_allowed4[4]; /* sequence 2's allowed ids; 7's and the pair's */
+static int32_t g_allowed5[5];                 /* g_allowed4 and the end token (test_min_tokens) */
+static bool g_min_case;                       /* seq_params gives test_min_tokens' sequences */
 static int g_n_allowed;
 
 struct run {
@@ -114,6 +118,8 @@ static void make_prompts(void)
     /* four ids: any model's output over them soon repeats, so proposals come even where
      * the model does not copy its prompt (the random test models on the GPU pass) */
     memcpy(g_allowed4, g_prompt[7], sizeof g_allowed4);
+    memcpy(g_allowed5, g_allowed4, sizeof g_allowed4);
+    g_allowed5[4] = g_model->n_eog > 0 ? g_model->eog_ids[0] : g_allowed4[0];
 }
 
 static void seq_params(int i, struct sched_seq_params *sp)
@@ -122,6 +128,15 @@ static void seq_params(int i, struct sched_seq_params *sp)
     sp->max_tokens = GEN;
     sp->logprobs = 2;
     sp->sp.temperature = 0;
+    if (g_min_case) { /* greedy over four ids and the end token, each used one penalised: the
+                       * end token, never drawn, comes up as soon as min_tokens allows it */
+        sp->allowed_ids = g_allowed5;
+        sp->n_allowed = 5;
+        sp->min_tokens = 5 + 3 * i;
+        sp->sp.frequency_penalty = 2.0f;
+        sp->sp.presence_penalty = 2.0f;
+        return;
+    }
     switch (i) {
     case 1: case 5: /* seeded sampling (5: with a frequency penalty) */
         sp->sp.temperature = 0.8f;
@@ -227,7 +242,10 @@ static void check_same(const struct run *ref, const struct run *r, unsigned whic
     for (int i = 0; i < NSEQ; i++) {
         if (!(which & (1u << i))) continue;
         CHECK(r->finish[i] != FINISH_NONE, "%s: sequence %d did not finish", what, i);
-        bool seeded = i == 1 || i == 5, parted = false;
+        struct sched_seq_params sp;
+        seq_params(i, &sp);
+        /* seeded ones may part on the GPU; 7 (nearly uniform over four ids) may not */
+        bool seeded = sp.sp.temperature > 0 && i != 7, parted = false;
         int k = 0;
         for (; k < r->n[i] && k < ref->n[i]; k++) {
             if (r->out[i][k] != ref->out[i][k]) {
@@ -367,6 +385,34 @@ static void test_penalties(void)
           (unsigned long long)got.st.spec_drafts, (unsigned long long)got.st.spec_accepted_tokens);
 }
 
+/* min_tokens with proposals: a speculative row keeps the end token out only while its
+ * own token is short of min_tokens, so the sequences end where the reference's do. */
+static void test_min_tokens(void)
+{
+    static struct run ref, got;
+    const unsigned all = (1u << NSEQ) - 1;
+    if (g_model->n_eog == 0) {
+        printf("  skip: the model has no end token\n");
+        return;
+    }
+    g_min_case = true;
+    struct sched_config cfg = base_cfg(false);
+    run(&cfg, all, &ref, "min_tokens, reference");
+    cfg = base_cfg(true);
+    run(&cfg, all, &got, "min_tokens");
+    check_same(&ref, &got, all, "min_tokens");
+    g_min_case = false;
+    int ended = 0;
+    for (int i = 0; i < NSEQ; i++) {
+        CHECK(ref.n[i] >= 5 + 3 * i, "min_tokens: sequence %d ended after %d tokens", i, ref.n[i]);
+        ended += ref.finish[i] == FINISH_STOP;
+    }
+    printf("  min_tokens: %d of %d sequences end on the end token; %llu of %llu proposed tokens kept\n", ended,
+           NSEQ, (unsigned long long)got.st.spec_accepted_tokens, (unsigned long long)got.st.spec_draft_tokens);
+    CHECK(ended >= NSEQ / 2, "min_tokens: only %d sequences ended on the end token", ended);
+    CHECK(got.st.spec_accepted_tokens > 0, "min_tokens: no proposed token kept");
+}
+
 /* Nothing is proposed where it would take a row another sequence needs. */
 static void test_not_proposed(void)
 {
@@ -399,6 +445,7 @@ int main(void)
     RUN(test_config_checked);
     RUN(test_same_outputs);
     RUN(test_penalties);
+    RUN(test_min_tokens);
     RUN(test_not_proposed);
     model_free(g_model);
     return test_summary();
