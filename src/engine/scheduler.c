@@ -578,18 +578,19 @@ static int lookup_len(const struct sched_seq *q)
 /* Speculative decoding: the tokens proposed for decoding sequence q (its next token due, no
  * step in flight for it) into draft[], at most what the step has to spare: budget tokens,
  * rows logits rows, q's max_tokens (every row may yield a token), and KV blocks (a
- * proposal never preempts). 0 when speculation is off or could change q's tokens: its
- * rows' masks would depend on the tokens before them (a grammar, bad words) — or a
- * request waits for the rows. Penalties and min_tokens do not stop it: each row counts
- * the proposed tokens before it (backend_sample.prior), and its mask keeps the end
- * tokens out while its own token is short of min_tokens (plan_masks). */
+ * proposal never preempts). 0 when speculation is off, for a sequence with a grammar
+ * (its matcher would have to advance along the proposal), or while a request waits for
+ * the rows. Penalties, min_tokens and bad words do not stop it: each row counts the
+ * proposed tokens before it (backend_sample.prior), and its mask keeps the end tokens
+ * out while its own token is short of min_tokens and the bad words out that the
+ * proposed tokens before it would complete (plan_masks). */
 static int propose(struct sched *s, struct sched_seq *q, int budget, int rows, int32_t *draft)
 {
     const struct sched_config *c = &s->cfg;
     int n_gen = q->n_tokens - q->n_prompt;
     if (c->spec.num_tokens <= 0 || s->n_waiting > 0 ||
         (c->spec.disable_by_batch_size > 0 && s->n_running > c->spec.disable_by_batch_size) ||
-        q->pending_row >= 0 || q->gm || q->bad_words)
+        q->pending_row >= 0 || q->gm)
         return 0;
     if (q->spec_wait > 0) { /* backing off after proposals that kept nothing */
         q->spec_wait--;
@@ -963,16 +964,22 @@ static void mask_out_end_tokens(const struct sched *s, const struct sched_seq *q
 }
 
 /* Clears the bits of the bad words q would complete with its next token: a word's last
- * token where the generated tokens end with the others (a one-token word: always). */
-static void mask_out_bad_words(const struct sched_seq *q, uint32_t *mask)
+ * token where the generated tokens, followed by ahead[0, n_ahead) (a speculative row's
+ * proposed tokens before it), end with the others (a one-token word: always). */
+static void mask_out_bad_words(const struct sched_seq *q, const int32_t *ahead, int n_ahead, uint32_t *mask)
 {
-    int n_gen = q->n_tokens - q->n_prompt;
-    const int32_t *gen_end = q->tokens + q->n_tokens;
+    const int n_gen = q->n_tokens - q->n_prompt, n = n_gen + n_ahead;
+    const int32_t *gen = q->tokens + q->n_prompt;
     for (int i = 0; i < q->bad_words_len; i += 1 + q->bad_words[i]) {
         int len = q->bad_words[i];
         const int32_t *w = q->bad_words + i + 1;
-        if (len - 1 > n_gen || memcmp(gen_end - (len - 1), w, sizeof *w * (size_t)(len - 1))) continue;
-        mask[w[len - 1] / 32] &= ~(1u << (w[len - 1] % 32));
+        if (len - 1 > n) continue;
+        bool match = true;
+        for (int j = 0; j < len - 1 && match; j++) { /* token n - (len - 1) + j of gen + ahead */
+            const int at = n - (len - 1) + j;
+            match = (at < n_gen ? gen[at] : ahead[at - n_gen]) == w[j];
+        }
+        if (match) mask[w[len - 1] / 32] &= ~(1u << (w[len - 1] % 32));
     }
 }
 
@@ -1009,19 +1016,21 @@ static void plan_masks(struct sched *s, struct sched_plan *p)
         } else {
             memset(mask, 0xFF, sizeof *mask * (size_t)s->mask_words);
         }
-        if (q->bad_words) mask_out_bad_words(q, mask);
-        smp->mask = mask;
-        /* speculative rows (never with a grammar or bad words, see propose): the allowed
-         * ids, and the end tokens out while the row's token would still be short of
-         * min_tokens (row k draws token n_gen + k) */
+        /* speculative rows (never with a grammar, see propose): the allowed ids; the end
+         * tokens out while the row's own token is short of min_tokens, and the bad words
+         * it would complete, with the proposed tokens before it (row k draws token
+         * n_gen + k) */
         const int n_gen = q->n_tokens - q->n_prompt;
         for (int k = 1; k <= en->n_draft; k++) {
             uint32_t *mk = p->masks + (size_t)(en->logit + k) * (size_t)s->mask_words;
             memcpy(mk, mask, sizeof *mk * (size_t)s->mask_words);
             if (q->min_tokens > n_gen + k) mask_out_end_tokens(s, q, mk);
+            if (q->bad_words) mask_out_bad_words(q, en->draft, k, mk);
             smp[k].mask = mk;
         }
         if (short_of_min) mask_out_end_tokens(s, q, mask);
+        if (q->bad_words) mask_out_bad_words(q, NULL, 0, mask);
+        smp->mask = mask;
     }
     if (n_masked) {
         s->mask_ns += now_ns() - t0;

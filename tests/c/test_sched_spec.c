@@ -14,10 +14,11 @@
  * — while the proposals are really used (proposed and kept tokens counted; on the CPU
  * each kept one saves a sequence-step). The block manager is checked after every step
  * (the slots of rejected rows are given back), and no block is held at the end. Also: no
- * proposals without spare logits rows; a sequence whose penalties decide its choices, and
+ * proposals without spare logits rows; a sequence whose penalties decide its choices,
  * eight whose end token comes up as soon as min_tokens allows it (each speculative row
- * masks the end only while its own token is short), are proposed for, keep tokens and
- * give the reference's output.
+ * masks the end only while its own token is short), and eight copying prompts that hold
+ * their bad words (each row masks the words the proposed tokens before it would complete)
+ * are proposed for, keep tokens and give the reference's output.
  *
  * TESSERA_TEST_DEVICE=cuda (TESSERA_CUDA_LIB=build/libtessera-cuda-emu.so,
  * TESSERA_TEST_MODEL=build/testmodels/llama3-tiny-hd64) runs the same on the emulated CUDA
@@ -48,7 +49,9 @@ static int32_t g_prompt[NSEQ][96];
 static int g_len[NSEQ];
 static int32_t g_allowed[96], g_allowed4[4]; /* sequence 2's allowed ids; 7's and the pair's */
 static int32_t g_allowed5[5];                 /* g_allowed4 and the end token (test_min_tokens) */
-static bool g_min_case;                       /* seq_params gives test_min_tokens' sequences */
+static int32_t g_bad[NSEQ][7];                /* sequence i's bad words (test_bad_words) */
+/* which sequences seq_params gives: the mix, test_min_tokens' or test_bad_words' */
+static enum { CASE_MIX, CASE_MIN_TOKENS, CASE_BAD_WORDS } g_case;
 static int g_n_allowed;
 
 struct run {
@@ -120,6 +123,12 @@ static void make_prompts(void)
     memcpy(g_allowed4, g_prompt[7], sizeof g_allowed4);
     memcpy(g_allowed5, g_allowed4, sizeof g_allowed4);
     g_allowed5[4] = g_model->n_eog > 0 ? g_model->eog_ids[0] : g_allowed4[0];
+    /* two words the copied segment contains: its tokens 2, 3 and 4, 5, 6 (wrapping) */
+    for (int i = 0; i < NSEQ; i++) {
+        const int32_t *seg = g_prompt[i];
+        const int32_t words[7] = { 2, seg[2], seg[3], 3, seg[4], seg[5], seg[6 % (6 + i)] };
+        memcpy(g_bad[i], words, sizeof words);
+    }
 }
 
 static void seq_params(int i, struct sched_seq_params *sp)
@@ -128,8 +137,14 @@ static void seq_params(int i, struct sched_seq_params *sp)
     sp->max_tokens = GEN;
     sp->logprobs = 2;
     sp->sp.temperature = 0;
-    if (g_min_case) { /* greedy over four ids and the end token, each used one penalised: the
-                       * end token, never drawn, comes up as soon as min_tokens allows it */
+    if (g_case == CASE_BAD_WORDS) { /* greedy, copying its prompt but for two words of it */
+        sp->bad_words = g_bad[i];
+        sp->bad_words_len = 7;
+        return;
+    }
+    if (g_case == CASE_MIN_TOKENS) { /* greedy over four ids and the end token, each used one
+                                      * penalised: the end token, never drawn, comes up as soon
+                                      * as min_tokens allows it */
         sp->allowed_ids = g_allowed5;
         sp->n_allowed = 5;
         sp->min_tokens = 5 + 3 * i;
@@ -395,13 +410,13 @@ static void test_min_tokens(void)
         printf("  skip: the model has no end token\n");
         return;
     }
-    g_min_case = true;
+    g_case = CASE_MIN_TOKENS;
     struct sched_config cfg = base_cfg(false);
     run(&cfg, all, &ref, "min_tokens, reference");
     cfg = base_cfg(true);
     run(&cfg, all, &got, "min_tokens");
     check_same(&ref, &got, all, "min_tokens");
-    g_min_case = false;
+    g_case = CASE_MIX;
     int ended = 0;
     for (int i = 0; i < NSEQ; i++) {
         CHECK(ref.n[i] >= 5 + 3 * i, "min_tokens: sequence %d ended after %d tokens", i, ref.n[i]);
@@ -411,6 +426,35 @@ static void test_min_tokens(void)
            NSEQ, (unsigned long long)got.st.spec_accepted_tokens, (unsigned long long)got.st.spec_draft_tokens);
     CHECK(ended >= NSEQ / 2, "min_tokens: only %d sequences ended on the end token", ended);
     CHECK(got.st.spec_accepted_tokens > 0, "min_tokens: no proposed token kept");
+}
+
+/* Whether out[0, n) contains the word w[0, len). */
+static bool contains(const int32_t *out, int n, const int32_t *w, int len)
+{
+    for (int k = 0; k + len <= n; k++)
+        if (!memcmp(out + k, w, sizeof *w * (size_t)len)) return true;
+    return false;
+}
+
+/* Bad words with proposals: the proposals copy the prompt, which holds the words; a
+ * speculative row keeps out the word that the proposed tokens before it would complete. */
+static void test_bad_words(void)
+{
+    static struct run ref, got;
+    const unsigned all = (1u << NSEQ) - 1;
+    g_case = CASE_BAD_WORDS;
+    struct sched_config cfg = base_cfg(false);
+    run(&cfg, all, &ref, "bad_words, reference");
+    cfg = base_cfg(true);
+    run(&cfg, all, &got, "bad_words");
+    check_same(&ref, &got, all, "bad_words");
+    g_case = CASE_MIX;
+    for (int i = 0; i < NSEQ; i++)
+        CHECK(!contains(got.out[i], got.n[i], g_bad[i] + 1, 2) && !contains(got.out[i], got.n[i], g_bad[i] + 4, 3),
+              "bad_words: sequence %d generated a bad word", i);
+    printf("  bad_words: %llu of %llu proposed tokens kept\n", (unsigned long long)got.st.spec_accepted_tokens,
+           (unsigned long long)got.st.spec_draft_tokens);
+    CHECK(got.st.spec_accepted_tokens > 0, "bad_words: no proposed token kept");
 }
 
 /* Nothing is proposed where it would take a row another sequence needs. */
@@ -446,6 +490,7 @@ int main(void)
     RUN(test_same_outputs);
     RUN(test_penalties);
     RUN(test_min_tokens);
+    RUN(test_bad_words);
     RUN(test_not_proposed);
     model_free(g_model);
     return test_summary();

@@ -1,6 +1,6 @@
 """Speculative decoding end to end (`--speculative-config`, vLLM's JSON, method "ngram"):
 the server with it answers exactly what the server without it answers — greedy and seeded
-completions, logprobs, a stop string, n = 2, penalties, a streamed chat ending with [DONE] — while /metrics shows
+completions, logprobs, a stop string, n = 2, penalties, bad words, min_tokens, a streamed chat ending with [DONE] — while /metrics shows
 the proposals were made and kept (vLLM's spec_decode counters), and the start-up log says
 so. Bad configurations are usage errors (exit 2) before the model loads, in serve and in
 generate; the YAML key works as the flag.
@@ -35,6 +35,11 @@ def requests(name):
                              "frequency_penalty": 0.5, "presence_penalty": 0.3, "repetition_penalty": 1.05}, False),
         ("/v1/completions", {"model": name, "prompt": CODE, "max_tokens": 48, "temperature": 0.8, "seed": 3,
                              "frequency_penalty": 0.4, "logprobs": 1}, False),
+        # bad words the copied code holds, and min_tokens past an end the model would choose
+        ("/v1/completions", {"model": name, "prompt": CODE, "max_tokens": 48, "temperature": 0,
+                             "bad_words": [" fib(n - 2)", "return n"]}, False),
+        ("/v1/completions", {"model": name, "prompt": "Say OK.", "max_tokens": 24, "temperature": 0,
+                             "min_tokens": 12}, False),
         ("/v1/chat/completions", {"model": name, "messages": chat, "max_tokens": 48, "temperature": 0,
                                   "logprobs": True, "top_logprobs": 2}, False),
         ("/v1/chat/completions", {"model": name, "messages": chat, "max_tokens": 48, "temperature": 0,
