@@ -127,6 +127,10 @@ static void seq_destroy(struct sched *s, struct sched_seq *q)
         gm_free(q->gm);
         s->n_matchers--;
     }
+    if (q->gm_spec) {
+        gm_free(q->gm_spec);
+        s->n_matchers--;
+    }
     grammar_unref(q->grammar);
     free(q->tokens);
     free(q->bias_ids);
@@ -578,19 +582,19 @@ static int lookup_len(const struct sched_seq *q)
 /* Speculative decoding: the tokens proposed for decoding sequence q (its next token due, no
  * step in flight for it) into draft[], at most what the step has to spare: budget tokens,
  * rows logits rows, q's max_tokens (every row may yield a token), and KV blocks (a
- * proposal never preempts). 0 when speculation is off, for a sequence with a grammar
- * (its matcher would have to advance along the proposal), or while a request waits for
- * the rows. Penalties, min_tokens and bad words do not stop it: each row counts the
- * proposed tokens before it (backend_sample.prior), and its mask keeps the end tokens
- * out while its own token is short of min_tokens and the bad words out that the
- * proposed tokens before it would complete (plan_masks). */
+ * proposal never preempts). 0 when speculation is off, for a sequence whose deferred
+ * grammar has not started, or while a request waits for the rows. Penalties, a grammar,
+ * min_tokens and bad words do not stop it: each row counts the proposed tokens before it
+ * (backend_sample.prior), and its mask is the one those tokens lead to (plan_masks: the
+ * grammar's state after them, the end tokens out while its own token is short of
+ * min_tokens, the bad words they would complete). */
 static int propose(struct sched *s, struct sched_seq *q, int budget, int rows, int32_t *draft)
 {
     const struct sched_config *c = &s->cfg;
     int n_gen = q->n_tokens - q->n_prompt;
     if (c->spec.num_tokens <= 0 || s->n_waiting > 0 ||
         (c->spec.disable_by_batch_size > 0 && s->n_running > c->spec.disable_by_batch_size) ||
-        q->pending_row >= 0 || q->gm)
+        q->pending_row >= 0 || (q->gm && !q->gm_on))
         return 0;
     if (q->spec_wait > 0) { /* backing off after proposals that kept nothing */
         q->spec_wait--;
@@ -983,6 +987,25 @@ static void mask_out_bad_words(const struct sched_seq *q, const int32_t *ahead, 
     }
 }
 
+/* A mask that could not be computed (out of memory) fails q alone; its rows still run,
+ * unmasked, and are discarded. */
+static void fail_mask(struct sched *s, struct sched_seq *q)
+{
+    finish_seq(q, FINISH_ERROR);
+    push_event(s, q, -1, FINISH_ERROR, NULL, false, MASK_NOMEM);
+}
+
+/* q->gm_spec in q->gm's state (created on first use). 0, or ERR_NOMEM. */
+static int spec_matcher(struct sched *s, struct sched_seq *q)
+{
+    if (!q->gm_spec) {
+        q->gm_spec = gm_create(q->grammar);
+        if (!q->gm_spec) return ERR_NOMEM;
+        s->n_matchers++;
+    }
+    return gm_copy(q->gm_spec, q->gm);
+}
+
 /* Right before plan p is submitted (every earlier step recorded): fills the token mask of
  * each constrained logits row from its matcher (and with the sequence's allowed ids), of
  * each row with allowed ids from them, takes the end tokens out of the rows of sequences
@@ -1006,8 +1029,7 @@ static void plan_masks(struct sched *s, struct sched_plan *p)
         if (constrained) {
             if (!n_masked++) t0 = now_ns();
             if (gm_fill_mask(q->gm, mask) != 0) {
-                finish_seq(q, FINISH_ERROR);
-                push_event(s, q, -1, FINISH_ERROR, NULL, false, MASK_NOMEM);
+                fail_mask(s, q);
                 continue;
             }
             for (int w = 0; q->allowed && w < s->mask_words; w++) mask[w] &= q->allowed[w];
@@ -1016,17 +1038,39 @@ static void plan_masks(struct sched *s, struct sched_plan *p)
         } else {
             memset(mask, 0xFF, sizeof *mask * (size_t)s->mask_words);
         }
-        /* speculative rows (never with a grammar, see propose): the allowed ids; the end
-         * tokens out while the row's own token is short of min_tokens, and the bad words
-         * it would complete, with the proposed tokens before it (row k draws token
-         * n_gen + k) */
+        /* speculative rows: row k draws token n_gen + k, after the proposed tokens
+         * draft[0, k). With a grammar, its mask at the state they lead to (a copy of the
+         * matcher advanced along them; once the grammar refuses one, row k - 1 cannot
+         * draw it, so no later row is kept and they repeat the mask before); the allowed
+         * ids; the end tokens out while the row's own token is short of min_tokens, and
+         * the bad words it would complete. */
         const int n_gen = q->n_tokens - q->n_prompt;
-        for (int k = 1; k <= en->n_draft; k++) {
+        bool follows = constrained && en->n_draft > 0;
+        if (follows && spec_matcher(s, q) != 0) {
+            fail_mask(s, q);
+            continue;
+        }
+        bool nomem = false;
+        for (int k = 1; k <= en->n_draft && !nomem; k++) {
             uint32_t *mk = p->masks + (size_t)(en->logit + k) * (size_t)s->mask_words;
-            memcpy(mk, mask, sizeof *mk * (size_t)s->mask_words);
+            const uint32_t *before = k == 1 ? mask : mk - s->mask_words;
+            int rc = follows ? gm_accept(q->gm_spec, en->draft[k - 1]) : ERR_INVALID;
+            if (rc == 0) rc = gm_fill_mask(q->gm_spec, mk);
+            nomem = rc == ERR_NOMEM;
+            if (rc == 0) {
+                n_masked++;
+                for (int w = 0; q->allowed && w < s->mask_words; w++) mk[w] &= q->allowed[w];
+            } else {
+                follows = false;
+                memcpy(mk, before, sizeof *mk * (size_t)s->mask_words);
+            }
             if (q->min_tokens > n_gen + k) mask_out_end_tokens(s, q, mk);
             if (q->bad_words) mask_out_bad_words(q, en->draft, k, mk);
             smp[k].mask = mk;
+        }
+        if (nomem) { /* out of memory advancing the copy */
+            fail_mask(s, q);
+            continue;
         }
         if (short_of_min) mask_out_end_tokens(s, q, mask);
         if (q->bad_words) mask_out_bad_words(q, NULL, 0, mask);

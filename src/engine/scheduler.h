@@ -53,12 +53,12 @@
  * draws with the random bits of step + i: backend_sample.ahead). The sampled tokens are kept
  * up to and including the first that differs from the proposal (or ends the sequence); the
  * slots of the rows after it are given back (bm_seq_truncate) and their KV, never
- * committed, is overwritten later. Outputs are those of one token per step. A sequence is
- * proposed for only when nothing could make its rows depend on each other or on the
- * queue: no penalties, no grammar, no bad words, past its min_tokens, no request waiting
- * for a seat, not more sequences running than spec.disable_by_batch_size (when set), and
- * with logits rows, tokens, KV blocks and max_tokens to spare (a proposal
- * never preempts). Rows are not free (on the CPU a step's cost grows with them), so each
+ * committed, is overwritten later. Outputs are those of one token per step: each row's
+ * penalties count the proposed tokens before it (backend_sample.prior) and its mask is the
+ * one they lead to (grammar state, min_tokens, bad words). A sequence is proposed for
+ * only when its grammar (if deferred) has started, no request waits for a seat, not more
+ * sequences run than spec.disable_by_batch_size (when set), and with logits rows, tokens,
+ * KV blocks and max_tokens to spare (a proposal never preempts). Rows are not free (on the CPU a step's cost grows with them), so each
  * sequence's proposals adapt to what it keeps: after a proposal kept whole the next may be
  * twice as long (up to num_tokens), otherwise one longer than what was kept; after k
  * proposals in a row of which nothing was kept, none for the next 2^k - 1 steps (at most
@@ -216,6 +216,8 @@ struct sched_seq {
     struct grammar *grammar;     /* reference held, or NULL (unconstrained) */
     struct grammar_matcher *gm;  /* with grammar: created with the sampler, kept through
                                     preemption (it covers the generated tokens) */
+    struct grammar_matcher *gm_spec; /* scratch copy of gm advanced along a proposal (the
+                                    speculative rows' masks); created on first use */
     bool gm_on;                  /* the grammar applies (not deferred, or its start token
                                     has been generated) */
     int32_t grammar_start_token; /* the deferred grammar's start token */

@@ -108,6 +108,10 @@ int gm_fill_mask(struct grammar_matcher *m, uint32_t *mask);
 /* Advances past token (its bytes, or the end of the text for an eog id). Returns 0, or
  * ERR_INVALID (the token is not allowed here: the state is unchanged). */
 int gm_accept(struct grammar_matcher *m, int32_t token);
+/* Puts dst (a matcher of the same grammar) in src's state, for advancing a copy along
+ * guessed tokens (speculative decoding) while src stays. Returns 0, ERR_INVALID (another
+ * grammar) or ERR_NOMEM (dst unchanged then). Allocates only to grow dst's arrays. */
+int gm_copy(struct grammar_matcher *dst, const struct grammar_matcher *src);
 /* True when the text so far is a complete match (an end token is allowed). */
 bool gm_can_end(const struct grammar_matcher *m);
 /* True when nothing but an end token can follow (or an end token was accepted). */

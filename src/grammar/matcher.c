@@ -371,6 +371,28 @@ void gm_free(struct grammar_matcher *m)
     free(m);
 }
 
+int gm_copy(struct grammar_matcher *dst, const struct grammar_matcher *src)
+{
+    if (dst->g != src->g)
+        return ERR_INVALID;
+    /* the committed state: the arena's base frames, the top configurations and the key */
+    if (!grow_array((void **)&dst->nodes, &dst->nodes_cap, (size_t)src->n_base + 1, sizeof *dst->nodes) ||
+        !grow_array((void **)&dst->set, &dst->set_cap, (size_t)src->n_tops + 1, sizeof *dst->set) ||
+        !grow_array((void **)&dst->key, &dst->key_cap, (size_t)src->key_len + 1, sizeof *dst->key))
+        return ERR_NOMEM;
+    memcpy(dst->nodes, src->nodes, sizeof *dst->nodes * (size_t)src->n_base);
+    memcpy(dst->set, src->set, sizeof *dst->set * (size_t)src->n_tops);
+    memcpy(dst->key, src->key, sizeof *dst->key * (size_t)src->key_len);
+    dst->n_nodes = dst->n_base = src->n_base;
+    dst->n_tops = src->n_tops;
+    dst->key_len = src->key_len;
+    dst->key_hash = src->key_hash;
+    dst->can_end = src->can_end;
+    dst->ended = src->ended;
+    dst->oom = false;
+    return 0;
+}
+
 bool gm_can_end(const struct grammar_matcher *m) { return m->ended || m->can_end; }
 
 bool gm_is_done(const struct grammar_matcher *m) { return m->ended || m->n_tops == 0; }

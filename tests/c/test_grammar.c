@@ -447,6 +447,83 @@ static void test_refused_token_keeps_state(void)
     grammar_unref(g);
 }
 
+/* gm_copy: a copy continues exactly as the original would (the same masks, the same
+ * accepted and refused tokens) and advancing it leaves the original where it was, also
+ * when the copy is reused from a later state. */
+static void test_copy(void)
+{
+    struct grammar *g = schema("{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, "
+                               "\"tags\": {\"type\": \"array\", \"items\": {\"type\": \"integer\"}}}, "
+                               "\"required\": [\"name\", \"tags\"]}");
+    struct grammar *other = schema("{\"type\": \"integer\"}");
+    if (!g || !other)
+        return;
+    struct grammar_matcher *a = gm_create(g), *b = gm_create(g), *c = gm_create(g), *o = gm_create(other);
+    uint32_t *ma = calloc((size_t)nwords, 4), *mb = calloc((size_t)nwords, 4), *m0 = calloc((size_t)nwords, 4);
+    int n;
+    CHECK(gm_copy(o, a) == ERR_INVALID, "a copy across grammars");
+    CHECK(feed(a, "{\"name\": \"ab", &n) == n, "prefix");
+    gm_fill_mask(a, m0);
+    for (int round = 0; round < 2; round++) { /* round 1 reuses b from a later state */
+        CHECK(gm_copy(b, a) == 0, "copy");
+        gm_fill_mask(b, mb);
+        CHECK(!memcmp(m0, mb, (size_t)nwords * 4), "round %d: the copy's mask differs", round);
+        const char *rest = round ? ", 4]}" : "c\", \"tags\": [1, 22]}";
+        CHECK(gm_copy(c, a) == 0 && feed(b, rest, &n) == n && feed(c, rest, &n) == n, "round %d: rest", round);
+        gm_fill_mask(b, mb);
+        gm_fill_mask(c, ma);
+        CHECK(!memcmp(ma, mb, (size_t)nwords * 4) && gm_can_end(b) == gm_can_end(c) && gm_is_done(b) == gm_is_done(c),
+              "round %d: two copies advanced alike differ", round);
+        CHECK(gm_can_end(b) && gm_is_done(b) && gm_accept(b, eog_ids[0]) == 0, "round %d: the copy completes", round);
+        gm_fill_mask(a, ma);
+        CHECK(!memcmp(ma, m0, (size_t)nwords * 4), "round %d: the original moved", round);
+        if (!round) {
+            CHECK(feed(a, "c\", \"tags\": [3", &n) == n, "the original goes on");
+            gm_fill_mask(a, m0);
+        }
+    }
+    /* a state of two configurations (either alternative's first byte) */
+    struct grammar *alt = schema("{\"anyOf\": [{\"type\": \"integer\"}, {\"type\": \"string\"}]}");
+    if (alt) {
+        struct grammar_matcher *x = gm_create(alt), *y = gm_create(alt);
+        CHECK(feed(y, "\"ab", &n) == n && gm_copy(y, x) == 0, "copy of the start over a later state");
+        gm_fill_mask(x, ma);
+        gm_fill_mask(y, mb);
+        CHECK(!memcmp(ma, mb, (size_t)nwords * 4), "two configurations: the copy's mask differs");
+        CHECK(feed(y, "\"x\"", &n) == n && gm_can_end(y) && feed(x, "12", &n) == n && gm_can_end(x),
+              "each alternative from the copy point");
+        gm_free(x);
+        gm_free(y);
+        grammar_unref(alt);
+    }
+    /* a lexeme state and a complete one */
+    char err[ERR_BUF];
+    struct grammar *r = compile_kind(GRAMMAR_REGEX, "(a+b|a+c)+", err);
+    CHECK(r, "regex: %s", err);
+    if (r) {
+        struct grammar_matcher *x = gm_create(r), *y = gm_create(r);
+        CHECK(feed(x, "aaa", &n) == n && gm_copy(y, x) == 0, "regex prefix");
+        gm_fill_mask(x, ma);
+        gm_fill_mask(y, mb);
+        CHECK(!memcmp(ma, mb, (size_t)nwords * 4), "two configurations: the copy's mask differs");
+        CHECK(feed(y, "c", &n) == n && feed(x, "b", &n) == n && gm_can_end(x) && gm_can_end(y),
+              "each way on from the copy point");
+        CHECK(gm_copy(y, x) == 0 && gm_can_end(y) && gm_accept(y, eog_ids[0]) == 0, "a complete state copied");
+        gm_free(x);
+        gm_free(y);
+        grammar_unref(r);
+    }
+    gm_free(a);
+    gm_free(b);
+    gm_free(c);
+    gm_free(o);
+    free(ma);
+    free(mb);
+    free(m0);
+    grammar_unref(g);
+    grammar_unref(other);
+}
+
 static void test_regex_and_choice(void)
 {
     char err[ERR_BUF];
@@ -1186,6 +1263,7 @@ int main(void)
     RUN(test_accept_constraints);
     RUN(test_accept_more);
     RUN(test_refused_token_keeps_state);
+    RUN(test_copy);
     RUN(test_regex_and_choice);
     RUN(test_regex_vs_pcre2);
     RUN(test_wrapper);

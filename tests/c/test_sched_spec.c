@@ -30,6 +30,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "engine/scheduler.h"
+#include "grammar/grammar.h"
 #include "model/model.h"
 #include "test.h"
 #include "test_backend_env.h"
@@ -51,7 +52,8 @@ static int32_t g_allowed[96], g_allowed4[4]; /* sequence 2's allowed ids; 7's an
 static int32_t g_allowed5[5];                 /* g_allowed4 and the end token (test_min_tokens) */
 static int32_t g_bad[NSEQ][7];                /* sequence i's bad words (test_bad_words) */
 /* which sequences seq_params gives: the mix, test_min_tokens' or test_bad_words' */
-static enum { CASE_MIX, CASE_MIN_TOKENS, CASE_BAD_WORDS } g_case;
+static enum { CASE_MIX, CASE_MIN_TOKENS, CASE_BAD_WORDS, CASE_GRAMMAR } g_case;
+static struct grammar *g_grammar[2];          /* test_grammar's: a JSON schema, a choice */
 static int g_n_allowed;
 
 struct run {
@@ -137,6 +139,14 @@ static void seq_params(int i, struct sched_seq_params *sp)
     sp->max_tokens = GEN;
     sp->logprobs = 2;
     sp->sp.temperature = 0;
+    if (g_case == CASE_GRAMMAR) { /* structured output that repeats itself; 2 and 3 seeded */
+        sp->grammar = g_grammar[i % 2];
+        if (i == 2 || i == 3) {
+            sp->sp.temperature = 0.8f;
+            sp->sp.seed = 300 + (uint64_t)i;
+        }
+        return;
+    }
     if (g_case == CASE_BAD_WORDS) { /* greedy, copying its prompt but for two words of it */
         sp->bad_words = g_bad[i];
         sp->bad_words_len = 7;
@@ -457,6 +467,50 @@ static void test_bad_words(void)
     CHECK(got.st.spec_accepted_tokens > 0, "bad_words: no proposed token kept");
 }
 
+/* A grammar with proposals: each speculative row's mask is the grammar's after the
+ * proposed tokens before it (a copy of the matcher advanced along them). Six objects with
+ * the same keys, and one repetitive text to be spelled in tokens of the model's choosing:
+ * the output repeats, so proposals are kept. */
+static void test_grammar(void)
+{
+    static const char schema[] =
+        "{\"type\":\"array\",\"minItems\":6,\"maxItems\":6,\"items\":{\"type\":\"object\","
+        "\"properties\":{\"color\":{\"enum\":[\"red\",\"green\",\"blue\"]},\"size\":{\"enum\":[1,2,3]}},"
+        "\"required\":[\"color\",\"size\"],\"additionalProperties\":false}}";
+    static const char *const text[] = { "red, green, blue; red, green, blue; red, green, blue; red, green, blue" };
+    static struct run ref, got;
+    char err[ERR_BUF];
+    struct grammar_vocab *v = NULL;
+    if (grammar_vocab_create(&v, g_model->tok, g_model->eog_ids, g_model->n_eog, err, sizeof err)) {
+        CHECK(0, "grammar_vocab_create: %s", err);
+        return;
+    }
+    struct grammar_spec js = { .kind = GRAMMAR_JSON_SCHEMA, .text = schema, .text_len = strlen(schema) };
+    struct grammar_spec ch = { .kind = GRAMMAR_CHOICE, .choices = text, .n_choices = 1 };
+    if (grammar_compile(&g_grammar[0], v, &js, err, sizeof err) || grammar_compile(&g_grammar[1], v, &ch, err, sizeof err)) {
+        CHECK(0, "grammar_compile: %s", err);
+    } else {
+        const unsigned all = (1u << NSEQ) - 1;
+        g_case = CASE_GRAMMAR;
+        struct sched_config cfg = base_cfg(false);
+        run(&cfg, all, &ref, "grammar, reference");
+        cfg = base_cfg(true);
+        run(&cfg, all, &got, "grammar");
+        check_same(&ref, &got, all, "grammar");
+        g_case = CASE_MIX;
+        for (int i = 0; i < NSEQ; i++)
+            CHECK(got.finish[i] == FINISH_STOP || got.finish[i] == FINISH_LENGTH, "grammar: sequence %d finish %d", i,
+                  got.finish[i]);
+        printf("  grammar: %llu of %llu proposed tokens kept\n", (unsigned long long)got.st.spec_accepted_tokens,
+               (unsigned long long)got.st.spec_draft_tokens);
+        CHECK(got.st.spec_accepted_tokens > 0, "grammar: no proposed token kept");
+    }
+    grammar_unref(g_grammar[0]);
+    grammar_unref(g_grammar[1]);
+    g_grammar[0] = g_grammar[1] = NULL;
+    grammar_vocab_free(v);
+}
+
 /* Nothing is proposed where it would take a row another sequence needs. */
 static void test_not_proposed(void)
 {
@@ -491,6 +545,7 @@ int main(void)
     RUN(test_penalties);
     RUN(test_min_tokens);
     RUN(test_bad_words);
+    RUN(test_grammar);
     RUN(test_not_proposed);
     model_free(g_model);
     return test_summary();

@@ -1,6 +1,6 @@
 """Speculative decoding end to end (`--speculative-config`, vLLM's JSON, method "ngram"):
 the server with it answers exactly what the server without it answers — greedy and seeded
-completions, logprobs, a stop string, n = 2, penalties, bad words, min_tokens, a streamed chat ending with [DONE] — while /metrics shows
+completions, logprobs, a stop string, n = 2, penalties, bad words, min_tokens, a JSON schema, a streamed chat ending with [DONE] — while /metrics shows
 the proposals were made and kept (vLLM's spec_decode counters), and the start-up log says
 so. Bad configurations are usage errors (exit 2) before the model loads, in serve and in
 generate; the YAML key works as the flag.
@@ -42,6 +42,11 @@ def requests(name):
                              "min_tokens": 12}, False),
         ("/v1/chat/completions", {"model": name, "messages": chat, "max_tokens": 48, "temperature": 0,
                                   "logprobs": True, "top_logprobs": 2}, False),
+        # structured output: every checked row masked by the grammar's state after the tokens before it
+        ("/v1/chat/completions", {"model": name, "messages": chat, "max_tokens": 64, "temperature": 0,
+                                  "response_format": {"type": "json_schema", "json_schema": {"name": "colours", "schema": {
+                                      "type": "array", "minItems": 6, "maxItems": 6,
+                                      "items": {"enum": ["red", "green", "blue"]}}}}}, False),
         ("/v1/chat/completions", {"model": name, "messages": chat, "max_tokens": 48, "temperature": 0,
                                   "stream": True}, True),
     ]
