@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Speculative decoding (n-gram) against plain decoding, side by side in one run: three
+# Speculative decoding (n-gram) against plain decoding, side by side in one run: four
 # workloads through the batching engine (`tessera generate --prompts-file`, greedy), each
 # run without --speculative-config ("off"), with it ("spec") and with it plus
 # disable_by_batch_size LIMIT ("spec<=LIMIT"), alternated, ROUNDS times. Prints one line per
@@ -10,7 +10,7 @@
 #
 # Environment: ROUNDS (default 2), THREADS (default 2), DEVICE (default cpu), TOKENS
 # (max tokens per prompt, default 256), LIMIT (default 2), SPEC (the JSON without its
-# closing brace; default 5 tokens, n-gram 1..4), WORKLOADS (default "code prose batch"),
+# closing brace; default 5 tokens, n-gram 1..4), WORKLOADS (default "code prose batch json"),
 # SAMPLING (more generate flags for every run, e.g. "--frequency-penalty 0.3").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +21,7 @@ DEVICE=${DEVICE:-cpu}
 TOKENS=${TOKENS:-256}
 LIMIT=${LIMIT:-2}
 SPEC=${SPEC:-'{"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4, "prompt_lookup_min": 1'}
-WORKLOADS=${WORKLOADS:-code prose batch}
+WORKLOADS=${WORKLOADS:-code prose batch json}
 read -r -a SAMPLING_ARGS <<<"${SAMPLING:-}"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
@@ -31,14 +31,20 @@ printf '%s\n' 'Here is a Python function:\n\ndef area(width, height):\n    """Re
 # prose: free generation from short prompts (little to copy)
 printf '%s\n' 'Once upon a time, in a small village by the sea,' 'The history of the printing press' \
     'Explain why the sky is blue.' 'Write a letter to a friend about your holiday.' >"$TMP/prose.txt"
+# json: two sequences of structured output (scripts/bench_schema.json: eight records with the
+# same keys), every row masked by the grammar
+printf '%s\n' 'List eight people as JSON.' 'Give me a JSON list of 8 people.' >"$TMP/json.txt"
 # batch: eight sequences at once, half copying, half free
 cat "$TMP/code.txt" "$TMP/code.txt" "$TMP/code.txt" "$TMP/code.txt" "$TMP/prose.txt" >"$TMP/batch.txt"
 
 run() { # workload, label, extra args...
     local w=$1 label=$2
     shift 2
+    local schema=()
+    [ "$w" = json ] && schema=(--json-schema scripts/bench_schema.json)
     build/tessera generate --model "$MODEL" --prompts-file "$TMP/$w.txt" --temperature 0 --max-tokens "$TOKENS" \
-        --threads "$THREADS" --device "$DEVICE" "${SAMPLING_ARGS[@]}" "$@" >"$TMP/$w-$label.out" 2>"$TMP/$w-$label.err"
+        --threads "$THREADS" --device "$DEVICE" "${schema[@]}" "${SAMPLING_ARGS[@]}" "$@" >"$TMP/$w-$label.out" \
+        2>"$TMP/$w-$label.err"
     local stats
     stats=$(grep -E '^\[[0-9]+ prompts' "$TMP/$w-$label.err")
     printf '%-6s %-8s %s\n' "$w" "$label" "$(sed -E 's/^\[([0-9]+) prompts \| ([0-9]+) steps \| ([0-9]+) generated tokens in ([0-9.]+) s, ([0-9.]+) tok\/s.*speculative: ([0-9]+) of ([0-9]+) proposed.*/\5 tok\/s, \2 steps, \3 tokens, kept \6 of \7/' <<<"$stats")"

@@ -65,6 +65,8 @@ static void gen_usage(FILE *f)
         "  --enforce-eager         CUDA: no CUDA graphs\n"
         "  --speculative-config JSON  (--prompts-file) speculative decoding, vLLM's form:\n"
         "                          '{\"method\": \"ngram\", \"num_speculative_tokens\": 5, \"prompt_lookup_max\": 4}'\n"
+        "  --json-schema FILE      (--prompts-file) structured output: every output matches the\n"
+        "                          JSON schema in FILE (as response_format json_schema)\n"
         "  --tensor-parallel-size N  CUDA: split the model over N GPUs (default 1)\n"
         "  --quantization none|q8_0  q8_0: quantize F32/F16/BF16 weight matrices to Q8_0 at load\n"
         "  --dtype auto|bfloat16|float16|half  weight matrices converted to that type at load\n"
@@ -109,6 +111,7 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
             char why[ERR_BUF];
             if (spec_config_parse(v, &a->spec, why, sizeof why)) { fprintf(stderr, "%s\n", why); return 2; }
         }
+        else if (!strcmp(f, "--json-schema")) { VAL(); a->json_schema = v; }
         else if (!strcmp(f, "--tensor-parallel-size") || !strcmp(f, "-tp")) { VAL(); if (args_int(f, v, 1, 8, &a->tensor_parallel_size)) return 2; }
         else if (!strcmp(f, "--quantization") || !strcmp(f, "-q")) { VAL(); if (args_quantization(f, v, &a->load_flags)) return 2; }
         else if (!strcmp(f, "--dtype")) { VAL(); if (args_dtype(f, v, &a->load_flags)) return 2; }
@@ -172,8 +175,9 @@ static int gen_parse(int argc, char **argv, struct gen_args *a)
         fprintf(stderr, "generate: --system needs --chat\n");
         return 2;
     }
-    if (a->spec.num_tokens > 0 && !a->prompts_file) {
-        fprintf(stderr, "generate: --speculative-config needs --prompts-file (the batching engine)\n");
+    if ((a->spec.num_tokens > 0 || a->json_schema) && !a->prompts_file) {
+        fprintf(stderr, "generate: --%s needs --prompts-file (the batching engine)\n",
+                a->json_schema ? "json-schema" : "speculative-config");
         return 2;
     }
     char err[ERR_BUF] = "";

@@ -26,6 +26,7 @@ struct gen_args {
     enum backend_device device;
     bool enforce_eager;
     struct spec_config spec;  /* --speculative-config (--prompts-file); num_tokens 0: off */
+    const char *json_schema;  /* --json-schema FILE (--prompts-file): every output matches it */
     int tensor_parallel_size;
     double gpu_memory_utilization;
     const char *stops[STOP_MAX_STRINGS];

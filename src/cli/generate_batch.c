@@ -5,10 +5,12 @@
  * engine). Results are printed as one JSON object per line, in input order:
  *   {"index":0,"prompt_tokens":12,"completion_tokens":40,"finish_reason":"length","text":"..."}
  * (with --print-ids, "token_ids" replaces "text"). Sequence i samples with seed + i.
+ * --json-schema FILE constrains every sequence to the schema (one compiled grammar).
  */
 #define _GNU_SOURCE
 #include "cli/generate.h"
 #include "engine/scheduler.h"
+#include "grammar/grammar.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/err.h"
@@ -151,13 +153,33 @@ static int split_lines(char *buf, char ***lines, int *n, char *err, size_t errle
     return 0;
 }
 
+/* --json-schema FILE compiled against m's vocabulary into *g (*gv its vocabulary). */
+static int compile_schema(const char *path, const struct model *m, struct grammar_vocab **gv, struct grammar **g,
+                          char *err, size_t errlen)
+{
+    char *text = NULL, why[ERR_BUF];
+    size_t len = 0;
+    int rc = read_text_file(path, &text, &len, err, errlen);
+    if (!rc) rc = grammar_vocab_create(gv, m->tok, m->eog_ids, m->n_eog, err, errlen);
+    if (!rc) {
+        struct grammar_spec spec = { .kind = GRAMMAR_JSON_SCHEMA, .text = text, .text_len = len };
+        if ((rc = grammar_compile(g, *gv, &spec, why, sizeof why)))
+            err_set(err, errlen, rc, "--json-schema %s: %s", path, why);
+    }
+    free(text);
+    return rc;
+}
+
 int gen_run_batch(const struct gen_args *a, const struct model *m, char *err, size_t errlen)
 {
     struct batch_run r = { .a = a, .m = m };
     char *buf = NULL, **lines = NULL;
+    struct grammar_vocab *gv = NULL;
+    struct grammar *g = NULL;
     int rc;
     if ((rc = read_text_file(a->prompts_file, &buf, NULL, err, errlen))) return 1;
     if ((rc = split_lines(buf, &lines, &r.n_items, err, errlen))) goto out;
+    if (a->json_schema && (rc = compile_schema(a->json_schema, m, &gv, &g, err, errlen))) goto out;
 
     int ctx = a->ctx > 0 ? a->ctx : (m->cfg.max_seq_len < 4096 ? m->cfg.max_seq_len : 4096);
     if (ctx > m->cfg.max_seq_len) ctx = m->cfg.max_seq_len;
@@ -190,6 +212,7 @@ int gen_run_batch(const struct gen_args *a, const struct model *m, char *err, si
             sp.sp.seed += (uint64_t)i;
             sp.max_tokens = a->max_tokens;
             sp.ignore_eos = a->ignore_eos;
+            sp.grammar = g;
             rc = sched_add(r.s, ids, n, &sp, &it->seq_id, err, errlen);
         }
         free(ids);
@@ -241,6 +264,8 @@ out:
     free(r.items);
     free(r.piece);
     if (r.s) sched_free(r.s);
+    grammar_unref(g);
+    if (gv) grammar_vocab_free(gv);
     free(lines);
     free(buf);
     return rc ? 1 : 0;
