@@ -52,7 +52,8 @@ static int32_t g_allowed[96], g_allowed4[4]; /* sequence 2's allowed ids; 7's an
 static int32_t g_allowed5[5];                 /* g_allowed4 and the end token (test_min_tokens) */
 static int32_t g_bad[NSEQ][7];                /* sequence i's bad words (test_bad_words) */
 /* which sequences seq_params gives: the mix, test_min_tokens' or test_bad_words' */
-static enum { CASE_MIX, CASE_MIN_TOKENS, CASE_BAD_WORDS, CASE_GRAMMAR } g_case;
+enum seq_case { CASE_MIX, CASE_MIN_TOKENS, CASE_BAD_WORDS, CASE_GRAMMAR };
+static enum seq_case g_case;
 static struct grammar *g_grammar[2];          /* test_grammar's: a JSON schema, a choice */
 static int g_n_allowed;
 
@@ -393,21 +394,32 @@ static unsigned long long run_pair(int max_num_seqs, int disable_by_batch_size)
     return (unsigned long long)after.spec_draft_tokens;
 }
 
+/* Runs the sequences of `which` as seq_params gives them under case c, without (ref) and
+ * with (got) speculation, and checks that the outputs are the same and that proposed
+ * tokens were kept. */
+static void run_case(enum seq_case c, unsigned which, struct run *ref, struct run *got, const char *what)
+{
+    char label[64];
+    snprintf(label, sizeof label, "%s, reference", what);
+    g_case = c;
+    struct sched_config cfg = base_cfg(false);
+    run(&cfg, which, ref, label);
+    cfg = base_cfg(true);
+    run(&cfg, which, got, what);
+    check_same(ref, got, which, what);
+    g_case = CASE_MIX;
+    printf("  %s: %llu of %llu proposed tokens kept\n", what, (unsigned long long)got->st.spec_accepted_tokens,
+           (unsigned long long)got->st.spec_draft_tokens);
+    CHECK(got->st.spec_drafts > 0 && got->st.spec_accepted_tokens > 0, "%s: %llu proposals, %llu tokens kept", what,
+          (unsigned long long)got->st.spec_drafts, (unsigned long long)got->st.spec_accepted_tokens);
+}
+
 /* The sequence with penalties alone: proposed for, tokens kept, the reference's output
  * (each speculative row's penalties count the proposed tokens before it). */
 static void test_penalties(void)
 {
     static struct run ref, got;
-    struct sched_config cfg = base_cfg(false);
-    const unsigned which = 1u << 3;
-    run(&cfg, which, &ref, "penalties, reference");
-    cfg = base_cfg(true);
-    run(&cfg, which, &got, "penalties");
-    check_same(&ref, &got, which, "penalties");
-    printf("  penalties: %llu of %llu proposed tokens kept\n", (unsigned long long)got.st.spec_accepted_tokens,
-           (unsigned long long)got.st.spec_draft_tokens);
-    CHECK(got.st.spec_drafts > 0 && got.st.spec_accepted_tokens > 0, "penalties: %llu proposals, %llu kept",
-          (unsigned long long)got.st.spec_drafts, (unsigned long long)got.st.spec_accepted_tokens);
+    run_case(CASE_MIX, 1u << 3, &ref, &got, "penalties");
 }
 
 /* min_tokens with proposals: a speculative row keeps the end token out only while its
@@ -420,22 +432,13 @@ static void test_min_tokens(void)
         printf("  skip: the model has no end token\n");
         return;
     }
-    g_case = CASE_MIN_TOKENS;
-    struct sched_config cfg = base_cfg(false);
-    run(&cfg, all, &ref, "min_tokens, reference");
-    cfg = base_cfg(true);
-    run(&cfg, all, &got, "min_tokens");
-    check_same(&ref, &got, all, "min_tokens");
-    g_case = CASE_MIX;
+    run_case(CASE_MIN_TOKENS, all, &ref, &got, "min_tokens");
     int ended = 0;
     for (int i = 0; i < NSEQ; i++) {
         CHECK(ref.n[i] >= 5 + 3 * i, "min_tokens: sequence %d ended after %d tokens", i, ref.n[i]);
         ended += ref.finish[i] == FINISH_STOP;
     }
-    printf("  min_tokens: %d of %d sequences end on the end token; %llu of %llu proposed tokens kept\n", ended,
-           NSEQ, (unsigned long long)got.st.spec_accepted_tokens, (unsigned long long)got.st.spec_draft_tokens);
-    CHECK(ended >= NSEQ / 2, "min_tokens: only %d sequences ended on the end token", ended);
-    CHECK(got.st.spec_accepted_tokens > 0, "min_tokens: no proposed token kept");
+    CHECK(ended >= NSEQ / 2, "min_tokens: only %d of %d sequences ended on the end token", ended, NSEQ);
 }
 
 /* Whether out[0, n) contains the word w[0, len). */
@@ -452,19 +455,10 @@ static void test_bad_words(void)
 {
     static struct run ref, got;
     const unsigned all = (1u << NSEQ) - 1;
-    g_case = CASE_BAD_WORDS;
-    struct sched_config cfg = base_cfg(false);
-    run(&cfg, all, &ref, "bad_words, reference");
-    cfg = base_cfg(true);
-    run(&cfg, all, &got, "bad_words");
-    check_same(&ref, &got, all, "bad_words");
-    g_case = CASE_MIX;
+    run_case(CASE_BAD_WORDS, all, &ref, &got, "bad_words");
     for (int i = 0; i < NSEQ; i++)
         CHECK(!contains(got.out[i], got.n[i], g_bad[i] + 1, 2) && !contains(got.out[i], got.n[i], g_bad[i] + 4, 3),
               "bad_words: sequence %d generated a bad word", i);
-    printf("  bad_words: %llu of %llu proposed tokens kept\n", (unsigned long long)got.st.spec_accepted_tokens,
-           (unsigned long long)got.st.spec_draft_tokens);
-    CHECK(got.st.spec_accepted_tokens > 0, "bad_words: no proposed token kept");
 }
 
 /* A grammar with proposals: each speculative row's mask is the grammar's after the
@@ -487,23 +481,14 @@ static void test_grammar(void)
     }
     struct grammar_spec js = { .kind = GRAMMAR_JSON_SCHEMA, .text = schema, .text_len = strlen(schema) };
     struct grammar_spec ch = { .kind = GRAMMAR_CHOICE, .choices = text, .n_choices = 1 };
-    if (grammar_compile(&g_grammar[0], v, &js, err, sizeof err) || grammar_compile(&g_grammar[1], v, &ch, err, sizeof err)) {
+    if (grammar_compile(&g_grammar[0], v, &js, err, sizeof err) ||
+        grammar_compile(&g_grammar[1], v, &ch, err, sizeof err)) {
         CHECK(0, "grammar_compile: %s", err);
     } else {
-        const unsigned all = (1u << NSEQ) - 1;
-        g_case = CASE_GRAMMAR;
-        struct sched_config cfg = base_cfg(false);
-        run(&cfg, all, &ref, "grammar, reference");
-        cfg = base_cfg(true);
-        run(&cfg, all, &got, "grammar");
-        check_same(&ref, &got, all, "grammar");
-        g_case = CASE_MIX;
+        run_case(CASE_GRAMMAR, (1u << NSEQ) - 1, &ref, &got, "grammar");
         for (int i = 0; i < NSEQ; i++)
             CHECK(got.finish[i] == FINISH_STOP || got.finish[i] == FINISH_LENGTH, "grammar: sequence %d finish %d", i,
                   got.finish[i]);
-        printf("  grammar: %llu of %llu proposed tokens kept\n", (unsigned long long)got.st.spec_accepted_tokens,
-               (unsigned long long)got.st.spec_draft_tokens);
-        CHECK(got.st.spec_accepted_tokens > 0, "grammar: no proposed token kept");
     }
     grammar_unref(g_grammar[0]);
     grammar_unref(g_grammar[1]);
