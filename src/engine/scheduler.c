@@ -540,6 +540,11 @@ static int make_sampler(struct sched *s, struct sched_seq *q, char *err, size_t 
         if (!q->gm) return err_set(err, errlen, ERR_NOMEM, "out of memory creating a grammar matcher");
         s->n_matchers++;
     }
+    if (q->grammar && s->cfg.spec.num_tokens > 0 && !q->gm_spec) { /* speculative rows' masks */
+        q->gm_spec = gm_create(q->grammar);
+        if (!q->gm_spec) return err_set(err, errlen, ERR_NOMEM, "out of memory creating a grammar matcher");
+        s->n_matchers++;
+    }
     if (q->sampler) return 0;
     q->sampler = sampler_create(&q->sp, s->m->cfg.vocab_size);
     if (!q->sampler) return err_set(err, errlen, ERR_NOMEM, "out of memory creating a sampler");
@@ -995,15 +1000,40 @@ static void fail_mask(struct sched *s, struct sched_seq *q)
     push_event(s, q, -1, FINISH_ERROR, NULL, false, MASK_NOMEM);
 }
 
-/* q->gm_spec in q->gm's state (created on first use). 0, or ERR_NOMEM. */
-static int spec_matcher(struct sched *s, struct sched_seq *q)
+/* The masks of en's speculative rows 1..n_draft (plan p), after row 0's base mask (the
+ * grammar's or the allowed ids, before min_tokens and bad words). Row k draws token
+ * n_gen + k, after the proposed tokens draft[0, k): with a grammar, its mask is the
+ * grammar's at the state they lead to (q->gm_spec, a copy of the matcher advanced along
+ * them; once the grammar refuses one, row k - 1 cannot draw it, so no later row is kept
+ * and they repeat the mask before), with the allowed ids; the end tokens are out while the
+ * row's own token is short of min_tokens, and the bad words out that it would complete.
+ * Returns the grammar masks filled, or ERR_NOMEM. */
+static int spec_row_masks(struct sched *s, struct sched_plan *p, const struct sched_entry *en, const uint32_t *base,
+                          bool constrained)
 {
-    if (!q->gm_spec) {
-        q->gm_spec = gm_create(q->grammar);
-        if (!q->gm_spec) return ERR_NOMEM;
-        s->n_matchers++;
+    struct sched_seq *q = en->seq;
+    const int n_gen = q->n_tokens - q->n_prompt;
+    bool follows = constrained;
+    int filled = 0;
+    if (follows && (!q->gm_spec || gm_copy(q->gm_spec, q->gm) != 0)) return ERR_NOMEM;
+    for (int k = 1; k <= en->n_draft; k++) {
+        uint32_t *mk = p->masks + (size_t)(en->logit + k) * (size_t)s->mask_words;
+        const uint32_t *before = k == 1 ? base : mk - s->mask_words;
+        int rc = follows ? gm_accept(q->gm_spec, en->draft[k - 1]) : ERR_INVALID;
+        if (rc == 0) rc = gm_fill_mask(q->gm_spec, mk);
+        if (rc == ERR_NOMEM) return rc;
+        if (rc == 0) {
+            filled++;
+            for (int w = 0; q->allowed && w < s->mask_words; w++) mk[w] &= q->allowed[w];
+        } else {
+            follows = false;
+            memcpy(mk, before, sizeof *mk * (size_t)s->mask_words);
+        }
+        if (q->min_tokens > n_gen + k) mask_out_end_tokens(s, q, mk);
+        if (q->bad_words) mask_out_bad_words(q, en->draft, k, mk);
+        p->samples[en->logit + k].mask = mk;
     }
-    return gm_copy(q->gm_spec, q->gm);
+    return filled;
 }
 
 /* Right before plan p is submitted (every earlier step recorded): fills the token mask of
@@ -1038,40 +1068,12 @@ static void plan_masks(struct sched *s, struct sched_plan *p)
         } else {
             memset(mask, 0xFF, sizeof *mask * (size_t)s->mask_words);
         }
-        /* speculative rows: row k draws token n_gen + k, after the proposed tokens
-         * draft[0, k). With a grammar, its mask at the state they lead to (a copy of the
-         * matcher advanced along them; once the grammar refuses one, row k - 1 cannot
-         * draw it, so no later row is kept and they repeat the mask before); the allowed
-         * ids; the end tokens out while the row's own token is short of min_tokens, and
-         * the bad words it would complete. */
-        const int n_gen = q->n_tokens - q->n_prompt;
-        bool follows = constrained && en->n_draft > 0;
-        if (follows && spec_matcher(s, q) != 0) {
+        const int filled = en->n_draft ? spec_row_masks(s, p, en, mask, constrained) : 0;
+        if (filled < 0) {
             fail_mask(s, q);
             continue;
         }
-        bool nomem = false;
-        for (int k = 1; k <= en->n_draft && !nomem; k++) {
-            uint32_t *mk = p->masks + (size_t)(en->logit + k) * (size_t)s->mask_words;
-            const uint32_t *before = k == 1 ? mask : mk - s->mask_words;
-            int rc = follows ? gm_accept(q->gm_spec, en->draft[k - 1]) : ERR_INVALID;
-            if (rc == 0) rc = gm_fill_mask(q->gm_spec, mk);
-            nomem = rc == ERR_NOMEM;
-            if (rc == 0) {
-                n_masked++;
-                for (int w = 0; q->allowed && w < s->mask_words; w++) mk[w] &= q->allowed[w];
-            } else {
-                follows = false;
-                memcpy(mk, before, sizeof *mk * (size_t)s->mask_words);
-            }
-            if (q->min_tokens > n_gen + k) mask_out_end_tokens(s, q, mk);
-            if (q->bad_words) mask_out_bad_words(q, en->draft, k, mk);
-            smp[k].mask = mk;
-        }
-        if (nomem) { /* out of memory advancing the copy */
-            fail_mask(s, q);
-            continue;
-        }
+        n_masked += filled;
         if (short_of_min) mask_out_end_tokens(s, q, mask);
         if (q->bad_words) mask_out_bad_words(q, NULL, 0, mask);
         smp->mask = mask;

@@ -58,8 +58,8 @@
  * one they lead to (grammar state, min_tokens, bad words). A sequence is proposed for
  * only when its grammar (if deferred) has started, no request waits for a seat, not more
  * sequences run than spec.disable_by_batch_size (when set), and with logits rows, tokens,
- * KV blocks and max_tokens to spare (a proposal never preempts). Rows are not free (on the CPU a step's cost grows with them), so each
- * sequence's proposals adapt to what it keeps: after a proposal kept whole the next may be
+ * KV blocks and max_tokens to spare (a proposal never preempts). Rows are not free (on the
+ * CPU a step's cost grows with them), so each sequence's proposals adapt to what it keeps: after a proposal kept whole the next may be
  * twice as long (up to num_tokens), otherwise one longer than what was kept; after k
  * proposals in a row of which nothing was kept, none for the next 2^k - 1 steps (at most
  * 31). The proposal needs the sequence's last token, so speculation runs
@@ -216,8 +216,9 @@ struct sched_seq {
     struct grammar *grammar;     /* reference held, or NULL (unconstrained) */
     struct grammar_matcher *gm;  /* with grammar: created with the sampler, kept through
                                     preemption (it covers the generated tokens) */
-    struct grammar_matcher *gm_spec; /* scratch copy of gm advanced along a proposal (the
-                                    speculative rows' masks); created on first use */
+    struct grammar_matcher *gm_spec; /* with grammar and speculation: a scratch copy of gm
+                                    advanced along a proposal (the speculative rows' masks),
+                                    created with gm */
     bool gm_on;                  /* the grammar applies (not deferred, or its start token
                                     has been generated) */
     int32_t grammar_start_token; /* the deferred grammar's start token */
