@@ -269,7 +269,7 @@ test: all $(VENV)/.ok $(MODEL) $(TESTDATA_OK)
 # The sanitizer run: every C test, and the Python tests that feed the binary untrusted
 # input (malformed model files, templates, tokenizer corpora, HTTP requests); the numeric forward-pass
 # comparisons run in `make test` only (they would take too long at -O1 + ASan).
-ASAN_PYTEST := tests/python/test_model_files.py tests/python/test_templates.py \
+ASAN_PYTEST := tests/python/test_model_files.py tests/python/test_templates.py tests/python/test_responses.py \
                tests/python/test_tokenizer.py tests/python/test_tokenizer_vocabs.py \
                tests/python/test_gguf_files.py tests/python/test_quant.py \
                tests/python/test_server_bad_input.py tests/python/test_server.py \

@@ -1106,8 +1106,9 @@ static int longest_prompt(const struct oai_request *r)
 
 /* ---------------------------------------------------------------- requests */
 
-static int parse_request(const struct oai_ctx *ctx, enum oai_kind kind, const char *body,
-                         size_t len, struct oai_request *out, struct api_error *e)
+/* Parses a request body's JSON tree (borrowed) into out. */
+static int parse_root(const struct oai_ctx *ctx, enum oai_kind kind, const cJSON *root, struct oai_request *out,
+                      struct api_error *e)
 {
     memset(out, 0, sizeof *out);
     req_params_default(&out->rp);
@@ -1120,8 +1121,6 @@ static int parse_request(const struct oai_ctx *ctx, enum oai_kind kind, const ch
     const char *max_key = "max_tokens";
     const char *what = kind == OAI_CHAT ? "messages" : "prompt";
     int rc;
-    cJSON *root = oai_parse_body(body, len, e);
-    if (!root) return ERR_INVALID;
     if (!cJSON_IsObject(root)) { rc = oai_bad(e, NULL, "the request body must be a JSON object"); goto fail; }
     TRY(parse_options(ctx, root, out, &max_req, &max_key, e));
     if (kind == OAI_CHAT) TRY(oai_parse_tools(ctx, root, out, e));
@@ -1153,11 +1152,20 @@ static int parse_request(const struct oai_ctx *ctx, enum oai_kind kind, const ch
     /* last: compiling a schema costs more than every check above */
     TRY(oai_parse_structured(ctx, root, out, e));
     oai_defer_grammar_for_reasoning(ctx, out);
-    cJSON_Delete(root);
     return 0;
 fail:
-    cJSON_Delete(root);
     oai_request_free(out);
+    return rc;
+}
+
+static int parse_request(const struct oai_ctx *ctx, enum oai_kind kind, const char *body,
+                         size_t len, struct oai_request *out, struct api_error *e)
+{
+    memset(out, 0, sizeof *out);
+    cJSON *root = oai_parse_body(body, len, e);
+    if (!root) return ERR_INVALID;
+    int rc = parse_root(ctx, kind, root, out, e);
+    cJSON_Delete(root);
     return rc;
 }
 
@@ -1165,6 +1173,12 @@ int oai_parse_chat(const struct oai_ctx *ctx, const char *body, size_t len,
                    struct oai_request *out, struct api_error *e)
 {
     return parse_request(ctx, OAI_CHAT, body, len, out, e);
+}
+
+int oai_parse_chat_root(const struct oai_ctx *ctx, const struct cJSON *root, struct oai_request *out,
+                        struct api_error *e)
+{
+    return parse_root(ctx, OAI_CHAT, root, out, e);
 }
 
 int oai_parse_completion(const struct oai_ctx *ctx, const char *body, size_t len,
@@ -1186,5 +1200,6 @@ void oai_request_free(struct oai_request *r)
     free(r->cache_salt);
     grammar_unref(r->grammar);
     free(r->tool_schema);
+    free(r->resp_echo);
     memset(r, 0, sizeof *r);
 }

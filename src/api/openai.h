@@ -66,7 +66,9 @@ struct oai_ctx {
  * vocabulary once: call it at start-up. */
 size_t oai_max_prompt_bytes(const struct model *m, int max_model_len);
 
-enum oai_kind { OAI_CHAT = 0, OAI_COMPLETION };
+/* OAI_RESPONSES: POST /v1/responses, parsed as the chat request it means (n is 1) and
+ * answered in the Responses API's shapes (api/responses.h). */
+enum oai_kind { OAI_CHAT = 0, OAI_COMPLETION, OAI_RESPONSES };
 
 /* A parsed, validated request. Owns its arrays; free with oai_request_free. */
 struct oai_request {
@@ -114,6 +116,8 @@ struct oai_request {
     char *tool_schema;      /* NULL or the malloc'd schema of the forced calls */
     enum rsn_kind reasoning;/* RSN_NONE: no reasoning split */
     bool reasoning_opened;  /* the rendered prompt ends inside "<think>" */
+    char *resp_echo;        /* OAI_RESPONSES: the request fields the response object repeats
+                               (instructions, tools, text, ...), one JSON object's text */
 };
 
 /* Parse a POST /v1/chat/completions (resp. /v1/completions) body of len bytes: validate,
@@ -141,6 +145,12 @@ int oai_parse_chat(const struct oai_ctx *ctx, const char *body, size_t len,
                    struct oai_request *out, struct api_error *e);
 int oai_parse_completion(const struct oai_ctx *ctx, const char *body, size_t len,
                          struct oai_request *out, struct api_error *e);
+/* Parse a POST /v1/responses body: the Responses API's fields are checked and rewritten
+ * into the chat request they mean, which oai_parse_chat's checks then see (errors name
+ * the Responses fields: input, max_output_tokens, text.format). out->kind is
+ * OAI_RESPONSES. The rewrite and what is refused: openai_responses.c. */
+int oai_parse_responses(const struct oai_ctx *ctx, const char *body, size_t len,
+                        struct oai_request *out, struct api_error *e);
 void oai_request_free(struct oai_request *r);
 
 /* The choices of r: n per prompt. Choice i belongs to prompt i / n (OpenAI's order). */

@@ -81,6 +81,11 @@ int oai_nomem(struct api_error *e);
 /* The member key of obj, or NULL when absent or JSON null. */
 const struct cJSON *oai_opt(const struct cJSON *obj, const char *key);
 
+/* oai_parse_chat over a parsed body (root borrowed): the Responses API's rewritten
+ * request (openai_responses.c). */
+int oai_parse_chat_root(const struct oai_ctx *ctx, const struct cJSON *root, struct oai_request *out,
+                        struct api_error *e);
+
 /* Checks "model" (absent/null → served_names[0]); sets *name. 404 model_not_found. */
 int oai_check_model(const struct oai_ctx *ctx, const struct cJSON *root, const char **name,
                     struct api_error *e);

@@ -1,6 +1,7 @@
-/* completion.c — POST /v1/chat/completions and /v1/completions: one HTTP request becomes
- * a job of n engine requests (one per choice), streamed back as SSE or answered as one
- * JSON body.
+/* completion.c — POST /v1/chat/completions, /v1/completions and /v1/responses: one HTTP
+ * request becomes a job of n engine requests (one per choice), streamed back as SSE or
+ * answered as one JSON body. A Responses job is a chat job of one choice whose output
+ * goes through api/responses.h (output items, typed events) instead of chat chunks.
  *
  * Threads. The handler runs on an HTTP thread and does nothing that takes time: it defers
  * the reply (not yet streaming), takes the body and queues the job on the server's worker
@@ -27,6 +28,7 @@
  * released only when the job is freed, so on_close can abort them for as long as the
  * reply is open.
  */
+#include "api/responses.h"
 #include "server/server_internal.h"
 #include "util/err.h"
 #include "util/grow.h"
@@ -79,6 +81,7 @@ struct choice {
     size_t calls_cap;
     char *calls_text;
     size_t calls_text_len, calls_text_cap;
+    struct resp_out resp;        /* /v1/responses: the output items (streaming: their events) */
 };
 
 struct job {
@@ -88,6 +91,7 @@ struct job {
     size_t body_len;
     struct oai_request req;
     struct oai_meta meta;
+    struct resp_meta rmeta;      /* /v1/responses */
     char id[64];
     pthread_mutex_t mu;          /* guards everything below and the choices */
     int refs;
@@ -115,6 +119,7 @@ static void job_free(struct job *j)
         free(c->reasoning);
         free(c->calls);
         free(c->calls_text);
+        resp_out_free(&c->resp);
     }
     oai_request_free(&j->req);
     pthread_mutex_destroy(&j->mu);
@@ -399,6 +404,35 @@ static void usage_of(const struct job *j, struct oai_usage *u, double *ttft)
     }
 }
 
+/* /v1/responses streaming: an event from api/responses.c */
+static void resp_sink(void *ud, char *ev) { write_sse(ud, ev); }
+
+/* /v1/responses: the taken text into the output items (streaming: their events). */
+static void respond_out(struct job *j, struct choice *c)
+{
+    const struct req_output *o = &c->out;
+    int rc = c->parsing ? parse_take(c, o) : resp_out_text(&c->resp, o->text, o->text_len);
+    if (rc) fail_choice(j, c, "out of memory formatting the output");
+}
+
+/* /v1/responses: the last event of a stream, or the whole response (not an error). */
+static void finish_responses(struct job *j, const struct oai_usage *u)
+{
+    struct choice *c = &j->ch[0];
+    enum resp_status st = j->has_error ? RESP_FAILED
+                          : c->finish == REQ_FINISH_LENGTH ? RESP_INCOMPLETE : RESP_COMPLETED;
+    if (j->req.stream) {
+        resp_out_finish(&c->resp, st, u, &j->error); /* no "data: [DONE]" in this API */
+        http_reply_end(j->reply);
+        return;
+    }
+    size_t len;
+    char *body = resp_out_json(&c->resp, st, u, NULL, &len);
+    const char *oom = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+    http_reply_send(j->reply, body ? 200 : 500, "application/json", body ? body : oom, body ? len : strlen(oom), NULL);
+    free(body);
+}
+
 /* All choices are done: the end of the stream, or the whole response. */
 static void finish_job(struct job *j)
 {
@@ -407,6 +441,10 @@ static void finish_job(struct job *j)
     usage_of(j, &u, &ttft);
     http_reply_set_usage(j->reply, u.prompt_tokens, u.completion_tokens, ttft);
     size_t len;
+    if (j->kind == OAI_RESPONSES && (j->req.stream || !j->has_error)) {
+        finish_responses(j, &u);
+        return;
+    }
     if (j->req.stream) {
         if (j->has_error) write_sse(j, oai_error_sse(&j->error, &len));
         else if (j->req.include_usage)
@@ -479,7 +517,8 @@ static void on_notify(void *ud)
     c->n_cached = c->out.n_cached;
     c->ttft = c->out.t_first_token;
     if (!j->failed) {
-        if (j->req.stream) stream_out(j, c);
+        if (j->kind == OAI_RESPONSES) respond_out(j, c);
+        else if (j->req.stream) stream_out(j, c);
         else collect(j, c);
     }
     if (c->out.finish == REQ_FINISH_NONE) {
@@ -531,8 +570,9 @@ static void job_run(void *arg)
     enum oai_kind kind = j->kind;
     struct api_error e;
     const char *body = j->body ? j->body : ""; /* no body: "" is not JSON either */
-    int rc = kind == OAI_CHAT ? oai_parse_chat(&s->ctx, body, j->body_len, &j->req, &e)
-                              : oai_parse_completion(&s->ctx, body, j->body_len, &j->req, &e);
+    int rc = kind == OAI_CHAT        ? oai_parse_chat(&s->ctx, body, j->body_len, &j->req, &e)
+             : kind == OAI_RESPONSES ? oai_parse_responses(&s->ctx, body, j->body_len, &j->req, &e)
+                                     : oai_parse_completion(&s->ctx, body, j->body_len, &j->req, &e);
     free(j->body);
     j->body = NULL;
     pthread_mutex_lock(&j->mu);
@@ -543,10 +583,11 @@ static void job_run(void *arg)
         return;
     }
     const struct oai_request *r = &j->req;
-    if (kind == OAI_CHAT && (r->tool_format != TP_NONE || r->reasoning != RSN_NONE)) {
+    if (kind != OAI_COMPLETION && (r->tool_format != TP_NONE || r->reasoning != RSN_NONE)) {
         for (int i = 0; i < oai_n_choices(r) && !rc; i++) {
             struct choice *c = &j->ch[i];
-            rc = oai_output_parser(r, &c->parser, r->stream ? stream_event : collect_event, c);
+            rc = kind == OAI_RESPONSES ? oai_output_parser(r, &c->parser, resp_out_event, &c->resp)
+                                       : oai_output_parser(r, &c->parser, r->stream ? stream_event : collect_event, c);
             c->parsing = rc == 0;
         }
         if (rc) {
@@ -557,9 +598,13 @@ static void job_run(void *arg)
             return;
         }
     }
-    oai_make_id(kind == OAI_CHAT ? "chatcmpl-" : "cmpl-", j->id, sizeof j->id);
+    static const char *const id_prefix[] = { "chatcmpl-", "cmpl-", "resp_" };
+    oai_make_id(id_prefix[kind], j->id, sizeof j->id);
     j->meta = (struct oai_meta){ .kind = kind, .id = j->id, .created = (int64_t)time(NULL),
                                  .model = r->model };
+    j->rmeta = (struct resp_meta){ .id = j->id, .created_at = j->meta.created, .model = r->model,
+                                   .echo = r->resp_echo };
+    if (kind == OAI_RESPONSES) resp_out_init(&j->ch[0].resp, &j->rmeta, r->stream ? resp_sink : NULL, j);
     char err[ERR_BUF] = "";
     if (r->echo_on && !r->stream) /* echo: the prompt's text starts each choice's text */
         for (int i = 0; i < oai_n_choices(r) && !rc; i++) {
@@ -589,7 +634,7 @@ static void job_run(void *arg)
            drop their references at their final notify) */
         j->failed = true;
         abort_choices(j);
-        api_error_from_code(&e, rc, kind == OAI_CHAT ? "messages" : "prompt",
+        api_error_from_code(&e, rc, kind == OAI_CHAT ? "messages" : kind == OAI_RESPONSES ? "input" : "prompt",
                             rc == ERR_RANGE ? "context_length_exceeded" : NULL, err);
         reply_api_error(j->reply, &e);
         job_unref_unlock(j);
@@ -598,7 +643,9 @@ static void job_run(void *arg)
     if (atomic_load(&j->gone)) abort_choices(j); /* on_close ran before they existed */
     if (r->stream) {
         http_reply_start_stream(j->reply);
-        if (kind == OAI_CHAT) {
+        if (kind == OAI_RESPONSES) {
+            resp_out_start(&j->ch[0].resp);
+        } else if (kind == OAI_CHAT) {
             /* the role chunk of every choice goes out at once: the client sees the stream open */
             for (int i = 0; i < oai_n_choices(r); i++) {
                 struct oai_piece p = { .index = i };
@@ -659,3 +706,5 @@ void server_handle_completion(void *ud, const struct http_request *req)
 {
     handle(ud, req, OAI_COMPLETION);
 }
+
+void server_handle_responses(void *ud, const struct http_request *req) { handle(ud, req, OAI_RESPONSES); }

@@ -527,6 +527,7 @@ int server_run(const struct server_options *o)
     const struct http_route routes[] = {
         { "POST", "/v1/chat/completions", server_handle_chat, &s, HTTP_ROUTE_METERED },
         { "POST", "/v1/completions", server_handle_completion, &s, HTTP_ROUTE_METERED },
+        { "POST", "/v1/responses", server_handle_responses, &s, HTTP_ROUTE_METERED },
         { "GET", "/v1/models", handle_models, &s, 0 },
         { "GET", "/v1/models", handle_model, &s, HTTP_ROUTE_SUBPATHS },
         { "GET", "/health", handle_health, &s, HTTP_ROUTE_PUBLIC },

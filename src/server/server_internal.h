@@ -42,6 +42,8 @@ struct server {
 /* POST /v1/chat/completions and /v1/completions (completion.c). ud is the struct server. */
 void server_handle_chat(void *ud, const struct http_request *req);
 void server_handle_completion(void *ud, const struct http_request *req);
+/* POST /v1/responses (completion.c): OpenAI's Responses API over the chat path. */
+void server_handle_responses(void *ud, const struct http_request *req);
 
 /* Runs fn(arg) on a worker thread (the HTTP threads must not parse, render or tokenize).
  * Returns false when the worker queue is full (the caller answers 429). Any thread. */

@@ -1,0 +1,425 @@
+/* openai_responses.c — POST /v1/responses (OpenAI's Responses API) requests: the body is
+ * checked for what only the Responses API has, then rewritten into the chat request it
+ * means and parsed by the chat parser, so both endpoints share every check, the chat
+ * template, tools, reasoning and structured output.
+ *
+ * The rewrite:
+ *   instructions                  → a first "system" message
+ *   input: "text"                 → one "user" message
+ *   input: [items]                → messages, in order:
+ *     {type?: "message", role, content: "text" | [{type: input_text|output_text, text}]}
+ *                                 → {role, content} (roles user/system/developer/assistant)
+ *     {type: "function_call", call_id, name, arguments}
+ *                                 → a tool call of an assistant message (calls in a row
+ *                                   share one message)
+ *     {type: "function_call_output", call_id, output}
+ *                                 → {role: "tool", tool_call_id, content}
+ *     {type: "reasoning", ...}    → dropped (chat templates do not replay it)
+ *   max_output_tokens             → max_tokens
+ *   text.format                   → response_format (text, json_object, json_schema with
+ *                                   name / schema / strict / description flattened)
+ *   tools: [{type: "function", name, description, parameters, strict}]
+ *                                 → chat's [{type: "function", function: {...}}]
+ *   tool_choice {type: "function", name} → {type: "function", function: {name}}
+ *   temperature, top_p, parallel_tool_calls, stream and vLLM's extras (top_k, min_p,
+ *   seed, penalties, stop, structured_outputs, guided_*, ...) as they are.
+ * Refused (400 naming the field): previous_response_id and item references (this server
+ * stores no responses), background, truncation "auto", images / files / audio in the
+ * input, built-in tools (web_search, file_search, ...), and logprobs (include
+ * "message.output_text.logprobs", top_logprobs).
+ * Errors the chat parser finds are renamed to the Responses fields (messages → input,
+ * max_tokens → max_output_tokens, response_format → text.format).
+ *
+ * The response object repeats request fields (instructions, tools, text, ...): the parser
+ * keeps them as JSON text in r->resp_echo for api/responses.c.
+ */
+#include "api/openai_internal.h"
+#include "util/err.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* vLLM's sampling extras, passed to the chat parser unchanged. */
+static const char *const PASS_THROUGH[] = {
+    "model", "temperature", "top_p", "top_k", "min_p", "seed", "repetition_penalty",
+    "presence_penalty", "frequency_penalty", "stop", "ignore_eos", "min_tokens", "logit_bias",
+    "bad_words", "allowed_token_ids", "cache_salt", "skip_special_tokens",
+    "include_stop_str_in_output", "chat_template_kwargs", "parallel_tool_calls", "stream",
+    "structured_outputs", "guided_json", "guided_regex", "guided_choice", "user",
+};
+
+/* The request fields the response object repeats, with their value when left out. */
+static const char *const ECHOED[] = {
+    "instructions", "max_output_tokens", "temperature", "top_p", "tool_choice", "tools",
+    "parallel_tool_calls", "text", "reasoning", "metadata", "truncation", "user",
+};
+
+/* Adds a copy of src under key to obj; false on OOM. */
+static bool add_copy(cJSON *obj, const char *key, const cJSON *src)
+{
+    cJSON *c = cJSON_Duplicate(src, true);
+    return c && cJSON_AddItemToObject(obj, key, c);
+}
+
+/* The text of a content part list ([{type: input_text|output_text|text, text}]) as chat
+ * text parts into *out; param names the list for errors. */
+static int content_parts(const cJSON *content, const char *param, cJSON **out, struct api_error *e)
+{
+    if (cJSON_IsString(content)) return (*out = cJSON_Duplicate(content, false)) ? 0 : oai_nomem(e);
+    if (!cJSON_IsArray(content)) return oai_bad(e, param, "'%s' must be a string or an array of content parts", param);
+    cJSON *parts = cJSON_CreateArray();
+    if (!parts) return oai_nomem(e);
+    int k = 0;
+    for (const cJSON *p = content->child; p; p = p->next, k++) {
+        const cJSON *type = oai_opt(p, "type"), *text = oai_opt(p, "text");
+        const char *t = cJSON_IsString(type) ? type->valuestring : "";
+        int rc = 0;
+        if (!cJSON_IsObject(p) || !cJSON_IsString(type))
+            rc = oai_bad(e, param, "'%s[%d]' must be a content part object with a 'type'", param, k);
+        else if (strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "text"))
+            rc = oai_bad(e, param, "'%s[%d]': content of type '%.64s' is not supported (text only: "
+                                   "'input_text' or 'output_text')", param, k, t);
+        else if (!cJSON_IsString(text))
+            rc = oai_bad(e, param, "'%s[%d].text' must be a string", param, k);
+        cJSON *part = rc ? NULL : cJSON_CreateObject();
+        if (!rc && (!part || !cJSON_AddStringToObject(part, "type", "text") ||
+                    !cJSON_AddStringToObject(part, "text", text->valuestring) ||
+                    !cJSON_AddItemToArray(parts, part))) {
+            cJSON_Delete(part);
+            rc = oai_nomem(e);
+        }
+        if (rc) {
+            cJSON_Delete(parts);
+            return rc;
+        }
+    }
+    *out = parts;
+    return 0;
+}
+
+/* Appends {role, content} to messages; content is taken (freed on failure). */
+static int add_message(cJSON *messages, const char *role, cJSON *content, struct api_error *e)
+{
+    cJSON *m = cJSON_CreateObject();
+    if (!m || !cJSON_AddItemToObject(m, "content", content)) {
+        cJSON_Delete(content);
+        cJSON_Delete(m);
+        return oai_nomem(e);
+    }
+    if (!cJSON_AddStringToObject(m, "role", role) || !cJSON_AddItemToArray(messages, m)) {
+        cJSON_Delete(m);
+        return oai_nomem(e);
+    }
+    return 0;
+}
+
+/* A string member key of item, else 400 naming param.key. */
+static const cJSON *need_string(const cJSON *item, const char *key, const char *param, struct api_error *e)
+{
+    const cJSON *v = oai_opt(item, key);
+    if (!cJSON_IsString(v)) {
+        oai_bad(e, param, "'%s.%s' must be a string", param, key);
+        return NULL;
+    }
+    return v;
+}
+
+/* A function_call item as a tool call of the assistant message at the end of messages
+ * (a new one unless the last message holds calls already). */
+static int add_call(cJSON *messages, const cJSON *item, const char *param, struct api_error *e)
+{
+    const cJSON *id = need_string(item, "call_id", param, e), *name = id ? need_string(item, "name", param, e) : NULL;
+    const cJSON *args = name ? need_string(item, "arguments", param, e) : NULL;
+    if (!args) return ERR_INVALID;
+    cJSON *last = cJSON_GetArrayItem(messages, cJSON_GetArraySize(messages) - 1);
+    cJSON *calls = last ? cJSON_GetObjectItemCaseSensitive(last, "tool_calls") : NULL;
+    if (!calls) {
+        cJSON *m = cJSON_CreateObject();
+        if (!m || !cJSON_AddItemToArray(messages, m)) {
+            cJSON_Delete(m);
+            return oai_nomem(e);
+        }
+        if (!cJSON_AddStringToObject(m, "role", "assistant") || !cJSON_AddNullToObject(m, "content") ||
+            !(calls = cJSON_AddArrayToObject(m, "tool_calls")))
+            return oai_nomem(e);
+    }
+    cJSON *call = cJSON_CreateObject(), *fn = NULL;
+    if (!call || !cJSON_AddItemToArray(calls, call)) {
+        cJSON_Delete(call);
+        return oai_nomem(e);
+    }
+    if (!cJSON_AddStringToObject(call, "id", id->valuestring) || !cJSON_AddStringToObject(call, "type", "function") ||
+        !(fn = cJSON_AddObjectToObject(call, "function")) || !cJSON_AddStringToObject(fn, "name", name->valuestring) ||
+        !cJSON_AddStringToObject(fn, "arguments", args->valuestring))
+        return oai_nomem(e);
+    return 0;
+}
+
+/* A function_call_output item as a "tool" message. */
+static int add_call_output(cJSON *messages, const cJSON *item, const char *param, struct api_error *e)
+{
+    const cJSON *id = need_string(item, "call_id", param, e);
+    if (!id) return ERR_INVALID;
+    char sub[64];
+    snprintf(sub, sizeof sub, "%s.output", param);
+    cJSON *content = NULL;
+    const cJSON *output = oai_opt(item, "output");
+    int rc = content_parts(output, sub, &content, e);
+    if (rc) return rc;
+    cJSON *m = cJSON_CreateObject();
+    if (!m || !cJSON_AddItemToArray(messages, m)) {
+        cJSON_Delete(m);
+        cJSON_Delete(content);
+        return oai_nomem(e);
+    }
+    if (!cJSON_AddItemToObject(m, "content", content)) {
+        cJSON_Delete(content);
+        return oai_nomem(e);
+    }
+    return cJSON_AddStringToObject(m, "role", "tool") && cJSON_AddStringToObject(m, "tool_call_id", id->valuestring)
+               ? 0 : oai_nomem(e);
+}
+
+/* One input item into messages. */
+static int add_item(cJSON *messages, const cJSON *item, int i, struct api_error *e)
+{
+    char param[32];
+    snprintf(param, sizeof param, "input[%d]", i);
+    if (!cJSON_IsObject(item)) return oai_bad(e, param, "'%s' must be an object", param);
+    const cJSON *type = oai_opt(item, "type");
+    if (type && !cJSON_IsString(type)) return oai_bad(e, param, "'%s.type' must be a string", param);
+    const char *t = type ? type->valuestring : "message";
+    if (!strcmp(t, "function_call")) return add_call(messages, item, param, e);
+    if (!strcmp(t, "function_call_output")) return add_call_output(messages, item, param, e);
+    if (!strcmp(t, "reasoning")) return 0;
+    if (!strcmp(t, "item_reference"))
+        return oai_bad(e, param, "'%s': item references are not supported (this server stores no responses; "
+                                 "send the items themselves)", param);
+    if (strcmp(t, "message"))
+        return oai_bad(e, param, "'%s': input items of type '%.64s' are not supported", param, t);
+    const cJSON *role = need_string(item, "role", param, e);
+    if (!role) return ERR_INVALID;
+    const char *r = role->valuestring;
+    if (strcmp(r, "user") && strcmp(r, "system") && strcmp(r, "developer") && strcmp(r, "assistant"))
+        return oai_bad(e, param, "'%s.role' must be 'user', 'system', 'developer' or 'assistant'", param);
+    char sub[48];
+    snprintf(sub, sizeof sub, "%s.content", param);
+    cJSON *content = NULL;
+    int rc = content_parts(oai_opt(item, "content"), sub, &content, e);
+    return rc ? rc : add_message(messages, r, content, e);
+}
+
+/* instructions and input as chat messages. */
+static int build_messages(const cJSON *root, cJSON *chat, struct api_error *e)
+{
+    cJSON *messages = cJSON_AddArrayToObject(chat, "messages");
+    if (!messages) return oai_nomem(e);
+    const cJSON *instr = oai_opt(root, "instructions"), *input = oai_opt(root, "input");
+    if (instr && !cJSON_IsString(instr)) return oai_bad(e, "instructions", "'instructions' must be a string");
+    if (instr) {
+        cJSON *c = cJSON_CreateString(instr->valuestring);
+        int rc = c ? add_message(messages, "system", c, e) : oai_nomem(e);
+        if (rc) return rc;
+    }
+    if (!input) return oai_bad(e, "input", "Missing required parameter: 'input'");
+    if (cJSON_IsString(input)) {
+        cJSON *c = cJSON_CreateString(input->valuestring);
+        return c ? add_message(messages, "user", c, e) : oai_nomem(e);
+    }
+    if (!cJSON_IsArray(input) || !input->child)
+        return oai_bad(e, "input", "'input' must be a string or a non-empty array of input items");
+    int i = 0;
+    for (const cJSON *it = input->child; it; it = it->next, i++) {
+        int rc = add_item(messages, it, i, e);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* text.format as response_format. */
+static int build_format(const cJSON *root, cJSON *chat, struct api_error *e)
+{
+    const cJSON *text = oai_opt(root, "text");
+    if (!text) return 0;
+    if (!cJSON_IsObject(text)) return oai_bad(e, "text", "'text' must be an object");
+    const cJSON *fmt = oai_opt(text, "format"), *verb = oai_opt(text, "verbosity");
+    if (verb && !cJSON_IsString(verb)) return oai_bad(e, "text.verbosity", "'text.verbosity' must be a string");
+    if (!fmt) return 0;
+    const cJSON *type = oai_opt(fmt, "type");
+    if (!cJSON_IsObject(fmt) || !cJSON_IsString(type))
+        return oai_bad(e, "text.format", "'text.format' must be an object with a 'type'");
+    const char *t = type->valuestring;
+    cJSON *rf = cJSON_AddObjectToObject(chat, "response_format");
+    if (!rf || !cJSON_AddStringToObject(rf, "type", t)) return oai_nomem(e);
+    if (strcmp(t, "json_schema")) return 0; /* text / json_object; others: the chat parser's 400 */
+    cJSON *js = cJSON_AddObjectToObject(rf, "json_schema");
+    if (!js) return oai_nomem(e);
+    static const char *const keys[] = { "name", "schema", "strict", "description" };
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+        const cJSON *v = oai_opt(fmt, keys[k]);
+        if (v && !add_copy(js, keys[k], v)) return oai_nomem(e);
+    }
+    return 0;
+}
+
+/* tools and tool_choice in chat's nesting. */
+static int build_tools(const cJSON *root, cJSON *chat, struct api_error *e)
+{
+    const cJSON *tools = oai_opt(root, "tools"), *tc = oai_opt(root, "tool_choice");
+    if (tools) {
+        if (!cJSON_IsArray(tools)) return oai_bad(e, "tools", "'tools' must be an array");
+        cJSON *out = cJSON_AddArrayToObject(chat, "tools");
+        if (!out) return oai_nomem(e);
+        int i = 0;
+        for (const cJSON *t = tools->child; t; t = t->next, i++) {
+            char param[32];
+            snprintf(param, sizeof param, "tools[%d]", i);
+            const cJSON *type = oai_opt(t, "type");
+            if (!cJSON_IsObject(t) || !cJSON_IsString(type))
+                return oai_bad(e, param, "'%s' must be an object with a 'type'", param);
+            if (strcmp(type->valuestring, "function"))
+                return oai_bad(e, param, "'%s': tools of type '%.64s' are not supported (only 'function')", param,
+                               type->valuestring);
+            cJSON *tool = cJSON_CreateObject(), *fn = NULL;
+            if (!tool || !cJSON_AddItemToArray(out, tool)) {
+                cJSON_Delete(tool);
+                return oai_nomem(e);
+            }
+            if (!cJSON_AddStringToObject(tool, "type", "function") || !(fn = cJSON_AddObjectToObject(tool, "function")))
+                return oai_nomem(e);
+            for (const cJSON *f = t->child; f; f = f->next)
+                if (strcmp(f->string, "type") && !add_copy(fn, f->string, f)) return oai_nomem(e);
+        }
+    }
+    if (!tc) return 0;
+    if (!cJSON_IsObject(tc)) return add_copy(chat, "tool_choice", tc) ? 0 : oai_nomem(e);
+    const cJSON *type = oai_opt(tc, "type"), *name = oai_opt(tc, "name");
+    if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsString(name))
+        return oai_bad(e, "tool_choice", "an object 'tool_choice' must be {\"type\": \"function\", \"name\": ...}");
+    cJSON *c = cJSON_AddObjectToObject(chat, "tool_choice"), *fn = NULL;
+    if (!c || !cJSON_AddStringToObject(c, "type", "function") || !(fn = cJSON_AddObjectToObject(c, "function")) ||
+        !cJSON_AddStringToObject(fn, "name", name->valuestring))
+        return oai_nomem(e);
+    return 0;
+}
+
+/* What this server cannot do for a Responses request: 400 naming the field. */
+static int refuse_unsupported(const cJSON *root, struct api_error *e)
+{
+    if (oai_opt(root, "previous_response_id"))
+        return oai_bad(e, "previous_response_id", "'previous_response_id' is not supported: this server stores no "
+                                                  "responses; send the conversation's items in 'input'");
+    if (oai_opt(root, "conversation"))
+        return oai_bad(e, "conversation", "'conversation' is not supported: this server stores no conversations");
+    const cJSON *bg = oai_opt(root, "background");
+    if (bg && !cJSON_IsFalse(bg)) return oai_bad(e, "background", "'background' responses are not supported");
+    const cJSON *tr = oai_opt(root, "truncation");
+    if (tr && !(cJSON_IsString(tr) && !strcmp(tr->valuestring, "disabled")))
+        return oai_bad(e, "truncation", "'truncation' must be 'disabled' (the input is never cut)");
+    const cJSON *inc = oai_opt(root, "include"), *tl = oai_opt(root, "top_logprobs");
+    if (inc && !cJSON_IsArray(inc)) return oai_bad(e, "include", "'include' must be an array of strings");
+    for (const cJSON *it = inc ? inc->child : NULL; it; it = it->next) {
+        if (!cJSON_IsString(it)) return oai_bad(e, "include", "'include' must be an array of strings");
+        if (!strcmp(it->valuestring, "message.output_text.logprobs"))
+            return oai_bad(e, "include", "logprobs are not supported on /v1/responses (use /v1/chat/completions)");
+    }
+    if (tl && !(cJSON_IsNumber(tl) && tl->valuedouble == 0))
+        return oai_bad(e, "top_logprobs", "logprobs are not supported on /v1/responses (use /v1/chat/completions)");
+    const cJSON *mot = oai_opt(root, "max_output_tokens");
+    if (mot && (!cJSON_IsNumber(mot) || mot->valuedouble < 1 || mot->valuedouble != floor(mot->valuedouble)))
+        return oai_bad(e, "max_output_tokens", "'max_output_tokens' must be an integer, at least 1");
+    const cJSON *rs = oai_opt(root, "reasoning"), *md = oai_opt(root, "metadata");
+    if (rs && !cJSON_IsObject(rs)) return oai_bad(e, "reasoning", "'reasoning' must be an object");
+    if (md && !cJSON_IsObject(md)) return oai_bad(e, "metadata", "'metadata' must be an object");
+    return 0;
+}
+
+/* The chat request that the Responses body root means, into *out. */
+static int to_chat(const cJSON *root, cJSON **out, struct api_error *e)
+{
+    int rc = refuse_unsupported(root, e);
+    if (rc) return rc;
+    cJSON *chat = cJSON_CreateObject();
+    if (!chat) return oai_nomem(e);
+    for (size_t k = 0; k < sizeof PASS_THROUGH / sizeof *PASS_THROUGH && !rc; k++) {
+        const cJSON *v = oai_opt(root, PASS_THROUGH[k]);
+        if (v && !add_copy(chat, PASS_THROUGH[k], v)) rc = oai_nomem(e);
+    }
+    const cJSON *mot = oai_opt(root, "max_output_tokens");
+    if (!rc && mot && !add_copy(chat, "max_tokens", mot)) rc = oai_nomem(e);
+    if (!rc) rc = build_messages(root, chat, e);
+    if (!rc) rc = build_format(root, chat, e);
+    if (!rc) rc = build_tools(root, chat, e);
+    if (rc) {
+        cJSON_Delete(chat);
+        return rc;
+    }
+    *out = chat;
+    return 0;
+}
+
+/* The request fields the response repeats, as one JSON object's text (malloc'd). */
+static int echo_fields(const cJSON *root, char **out, struct api_error *e)
+{
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o != NULL;
+    for (size_t k = 0; ok && k < sizeof ECHOED / sizeof *ECHOED; k++) {
+        const cJSON *v = oai_opt(root, ECHOED[k]);
+        ok = v ? add_copy(o, ECHOED[k], v) : cJSON_AddNullToObject(o, ECHOED[k]) != NULL;
+    }
+    *out = ok ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return *out ? 0 : oai_nomem(e);
+}
+
+/* Renames a chat parameter in e to the Responses field it came from. */
+static void rename_param(struct api_error *e)
+{
+    static const char *const map[][2] = {
+        { "messages", "input" }, { "max_tokens", "max_output_tokens" }, { "response_format", "text.format" },
+    };
+    for (size_t k = 0; k < sizeof map / sizeof *map; k++) {
+        size_t n = strlen(map[k][0]);
+        if (strncmp(e->param, map[k][0], n) || (e->param[n] && e->param[n] != '[' && e->param[n] != '.')) continue;
+        char rest[sizeof e->param];
+        snprintf(rest, sizeof rest, "%s", e->param + n);
+        snprintf(e->param, sizeof e->param, "%s%s", map[k][1], rest);
+        break;
+    }
+    /* "'max_tokens'" in a context-length message */
+    char *at = strstr(e->message, "'max_tokens'");
+    if (at) {
+        char rest[sizeof e->message];
+        snprintf(rest, sizeof rest, "%s", at + strlen("'max_tokens'"));
+        snprintf(at, sizeof e->message - (size_t)(at - e->message), "'max_output_tokens'%s", rest);
+    }
+}
+
+int oai_parse_responses(const struct oai_ctx *ctx, const char *body, size_t len, struct oai_request *out,
+                        struct api_error *e)
+{
+    memset(out, 0, sizeof *out);
+    cJSON *root = oai_parse_body(body, len, e), *chat = NULL;
+    if (!root) return ERR_INVALID;
+    int rc = cJSON_IsObject(root) ? to_chat(root, &chat, e)
+                                  : oai_bad(e, NULL, "the request body must be a JSON object");
+    char *echo = NULL;
+    if (!rc) rc = echo_fields(root, &echo, e);
+    cJSON_Delete(root);
+    if (!rc) {
+        rc = oai_parse_chat_root(ctx, chat, out, e);
+        if (rc) rename_param(e);
+    }
+    cJSON_Delete(chat);
+    if (rc) {
+        free(echo);
+        return rc;
+    }
+    out->kind = OAI_RESPONSES;
+    out->include_usage = true; /* the final event carries the usage */
+    out->resp_echo = echo;
+    return 0;
+}
