@@ -141,25 +141,34 @@ static cJSON *chat_token_lp(const struct model *m, int32_t id, float logprob)
     return o;
 }
 
-/* {"content": [{token, logprob, bytes, top_logprobs: [...]}, ...]} */
-static cJSON *chat_logprobs(const struct model *m, const struct oai_piece *p)
+cJSON *oai_token_logprobs(const struct model *m, const struct req_logprob *lps, int n, int top_logprobs)
 {
-    cJSON *o = cJSON_CreateObject(), *content = cJSON_AddArrayToObject(o, "content");
-    if (!content) goto fail;
-    for (int i = 0; i < p->n_lp; i++) {
-        const struct req_logprob *lp = &p->lp[i];
+    cJSON *content = cJSON_CreateArray();
+    if (!content) return NULL;
+    for (int i = 0; i < n; i++) {
+        const struct req_logprob *lp = &lps[i];
         cJSON *t = chat_token_lp(m, lp->token, lp->logprob);
         if (!t || !cJSON_AddItemToArray(content, t)) { cJSON_Delete(t); goto fail; }
         cJSON *top = cJSON_AddArrayToObject(t, "top_logprobs");
         if (!top) goto fail;
-        int k = p->top_logprobs < lp->n_top ? p->top_logprobs : lp->n_top;
+        int k = top_logprobs < lp->n_top ? top_logprobs : lp->n_top;
         for (int j = 0; j < k; j++) {
             cJSON *a = chat_token_lp(m, lp->top_ids[j], lp->top_logprobs[j]);
             if (!a || !cJSON_AddItemToArray(top, a)) { cJSON_Delete(a); goto fail; }
         }
     }
-    return o;
+    return content;
 fail:
+    cJSON_Delete(content);
+    return NULL;
+}
+
+/* {"content": [{token, logprob, bytes, top_logprobs: [...]}, ...]} */
+static cJSON *chat_logprobs(const struct model *m, const struct oai_piece *p)
+{
+    cJSON *o = cJSON_CreateObject(), *content = oai_token_logprobs(m, p->lp, p->n_lp, p->top_logprobs);
+    if (o && content && cJSON_AddItemToObject(o, "content", content)) return o;
+    cJSON_Delete(content);
     cJSON_Delete(o);
     return NULL;
 }

@@ -81,6 +81,11 @@ int oai_nomem(struct api_error *e);
 /* The member key of obj, or NULL when absent or JSON null. */
 const struct cJSON *oai_opt(const struct cJSON *obj, const char *key);
 
+/* The generated tokens' logprobs as chat writes them (and the Responses API): [{"token",
+ * "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}, ...]}, ...] with up
+ * to top_logprobs alternatives each. NULL on OOM. In openai_format.c. */
+struct cJSON *oai_token_logprobs(const struct model *m, const struct req_logprob *lps, int n, int top_logprobs);
+
 /* oai_parse_chat over a parsed body (root borrowed): the Responses API's rewritten
  * request (openai_responses.c). */
 int oai_parse_chat_root(const struct oai_ctx *ctx, const struct cJSON *root, struct oai_request *out,

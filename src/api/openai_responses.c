@@ -23,10 +23,11 @@
  *   tool_choice {type: "function", name} → {type: "function", function: {name}}
  *   temperature, top_p, parallel_tool_calls, stream and vLLM's extras (top_k, min_p,
  *   seed, penalties, stop, structured_outputs, guided_*, ...) as they are.
+ *   include "message.output_text.logprobs" or top_logprobs > 0 → logprobs: true (and
+ *                                   top_logprobs)
  * Refused (400 naming the field): previous_response_id and item references (this server
  * stores no responses), background, truncation "auto", images / files / audio in the
- * input, built-in tools (web_search, file_search, ...), and logprobs (include
- * "message.output_text.logprobs", top_logprobs).
+ * input, and built-in tools (web_search, file_search, ...).
  * Errors the chat parser finds are renamed to the Responses fields (messages → input,
  * max_tokens → max_output_tokens, response_format → text.format).
  *
@@ -54,7 +55,7 @@ static const char *const PASS_THROUGH[] = {
 /* The request fields the response object repeats, with their value when left out. */
 static const char *const ECHOED[] = {
     "instructions", "max_output_tokens", "temperature", "top_p", "tool_choice", "tools",
-    "parallel_tool_calls", "text", "reasoning", "metadata", "truncation", "user",
+    "parallel_tool_calls", "text", "reasoning", "metadata", "truncation", "user", "top_logprobs",
 };
 
 /* Adds a copy of src under key to obj; false on OOM. */
@@ -319,21 +320,29 @@ static int refuse_unsupported(const cJSON *root, struct api_error *e)
     const cJSON *tr = oai_opt(root, "truncation");
     if (tr && !(cJSON_IsString(tr) && !strcmp(tr->valuestring, "disabled")))
         return oai_bad(e, "truncation", "'truncation' must be 'disabled' (the input is never cut)");
-    const cJSON *inc = oai_opt(root, "include"), *tl = oai_opt(root, "top_logprobs");
+    const cJSON *inc = oai_opt(root, "include");
     if (inc && !cJSON_IsArray(inc)) return oai_bad(e, "include", "'include' must be an array of strings");
-    for (const cJSON *it = inc ? inc->child : NULL; it; it = it->next) {
+    for (const cJSON *it = inc ? inc->child : NULL; it; it = it->next)
         if (!cJSON_IsString(it)) return oai_bad(e, "include", "'include' must be an array of strings");
-        if (!strcmp(it->valuestring, "message.output_text.logprobs"))
-            return oai_bad(e, "include", "logprobs are not supported on /v1/responses (use /v1/chat/completions)");
-    }
-    if (tl && !(cJSON_IsNumber(tl) && tl->valuedouble == 0))
-        return oai_bad(e, "top_logprobs", "logprobs are not supported on /v1/responses (use /v1/chat/completions)");
     const cJSON *mot = oai_opt(root, "max_output_tokens");
     if (mot && (!cJSON_IsNumber(mot) || mot->valuedouble < 1 || mot->valuedouble != floor(mot->valuedouble)))
         return oai_bad(e, "max_output_tokens", "'max_output_tokens' must be an integer, at least 1");
     const cJSON *rs = oai_opt(root, "reasoning"), *md = oai_opt(root, "metadata");
     if (rs && !cJSON_IsObject(rs)) return oai_bad(e, "reasoning", "'reasoning' must be an object");
     if (md && !cJSON_IsObject(md)) return oai_bad(e, "metadata", "'metadata' must be an object");
+    return 0;
+}
+
+/* Logprobs: asked for by include "message.output_text.logprobs" or by top_logprobs > 0
+ * (as vLLM reads it); chat's logprobs + top_logprobs. */
+static int build_logprobs(const cJSON *root, cJSON *chat, struct api_error *e)
+{
+    const cJSON *inc = oai_opt(root, "include"), *tl = oai_opt(root, "top_logprobs");
+    bool on = tl && !(cJSON_IsNumber(tl) && tl->valuedouble == 0);
+    for (const cJSON *it = inc ? inc->child : NULL; it; it = it->next)
+        on = on || !strcmp(it->valuestring, "message.output_text.logprobs");
+    if (!on) return 0;
+    if (!cJSON_AddTrueToObject(chat, "logprobs") || (tl && !add_copy(chat, "top_logprobs", tl))) return oai_nomem(e);
     return 0;
 }
 
@@ -353,6 +362,7 @@ static int to_chat(const cJSON *root, cJSON **out, struct api_error *e)
     if (!rc) rc = build_messages(root, chat, e);
     if (!rc) rc = build_format(root, chat, e);
     if (!rc) rc = build_tools(root, chat, e);
+    if (!rc) rc = build_logprobs(root, chat, e);
     if (rc) {
         cJSON_Delete(chat);
         return rc;

@@ -23,6 +23,7 @@ void resp_out_free(struct resp_out *o)
         free(o->items[i].call_id);
         free(o->items[i].name);
         free(o->items[i].text);
+        free(o->items[i].lp);
     }
     free(o->items);
     *o = (struct resp_out){ 0 };
@@ -36,14 +37,21 @@ static bool put(cJSON *obj, const char *key, cJSON *v)
     return false;
 }
 
+/* The logprobs list of n tokens' lp (meta->top_logprobs alternatives each). */
+static cJSON *logprobs_json(const struct resp_out *o, const struct req_logprob *lp, int n)
+{
+    return oai_token_logprobs(o->meta->m, lp, n, o->meta->top_logprobs);
+}
+
 /* An item's text part: output_text for a message, reasoning_text for reasoning. */
-static cJSON *part_json(const struct resp_item *it, bool with_text)
+static cJSON *part_json(const struct resp_out *o, const struct resp_item *it, bool with_text)
 {
     cJSON *p = cJSON_CreateObject();
     bool msg = it->kind == RESP_MESSAGE;
     bool ok = p && cJSON_AddStringToObject(p, "type", msg ? "output_text" : "reasoning_text") &&
               put(p, "text", oai_json_string(with_text ? it->text : "", with_text ? it->len : 0));
-    if (ok && msg) ok = cJSON_AddArrayToObject(p, "annotations") && cJSON_AddArrayToObject(p, "logprobs");
+    if (ok && msg)
+        ok = cJSON_AddArrayToObject(p, "annotations") && put(p, "logprobs", logprobs_json(o, it->lp, with_text ? it->n_lp : 0));
     if (ok) return p;
     cJSON_Delete(p);
     return NULL;
@@ -51,7 +59,7 @@ static cJSON *part_json(const struct resp_item *it, bool with_text)
 
 /* An output item; status NULL: none (reasoning items carry none). Not done: as an
  * output_item.added event shows it (no text yet). */
-static cJSON *item_json(const struct resp_item *it, bool done, const char *status)
+static cJSON *item_json(const struct resp_out *out, const struct resp_item *it, bool done, const char *status)
 {
     cJSON *o = cJSON_CreateObject();
     static const char *const type[] = { "reasoning", "message", "function_call" };
@@ -63,7 +71,7 @@ static cJSON *item_json(const struct resp_item *it, bool done, const char *statu
     if (ok && it->kind == RESP_REASONING) ok = cJSON_AddArrayToObject(o, "summary") != NULL;
     if (ok && it->kind != RESP_CALL) {
         cJSON *content = cJSON_AddArrayToObject(o, "content");
-        cJSON *part = done && content ? part_json(it, true) : NULL;
+        cJSON *part = done && content ? part_json(out, it, true) : NULL;
         ok = content && (!done || (part && cJSON_AddItemToArray(content, part)));
         if (!ok) cJSON_Delete(part);
     }
@@ -133,7 +141,7 @@ static cJSON *response_json(const struct resp_out *o, bool in_progress, enum res
     for (int i = 0; ok && !in_progress && i < o->n; i++) {
         const char *s = o->items[i].kind == RESP_REASONING ? NULL
                         : st == RESP_INCOMPLETE && i == o->n - 1 ? "incomplete" : "completed";
-        cJSON *it = item_json(&o->items[i], true, s);
+        cJSON *it = item_json(o, &o->items[i], true, s);
         ok = it && cJSON_AddItemToArray(output, it);
         if (!ok) cJSON_Delete(it);
     }
@@ -202,15 +210,16 @@ static void send_opened(struct resp_out *o)
     const struct resp_item *it = &o->items[i];
     cJSON *ev = event_new(o, "response.output_item.added");
     event_send(o, ev, ev && cJSON_AddNumberToObject(ev, "output_index", i) &&
-                          put(ev, "item", item_json(it, false, it->kind == RESP_REASONING ? NULL : "in_progress")));
+                          put(ev, "item", item_json(o, it, false, it->kind == RESP_REASONING ? NULL : "in_progress")));
     if (it->kind == RESP_CALL) return;
     bool ok;
     ev = item_event(o, "response.content_part.added", i, &ok);
-    event_send(o, ev, ok && cJSON_AddNumberToObject(ev, "content_index", 0) && put(ev, "part", part_json(it, false)));
+    event_send(o, ev, ok && cJSON_AddNumberToObject(ev, "content_index", 0) && put(ev, "part", part_json(o, it, false)));
 }
 
-/* Streaming: the delta event for text just added to the open item. */
-static void send_delta(struct resp_out *o, const char *text, size_t len)
+/* Streaming: the delta event for text just added to the open item (a message's: with
+ * the logprobs of lp[0, n)). */
+static void send_delta(struct resp_out *o, const char *text, size_t len, const struct req_logprob *lp, int n)
 {
     int i = o->n - 1;
     enum resp_item_kind k = o->items[i].kind;
@@ -220,7 +229,7 @@ static void send_delta(struct resp_out *o, const char *text, size_t len)
     cJSON *ev = item_event(o, type[k], i, &ok);
     if (ok && k != RESP_CALL) ok = cJSON_AddNumberToObject(ev, "content_index", 0) != NULL;
     ok = ok && put(ev, "delta", oai_json_string(text, len));
-    if (ok && k == RESP_MESSAGE) ok = cJSON_AddArrayToObject(ev, "logprobs") != NULL;
+    if (ok && k == RESP_MESSAGE) ok = put(ev, "logprobs", logprobs_json(o, lp, n));
     event_send(o, ev, ok);
 }
 
@@ -239,14 +248,14 @@ static void send_closed(struct resp_out *o, const char *status)
         ev = item_event(o, it->kind == RESP_MESSAGE ? "response.output_text.done" : "response.reasoning_text.done",
                         i, &ok);
         ok = ok && cJSON_AddNumberToObject(ev, "content_index", 0) && put(ev, "text", oai_json_string(it->text, it->len));
-        if (ok && it->kind == RESP_MESSAGE) ok = cJSON_AddArrayToObject(ev, "logprobs") != NULL;
+        if (ok && it->kind == RESP_MESSAGE) ok = put(ev, "logprobs", logprobs_json(o, it->lp, it->n_lp));
         event_send(o, ev, ok);
         ev = item_event(o, "response.content_part.done", i, &ok);
-        event_send(o, ev, ok && cJSON_AddNumberToObject(ev, "content_index", 0) && put(ev, "part", part_json(it, true)));
+        event_send(o, ev, ok && cJSON_AddNumberToObject(ev, "content_index", 0) && put(ev, "part", part_json(o, it, true)));
     }
     ev = event_new(o, "response.output_item.done");
     event_send(o, ev, ev && cJSON_AddNumberToObject(ev, "output_index", i) &&
-                          put(ev, "item", item_json(it, true, it->kind == RESP_REASONING ? NULL : status)));
+                          put(ev, "item", item_json(o, it, true, it->kind == RESP_REASONING ? NULL : status)));
 }
 
 /* Ends the open item, if any. */
@@ -277,16 +286,49 @@ static int open_item(struct resp_out *o, enum resp_item_kind k, const char *call
     return 0;
 }
 
-/* Appends text to the open item. */
+/* Appends text to the open item; a message's takes the take's logprobs not yet placed. */
 static int add_text(struct resp_out *o, const char *text, size_t len)
 {
     struct resp_item *it = &o->items[o->n - 1];
     if (!grow_array((void **)&it->text, &it->cap, it->len + len + 1, 1)) return ERR_NOMEM;
-    memcpy(it->text + it->len, text, len);
+    const struct req_logprob *lp = NULL;
+    int n = 0;
+    if (it->kind == RESP_MESSAGE && o->meta->top_logprobs >= 0 && o->take_n > 0) {
+        size_t cap = (size_t)it->lp_cap;
+        if (!grow_array((void **)&it->lp, &cap, (size_t)(it->n_lp + o->take_n), sizeof *it->lp)) return ERR_NOMEM;
+        it->lp_cap = (int)cap;
+        memcpy(it->lp + it->n_lp, o->take_lp, sizeof *it->lp * (size_t)o->take_n);
+        it->n_lp += o->take_n;
+        lp = o->take_lp;
+        n = o->take_n;
+        o->take_n = 0;
+    }
+    if (len > 0) memcpy(it->text + it->len, text, len);
     it->len += len;
     it->text[it->len] = '\0';
-    if (o->sink) send_delta(o, text, len);
+    if (o->sink) send_delta(o, text, len, lp, n);
     return 0;
+}
+
+void resp_out_take_begin(struct resp_out *o, const struct req_logprob *lp, int n)
+{
+    o->take_lp = lp;
+    o->take_n = o->meta->top_logprobs >= 0 ? n : 0;
+}
+
+int resp_out_take_end(struct resp_out *o, bool all_content)
+{
+    int rc = 0;
+    if (o->take_n > 0 && all_content) {
+        if (!o->open || o->items[o->n - 1].kind != RESP_MESSAGE) {
+            close_open(o, "completed");
+            rc = open_item(o, RESP_MESSAGE, NULL, NULL);
+        }
+        if (!rc) rc = add_text(o, "", 0);
+    }
+    o->take_lp = NULL;
+    o->take_n = 0;
+    return rc;
 }
 
 int resp_out_event(void *ud, const struct tparse_event *ev)

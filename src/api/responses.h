@@ -5,7 +5,7 @@
  *   {"type": "reasoning", "id": "rs_…", "summary": [], "content": [{"type": "reasoning_text",
  *    "text"}]}                                       (with a reasoning parser)
  *   {"type": "message", "id": "msg_…", "role": "assistant", "status", "content":
- *    [{"type": "output_text", "text", "annotations": [], "logprobs": []}]}
+ *    [{"type": "output_text", "text", "annotations": [], "logprobs": [...]}]}
  *   {"type": "function_call", "id": "fc_…", "call_id": "call_…", "name", "arguments",
  *    "status"}                                       (tool calls)
  * struct resp_out collects them from the chat output parser's events (api/tool_parse.h;
@@ -30,6 +30,7 @@
 #include "api/error.h"
 #include "api/openai.h"
 #include "api/tool_parse.h"
+#include "engine/engine.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -44,6 +45,8 @@ struct resp_item {
     char *name;         /* RESP_CALL: the function's name (malloc'd) */
     char *text;         /* [len] reasoning text, message text or the call's arguments */
     size_t len, cap;
+    struct req_logprob *lp; /* RESP_MESSAGE with logprobs: its tokens' (n_lp, lp_cap) */
+    int n_lp, lp_cap;
 };
 
 /* How a response ended. */
@@ -55,6 +58,8 @@ struct resp_meta {
     int64_t created_at; /* unix seconds */
     const char *model;
     const char *echo;   /* oai_request.resp_echo: the request fields the object repeats */
+    const struct model *m; /* token strings of logprobs */
+    int top_logprobs;   /* alternatives per token; -1: no logprobs */
 };
 
 /* Receives one malloc'd SSE event (it frees it; NULL when formatting ran out of memory). */
@@ -68,6 +73,8 @@ struct resp_out {
     int n, cap;
     bool open;          /* items[n - 1] may still grow */
     int seq;            /* the next event's sequence_number */
+    const struct req_logprob *take_lp; /* logprobs of the take being fed, not yet placed */
+    int take_n;
 };
 
 void resp_out_init(struct resp_out *o, const struct resp_meta *meta, resp_sink_fn sink, void *ud);
@@ -80,6 +87,15 @@ void resp_out_start(struct resp_out *o);
 int resp_out_event(void *ud, const struct tparse_event *ev);
 /* Plain output text (no parser): a content event. */
 int resp_out_text(struct resp_out *o, const char *text, size_t len);
+/* Logprobs (meta->top_logprobs >= 0). resp_out_take_begin: the logprobs of the take about
+ * to be fed; they go with the first message text it makes (streaming: on that
+ * output_text delta), and the message's output_text lists every token's. resp_out_take_end:
+ * with all_content (no parser: every token is message text) logprobs still unplaced go
+ * to the message anyway (streaming: on an empty delta), so the list holds every generated
+ * token, as chat's does; otherwise (the take made only reasoning or call text) they are
+ * dropped. Returns 0 or ERR_NOMEM. */
+void resp_out_take_begin(struct resp_out *o, const struct req_logprob *lp, int n);
+int resp_out_take_end(struct resp_out *o, bool all_content);
 /* Streaming: ends the open item and sends the last event (status RESP_COMPLETED:
  * response.completed; RESP_INCOMPLETE: response.incomplete with incomplete_details
  * {"reason": "max_output_tokens"}; RESP_FAILED: response.failed with err). u: the usage. */

@@ -411,7 +411,9 @@ static void resp_sink(void *ud, char *ev) { write_sse(ud, ev); }
 static void respond_out(struct job *j, struct choice *c)
 {
     const struct req_output *o = &c->out;
+    resp_out_take_begin(&c->resp, o->lp, o->n_lp);
     int rc = c->parsing ? parse_take(c, o) : resp_out_text(&c->resp, o->text, o->text_len);
+    if (!rc) rc = resp_out_take_end(&c->resp, !c->parsing);
     if (rc) fail_choice(j, c, "out of memory formatting the output");
 }
 
@@ -603,7 +605,7 @@ static void job_run(void *arg)
     j->meta = (struct oai_meta){ .kind = kind, .id = j->id, .created = (int64_t)time(NULL),
                                  .model = r->model };
     j->rmeta = (struct resp_meta){ .id = j->id, .created_at = j->meta.created, .model = r->model,
-                                   .echo = r->resp_echo };
+                                   .echo = r->resp_echo, .m = s->m, .top_logprobs = r->top_logprobs };
     if (kind == OAI_RESPONSES) resp_out_init(&j->ch[0].resp, &j->rmeta, r->stream ? resp_sink : NULL, j);
     char err[ERR_BUF] = "";
     if (r->echo_on && !r->stream) /* echo: the prompt's text starts each choice's text */

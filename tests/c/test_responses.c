@@ -51,6 +51,7 @@ static const struct resp_meta META = {
     .id = "resp_test", .created_at = 1700000000, .model = "smol",
     .echo = "{\"instructions\":\"Be brief.\",\"tools\":null,\"tool_choice\":null,\"text\":null,"
             "\"max_output_tokens\":64}",
+    .top_logprobs = -1,
 };
 
 static int feed(struct resp_out *o, enum tparse_event_kind k, const char *text, const char *id,

@@ -8,6 +8,8 @@ endpoint on the same server is the reference: the same greedy text, the same tok
   "data:" lines, consecutive sequence numbers, no [DONE]) and through the official
   client (strict validation, its stream helper's consistency checks);
 - max_output_tokens: status "incomplete" with reason max_output_tokens;
+- logprobs (include / top_logprobs): the same list chat gives, whole and split over the
+  streamed deltas (the end token's on an empty delta);
 - text.format json_schema: a document valid under the schema;
 - tools (`--enable-auto-tool-choice --tool-call-parser hermes`): a call forced by
   guided_regex comes back as a message item then a function_call item, streamed as the
@@ -240,6 +242,30 @@ def test_tool_round_trip_items_match_chat(plain):
     assert resp["usage"]["input_tokens"] == ref["usage"]["prompt_tokens"]
 
 
+@pytest.mark.parametrize("question,limit", [("Count to five.", 12), ("What is 2+2?", 40)], ids=["length", "stop"])
+def test_logprobs_match_chat(plain, question, limit):
+    messages = [{"role": "user", "content": question}]
+    body = chat(plain, messages, max_tokens=limit, logprobs=True, top_logprobs=3)
+    ref = body["choices"][0]["logprobs"]["content"]
+    assert len(ref) == body["usage"]["completion_tokens"] and all(len(t["top_logprobs"]) == 3 for t in ref)
+    assert body["choices"][0]["finish_reason"] == ("length" if limit == 12 else "stop")
+    resp = respond(plain, input=messages, max_output_tokens=limit, top_logprobs=3,
+                   include=["message.output_text.logprobs"])
+    assert resp["output"][0]["content"][0]["logprobs"] == ref
+    assert resp["top_logprobs"] == 3
+    # streamed: each delta carries its tokens' logprobs; together they are the whole list
+    events = stream_events(plain, input=messages, max_output_tokens=limit, top_logprobs=3)
+    final, _ = check_lifecycle(events)
+    streamed = [lp for e in events if e["type"] == "response.output_text.delta" for lp in e["logprobs"]]
+    (done,) = [e for e in events if e["type"] == "response.output_text.done"]
+    assert streamed == done["logprobs"] == ref == final["output"][0]["content"][0]["logprobs"]
+    # include alone: the chosen tokens without alternatives; neither: none
+    resp = respond(plain, input=messages, max_output_tokens=limit, include=["message.output_text.logprobs"])
+    assert [(t["token"], t["top_logprobs"]) for t in resp["output"][0]["content"][0]["logprobs"]] == \
+        [(t["token"], []) for t in ref]
+    assert respond(plain, input=messages, max_output_tokens=limit)["output"][0]["content"][0]["logprobs"] == []
+
+
 # ------------------------------------------------------------------------ tool calls
 
 
@@ -317,7 +343,8 @@ def test_reasoning_item(r1, plain):
     ({"input": "hi", "truncation": "auto"}, "truncation"),
     ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
     ({"input": "hi", "max_output_tokens": 2.5}, "max_output_tokens"),
-    ({"input": "hi", "include": ["message.output_text.logprobs"]}, "include"),
+    ({"input": "hi", "include": "message.output_text.logprobs"}, "include"),
+    ({"input": "hi", "top_logprobs": 21}, "top_logprobs"),
     ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0]"),
     ({"input": "hi", "tool_choice": {"type": "function"}}, "tool_choice"),
     ({"input": "hi", "instructions": 3}, "instructions"),
