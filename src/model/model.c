@@ -259,6 +259,11 @@ void model_free(struct model *m)
 
 size_t model_release_converted(struct model *m) { return converted_weights_release(m->converted); }
 
+size_t model_release_converted_packed(struct model *m)
+{
+    return converted_weights_release_packed(m->converted, m->w.token_embd);
+}
+
 void model_describe(const struct model *m, char *buf, size_t len)
 {
     const struct model_config *c = &m->cfg;

@@ -88,6 +88,12 @@ void model_free(struct model *m);
  * keep their shapes but no data. Returns the bytes freed (0: nothing converted). Only for
  * a model nothing on the host computes with afterwards (tessera serve on a GPU). */
 size_t model_release_converted(struct model *m);
+/* The same for a model the CPU backend serves: the converted bytes of the matrices its
+ * forward state packed (it reads only the packed copy) are handed back to the kernel,
+ * all but the token embedding's (converted_weights_release_packed). Returns the bytes
+ * handed back. Only once the one CPU backend of this model exists, and when no other
+ * backend or forward state will be made from the model (tessera serve on the CPU). */
+size_t model_release_converted_packed(struct model *m);
 
 /* True if id ends a generation (in eog_ids). */
 bool model_is_eog(const struct model *m, int32_t id);

@@ -2,6 +2,7 @@
  * sizes the converted copies (one allocation for all), one fills them, row ranges split
  * over a thread pool, and re-points every slot that held the source view. */
 #include "model/weights_convert.h"
+#include "backend/cpu/quant.h"
 
 #include "util/bigalloc.h"
 #include "util/err.h"
@@ -249,6 +250,17 @@ void converted_weights_free(struct converted_weights *c)
     free(c->names);
     free(c->views);
     free(c);
+}
+
+size_t converted_weights_release_packed(struct converted_weights *c, const struct tensor *keep)
+{
+    size_t released = 0;
+    for (int i = 0; c && c->data && i < c->n_converted; i++) {
+        const struct tensor *v = &c->views[i];
+        if ((keep && v->data == keep->data) || cpu_weight_pack_bytes(v) == 0) continue;
+        released += big_release(c->data, c->bytes, v->data, v->nbytes);
+    }
+    return released;
 }
 
 size_t converted_weights_release(struct converted_weights *c)

@@ -61,6 +61,16 @@ void converted_weights_free(struct converted_weights *c);
  * its matrices. */
 size_t converted_weights_release(struct converted_weights *c);
 
+/* For a model served by the CPU backend: its forward state has packed every matrix that
+ * has a packed layout (model/weights_pack.h) and reads only the packed copy, so the
+ * converted bytes of those matrices are dead weight (a second copy of the model). Hands
+ * their whole pages back to the kernel and makes them inaccessible (big_release: a
+ * stray read faults), except keep (the token embedding, whose rows the lookup reads; a
+ * tied output head is the same view). Returns the bytes handed back. Call only when no
+ * other reader of the matrices will come (no second backend or forward state on this
+ * model); the views keep their data pointers. */
+size_t converted_weights_release_packed(struct converted_weights *c, const struct tensor *keep);
+
 /* One row: n F32 values (n a multiple of 32) into n / 32 Q8_0 blocks at out (34 bytes
  * each: fp16 d, then 32 int8 codes). Returns 0, or -1 when a value is NaN or infinite
  * (that block is then all zeros). Any thread. */

@@ -642,6 +642,11 @@ int server_run(const struct server_options *o)
         if (freed)
             LOG_INFO("server", "released the host copy of the weights converted at load (%.1f MiB): the GPU "
                      "holds them", (double)freed / 1048576.0);
+    } else { /* the CPU backend reads its packed copy of every matrix but the embedding */
+        const size_t freed = model_release_converted_packed(s.m);
+        if (freed)
+            LOG_INFO("server", "released %.1f MiB of the weights converted at load: the CPU backend reads its "
+                     "packed copy", (double)freed / 1048576.0);
     }
     /* vLLM's lines, so the same log checks work */
     LOG_INFO("server", "# %s blocks: %d, maximum concurrency for %d tokens per request: %.2fx",

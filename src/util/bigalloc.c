@@ -6,16 +6,26 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define BIG_PAGE ((size_t)2 << 20)
 
 /* mmap + MADV_HUGEPAGE where the system has the advice and no AddressSanitizer runs */
 #if defined(__SANITIZE_ADDRESS__)
-#define BIG_USE_MMAP 0
+#define BIG_ASAN 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-#define BIG_USE_MMAP 0
+#define BIG_ASAN 1
 #endif
+#endif
+#ifdef BIG_ASAN
+#define BIG_USE_MMAP 0
+#include <sanitizer/asan_interface.h>
+#define BIG_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define BIG_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define BIG_POISON(p, n) ((void)(p), (void)(n))
+#define BIG_UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 #ifndef BIG_USE_MMAP
 #ifdef MADV_HUGEPAGE
@@ -56,15 +66,44 @@ void *big_alloc(size_t bytes)
 void big_free(void *p, size_t bytes)
 {
     if (!p) return;
-    if (bytes < BIG_PAGE) free(p);
-    else munmap(p, round_up(bytes));
+    if (bytes < BIG_PAGE) {
+        BIG_UNPOISON(p, bytes);
+        free(p);
+    } else {
+        munmap(p, round_up(bytes));
+    }
+}
+
+size_t big_release(void *buf, size_t bytes, const void *p, size_t n)
+{
+    if (bytes < BIG_PAGE) {
+        BIG_POISON(p, n);
+        return 0;
+    }
+    (void)buf;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + n) & ~(page - 1);
+    if (b <= a) return 0;
+    /* both are advice-like: if either fails the bytes stay, readable, and nothing breaks */
+    if (madvise((void *)a, b - a, MADV_DONTNEED) != 0) return 0;
+    mprotect((void *)a, b - a, PROT_NONE);
+    return b - a;
 }
 #else
 void *big_alloc(size_t bytes) { return heap_alloc(bytes); }
 
 void big_free(void *p, size_t bytes)
 {
-    (void)bytes;
+    if (!p) return;
+    BIG_UNPOISON(p, bytes);
     free(p);
+}
+
+size_t big_release(void *buf, size_t bytes, const void *p, size_t n)
+{
+    (void)buf;
+    (void)bytes;
+    BIG_POISON(p, n);
+    return 0;
 }
 #endif

@@ -1,7 +1,8 @@
 /* test_util.c — util/: fp16/bf16 conversion, dtype traits, thread pool, growth of
  * arrays, map_release (pages of a file mapping leave RSS, data reads back the same;
- * anything outside the mapping is never touched) and big_alloc (zeroed, aligned, whole,
- * huge pages advised). */
+ * anything outside the mapping is never touched), big_alloc (zeroed, aligned, whole,
+ * huge pages advised) and big_release (whole pages inside the range leave, reading them
+ * faults or, under ASan, is reported; the bytes around stay). */
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
 #include "util/bigalloc.h"
@@ -14,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void test_fp16_roundtrip(void)
@@ -238,6 +240,55 @@ static void test_big_alloc(void)
     big_free(NULL, 10);
 }
 
+/* 1 if reading p in a child process kills it (a fault, or AddressSanitizer's report,
+ * which exits non-zero), 0 if the child reads it and exits 0, -1 if it could not tell. */
+static int read_kills(const volatile uint8_t *p)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr)) _exit(2); /* the report is expected: quiet */
+        uint8_t v = *p;
+        (void)v;
+        _exit(0);
+    }
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || (WIFEXITED(st) && WEXITSTATUS(st) == 2)) return -1;
+    return WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) != 0);
+}
+
+static void test_big_release(void)
+{
+    const size_t mib2 = (size_t)2 << 20, n = 3 * mib2, page = (size_t)sysconf(_SC_PAGESIZE);
+    uint8_t *p = big_alloc(n);
+    if (!p) { CHECK(0, "big_alloc"); return; }
+    memset(p, 0x5a, n);
+    /* from inside page 3 to inside page 9 of the second 2 MiB: pages 4..8 go */
+    uint8_t *at = p + mib2 + 3 * page + 100;
+    size_t got = big_release(p, n, at, 6 * page);
+    if (TEST_BIG_MMAP) {
+        CHECK(got == 5 * page, "released %zu bytes, want %zu", got, 5 * page);
+        long present = test_pages_present(p + mib2 + 4 * page, 5 * page, page);
+        CHECK(present <= 0, "%ld released pages still resident", present);
+    } else {
+        CHECK(got == 0, "a heap buffer handed back %zu bytes", got);
+    }
+    /* the bytes around stay, and reading the released range faults (ASan: is reported) */
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; i++)
+        if (p + i < at || p + i >= at + 6 * page) wrong += p[i] != 0x5a;
+    CHECK(wrong == 0, "%zu bytes outside the released range changed", wrong);
+    CHECK(read_kills(p + mib2 + 5 * page) == 1, "reading a released page did not fault");
+    CHECK(read_kills(p + mib2 + 4 * page - 1) == !TEST_BIG_MMAP,
+          "a partly released page: readable with mmap, reported under ASan");
+    CHECK(read_kills(p) == 0, "reading outside the released range faulted");
+    /* a small (heap) buffer: nothing handed back */
+    uint8_t *q = big_alloc(100 * 1024);
+    CHECK(q && big_release(q, 100 * 1024, q + page, 4 * page) == 0, "a heap buffer handed pages back");
+    big_free(q, 100 * 1024);
+    big_free(p, n);
+}
+
 int main(void)
 {
     RUN(test_fp16_roundtrip);
@@ -248,5 +299,6 @@ int main(void)
     RUN(test_map_release_drops_pages);
     RUN(test_map_release_outside_mapping);
     RUN(test_big_alloc);
+    RUN(test_big_release);
     return test_summary();
 }
