@@ -10,8 +10,8 @@
  *     {type?: "message", role, content: "text" | [{type: input_text|output_text, text}]}
  *                                 → {role, content} (roles user/system/developer/assistant)
  *     {type: "function_call", call_id, name, arguments}
- *                                 → a tool call of an assistant message (calls in a row
- *                                   share one message)
+ *                                 → a tool call of the assistant message before it (its
+ *                                   text or calls), else of a new one
  *     {type: "function_call_output", call_id, output}
  *                                 → {role: "tool", tool_call_id, content}
  *     {type: "reasoning", ...}    → dropped (chat templates do not replay it)
@@ -129,14 +129,20 @@ static const cJSON *need_string(const cJSON *item, const char *key, const char *
 }
 
 /* A function_call item as a tool call of the assistant message at the end of messages
- * (a new one unless the last message holds calls already). */
+ * (its text, or its calls before; else a new message with null content). */
 static int add_call(cJSON *messages, const cJSON *item, const char *param, struct api_error *e)
 {
     const cJSON *id = need_string(item, "call_id", param, e), *name = id ? need_string(item, "name", param, e) : NULL;
     const cJSON *args = name ? need_string(item, "arguments", param, e) : NULL;
     if (!args) return ERR_INVALID;
     cJSON *last = cJSON_GetArrayItem(messages, cJSON_GetArraySize(messages) - 1);
-    cJSON *calls = last ? cJSON_GetObjectItemCaseSensitive(last, "tool_calls") : NULL;
+    const cJSON *role = last ? cJSON_GetObjectItemCaseSensitive(last, "role") : NULL;
+    cJSON *calls = NULL;
+    if (cJSON_IsString(role) && !strcmp(role->valuestring, "assistant"))
+        calls = cJSON_GetObjectItemCaseSensitive(last, "tool_calls");
+    if (!calls && cJSON_IsString(role) && !strcmp(role->valuestring, "assistant") &&
+        !(calls = cJSON_AddArrayToObject(last, "tool_calls")))
+        return oai_nomem(e);
     if (!calls) {
         cJSON *m = cJSON_CreateObject();
         if (!m || !cJSON_AddItemToArray(messages, m)) {

@@ -242,6 +242,38 @@ def test_tool_round_trip_items_match_chat(plain):
     assert resp["usage"]["input_tokens"] == ref["usage"]["prompt_tokens"]
 
 
+def test_text_and_calls_make_one_assistant_message(plain):
+    # an assistant message item, then two calls: one chat message with content and tool_calls
+    args = [json.dumps({"city": c}) for c in ("Paris", "Oslo")]
+    calls = [{"id": f"call_{k}", "type": "function", "function": {"name": "get_weather", "arguments": a}}
+             for k, a in enumerate(args)]
+
+    def tokens(messages):
+        r = plain.post_json("/tokenize", {"messages": messages})
+        assert r.status == 200, r.body[:300]
+        return r.json()["tokens"]
+
+    ref = chat(plain, [{"role": "user", "content": "Weather?"},
+                       {"role": "assistant", "content": "Let me check.", "tool_calls": calls},
+                       {"role": "tool", "tool_call_id": "call_0", "content": "sunny"},
+                       {"role": "tool", "tool_call_id": "call_1", "content": "rain"}], max_tokens=8)
+    resp = respond(plain, max_output_tokens=8, input=[
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "Let me check."}]},
+        {"type": "function_call", "call_id": "call_0", "name": "get_weather", "arguments": args[0]},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": args[1]},
+        {"type": "function_call_output", "call_id": "call_0", "output": "sunny"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "rain"}])
+    assert resp["usage"]["input_tokens"] == ref["usage"]["prompt_tokens"]
+    assert output_text(resp) == ref["choices"][0]["message"]["content"]
+    # two assistant messages instead of one render differently, so the check above can tell
+    split = tokens([{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "Let me check."},
+                    {"role": "assistant", "content": None, "tool_calls": calls}])
+    joined = tokens([{"role": "user", "content": "Weather?"},
+                     {"role": "assistant", "content": "Let me check.", "tool_calls": calls}])
+    assert len(split) != len(joined)
+
+
 @pytest.mark.parametrize("question,limit", [("Count to five.", 12), ("What is 2+2?", 40)], ids=["length", "stop"])
 def test_logprobs_match_chat(plain, question, limit):
     messages = [{"role": "user", "content": question}]
