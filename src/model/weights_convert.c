@@ -258,7 +258,7 @@ size_t converted_weights_release_packed(struct converted_weights *c, const struc
     for (int i = 0; c && c->data && i < c->n_converted; i++) {
         const struct tensor *v = &c->views[i];
         if ((keep && v->data == keep->data) || cpu_weight_pack_bytes(v) == 0) continue;
-        released += big_release(c->data, c->bytes, v->data, v->nbytes);
+        released += big_release(c->bytes, v->data, v->nbytes);
     }
     return released;
 }

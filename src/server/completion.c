@@ -417,22 +417,50 @@ static void respond_out(struct job *j, struct choice *c)
     if (rc) fail_choice(j, c, "out of memory formatting the output");
 }
 
-/* /v1/responses: the last event of a stream, or the whole response (not an error). */
-static void finish_responses(struct job *j, const struct oai_usage *u)
+/* How a Responses job ended. */
+static enum resp_status resp_status_of(const struct job *j)
 {
-    struct choice *c = &j->ch[0];
-    enum resp_status st = j->has_error ? RESP_FAILED
-                          : c->finish == REQ_FINISH_LENGTH ? RESP_INCOMPLETE : RESP_COMPLETED;
-    if (j->req.stream) {
-        resp_out_finish(&c->resp, st, u, &j->error); /* no "data: [DONE]" in this API */
-        http_reply_end(j->reply);
-        return;
+    if (j->has_error) return RESP_FAILED;
+    return j->ch[0].finish == REQ_FINISH_LENGTH ? RESP_INCOMPLETE : RESP_COMPLETED;
+}
+
+/* The whole chat / completions response body (malloc'd), or NULL on OOM. */
+static char *chat_response_body(const struct job *j, const struct oai_usage *u, size_t *len)
+{
+    struct oai_piece pieces[OAI_MAX_CHOICES];
+    struct oai_tool_call *calls[OAI_MAX_CHOICES] = { 0 };
+    bool ok = true;
+    for (int i = 0; i < oai_n_choices(&j->req); i++) {
+        const struct choice *c = &j->ch[i];
+        if (c->n_calls > 0 && !(calls[i] = calloc((size_t)c->n_calls, sizeof *calls[i]))) ok = false;
+        for (int k = 0; calls[i] && k < c->n_calls; k++) {
+            const struct call_rec *r = &c->calls[k];
+            calls[i][k] = (struct oai_tool_call){ .index = k, .id = c->calls_text + r->id,
+                                                  .name = c->calls_text + r->name,
+                                                  .args = c->calls_text + r->args,
+                                                  .args_len = r->args_len };
+        }
+        pieces[i] = (struct oai_piece){ .index = i, .text = c->text ? c->text : "",
+                                        .text_len = c->text_len, .lp = c->lp,
+                                        .n_lp = c->n_lp, .top_logprobs = j->req.top_logprobs,
+                                        .finish_reason = finish_reason_of(c, c->finish),
+                                        .reasoning = c->reasoning_len > 0 ? c->reasoning : NULL,
+                                        .reasoning_len = c->reasoning_len,
+                                        .calls = calls[i], .n_calls = c->n_calls,
+                                        .content_null = c->n_calls > 0 || c->reasoning_len > 0 };
+        if (echo_logprobs(&j->req)) piece_prompt(j, c, &pieces[i]);
+        if (j->req.prompt_logprobs >= 0) { /* vLLM's prompt_logprobs field */
+            int plen;
+            pieces[i].prompt_first = oai_prompt(&j->req, c->index / j->req.n, &plen)[0];
+            pieces[i].plp = c->plp;
+            pieces[i].n_plp = c->n_plp;
+            pieces[i].vllm_prompt = true;
+            pieces[i].vllm_top = j->req.prompt_logprobs;
+        }
     }
-    size_t len;
-    char *body = resp_out_json(&c->resp, st, u, NULL, &len);
-    const char *oom = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
-    http_reply_send(j->reply, body ? 200 : 500, "application/json", body ? body : oom, body ? len : strlen(oom), NULL);
-    free(body);
+    char *body = ok ? oai_response_json(j->s->m, &j->meta, pieces, oai_n_choices(&j->req), u, len) : NULL;
+    for (int i = 0; i < oai_n_choices(&j->req); i++) free(calls[i]);
+    return body;
 }
 
 /* All choices are done: the end of the stream, or the whole response. */
@@ -443,8 +471,9 @@ static void finish_job(struct job *j)
     usage_of(j, &u, &ttft);
     http_reply_set_usage(j->reply, u.prompt_tokens, u.completion_tokens, ttft);
     size_t len;
-    if (j->kind == OAI_RESPONSES && (j->req.stream || !j->has_error)) {
-        finish_responses(j, &u);
+    if (j->kind == OAI_RESPONSES && j->req.stream) { /* no "data: [DONE]" in this API */
+        resp_out_finish(&j->ch[0].resp, resp_status_of(j), &u, &j->error);
+        http_reply_end(j->reply);
         return;
     }
     if (j->req.stream) {
@@ -457,39 +486,8 @@ static void finish_job(struct job *j)
     }
     char *body = NULL;
     if (!j->has_error) {
-        struct oai_piece pieces[OAI_MAX_CHOICES];
-        struct oai_tool_call *calls[OAI_MAX_CHOICES] = { 0 };
-        bool ok = true;
-        for (int i = 0; i < oai_n_choices(&j->req); i++) {
-            const struct choice *c = &j->ch[i];
-            if (c->n_calls > 0 && !(calls[i] = calloc((size_t)c->n_calls, sizeof *calls[i]))) ok = false;
-            for (int k = 0; calls[i] && k < c->n_calls; k++) {
-                const struct call_rec *r = &c->calls[k];
-                calls[i][k] = (struct oai_tool_call){ .index = k, .id = c->calls_text + r->id,
-                                                      .name = c->calls_text + r->name,
-                                                      .args = c->calls_text + r->args,
-                                                      .args_len = r->args_len };
-            }
-            pieces[i] = (struct oai_piece){ .index = i, .text = c->text ? c->text : "",
-                                            .text_len = c->text_len, .lp = c->lp,
-                                            .n_lp = c->n_lp, .top_logprobs = j->req.top_logprobs,
-                                            .finish_reason = finish_reason_of(c, c->finish),
-                                            .reasoning = c->reasoning_len > 0 ? c->reasoning : NULL,
-                                            .reasoning_len = c->reasoning_len,
-                                            .calls = calls[i], .n_calls = c->n_calls,
-                                            .content_null = c->n_calls > 0 || c->reasoning_len > 0 };
-            if (echo_logprobs(&j->req)) piece_prompt(j, c, &pieces[i]);
-            if (j->req.prompt_logprobs >= 0) { /* vLLM's prompt_logprobs field */
-                int len;
-                pieces[i].prompt_first = oai_prompt(&j->req, c->index / j->req.n, &len)[0];
-                pieces[i].plp = c->plp;
-                pieces[i].n_plp = c->n_plp;
-                pieces[i].vllm_prompt = true;
-                pieces[i].vllm_top = j->req.prompt_logprobs;
-            }
-        }
-        body = ok ? oai_response_json(j->s->m, &j->meta, pieces, oai_n_choices(&j->req), &u, &len) : NULL;
-        for (int i = 0; i < oai_n_choices(&j->req); i++) free(calls[i]);
+        body = j->kind == OAI_RESPONSES ? resp_out_json(&j->ch[0].resp, resp_status_of(j), &u, NULL, &len)
+                                        : chat_response_body(j, &u, &len);
         if (body) {
             http_reply_send(j->reply, 200, "application/json", body, len, NULL);
             free(body);
@@ -604,9 +602,11 @@ static void job_run(void *arg)
     oai_make_id(id_prefix[kind], j->id, sizeof j->id);
     j->meta = (struct oai_meta){ .kind = kind, .id = j->id, .created = (int64_t)time(NULL),
                                  .model = r->model };
-    j->rmeta = (struct resp_meta){ .id = j->id, .created_at = j->meta.created, .model = r->model,
-                                   .echo = r->resp_echo, .m = s->m, .top_logprobs = r->top_logprobs };
-    if (kind == OAI_RESPONSES) resp_out_init(&j->ch[0].resp, &j->rmeta, r->stream ? resp_sink : NULL, j);
+    if (kind == OAI_RESPONSES) {
+        j->rmeta = (struct resp_meta){ .id = j->id, .created_at = j->meta.created, .model = r->model,
+                                       .echo = r->resp_echo, .m = s->m, .top_logprobs = r->top_logprobs };
+        resp_out_init(&j->ch[0].resp, &j->rmeta, r->stream ? resp_sink : NULL, j);
+    }
     char err[ERR_BUF] = "";
     if (r->echo_on && !r->stream) /* echo: the prompt's text starts each choice's text */
         for (int i = 0; i < oai_n_choices(r) && !rc; i++) {

@@ -74,13 +74,12 @@ void big_free(void *p, size_t bytes)
     }
 }
 
-size_t big_release(void *buf, size_t bytes, const void *p, size_t n)
+size_t big_release(size_t bytes, const void *p, size_t n)
 {
     if (bytes < BIG_PAGE) {
         BIG_POISON(p, n);
         return 0;
     }
-    (void)buf;
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + n) & ~(page - 1);
     if (b <= a) return 0;
@@ -99,9 +98,8 @@ void big_free(void *p, size_t bytes)
     free(p);
 }
 
-size_t big_release(void *buf, size_t bytes, const void *p, size_t n)
+size_t big_release(size_t bytes, const void *p, size_t n)
 {
-    (void)buf;
     (void)bytes;
     BIG_POISON(p, n);
     return 0;

@@ -25,12 +25,12 @@
 void *big_alloc(size_t bytes);
 /* Frees p (NULL: nothing) from big_alloc(bytes). */
 void big_free(void *p, size_t bytes);
-/* Hands the whole pages inside [p, p + n), a range of the buffer buf = big_alloc(bytes),
- * back to the kernel and makes them inaccessible (PROT_NONE), for bytes that have been
+/* Hands the whole pages inside [p, p + n), a range of a buffer of big_alloc(bytes), back
+ * to the kernel and makes them inaccessible (PROT_NONE), for bytes that have been
  * copied elsewhere and must never be read again: a stray read faults at once instead of
  * reading zeros. Returns the bytes handed back: 0 for a heap buffer (under 2 MiB, or
  * builds without the mmap path), whose range AddressSanitizer poisons instead so that a
  * stray read is reported there. big_free frees the buffer as usual. */
-size_t big_release(void *buf, size_t bytes, const void *p, size_t n);
+size_t big_release(size_t bytes, const void *p, size_t n);
 
 #endif

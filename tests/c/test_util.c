@@ -265,7 +265,7 @@ static void test_big_release(void)
     memset(p, 0x5a, n);
     /* from inside page 3 to inside page 9 of the second 2 MiB: pages 4..8 go */
     uint8_t *at = p + mib2 + 3 * page + 100;
-    size_t got = big_release(p, n, at, 6 * page);
+    size_t got = big_release(n, at, 6 * page);
     if (TEST_BIG_MMAP) {
         CHECK(got == 5 * page, "released %zu bytes, want %zu", got, 5 * page);
         long present = test_pages_present(p + mib2 + 4 * page, 5 * page, page);
@@ -284,7 +284,7 @@ static void test_big_release(void)
     CHECK(read_kills(p) == 0, "reading outside the released range faulted");
     /* a small (heap) buffer: nothing handed back */
     uint8_t *q = big_alloc(100 * 1024);
-    CHECK(q && big_release(q, 100 * 1024, q + page, 4 * page) == 0, "a heap buffer handed pages back");
+    CHECK(q && big_release(100 * 1024, q + page, 4 * page) == 0, "a heap buffer handed pages back");
     big_free(q, 100 * 1024);
     big_free(p, n);
 }
