@@ -85,16 +85,16 @@ struct worker {
 
 
 
-static __thread worker *tl_worker;    /* this OS thread's worker, once it ran a block */
-static __thread thread_rec *tl_cur;   /* the fiber running now, null in the worker's own context */
+static __thread worker *tl_worker EMU_TLS_HOT;    /* this OS thread's worker, once it ran a block */
+static __thread thread_rec *tl_cur EMU_TLS_HOT;   /* the fiber running now, null in the worker's own context */
 static thread_local std::unique_ptr<worker> tl_worker_owner;
 
 } // namespace emu
 
-__thread uint3 threadIdx;
-__thread uint3 blockIdx;
-__thread dim3 blockDim;
-__thread dim3 gridDim;
+__thread uint3 threadIdx EMU_TLS_HOT;
+__thread uint3 blockIdx EMU_TLS_HOT;
+__thread dim3 blockDim EMU_TLS_HOT;
+__thread dim3 gridDim EMU_TLS_HOT;
 
 namespace emu {
 
@@ -392,7 +392,7 @@ static void ensure_fibers(worker *w, unsigned n)
         thread_rec *t = new thread_rec();
         t->w = w;
         t->index = (unsigned)w->th.size();
-        fiber_create(&t->f, cfg().stack_bytes, fiber_main, t);
+        fiber_create(&t->f, cfg().stack_bytes, t->index, fiber_main, t);
         w->th.push_back(t);
     }
 }
@@ -655,8 +655,79 @@ static void complete(warp_rec *wr, const meeting *m)
     }
 }
 
+/* A warp op that cannot meet (cold: the checks on the fast path only decide that one of
+ * these fails). */
+[[noreturn]] __attribute__((noinline, cold)) static void warp_op_error(const worker *w, const warp_rec *wr,
+                                                                       unsigned lane, unsigned warp, emu_site site,
+                                                                       const char *name, int kind, unsigned mask,
+                                                                       int size, int width)
+{
+    if (!(mask & (1u << lane)))
+        fail("%s at %s:%d: lane %u calls it with mask 0x%08x, which does not include the lane", name,
+             site.file, site.line, lane, mask);
+    if (mask & ~wr->exists)
+        fail("%s at %s:%d: mask 0x%08x names lanes that do not exist in warp %u (lanes 0x%08x; the block has %u "
+             "threads)", name, site.file, site.line, mask, warp, wr->exists, w->n);
+    if (mask & ~wr->live)
+        fail("%s at %s:%d: mask 0x%08x names lanes 0x%08x that have exited", name, site.file, site.line,
+             mask, mask & ~wr->live);
+    if (kind <= EMU_SHFL_XOR && (width < 1 || width > 32 || (width & (width - 1))))
+        fail("%s at %s:%d: width %d is not a power of two in [1, 32]", name, site.file, site.line, width);
+    for (int k = 0; k < wr->nopen; k++) {
+        const meeting *o = &wr->m[k];
+        if (!(o->mask & mask)) continue;
+        if (o->mask != mask)
+            fail("%s at %s:%d: lane %u uses mask 0x%08x while lanes 0x%08x wait at %s at %s:%d with mask 0x%08x "
+                 "(the masks overlap but differ)", name, site.file, site.line, lane, mask, o->arrived,
+                 o->name, o->site.file, o->site.line, o->mask);
+        fail("mixed warp operations: lane %u calls %s at %s:%d (%d-byte operand, width %d) while lanes 0x%08x "
+             "wait at %s at %s:%d (%d-byte operand, width %d) with mask 0x%08x", lane, name,
+             site.file, site.line, size, width, o->arrived, o->name, o->site.file, o->site.line,
+             o->size, o->width, mask);
+    }
+    fail("more than %d warp operations pending in one warp", MAX_MEETINGS);
+}
+
+/* The last lane of meeting m arrived (bit: its lane): compute every lane's result, close
+ * the meeting and queue the others. Out of line, so the other lanes' arrivals stay short. */
+__attribute__((noinline)) static void finish_meeting(worker *w, warp_rec *wr, meeting *m, unsigned warp,
+                                                     unsigned bit)
+{
+    complete(wr, m);
+    unsigned others = m->mask & ~bit;
+    *m = wr->m[--wr->nopen];
+    /* Wake order: the lanes in a random rotation of lane order, either direction (one draw
+     * from the block's generator; the full shuffles happen at block start and barriers).
+     * Half the time (another draw) they go to the FRONT of the queue, so this warp runs
+     * ahead of the others until its next block barrier; otherwise to the back, so warps
+     * interleave. Without the run-ahead, warps would advance in lockstep between barriers
+     * and a missing __syncthreads between two warps' phases could never show. */
+    unsigned lanes[32], nl = 0;
+    for (unsigned l = 0; l < 32; l++)
+        if (others & (1u << l)) lanes[nl++] = l;
+    if (!nl) return;
+    uint32_t r = rng_below(w, 4 * nl);
+    unsigned start = (r >> 2) % nl;
+    bool ahead = r & 2;
+    /* k walks the rotation from `start`, up or down (by r & 1); front pushes reverse the
+     * order, so for them the walk starts at the rotation's end and goes the other way (no
+     * division per lane: this runs for every warp operation) */
+    bool up = (r & 1) != ahead;
+    unsigned k = start;
+    if (ahead) k = (r & 1) ? (start + nl - 1) % nl : (start + 1) % nl;
+    for (unsigned i = 0; i < nl; i++) {
+        if (ahead) queue_push_front(w, warp * 32 + lanes[k]);
+        else queue_push(w, warp * 32 + lanes[k]);
+        if (up) k = k + 1 == nl ? 0 : k + 1;
+        else k = k == 0 ? nl - 1 : k - 1;
+    }
+}
+
 } // namespace emu
 
+/* A lane arrives at a warp op: joins the open meeting of its mask (or opens one), then
+ * waits, unless it is the last to arrive. This runs once per lane per shuffle, the
+ * emulator's hottest path: checks are one combined test, the rest is out of line. */
 uint64_t emu_warp_op(emu_site site, int kind, unsigned mask, uint64_t val, int size, int arg, int width,
                      emu_collective *coll)
 {
@@ -668,37 +739,25 @@ uint64_t emu_warp_op(emu_site site, int kind, unsigned mask, uint64_t val, int s
     warp_rec *wr = &w->warps[warp];
     unsigned bit = 1u << lane;
 
-    if (!(mask & bit))
-        fail("%s at %s:%d: lane %u calls it with mask 0x%08x, which does not include the lane", name,
-             site.file, site.line, lane, mask);
-    if (mask & ~wr->exists)
-        fail("%s at %s:%d: mask 0x%08x names lanes that do not exist in warp %u (lanes 0x%08x; the block has %u "
-             "threads)", name, site.file, site.line, mask, warp, wr->exists, w->n);
-    if (mask & ~wr->live)
-        fail("%s at %s:%d: mask 0x%08x names lanes 0x%08x that have exited", name, site.file, site.line,
-             mask, mask & ~wr->live);
-    if (kind <= EMU_SHFL_XOR && (width < 1 || width > 32 || (width & (width - 1))))
-        fail("%s at %s:%d: width %d is not a power of two in [1, 32]", name, site.file, site.line, width);
+    /* mask must name the lane and only live lanes (live lanes exist); widths are powers of
+     * two in [1, 32] */
+    if (__builtin_expect(!(mask & bit) || (mask & ~wr->live) ||
+                             (kind <= EMU_SHFL_XOR && (width < 1 || width > 32 || (width & (width - 1)))), 0))
+        warp_op_error(w, wr, lane, warp, site, name, kind, mask, size, width);
 
     meeting *m = nullptr;
     for (int k = 0; k < wr->nopen; k++) {
-        if (!(wr->m[k].mask & (mask | bit))) continue;
         meeting *o = &wr->m[k];
-        if (o->mask != mask)
-            fail("%s at %s:%d: lane %u uses mask 0x%08x while lanes 0x%08x wait at %s at %s:%d with mask 0x%08x "
-                 "(the masks overlap but differ)", name, site.file, site.line, lane, mask, o->arrived,
-                 o->name, o->site.file, o->site.line, o->mask);
-        if (o->kind != kind || o->size != size || o->width != width ||
-            (o->name != name && strcmp(o->name, name) != 0)) /* wmma calls differ by name only */
-            fail("mixed warp operations: lane %u calls %s at %s:%d (%d-byte operand, width %d) while lanes 0x%08x "
-                 "wait at %s at %s:%d (%d-byte operand, width %d) with mask 0x%08x", lane, name,
-                 site.file, site.line, size, width, o->arrived, o->name, o->site.file, o->site.line,
-                 o->size, o->width, mask);
+        if (!(o->mask & mask)) continue;
+        if (__builtin_expect(o->mask != mask || o->kind != kind || o->size != size || o->width != width ||
+                                 (o->name != name && strcmp(o->name, name) != 0), 0)) /* wmma calls differ by name only */
+            warp_op_error(w, wr, lane, warp, site, name, kind, mask, size, width);
         m = o;
         break;
     }
     if (!m) {
-        if (wr->nopen == MAX_MEETINGS) fail("more than %d warp operations pending in one warp", MAX_MEETINGS);
+        if (__builtin_expect(wr->nopen == MAX_MEETINGS, 0))
+            warp_op_error(w, wr, lane, warp, site, name, kind, mask, size, width);
         m = &wr->m[wr->nopen++];
         m->mask = mask;
         m->arrived = 0;
@@ -720,32 +779,7 @@ uint64_t emu_warp_op(emu_site site, int kind, unsigned mask, uint64_t val, int s
         block_wait(w, t);
         return wr->res[lane];
     }
-
-    /* Last to arrive: compute, close the meeting, wake the others in a random order. */
-    complete(wr, m);
-    unsigned others = m->mask & ~bit;
-    *m = wr->m[--wr->nopen];
-    /* Wake order: the lanes in a random rotation of lane order, either direction (one draw
-     * from the block's generator; the full shuffles happen at block start and barriers).
-     * Half the time (another draw) they go to the FRONT of the queue, so this warp runs
-     * ahead of the others until its next block barrier; otherwise to the back, so warps
-     * interleave. Without the run-ahead, warps would advance in lockstep between barriers
-     * and a missing __syncthreads between two warps' phases could never show. */
-    unsigned lanes[32], nl = 0;
-    for (unsigned l = 0; l < 32; l++)
-        if (others & (1u << l)) lanes[nl++] = l;
-    if (nl) {
-        uint32_t r = rng_below(w, 4 * nl);
-        unsigned start = (r >> 2) % nl;
-        bool ahead = r & 2;
-        for (unsigned i = 0; i < nl; i++) {
-            /* front pushes reverse the order, so walk the rotation backwards for them */
-            unsigned ii = ahead ? nl - 1 - i : i;
-            unsigned k = (r & 1) ? (start + ii) % nl : (start + nl - ii) % nl;
-            if (ahead) queue_push_front(w, warp * 32 + lanes[k]);
-            else queue_push(w, warp * 32 + lanes[k]);
-        }
-    }
+    finish_meeting(w, wr, m, warp, bit);
     return wr->res[lane];
 }
 

@@ -91,21 +91,32 @@ struct gemm_args {
     rounding round;
 };
 
-/* y[0..n) += a * x[0..n), eight lanes at a time (GCC vector extensions: portable, and
- * vectorised at -O2 where the plain loop is not). Each y[j] sees the same sequence of
- * additions as the plain loop. */
-typedef float v8f __attribute__((vector_size(32)));
-inline void axpy(float *y, float a, const float *x, int n)
+/* count elements of type t, `stride` elements apart from element `first` of p, as floats
+ * rounded to what the compute type allows. The type switch sits outside the loops. */
+void load_run(float *dst, cudaDataType t, const void *p, size_t first, size_t stride, int count, rounding r)
 {
-    int j = 0;
-    for (; j + 8 <= n; j += 8) {
-        v8f vy, vx;
-        memcpy(&vy, y + j, sizeof vy);
-        memcpy(&vx, x + j, sizeof vx);
-        vy += a * vx;
-        memcpy(y + j, &vy, sizeof vy);
+    switch (t) {
+    case CUDA_R_16F: {
+        const __half *s = (const __half *)p + first;
+        for (int i = 0; i < count; i++) dst[i] = __half2float(s[(size_t)i * stride]);
+        break;
     }
-    for (; j < n; j++) y[j] += a * x[j];
+    case CUDA_R_16BF: { /* a bf16 is the upper half of the float it stands for */
+        const uint16_t *s = (const uint16_t *)p + first;
+        for (int i = 0; i < count; i++) {
+            uint32_t u = (uint32_t)s[(size_t)i * stride] << 16;
+            memcpy(&dst[i], &u, 4);
+        }
+        break;
+    }
+    default: {
+        const float *s = (const float *)p + first;
+        for (int i = 0; i < count; i++) dst[i] = s[(size_t)i * stride];
+        break;
+    }
+    }
+    if (r != ROUND_NONE)
+        for (int i = 0; i < count; i++) dst[i] = round_input(dst[i], r);
 }
 
 /* op(X)(r, c) of a column-major X with leading dimension ld. */
@@ -114,35 +125,60 @@ inline size_t at_index(bool trans, int r, int c, int ld)
     return trans ? (size_t)c + (size_t)r * ld : (size_t)r + (size_t)c * ld;
 }
 
+/* Eight rows of op(A) side by side (GCC vector extensions: portable, and vectorised at -O2
+ * where the plain loops are not). */
+typedef float v8f __attribute__((vector_size(32)));
+
+/* C = alpha op(A) op(B) + beta C. Every element is one float accumulation over k ascending,
+ * acc += a(i,p) * b(p,j) from 0, then alpha * acc (+ beta * C).
+ *
+ * op(B)'s columns are converted once, each contiguous over k. Tasks are 8 rows of C x up to
+ * 128 columns: a task converts its 8 rows of op(A) into k vectors of 8 (row r in lane r, so
+ * the source is read once, in parallel, and never whole into memory), then runs four
+ * columns at a time: four independent vector accumulations of 8 rows each. */
 void run_one(const gemm_args &g, const void *A, const void *B, void *C, float alpha, float beta)
 {
     const int m = g.m, n = g.n, k = g.k;
     const bool ta = g.ta != CUBLAS_OP_N, tb = g.tb != CUBLAS_OP_N;
-    /* op(A) as m x k and op(B) as k x n, row-major floats: the inner loop runs over j. */
-    std::vector<float> a((size_t)m * k), b((size_t)k * n);
-    for (int i = 0; i < m; i++)
-        for (int p = 0; p < k; p++) a[(size_t)i * k + p] = round_input(load(g.at, A, at_index(ta, i, p, g.lda)), g.round);
-    for (int p = 0; p < k; p++)
-        for (int j = 0; j < n; j++) b[(size_t)p * n + j] = round_input(load(g.bt, B, at_index(tb, p, j, g.ldb)), g.round);
-    /* Tasks of 8 rows x 512 columns of C; the accumulator tile (16 KiB) stays in L1. */
-    enum { ROWS = 8, COLS = 512 };
-    size_t row_tasks = (size_t)(m + ROWS - 1) / ROWS, col_tasks = (size_t)(n + COLS - 1) / COLS;
+    enum { ROWS = 8, COLS = 128, BCOLS = 16 };
+    std::unique_ptr<float[]> bcols(new float[(size_t)n * (size_t)k]); /* column j at j * k */
+    parallel_for((size_t)(n + BCOLS - 1) / BCOLS, [&](size_t t) {
+        for (int j = (int)t * BCOLS; j < n && j < (int)(t + 1) * BCOLS; j++)
+            load_run(&bcols[(size_t)j * k], g.bt, B, at_index(tb, 0, j, g.ldb), tb ? (size_t)g.ldb : 1, k, g.round);
+    });
+    const size_t row_tasks = (size_t)(m + ROWS - 1) / ROWS, col_tasks = (size_t)(n + COLS - 1) / COLS;
     parallel_for(row_tasks * col_tasks, [&](size_t t) {
-        int i0 = (int)(t / col_tasks) * ROWS, i1 = std::min(m, i0 + ROWS);
-        int j0 = (int)(t % col_tasks) * COLS, j1 = std::min(n, j0 + COLS), w = j1 - j0;
-        float acc[ROWS][COLS];
-        for (int i = 0; i < i1 - i0; i++) std::fill(acc[i], acc[i] + w, 0.0f);
-        for (int p = 0; p < k; p++) {
-            const float *brow = &b[(size_t)p * n + j0];
-            for (int i = i0; i < i1; i++) axpy(acc[i - i0], a[(size_t)i * k + p], brow, w);
+        const int i0 = (int)(t / col_tasks) * ROWS, nr = std::min(m - i0, (int)ROWS);
+        const int j0 = (int)(t % col_tasks) * COLS, j1 = std::min(n, j0 + COLS);
+        static thread_local std::vector<float> row, at; /* grow to the largest k, then stay */
+        row.resize((size_t)k);
+        at.resize((size_t)k * ROWS);
+        std::fill(at.begin(), at.end(), 0.0f); /* rows past m stay 0 and are never stored */
+        for (int r = 0; r < nr; r++) {
+            load_run(row.data(), g.at, A, at_index(ta, i0 + r, 0, g.lda), ta ? 1 : (size_t)g.lda, k, g.round);
+            for (int p = 0; p < k; p++) at[(size_t)p * ROWS + r] = row[p];
         }
-        for (int i = i0; i < i1; i++)
-            for (int j = j0; j < j1; j++) {
-                size_t ci = (size_t)i + (size_t)j * g.ldc;
-                float v = alpha * acc[i - i0][j - j0];
-                if (beta != 0.0f) v += beta * load(g.ct, C, ci);
-                store(g.ct, C, ci, v);
+        for (int j = j0; j < j1; j += 4) {
+            const int nj = std::min(4, j1 - j);
+            const float *b[4];
+            for (int c = 0; c < 4; c++) b[c] = &bcols[(size_t)(j + (c < nj ? c : 0)) * k];
+            v8f acc[4] = {};
+            for (int p = 0; p < k; p++) {
+                v8f a;
+                memcpy(&a, &at[(size_t)p * ROWS], sizeof a);
+                acc[0] += a * b[0][p];
+                acc[1] += a * b[1][p];
+                acc[2] += a * b[2][p];
+                acc[3] += a * b[3][p];
             }
+            for (int c = 0; c < nj; c++)
+                for (int r = 0; r < nr; r++) {
+                    size_t ci = (size_t)(i0 + r) + (size_t)(j + c) * g.ldc;
+                    float v = alpha * acc[c][r];
+                    if (beta != 0.0f) v += beta * load(g.ct, C, ci);
+                    store(g.ct, C, ci, v);
+                }
+        }
     });
 }
 

@@ -89,11 +89,16 @@
 
 /* The running thread's coordinates. Plain per-OS-thread variables: the block scheduler
  * writes threadIdx at every fiber switch and the others once per block. Outside a kernel
- * they read as zeros / ones. */
-extern __thread uint3 threadIdx;
-extern __thread uint3 blockIdx;
-extern __thread dim3 blockDim;
-extern __thread dim3 gridDim;
+ * they read as zeros / ones.
+ * EMU_TLS_HOT: initial-exec, one %fs-relative load even in the dlopen()ed emulated backend
+ * (the default model there calls __tls_get_addr on every read). The library's whole TLS
+ * block then lives in the static TLS that glibc keeps for dlopen()ed libraries, so it must
+ * stay small (a few hundred bytes). */
+#define EMU_TLS_HOT __attribute__((tls_model("initial-exec")))
+extern __thread uint3 threadIdx EMU_TLS_HOT;
+extern __thread uint3 blockIdx EMU_TLS_HOT;
+extern __thread dim3 blockDim EMU_TLS_HOT;
+extern __thread dim3 gridDim EMU_TLS_HOT;
 static constexpr int warpSize = 32;
 
 /* ---- launch and shared memory (what kernels/common.cuh expands to) ---------------------- */

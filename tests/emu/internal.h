@@ -103,8 +103,9 @@ struct fiber {
     void *impl = nullptr;       /* ucontext_t on the non-x86-64 fallback */
 };
 void fiber_init_native(fiber *f);
-/* A fiber that calls entry(arg) when first switched to; entry must never return. */
-void fiber_create(fiber *f, size_t stack_bytes, void (*entry)(void *), void *arg);
+/* A fiber that calls entry(arg) when first switched to; entry must never return. `index`
+ * (the fiber's number on its worker) staggers where the stack starts within a page. */
+void fiber_create(fiber *f, size_t stack_bytes, unsigned index, void (*entry)(void *), void *arg);
 void fiber_destroy(fiber *f);
 /* Saves the running context into from and resumes to (inline: it is the hot path). */
 inline void fiber_switch(fiber *from, fiber *to)

@@ -108,7 +108,7 @@ struct deferred {
 
 thread_local int tl_group_depth = 0;
 thread_local std::vector<deferred> tl_group;
-thread_local char tl_last_error[1024] = "";
+thread_local std::string tl_last_error; /* on the heap: the TLS block stays small (emu.h) */
 
 } // namespace
 
@@ -146,11 +146,13 @@ std::shared_ptr<comm_state> find_comm(ncclComm_t comm)
 ncclResult_t refuse(ncclResult_t r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 ncclResult_t refuse(ncclResult_t r, const char *fmt, ...)
 {
+    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(tl_last_error, sizeof tl_last_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    warn("%s", tl_last_error);
+    tl_last_error = msg;
+    warn("%s", msg);
     return r;
 }
 
@@ -532,7 +534,7 @@ const char *ncclGetErrorString(ncclResult_t result)
 const char *ncclGetLastError(ncclComm_t comm)
 {
     (void)comm;
-    return tl_last_error;
+    return tl_last_error.c_str();
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)

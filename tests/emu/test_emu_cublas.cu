@@ -301,32 +301,44 @@ static void test_stream_order_and_capture(void)
     cublasDestroy(h);
 }
 
-static void test_prefill_size_speed(void)
+/* Speed report (no bound: the machine varies): a prefill-sized square product and a
+ * decode-shaped one, the LM head of a 49152-token vocabulary over 4 rows (what the
+ * emulated backend's tests run most). Best of 3. */
+static void gemm_speed(const char *what, cudaDataType t, int m, int n, int k)
 {
-    const int m = 512, n = 512, k = 512;
     cublasHandle_t h;
     cublasCreate(&h);
-    __half *A, *B;
+    void *A, *B;
     float *C;
-    cudaMalloc((void **)&A, (size_t)m * k * sizeof(__half));
-    cudaMalloc((void **)&B, (size_t)k * n * sizeof(__half));
+    cudaMalloc(&A, (size_t)m * k * 2);
+    cudaMalloc(&B, (size_t)k * n * 2);
     cudaMalloc((void **)&C, (size_t)m * n * sizeof(float));
-    cudaMemset(A, 0, (size_t)m * k * sizeof(__half));
-    cudaMemset(B, 0, (size_t)k * n * sizeof(__half));
+    cudaMemset(A, 0, (size_t)m * k * 2);
+    cudaMemset(B, 0, (size_t)k * n * 2);
     float one = 1.0f, zero = 0.0f;
-    double t0 = emu_now_us();
-    cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, A, CUDA_R_16F, k, B, CUDA_R_16F, k, &zero, C, CUDA_R_32F,
-                 m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    cudaDeviceSynchronize();
-    double us = emu_now_us() - t0;
-    printf("     GemmEx %dx%dx%d fp16->fp32: %.1f ms, %.2f GFLOP/s\n", m, n, k, us / 1000, 2.0 * m * n * k / us / 1000);
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = emu_now_us();
+        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, A, t, k, B, t, k, &zero, C, CUDA_R_32F, m,
+                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        cudaDeviceSynchronize();
+        best = std::min(best, emu_now_us() - t0);
+    }
+    printf("     GemmEx %dx%dx%d %s->fp32 (%s): %.2f ms, %.2f GFLOP/s\n", m, n, k, t == CUDA_R_16F ? "fp16" : "bf16",
+           what, best / 1000, 2.0 * m * n * k / best / 1000);
     float c0;
     cudaMemcpy(&c0, C, sizeof c0, cudaMemcpyDeviceToHost);
-    CHECK(c0 == 0.0f, "C[0] = %g", c0);
+    CHECK(c0 == 0.0f, "%s: C[0] = %g", what, c0);
     cudaFree(A);
     cudaFree(B);
     cudaFree(C);
     cublasDestroy(h);
+}
+
+static void test_speed_report(void)
+{
+    gemm_speed("prefill-sized", CUDA_R_16F, 512, 512, 512);
+    gemm_speed("decode LM head", CUDA_R_16BF, 49152, 4, 576);
 }
 
 int main(void)
@@ -337,6 +349,6 @@ int main(void)
     RUN(test_status_codes);
     RUN(test_out_of_bounds_aborts);
     RUN(test_stream_order_and_capture);
-    RUN(test_prefill_size_speed);
+    RUN(test_speed_report);
     return test_summary();
 }

@@ -305,6 +305,58 @@ static void test_mixed_ops_abort(void)
     CHECK(emu_err_has(r, "__ballot_sync") && emu_err_has(r, "__any_sync"), "op names");
 }
 
+__global__ void overlapping_masks_kernel(float *out)
+{
+    float v = (float)threadIdx.x;
+    if (threadIdx.x < 16) v += __shfl_xor_sync(0x0001ffffu, v, 1); /* planted bug: lane 16 is named here */
+    else v += __shfl_xor_sync(TS_FULL_MASK, v, 1);                  /* but calls with another mask */
+    out[threadIdx.x] = v;
+}
+
+__global__ void bad_width_kernel(float *out)
+{
+    float v = (float)threadIdx.x;
+    v += __shfl_xor_sync(TS_FULL_MASK, v, 1, 3); /* planted bug: width 3 */
+    out[threadIdx.x] = v;
+}
+
+/* Lanes 0..8 each open a meeting with a partner (lane + 16) that never arrives: nine pending
+ * operations in one warp (the partners spin, yielding, so the block never stalls). */
+__global__ void many_pending_kernel(const volatile int *never, float *out)
+{
+    const unsigned l = threadIdx.x;
+    float v = (float)l;
+    if (l < 9) v += __shfl_sync((1u << l) | (1u << (l + 16)), v, (int)l + 16);
+    else if (l >= 16 && l < 25)
+        while (!*never) __nanosleep(100);
+    out[l] = v;
+}
+
+static void test_warp_op_misuse_aborts(void)
+{
+    struct {
+        const char *what;
+        std::function<void(float *)> launch;
+    } cases[] = {
+        { "masks overlap but differ",
+          [](float *d) { TS_LAUNCH(overlapping_masks_kernel, 1, 32, 0, 0, d); } },
+        { "width 3 is not a power of two", [](float *d) { TS_LAUNCH(bad_width_kernel, 1, 32, 0, 0, d); } },
+        { "more than 8 warp operations pending",
+          [](float *d) { TS_LAUNCH(many_pending_kernel, 1, 32, 0, 0, (const volatile int *)(d + 32), d); } },
+    };
+    for (auto &c : cases) {
+        emu_child r = emu_run_child([&c] {
+            float *d;
+            cudaMalloc((void **)&d, 4096);
+            cudaMemset(d, 0, 4096);
+            c.launch(d);
+            cudaDeviceSynchronize();
+        });
+        CHECK(emu_died_by_abort(r), "%s: did not abort (signal %d exit %d)", c.what, r.sig, r.exit_code);
+        CHECK(emu_err_has(r, c.what), "%s: message:\n%s", c.what, r.err.c_str());
+    }
+}
+
 /* ---- speed ------------------------------------------------------------------------------------ */
 
 __global__ void yield_kernel(int iters)
@@ -360,6 +412,7 @@ int main(void)
     RUN(test_exited_lane_aborts);
     RUN(test_lane_at_barrier_is_deadlock);
     RUN(test_mixed_ops_abort);
+    RUN(test_warp_op_misuse_aborts);
     RUN(test_speed_report);
     return test_summary();
 }
