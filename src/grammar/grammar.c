@@ -1,6 +1,6 @@
 /* grammar.c — the vocabulary view (token bytes and their trie), the grammar builder the
- * compilers share, and grammar_compile: choices, regexes, schemas and the tool-call
- * wrapper become one set of rules (grammar_int.h), start rule 0.
+ * compilers share, and grammar_compile: choices, regexes, schemas, GBNF grammars and the
+ * tool-call wrapper become one set of rules (grammar_int.h), start rule 0.
  */
 #include "grammar/grammar_int.h"
 
@@ -314,6 +314,10 @@ static int compile_value(struct gbuild *b, const struct grammar_spec *spec, stru
         *out = (struct gel){ GEL_DFA, (uint32_t)id };
         return 0;
     }
+    case GRAMMAR_GBNF:
+        if (!spec->text)
+            return err_set(err, errlen, ERR_INVALID, "grammar: no GBNF text");
+        return gbnf_compile(b, spec->text, spec->text_len, out);
     case GRAMMAR_CHOICE: {
         if (spec->n_choices <= 0 || !spec->choices)
             return err_set(err, errlen, ERR_INVALID, "grammar: empty list of choices");
@@ -473,10 +477,11 @@ int grammar_compile(struct grammar **out, const struct grammar_vocab *v, const s
     if (!rc) {
         /* a grammar whose start reaches neither text nor the end (e.g. a $ref that only
          * refers to itself) matches nothing */
-        struct grammar_matcher *m = gm_create(g);
-        if (!m)
-            rc = ERR_NOMEM;
-        else if (gm_is_done(m) && !gm_can_end(m))
+        struct grammar_matcher *m = NULL;
+        rc = gm_start(g, &m);
+        if (rc == ERR_RANGE)
+            rc = err_set(err, errlen, ERR_RANGE, "grammar too ambiguous: its start exceeds the matcher's work bound");
+        else if (!rc && gm_is_done(m) && !gm_can_end(m))
             rc = err_set(err, errlen, ERR_INVALID, "grammar matches no text (a reference cycle without content?)");
         gm_free(m);
     }

@@ -1,5 +1,5 @@
 /* grammar.h — constrained decoding: grammars compiled from a JSON schema, a regular
- * expression, a list of choices or "any JSON object", and the per-sequence matcher that
+ * expression, a GBNF grammar, a list of choices or "any JSON object", and the per-sequence matcher that
  * turns a grammar's state into a mask over the vocabulary (which tokens may come next).
  *
  * Three objects, three lifetimes:
@@ -62,6 +62,8 @@ enum grammar_kind {
     GRAMMAR_REGEX,           /* text: a regular expression matched against the whole output
                                 (guided_regex) */
     GRAMMAR_CHOICE,          /* exactly one of choices[0, n_choices) (guided_choice) */
+    GRAMMAR_GBNF,            /* text: a GBNF grammar (llama.cpp's format; guided_grammar),
+                                start rule `root` */
 };
 
 /* What to compile. Borrowed for the duration of grammar_compile only.
@@ -74,7 +76,7 @@ enum grammar_kind {
  * the output is exactly one VALUE. */
 struct grammar_spec {
     enum grammar_kind kind;
-    const char *text;        /* [text_len] schema JSON or regex; need not be NUL-terminated */
+    const char *text;        /* [text_len] schema JSON, regex or GBNF; need not be NUL-terminated */
     size_t text_len;
     const char *const *choices; /* GRAMMAR_CHOICE */
     int n_choices;
@@ -85,8 +87,8 @@ struct grammar_spec {
 /* Compiles spec against v's vocabulary (borrowed; must outlive the grammar). Errors:
  *   ERR_UNSUPPORTED  a schema keyword or regex feature this compiler does not implement;
  *                    err names it ("unsupported JSON Schema keyword 'patternProperties'")
- *   ERR_INVALID      not valid JSON / not a schema / a malformed regex / empty choices;
- *                    err says where
+ *   ERR_INVALID      not valid JSON / not a schema / a malformed regex or GBNF grammar /
+ *                    empty choices; err says where
  *   ERR_RANGE        a grammar too large (limits in docs/grammar.md)
  *   ERR_NOMEM
  * Returns the grammar with one reference (grammar_unref). Any thread. */
@@ -103,10 +105,12 @@ void gm_free(struct grammar_matcher *m);
 
 /* Writes the mask of tokens allowed next into mask[grammar_mask_words(vocab)]. No
  * allocation in the common case (masks of recently seen states are cached inside the
- * grammar). Returns 0 or ERR_NOMEM. */
+ * grammar). Returns 0, ERR_NOMEM, or ERR_RANGE when the state is too ambiguous to follow
+ * (a GBNF grammar built so that its parses multiply: the matcher's work bound). */
 int gm_fill_mask(struct grammar_matcher *m, uint32_t *mask);
 /* Advances past token (its bytes, or the end of the text for an eog id). Returns 0, or
- * ERR_INVALID (the token is not allowed here: the state is unchanged). */
+ * ERR_INVALID (the token is not allowed here: the state is unchanged), ERR_NOMEM or
+ * ERR_RANGE (the work bound, as for gm_fill_mask). */
 int gm_accept(struct grammar_matcher *m, int32_t token);
 /* Puts dst (a matcher of the same grammar) in src's state, for advancing a copy along
  * guessed tokens (speculative decoding) while src stays. Returns 0, ERR_INVALID (another

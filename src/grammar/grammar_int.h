@@ -1,5 +1,5 @@
 /* grammar_int.h — the compiled form of a grammar, shared by the compilers (regex.c,
- * schema.c, grammar.c) and the matcher (matcher.c). Private to src/grammar.
+ * schema.c, gbnf.c, grammar.c) and the matcher (matcher.c). Private to src/grammar.
  *
  * A grammar is a set of rules; a rule is a list of alternatives; an alternative is a run
  * of elements in one flat array, closed by GEL_END. Elements:
@@ -205,8 +205,18 @@ int gdfa_difference(const struct gdfa *a, const struct gdfa *b, struct gdfa *out
 int sc_compile_schema(struct gbuild *b, const char *text, size_t len, struct gel *out);
 int sc_compile_any_object(struct gbuild *b, struct gel *out);
 
+/* ---- GBNF → rules (gbnf.c) ---------------------------------------------------------------- */
+
+/* Compiles the GBNF grammar text[0, len) (start rule `root`) into rules of b and returns
+ * the element that matches it in *out. Errors (ERR_INVALID, ERR_UNSUPPORTED, ERR_RANGE,
+ * ERR_NOMEM) carry "GBNF line L col C: ..." in b->err. */
+int gbnf_compile(struct gbuild *b, const char *text, size_t len, struct gel *out);
+
 /* ---- matcher internals for tests and benchmarks (matcher.c) --------------------------- */
 
+/* gm_create with the reason of a failure: ERR_NOMEM, or ERR_RANGE when the start state
+ * alone exceeds the matcher's work bound (a grammar too ambiguous to run). */
+int gm_start(struct grammar *g, struct grammar_matcher **out);
 /* gm_fill_mask without the cache (neither read nor written). */
 int gm_fill_mask_uncached(struct grammar_matcher *m, uint32_t *mask);
 /* Trie nodes the last uncached mask visited. */

@@ -18,6 +18,11 @@
  * stack. Masks of expensive states are cached in the grammar, keyed by the exact state
  * with DFA states replaced by their behaviour class.
  *
+ * Within one advance a configuration is added once per distinct stack (frames compared,
+ * not nodes), and each gm_accept / mask is bounded by GM_MAX_WORK closure calls plus
+ * configuration comparisons: past it the call fails with ERR_RANGE, so a grammar whose
+ * parses multiply (possible in GBNF) cannot hold the scheduler thread.
+ *
  * A matcher is used by one thread at a time; the grammar's cache takes its mutex.
  */
 #include "grammar/grammar_int.h"
@@ -31,6 +36,7 @@
 #define GM_CLOSURE_DEPTH 512  /* rule expansions without consuming a byte (cuts ε-cycles) */
 #define GM_CACHE_MIN_NODES 512 /* walks cheaper than this are not cached */
 #define GM_MEMO_MIN_NODES 4096 /* DFA-state memos cheaper than this are not kept */
+#define GM_MAX_WORK (1L << 26) /* closure calls + set comparisons in one gm_accept / mask */
 
 struct snode {
     int32_t pos;    /* element index */
@@ -51,7 +57,9 @@ struct grammar_matcher {
     bool can_end; /* the text so far is a complete match */
     bool ended;   /* an end token was accepted */
     bool w_end;   /* scratch: the advance being computed reached the end */
-    bool oom;
+    bool oom;     /* the call in progress failed: out of memory, or over the work bound */
+    bool over;    /* ... and it was the work bound */
+    long work;    /* closure calls and set comparisons of the call in progress */
     /* canonical key of the committed state */
     uint32_t *key;
     size_t key_cap;
@@ -71,6 +79,19 @@ struct grammar_matcher {
     long walk_nodes;
 };
 
+/* Counts n units of work; past GM_MAX_WORK the call in progress fails (ERR_RANGE). The
+ * bound stops a grammar whose configurations multiply (deliberately ambiguous GBNF, e.g.
+ * `s ::= "-" s "a" | "-" s "b" | ""`: 2^k stacks after k dashes) from holding the
+ * scheduler thread; grammars that are not built that way stay orders of magnitude below. */
+static bool spend(struct grammar_matcher *m, long n)
+{
+    m->work += n;
+    if (m->work <= GM_MAX_WORK)
+        return true;
+    m->oom = m->over = true;
+    return false;
+}
+
 static int node_new(struct grammar_matcher *m, int32_t pos, int32_t aux, int32_t parent)
 {
     if ((size_t)m->n_nodes >= m->nodes_cap &&
@@ -82,13 +103,34 @@ static int node_new(struct grammar_matcher *m, int32_t pos, int32_t aux, int32_t
     return m->n_nodes++;
 }
 
+/* True when the stacks from frames a and b down are equal: the same frames, possibly in
+ * different nodes (frames pushed during one advance are not hash-consed). */
+static bool same_stack(const struct grammar_matcher *m, int32_t a, int32_t b)
+{
+    while (a != b) {
+        if (a < 0 || b < 0)
+            return false;
+        const struct snode *x = &m->nodes[a], *y = &m->nodes[b];
+        if (x->pos != y->pos || x->aux != y->aux)
+            return false;
+        a = x->parent;
+        b = y->parent;
+    }
+    return true;
+}
+
 /* Appends a configuration (top frame pos/aux over parent) to the set being built at
- * [sb, *se), unless an identical one is there. */
+ * [sb, *se), unless an equal one is there. Equal means equal stacks, not equal nodes:
+ * an ambiguous grammar (e.g. GBNF `("-"+)+`) reaches one configuration along several
+ * paths, each pushing its own copy of the frames, and keeping the copies would double
+ * the set at every byte. */
 static void set_add(struct grammar_matcher *m, int sb, int *se, int32_t pos, int32_t aux, int32_t parent)
 {
+    if (!spend(m, *se - sb + 1))
+        return;
     for (int i = sb; i < *se; i++) {
         const struct snode *n = &m->nodes[m->set[i]];
-        if (n->pos == pos && n->aux == aux && n->parent == parent)
+        if (n->pos == pos && n->aux == aux && same_stack(m, n->parent, parent))
             return;
     }
     int id = node_new(m, pos, aux, parent);
@@ -106,7 +148,7 @@ static void set_add(struct grammar_matcher *m, int sb, int *se, int32_t pos, int
 static void closure(struct grammar_matcher *m, int32_t pos, int32_t parent, int sb, int *se, int depth)
 {
     const struct grammar *g = m->g;
-    if (depth > GM_CLOSURE_DEPTH || m->oom)
+    if (depth > GM_CLOSURE_DEPTH || m->oom || !spend(m, 1))
         return;
     for (;;) {
         const struct gel *e = &g->elems[pos];
@@ -336,11 +378,12 @@ static int commit(struct grammar_matcher *m, int sb, int se, bool end)
 
 /* ---- public API ----------------------------------------------------------------------- */
 
-struct grammar_matcher *gm_create(struct grammar *g)
+int gm_start(struct grammar *g, struct grammar_matcher **out)
 {
+    *out = NULL;
     struct grammar_matcher *m = calloc(1, sizeof *m);
     if (!m)
-        return NULL;
+        return ERR_NOMEM;
     m->g = grammar_ref(g);
     int se = 0;
     m->w_end = false;
@@ -348,9 +391,18 @@ struct grammar_matcher *gm_create(struct grammar *g)
     for (int a = 0; a < na; a++)
         closure(m, g->alt_start[a0 + a], -1, 0, &se, 0);
     if (m->oom || commit(m, 0, se, m->w_end)) {
+        int rc = m->over ? ERR_RANGE : ERR_NOMEM;
         gm_free(m);
-        return NULL;
+        return rc;
     }
+    *out = m;
+    return 0;
+}
+
+struct grammar_matcher *gm_create(struct grammar *g)
+{
+    struct grammar_matcher *m;
+    gm_start(g, &m);
     return m;
 }
 
@@ -389,7 +441,7 @@ int gm_copy(struct grammar_matcher *dst, const struct grammar_matcher *src)
     dst->key_hash = src->key_hash;
     dst->can_end = src->can_end;
     dst->ended = src->ended;
-    dst->oom = false;
+    dst->oom = dst->over = false;
     return 0;
 }
 
@@ -414,7 +466,8 @@ int gm_accept(struct grammar_matcher *m, int32_t token)
     int len = (int)(v->off[token + 1] - v->off[token]);
     int ib = 0, ie = m->n_tops;
     bool end = false, dead = false;
-    m->oom = false;
+    m->oom = m->over = false;
+    m->work = 0;
     for (int i = 0; i < len && !dead; i++) {
         int oe;
         if (ie == ib || !set_reserve(m, (size_t)ie + 64)) {
@@ -429,7 +482,7 @@ int gm_accept(struct grammar_matcher *m, int32_t token)
     }
     if (dead || m->oom) {
         m->n_nodes = m->n_base;
-        return m->oom ? ERR_NOMEM : ERR_INVALID;
+        return m->oom ? (m->over ? ERR_RANGE : ERR_NOMEM) : ERR_INVALID;
     }
     int rc = commit(m, ib, ie, end);
     if (rc) {
@@ -715,11 +768,12 @@ int gm_fill_mask_uncached(struct grammar_matcher *m, uint32_t *mask)
     memset(mask, 0, sizeof *mask * (size_t)grammar_mask_words(v->vocab_size));
     m->walk_nodes = 0;
     if (!m->ended && m->n_tops > 0) {
-        m->oom = false;
+        m->oom = m->over = false;
+        m->work = 0;
         walk(m, 0, 0, m->n_tops, mask);
         m->n_nodes = m->n_base;
         if (m->oom)
-            return ERR_NOMEM;
+            return m->over ? ERR_RANGE : ERR_NOMEM;
     }
     if (gm_can_end(m))
         set_eog(v, mask);
