@@ -509,8 +509,6 @@ static const struct {
     bool chat_only;
     const char *why;
 } UNSUPPORTED[] = {
-    { "guided_grammar", UNSUP_NOT_NULL, false,
-      "grammars (EBNF) are not implemented; use guided_json, guided_regex or guided_choice" },
     { "logits_processors", UNSUP_NONEMPTY, false, "logits processors are not implemented" },
     { "use_beam_search", UNSUP_TRUE, false, "beam search is not implemented" },
     { "echo", UNSUP_TRUE, true, "echoing the prompt is not supported" },

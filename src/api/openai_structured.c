@@ -8,11 +8,14 @@
  *   guided_json         a schema object, or a string holding one       (vLLM, older)
  *   guided_regex        a regular expression for the whole output
  *   guided_choice       a non-empty array of strings: the output is exactly one of them
+ *   guided_grammar      a GBNF grammar (start rule `root`; vLLM's EBNF)
+ *   grammar             the same (llama.cpp's server)
  *   structured_outputs  {"json": schema | string} | {"regex": string} |
- *                       {"choice": [strings]} | {"json_object": true}  (vLLM, newer)
- * guided_grammar and structured_outputs.grammar / structural_tag (EBNF, tags) are not
- * implemented: 400 naming them. Errors are 400 invalid_request_error with param naming
- * the parameter and, for a schema or regex the compiler refuses, its own message.
+ *                       {"choice": [strings]} | {"grammar": string} |
+ *                       {"json_object": true}                          (vLLM, newer)
+ * structured_outputs.structural_tag is not implemented: 400 naming it. Errors are 400
+ * invalid_request_error with param naming the parameter and, for a schema, regex or
+ * grammar the compiler refuses, its own message.
  *
  * Invariants: on success r->grammar holds the request's one reference and r->rp.grammar
  * points at it; on failure r->grammar is untouched. Pure over the read-only ctx: any
@@ -84,6 +87,16 @@ static int regex_spec(const cJSON *v, const char *param, struct constraint *c, s
     if (!cJSON_IsString(v) || !v->valuestring[0])
         return oai_bad(e, param, "'%s' must be a non-empty string (a regular expression)", param);
     c->spec.kind = GRAMMAR_REGEX;
+    c->spec.text = v->valuestring;
+    c->spec.text_len = strlen(v->valuestring);
+    return 0;
+}
+
+static int gbnf_spec(const cJSON *v, const char *param, struct constraint *c, struct api_error *e)
+{
+    if (!cJSON_IsString(v) || !v->valuestring[0])
+        return oai_bad(e, param, "'%s' must be a non-empty string (a GBNF grammar with a 'root' rule)", param);
+    c->spec.kind = GRAMMAR_GBNF;
     c->spec.text = v->valuestring;
     c->spec.text_len = strlen(v->valuestring);
     return 0;
@@ -161,15 +174,16 @@ static int parse_structured_outputs(const cJSON *root, struct constraint *c, str
         const char *k = it->string;
         if (cJSON_IsNull(it)) continue;
         if (!strcmp(k, "json_object") && cJSON_IsFalse(it)) continue;
-        bool known = !strcmp(k, "json") || !strcmp(k, "regex") || !strcmp(k, "choice") || !strcmp(k, "json_object");
+        bool known = !strcmp(k, "json") || !strcmp(k, "regex") || !strcmp(k, "choice") || !strcmp(k, "grammar") ||
+                     !strcmp(k, "json_object");
         char param[64];
         snprintf(param, sizeof param, "%s.%.40s", P, k);
-        if (!strcmp(k, "grammar") || !strcmp(k, "structural_tag"))
-            return oai_bad(e, param, "'%s' is not supported: grammars and structural tags are not implemented; use "
-                       "'json', 'regex' or 'choice'", param);
+        if (!strcmp(k, "structural_tag"))
+            return oai_bad(e, param, "'%s' is not supported: structural tags are not implemented; use 'json', "
+                       "'regex', 'choice' or 'grammar'", param);
         if (!known)
             return oai_bad(e, param, "'%s' is not supported: structured_outputs takes one of 'json', 'regex', "
-                       "'choice' or 'json_object'", param);
+                       "'choice', 'grammar' or 'json_object'", param);
         if (first)
             return oai_bad(e, param, "'structured_outputs' must set one constraint, got '%s' and '%.40s'", first, k);
         first = k;
@@ -177,6 +191,7 @@ static int parse_structured_outputs(const cJSON *root, struct constraint *c, str
         if (!strcmp(k, "json")) rc = schema_spec(it, param, c, e);
         else if (!strcmp(k, "regex")) rc = regex_spec(it, param, c, e);
         else if (!strcmp(k, "choice")) rc = choice_spec(it, param, c, e);
+        else if (!strcmp(k, "grammar")) rc = gbnf_spec(it, param, c, e);
         else if (cJSON_IsTrue(it)) c->spec.kind = GRAMMAR_JSON_OBJECT;
         else rc = oai_bad(e, param, "'%s' must be a boolean", param);
         if (rc) return rc;
@@ -188,20 +203,23 @@ int oai_parse_structured(const struct oai_ctx *ctx, const cJSON *root, struct oa
                          struct api_error *e)
 {
     /* every source, in the order they are named in errors */
-    struct constraint cs[5];
+    enum { N_GUIDED = 5 };
+    static const char *const guided[N_GUIDED] = { "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                                                  "grammar" };
+    static int (*const guided_spec[N_GUIDED])(const cJSON *, const char *, struct constraint *,
+                                               struct api_error *) = { schema_spec, regex_spec, choice_spec,
+                                                                       gbnf_spec, gbnf_spec };
+    struct constraint cs[N_GUIDED + 2];
     memset(cs, 0, sizeof cs);
     int n = 0, rc;
     if ((rc = parse_response_format(root, &cs[n], e)) < 0) goto done;
     n += rc;
-    static const char *const guided[3] = { "guided_json", "guided_regex", "guided_choice" };
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < N_GUIDED; i++) {
         const cJSON *v = oai_opt(root, guided[i]);
         if (!v) continue;
         struct constraint *c = &cs[n];
         snprintf(c->param, sizeof c->param, "%s", guided[i]);
-        rc = i == 0 ? schema_spec(v, guided[i], c, e) : i == 1 ? regex_spec(v, guided[i], c, e)
-                                                                : choice_spec(v, guided[i], c, e);
-        if (rc) goto done;
+        if ((rc = guided_spec[i](v, guided[i], c, e))) goto done;
         n++;
     }
     if ((rc = parse_structured_outputs(root, &cs[n], e)) < 0) goto done;
@@ -209,12 +227,12 @@ int oai_parse_structured(const struct oai_ctx *ctx, const cJSON *root, struct oa
     rc = 0;
     if (n > 1) {
         rc = oai_bad(e, cs[1].param, "'%s' and '%s' both constrain the output: a request may use only one of "
-                 "response_format (json_object / json_schema), guided_json, guided_regex, guided_choice and "
-                 "structured_outputs", cs[0].param, cs[1].param);
+                 "response_format (json_object / json_schema), guided_json, guided_regex, guided_choice, "
+                 "guided_grammar, grammar and structured_outputs", cs[0].param, cs[1].param);
         goto done;
     }
     if (n == 1) rc = oai_attach_grammar(ctx, r, &cs[0].spec, cs[0].param, e);
 done:
-    for (int i = 0; i < 5; i++) constraint_free(&cs[i]);
+    for (int i = 0; i < N_GUIDED + 2; i++) constraint_free(&cs[i]);
     return rc;
 }

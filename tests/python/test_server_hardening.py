@@ -337,7 +337,7 @@ def test_sigterm_during_model_load_stops_it(tessera_bin):
 @pytest.mark.parametrize("extra,param", [
     ({"response_format": {"type": "json_schema", "json_schema": {
         "name": "x", "schema": {"type": "object", "patternProperties": {"^a": {}}}}}}, "response_format"),
-    ({"guided_grammar": 'root ::= "a"'}, "guided_grammar"),
+    ({"structured_outputs": {"structural_tag": "{}"}}, "structured_outputs.structural_tag"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tool_choice"),
     ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto"}, "tool_choice"),
     ({"tool_choice": "required"}, "tool_choice"),

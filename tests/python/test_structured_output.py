@@ -6,9 +6,11 @@ Covered: 32 JSON schemas (flat, nested, arrays with min/max items, enums, const,
 $ref/$defs, integer and number bounds, string lengths and formats, optional properties,
 ...), each greedy and seeded-sampled (temperature 0.8) through response_format
 json_schema; response_format json_object; vLLM's guided_json / guided_regex /
-guided_choice and structured_outputs on both endpoints; streaming; n = 2; the official
-`openai` client; and the 400 errors (bad schema, unsupported keyword, two constraints,
-EBNF grammars) in OpenAI's shape with the parameter named.
+guided_choice / guided_grammar and structured_outputs on both endpoints; GBNF grammars
+(vLLM's guided_grammar, llama.cpp's grammar), checked against an equivalent Python regular
+expression; streaming; n = 2; the official `openai` client; and the 400 errors (bad
+schema, unsupported keyword, malformed or left-recursive grammar, two constraints) in
+OpenAI's shape with the parameter named.
 
 Bound: with max_tokens MAX_TOKENS, at least STOP_FRACTION of the schema answers finish
 with "stop" (a small model may still ramble inside a long string until the limit). The
@@ -248,6 +250,67 @@ def test_guided_regex_and_choice(server):
             assert re.fullmatch(want, text), (body, text)
 
 
+# GBNF grammars with an equivalent Python regular expression for the whole output
+GRAMMARS = {
+    "list": (r"""
+# three lower-case words, comma separated
+root ::= word ("," word){2}
+word ::= [a-z]{1,8}
+""", r"[a-z]{1,8}(,[a-z]{1,8}){2}"),
+    "json_answer": (r'root ::= "{" ws "\"answer\":" ws ("true" | "false") ws "}"' "\n" r"ws ::= [ \t\n]{0,2}",
+                    r'\{[ \t\n]{0,2}"answer":[ \t\n]{0,2}(true|false)[ \t\n]{0,2}\}'),
+    "non_ascii": (r"root ::= [^\x00-\x7F]{2,4}", r"[^\x00-\x7f]{2,4}"),
+    "date": (r"""root ::= year "-" month
+year ::= "20" digit digit
+month ::= "0" [1-9] | "1" [0-2]
+digit ::= [0-9]""", r"20[0-9]{2}-(0[1-9]|1[0-2])"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+def test_gbnf_grammar(server, name):
+    """Every spelling (vLLM's guided_grammar and structured_outputs.grammar, llama.cpp's
+    grammar) on both endpoints, greedy and sampled: a complete match; the spellings give
+    the same greedy text."""
+    grammar, want = GRAMMARS[name]
+    for path in ("/v1/chat/completions", "/v1/completions"):
+        for sampled in (False, True):
+            texts = []
+            for extra in ({"guided_grammar": grammar}, {"structured_outputs": {"grammar": grammar}},
+                          {"grammar": grammar}):
+                body = {"max_tokens": 64, "temperature": 0.8 if sampled else 0, "seed": 11, **extra}
+                if path == "/v1/completions":
+                    body["prompt"] = "Answer:"
+                else:
+                    body["messages"] = [{"role": "user", "content": "Answer briefly."}]
+                r = post(server, path, body)
+                assert r.status == 200, (name, extra, r.body[:400])
+                ch = r.json()["choices"][0]
+                text = ch["message"]["content"] if "message" in ch else ch["text"]
+                assert ch["finish_reason"] == "stop", (name, extra, ch)
+                assert re.fullmatch(want, text), (name, extra, text)
+                texts.append(text)
+            assert len(set(texts)) == 1, (name, path, sampled, texts)
+
+
+def test_gbnf_streaming_and_responses(server):
+    grammar, want = GRAMMARS["date"]
+    body = {"messages": [{"role": "user", "content": "A month:"}], "max_tokens": 32, "temperature": 0,
+            "guided_grammar": grammar}
+    whole = ask(server, body)["choices"][0]["message"]["content"]
+    assert re.fullmatch(want, whole), whole
+    res = stream_request(server.host, server.port, "/v1/chat/completions", dict(body, stream=True), timeout=300)
+    assert res.status == 200
+    texts, reasons, _ = check_chat_stream(parse_sse(res.body).json_events())
+    assert (texts[0], reasons[0]) == (whole, "stop")
+    # /v1/responses passes the grammar to the same chat path
+    r = post(server, "/v1/responses", {"input": "A month:", "max_output_tokens": 32, "temperature": 0,
+                                       "guided_grammar": grammar})
+    assert r.status == 200, r.body[:400]
+    out = r.json()["output"]
+    assert out[-1]["content"][0]["text"] == whole, out
+
+
 def test_guided_json_forms(server):
     schema = SCHEMAS["flat_strict"]
     for extra in ({"guided_json": schema}, {"guided_json": json.dumps(schema)},
@@ -313,9 +376,12 @@ def test_openai_client(client, server):
     r = client.completions.create(model=model, prompt="Point:", max_tokens=MAX_TOKENS, temperature=0,
                                   extra_body={"guided_json": SCHEMAS["refs"]})
     validate(SCHEMAS["refs"], json.loads(r.choices[0].text))
+    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Yes or no?"}],
+                                       max_tokens=8, extra_body={"guided_grammar": 'root ::= "yes" | "no"'})
+    assert r.choices[0].message.content in ("yes", "no"), r.choices[0].message.content
     with pytest.raises(openai.BadRequestError) as ei:
         client.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}],
-                                       extra_body={"guided_grammar": "root ::= \"a\""})
+                                       extra_body={"guided_grammar": "root ::= missing"})
     assert ei.value.status_code == 400
 
 
@@ -337,8 +403,15 @@ MSG = [{"role": "user", "content": "hi"}]
     ({"guided_regex": "[a-"}, "guided_regex"),
     ({"guided_choice": []}, "guided_choice"),
     ({"guided_choice": ["a", 3]}, "guided_choice"),
-    ({"guided_grammar": "root ::= \"a\""}, "guided_grammar"),
-    ({"structured_outputs": {"grammar": "root ::= \"a\""}}, "structured_outputs.grammar"),
+    ({"guided_grammar": "root ::= undefined-rule"}, "guided_grammar"),
+    ({"guided_grammar": "item ::= \"a\""}, "guided_grammar"),
+    ({"guided_grammar": "root ::= \"a"}, "guided_grammar"),
+    ({"guided_grammar": 5}, "guided_grammar"),
+    ({"grammar": ""}, "grammar"),
+    ({"structured_outputs": {"grammar": "root ::= expr\nexpr ::= expr \"+\" \"1\" | \"1\""}},
+     "structured_outputs.grammar"),
+    ({"structured_outputs": {"structural_tag": "{}"}}, "structured_outputs.structural_tag"),
+    ({"guided_regex": "a", "guided_grammar": "root ::= \"a\""}, "guided_grammar"),
     ({"structured_outputs": {"whatever": 1}}, "structured_outputs.whatever"),
     ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "structured_outputs.choice"),
     ({"guided_regex": "a+", "guided_choice": ["a"]}, "guided_choice"),
