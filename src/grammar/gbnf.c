@@ -33,6 +33,7 @@
 
 #include "util/err.h"
 #include "util/grow.h"
+#include "util/utf8.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -328,30 +329,6 @@ static int read_char(struct gbnf *p, uint32_t *cp)
     return 0;
 }
 
-static size_t utf8_put(uint32_t c, char *out)
-{
-    if (c < 0x80) {
-        out[0] = (char)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        out[0] = (char)(0xC0 | (c >> 6));
-        out[1] = (char)(0x80 | (c & 0x3F));
-        return 2;
-    }
-    if (c < 0x10000) {
-        out[0] = (char)(0xE0 | (c >> 12));
-        out[1] = (char)(0x80 | ((c >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (c & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (c >> 18));
-    out[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((c >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (c & 0x3F));
-    return 4;
-}
-
 /* ---- terminals --------------------------------------------------------------------------------- */
 
 static int cls_add(struct gbnf *p, uint32_t lo, uint32_t hi)
@@ -504,7 +481,7 @@ static int parse_string(struct gbnf *p, struct gseq *s)
             return rc;
         if (!grow_array((void **)&p->lit, &p->lit_cap, n + 4, 1))
             return ERR_NOMEM;
-        n += utf8_put(cp, p->lit + n);
+        n += (size_t)utf8_encode(cp, p->lit + n);
     }
     return gseq_lit(p->b, s, p->lit, n);
 }

@@ -18,6 +18,7 @@
 
 #include "util/err.h"
 #include "util/grow.h"
+#include "util/utf8.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -520,30 +521,6 @@ static int nfa_edge(struct nfa *a, int from, int to, int lo, int hi)
     return 0;
 }
 
-static int utf8_enc(uint32_t c, uint8_t *b)
-{
-    if (c < 0x80) {
-        b[0] = (uint8_t)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        b[0] = (uint8_t)(0xC0 | (c >> 6));
-        b[1] = (uint8_t)(0x80 | (c & 0x3F));
-        return 2;
-    }
-    if (c < 0x10000) {
-        b[0] = (uint8_t)(0xE0 | (c >> 12));
-        b[1] = (uint8_t)(0x80 | ((c >> 6) & 0x3F));
-        b[2] = (uint8_t)(0x80 | (c & 0x3F));
-        return 3;
-    }
-    b[0] = (uint8_t)(0xF0 | (c >> 18));
-    b[1] = (uint8_t)(0x80 | ((c >> 12) & 0x3F));
-    b[2] = (uint8_t)(0x80 | ((c >> 6) & 0x3F));
-    b[3] = (uint8_t)(0x80 | (c & 0x3F));
-    return 4;
-}
-
 /* Adds paths s → e for the code points [lo, hi] (same or different UTF-8 lengths). */
 static int nfa_utf8_range(struct nfa *a, int s, int e, uint32_t lo, uint32_t hi)
 {
@@ -553,8 +530,8 @@ static int nfa_utf8_range(struct nfa *a, int s, int e, uint32_t lo, uint32_t hi)
             int rc = nfa_utf8_range(a, s, e, lo, bounds[k]);
             return rc ? rc : nfa_utf8_range(a, s, e, bounds[k] + 1, hi);
         }
-    uint8_t bl[4], bh[4];
-    int n = utf8_enc(lo, bl);
+    char cl[4], ch[4];
+    int n = utf8_encode(lo, cl);
     for (int i = 1; i < n; i++) {
         uint32_t m = (1u << (6 * i)) - 1;
         if ((lo & ~m) != (hi & ~m)) {
@@ -569,7 +546,8 @@ static int nfa_utf8_range(struct nfa *a, int s, int e, uint32_t lo, uint32_t hi)
             }
         }
     }
-    utf8_enc(hi, bh);
+    utf8_encode(hi, ch);
+    const uint8_t *bl = (const uint8_t *)cl, *bh = (const uint8_t *)ch;
     int cur = s;
     for (int i = 0; i < n; i++) {
         int to = i == n - 1 ? e : nfa_state(a);

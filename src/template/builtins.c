@@ -9,6 +9,7 @@
  */
 #include "template/jinja_internal.h"
 #include "util/err.h"
+#include "util/utf8.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -101,7 +102,7 @@ bool jinja_cp_alnum(uint32_t c) { int k = jinja_cp_cat(c); return jinja_cp_alpha
 static void put_cp(struct jbuf *b, uint32_t c)
 {
     char tmp[4];
-    jbuf_put(b, tmp, (size_t)jinja_utf8_enc(c, tmp));
+    jbuf_put(b, tmp, (size_t)utf8_encode(c, tmp));
 }
 
 /* mode 0: map all; 1: capitalize; 2: str.title(); 3: jinja title filter */

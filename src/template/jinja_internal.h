@@ -59,7 +59,6 @@ void jbuf_free(struct jbuf *b);
 /* Decodes one code point at p (p < end); invalid bytes decode as themselves (U+0080..FF)
  * with length 1, so any byte string can be walked. */
 uint32_t jinja_utf8_dec(const char *p, const char *end, int *len);
-int jinja_utf8_enc(uint32_t cp, char out[4]);
 /* Python str.isspace() for one code point. */
 bool jinja_is_space(uint32_t cp);
 /* Number of code points. */

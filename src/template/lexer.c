@@ -12,6 +12,7 @@
  */
 #include "template/jinja_internal.h"
 #include "util/err.h"
+#include "util/utf8.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -191,7 +192,7 @@ static int decode_string(struct lexer *lx, const char *p, size_t n, struct jtok 
             out[o++] = c;
             continue;
         }
-        o += (size_t)jinja_utf8_enc(cp, out + o);
+        o += (size_t)utf8_encode(cp, out + o);
     }
     out[o] = 0;
     tk->s = out;

@@ -13,6 +13,7 @@
 #include "grammar/grammar_int.h"
 
 #include "loader/gguf.h"
+#include "grammar_setup.h"
 #include "test.h"
 #include "tokenizer/tokenizer.h"
 #include "util/err.h"
@@ -32,33 +33,8 @@ static int32_t byte_tok[256]; /* a token whose text is exactly that byte, -1 if 
 
 static bool setup(void)
 {
-    const char *rel = getenv("TESSERA_TEST_MODEL") ? getenv("TESSERA_TEST_MODEL")
-                                                   : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    const char *path = test_path(rel);
-    struct mapped_file mf;
-    char err[ERR_BUF];
-    if (map_open(path, &mf, err, sizeof err) < 0) {
-        fprintf(stderr, "%s (make model provides it)\n", err);
+    if (!grammar_test_setup(&tok, &vocab, eog_ids, &n_eog))
         return false;
-    }
-    struct gguf_file *g = NULL;
-    int rc = gguf_parse(mf.data, mf.size, path, &g, err, sizeof err);
-    if (!rc)
-        rc = tok_load_gguf(g, &tok, err, sizeof err);
-    gguf_free(g);
-    map_close(&mf);
-    if (rc) {
-        fprintf(stderr, "%s: %s\n", path, err);
-        return false;
-    }
-    eog_ids[n_eog++] = tok_eos_id(tok);
-    int im_end = tok_find(tok, "<|im_end|>");
-    if (im_end >= 0 && im_end != eog_ids[0])
-        eog_ids[n_eog++] = im_end;
-    if (grammar_vocab_create(&vocab, tok, eog_ids, n_eog, err, sizeof err)) {
-        fprintf(stderr, "vocab: %s\n", err);
-        return false;
-    }
     nwords = grammar_mask_words(grammar_vocab_size(vocab));
     for (int b = 0; b < 256; b++)
         byte_tok[b] = -1;
