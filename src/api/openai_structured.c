@@ -82,24 +82,26 @@ static int schema_spec(const cJSON *v, const char *param, struct constraint *c, 
     return 0;
 }
 
-static int regex_spec(const cJSON *v, const char *param, struct constraint *c, struct api_error *e)
+/* A constraint given as a non-empty string of the compiler's language (what: for errors). */
+static int text_spec(const cJSON *v, const char *param, enum grammar_kind kind, const char *what,
+                     struct constraint *c, struct api_error *e)
 {
     if (!cJSON_IsString(v) || !v->valuestring[0])
-        return oai_bad(e, param, "'%s' must be a non-empty string (a regular expression)", param);
-    c->spec.kind = GRAMMAR_REGEX;
+        return oai_bad(e, param, "'%s' must be a non-empty string (%s)", param, what);
+    c->spec.kind = kind;
     c->spec.text = v->valuestring;
     c->spec.text_len = strlen(v->valuestring);
     return 0;
 }
 
+static int regex_spec(const cJSON *v, const char *param, struct constraint *c, struct api_error *e)
+{
+    return text_spec(v, param, GRAMMAR_REGEX, "a regular expression", c, e);
+}
+
 static int gbnf_spec(const cJSON *v, const char *param, struct constraint *c, struct api_error *e)
 {
-    if (!cJSON_IsString(v) || !v->valuestring[0])
-        return oai_bad(e, param, "'%s' must be a non-empty string (a GBNF grammar with a 'root' rule)", param);
-    c->spec.kind = GRAMMAR_GBNF;
-    c->spec.text = v->valuestring;
-    c->spec.text_len = strlen(v->valuestring);
-    return 0;
+    return text_spec(v, param, GRAMMAR_GBNF, "a GBNF grammar with a 'root' rule", c, e);
 }
 
 static int choice_spec(const cJSON *v, const char *param, struct constraint *c, struct api_error *e)
