@@ -106,6 +106,8 @@ static const char ROW_CONSTRAINED[] = "no token satisfies the request's constrai
                                       "grammar, allowed_token_ids, min_tokens, bad_words and logit_bias leave none)";
 static const char GRAMMAR_REFUSED[] = "the sampled token is not allowed by the structured-output grammar";
 static const char MASK_NOMEM[] = "out of memory computing the structured-output token mask";
+static const char GRAMMAR_TOO_AMBIGUOUS[] = "the structured-output grammar is too ambiguous to continue (its parses "
+                                            "multiply past the matcher's work bound: docs/grammar.md)";
 
 void sched_config_default(struct sched_config *c)
 {
@@ -844,9 +846,10 @@ static bool keep_token(struct sched *s, struct sched_seq *q, int row, const stru
         return false;
     }
     int32_t tok = t->token;
-    if (q->gm && q->gm_on && gm_accept(q->gm, tok) != 0) {
+    int grc = q->gm && q->gm_on ? gm_accept(q->gm, tok) : 0;
+    if (grc != 0) {
         finish_seq(q, FINISH_ERROR);
-        push_event(s, q, -1, FINISH_ERROR, NULL, false, GRAMMAR_REFUSED);
+        push_event(s, q, -1, FINISH_ERROR, NULL, false, grc == ERR_RANGE ? GRAMMAR_TOO_AMBIGUOUS : GRAMMAR_REFUSED);
         return false;
     }
     bool constrained = q->gm && q->gm_on;
@@ -992,12 +995,12 @@ static void mask_out_bad_words(const struct sched_seq *q, const int32_t *ahead, 
     }
 }
 
-/* A mask that could not be computed (out of memory) fails q alone; its rows still run,
- * unmasked, and are discarded. */
-static void fail_mask(struct sched *s, struct sched_seq *q)
+/* A mask that could not be computed (rc: out of memory, or the grammar's work bound)
+ * fails q alone; its rows still run, unmasked, and are discarded. */
+static void fail_mask(struct sched *s, struct sched_seq *q, int rc)
 {
     finish_seq(q, FINISH_ERROR);
-    push_event(s, q, -1, FINISH_ERROR, NULL, false, MASK_NOMEM);
+    push_event(s, q, -1, FINISH_ERROR, NULL, false, rc == ERR_RANGE ? GRAMMAR_TOO_AMBIGUOUS : MASK_NOMEM);
 }
 
 /* The masks of en's speculative rows 1..n_draft (plan p), after row 0's base mask (the
@@ -1058,8 +1061,9 @@ static void plan_masks(struct sched *s, struct sched_plan *p)
         uint32_t *mask = p->masks + (size_t)en->logit * (size_t)s->mask_words;
         if (constrained) {
             if (!n_masked++) t0 = now_ns();
-            if (gm_fill_mask(q->gm, mask) != 0) {
-                fail_mask(s, q);
+            int rc = gm_fill_mask(q->gm, mask);
+            if (rc != 0) {
+                fail_mask(s, q, rc);
                 continue;
             }
             for (int w = 0; q->allowed && w < s->mask_words; w++) mask[w] &= q->allowed[w];
@@ -1070,7 +1074,7 @@ static void plan_masks(struct sched *s, struct sched_plan *p)
         }
         const int filled = en->n_draft ? spec_row_masks(s, p, en, mask, constrained) : 0;
         if (filled < 0) {
-            fail_mask(s, q);
+            fail_mask(s, q, filled);
             continue;
         }
         n_masked += filled;

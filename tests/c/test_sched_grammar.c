@@ -412,6 +412,54 @@ static void test_mask_and_bias(void)
     sched_free(s);
 }
 
+/* A grammar whose parses multiply (after k dashes, 2^k pending endings), with only the
+ * "-" token allowed: the matcher reaches its work bound (SmolLM2 has tokens of 16 and
+ * more dashes, so already the first mask's walk does) and the sequence ends with an
+ * error saying so (not "out of memory", not a hang). */
+static void test_too_ambiguous(void)
+{
+    char err[ERR_BUF];
+    static const char GBNF[] = "root ::= s\ns ::= \"-\" s \"a\" | \"-\" s \"b\" | \"\"";
+    struct grammar_spec spec = { .kind = GRAMMAR_GBNF, .text = GBNF, .text_len = sizeof GBNF - 1 };
+    struct grammar *g = NULL;
+    CHECK(grammar_compile(&g, g_vocab, &spec, err, sizeof err) == 0, "compile: %s", err);
+    int32_t dash = -1;
+    for (int id = 0; id < tok_vocab_size(g_model->tok) && dash < 0; id++) {
+        char b[8];
+        if (!tok_is_special(g_model->tok, id) && tok_token_bytes(g_model->tok, id, false, b, sizeof b) == 1 &&
+            b[0] == '-')
+            dash = id;
+    }
+    CHECK(dash >= 0, "no \"-\" token");
+    struct sched_config cfg = base_cfg(SCHED_OVERLAP_ON);
+    struct sched *s = NULL;
+    if (!g || dash < 0 || sched_create(&s, g_model, &cfg, err, sizeof err)) {
+        CHECK(0, "setup: %s", err);
+        grammar_unref(g);
+        return;
+    }
+    static struct run r;
+    memset(&r, 0, sizeof r);
+    struct sched_seq_params p;
+    sched_seq_params_default(&p);
+    p.sp.temperature = 0;
+    p.max_tokens = GEN;
+    p.grammar = g;
+    p.allowed_ids = &dash;
+    p.n_allowed = 1;
+    CHECK(sched_add(s, g_prompt[0], g_len[0], &p, &r.id[0], err, sizeof err) == 0, "%s", err);
+    grammar_unref(g);
+    for (int steps = 0; sched_has_work(s) && steps < 1000; steps++)
+        if (sched_step(s, on_output, &r, err, sizeof err)) {
+            CHECK(0, "sched_step: %s", err);
+            break;
+        }
+    printf("    %d dashes, then: %s\n", r.n[0], r.error[0] ? r.error[0] : "(no error)");
+    CHECK(r.finish[0] == FINISH_ERROR && r.n[0] < GEN, "finish %d after %d tokens", r.finish[0], r.n[0]);
+    CHECK(r.error[0] && strstr(r.error[0], "too ambiguous"), "error: %s", r.error[0] ? r.error[0] : "(none)");
+    sched_free(s);
+}
+
 /* Runs prompt 2 alone (greedy, GEN tokens, overlap on) with grammar g, deferred until
  * start_token when deferred. */
 static void run_one(struct grammar *g, bool deferred, int32_t start_token, struct run *r)
@@ -536,6 +584,7 @@ int main(void)
         RUN(test_preemption);
     }
     RUN(test_mask_and_bias);
+    RUN(test_too_ambiguous);
     RUN(test_deferred);
     RUN(test_free_live);
     for (int k = 0; k < 5; k++) grammar_unref(g_grammar[k]);
