@@ -440,10 +440,62 @@ static char *cls_regex(const struct gbnf *p, const char *op)
     return re;
 }
 
-/* Appends the element for one character of p->cls (finished). */
-static int emit_class(struct gbnf *p, struct gseq *s)
+/* The regular-expression text of a part of the grammar being parsed (parse_seq and the
+ * parsers below it append to it): literals, classes, groups and repetitions of them are
+ * regular; `ok` turns false at the first rule reference. A repeated regular item becomes
+ * one DFA (see repeat_as_dfa). Out of memory only turns `ok` off: the rules still work. */
+struct rxbuf {
+    char *s;
+    size_t n, cap;
+    bool ok;
+};
+
+static void rx_put(struct rxbuf *r, const char *t, size_t n)
+{
+    if (!r || !r->ok)
+        return;
+    if (!grow_array((void **)&r->s, &r->cap, r->n + n + 1, 1)) {
+        r->ok = false;
+        return;
+    }
+    memcpy(r->s + r->n, t, n);
+    r->n += n;
+    r->s[r->n] = 0;
+}
+
+static void rx_puts(struct rxbuf *r, const char *t) { rx_put(r, t, strlen(t)); }
+
+/* Appends t even while r->ok is off: the last item's own text, which parse_seq keeps for
+ * its postfixes when the alternative as a whole is not regular. */
+static void rx_item_puts(struct rxbuf *r, const char *t)
+{
+    bool ok = r->ok;
+    r->ok = true;
+    rx_puts(r, t);
+    r->ok = ok && r->ok;
+}
+
+static void rx_cp(struct rxbuf *r, uint32_t cp)
+{
+    char t[16];
+    rx_put(r, t, (size_t)snprintf(t, sizeof t, "\\x{%X}", cp));
+}
+
+/* Appends the element for one character of p->cls (finished), and its regex to rx. */
+static int emit_class(struct gbnf *p, struct gseq *s, struct rxbuf *rx)
 {
     int c;
+    if (!p->n_cls) {
+        if (rx)
+            rx->ok = false; /* matches nothing: left to the rules (its alternative is dropped) */
+    } else if (rx && rx->ok) {
+        char *re = cls_regex(p, "");
+        if (re)
+            rx_puts(rx, re);
+        else
+            rx->ok = false;
+        free(re);
+    }
     if (p->n_cls == 1 && p->cls[0].lo == p->cls[0].hi && p->cls[0].lo < 0x80) {
         c = gb_byte_class(p->b, p->cls[0].lo);
     } else if (!p->n_cls || p->cls[p->n_cls - 1].hi < 0x80) {
@@ -465,7 +517,7 @@ static int emit_class(struct gbnf *p, struct gseq *s)
     return c < 0 ? c : gseq_push(s, GEL_CLASS, (uint32_t)c);
 }
 
-static int parse_string(struct gbnf *p, struct gseq *s)
+static int parse_string(struct gbnf *p, struct gseq *s, struct rxbuf *rx)
 {
     size_t at = p->i++, n = 0;
     for (;;) {
@@ -482,11 +534,12 @@ static int parse_string(struct gbnf *p, struct gseq *s)
         if (!grow_array((void **)&p->lit, &p->lit_cap, n + 4, 1))
             return ERR_NOMEM;
         n += (size_t)utf8_encode(cp, p->lit + n);
+        rx_cp(rx, cp);
     }
     return gseq_lit(p->b, s, p->lit, n);
 }
 
-static int parse_class(struct gbnf *p, struct gseq *s)
+static int parse_class(struct gbnf *p, struct gseq *s, struct rxbuf *rx)
 {
     size_t at = p->i++;
     bool negate = p->i < p->len && p->s[p->i] == '^';
@@ -518,7 +571,7 @@ static int parse_class(struct gbnf *p, struct gseq *s)
     }
     if ((rc = cls_finish(p, negate)))
         return rc;
-    return emit_class(p, s);
+    return emit_class(p, s, rx);
 }
 
 /* ---- structure ------------------------------------------------------------------------------------ */
@@ -556,7 +609,7 @@ static bool rule_starts(const struct gbnf *p, size_t i)
     return p->len - e >= 3 && !memcmp(p->s + e, "::=", 3);
 }
 
-static int parse_alts(struct gbnf *p, int rule);
+static int parse_alts(struct gbnf *p, int rule, struct rxbuf *rx);
 
 /* A count of {m,n} at p->i (after spaces). */
 static int parse_count(struct gbnf *p, size_t at, int *out)
@@ -648,7 +701,7 @@ static int repeat(struct gbnf *p, struct gseq *s, int last, int mn, int mx, size
     return prev < 0 ? 0 : gseq_push(s, GEL_REF, (uint32_t)(p->base + prev));
 }
 
-static int parse_group(struct gbnf *p, struct gseq *s)
+static int parse_group(struct gbnf *p, struct gseq *s, struct rxbuf *rx)
 {
     size_t at = p->i++;
     int r, rc;
@@ -656,7 +709,19 @@ static int parse_group(struct gbnf *p, struct gseq *s)
         return fail_at(p, at, ERR_RANGE, "parentheses nested deeper than %d", GBNF_MAX_NEST);
     if ((r = new_rule(p, NULL, 0, at, '(')) < 0)
         return r;
-    if ((rc = parse_alts(p, r)))
+    struct rxbuf g = { .ok = rx && rx->ok };
+    rc = parse_alts(p, r, &g);
+    if (!rc && rx && rx->ok) {
+        if (g.ok) {
+            rx_puts(rx, "(?:");
+            rx_put(rx, g.s, g.n);
+            rx_puts(rx, ")");
+        } else {
+            rx->ok = false;
+        }
+    }
+    free(g.s);
+    if (rc)
         return rc;
     if (p->i >= p->len || p->s[p->i] != ')')
         return fail_at(p, at, ERR_INVALID, "unclosed '('");
@@ -665,16 +730,17 @@ static int parse_group(struct gbnf *p, struct gseq *s)
     return gseq_push(s, GEL_REF, (uint32_t)(p->base + r));
 }
 
-/* One primary at p->i; *is_class when it was a class or '.' (one element, p->cls). */
-static int parse_item(struct gbnf *p, struct gseq *s, bool *is_class)
+/* One primary at p->i; *is_class when it was a class or '.' (one element, p->cls). Its
+ * regex goes to rx (rx->ok false after a rule reference). */
+static int parse_item(struct gbnf *p, struct gseq *s, bool *is_class, struct rxbuf *rx)
 {
     char c = p->s[p->i], buf[16];
     *is_class = false;
     if (c == '"')
-        return parse_string(p, s);
+        return parse_string(p, s, rx);
     if (c == '[') {
         *is_class = true;
-        return parse_class(p, s);
+        return parse_class(p, s, rx);
     }
     if (c == '.') { /* any character, line breaks included */
         p->i++;
@@ -683,11 +749,12 @@ static int parse_item(struct gbnf *p, struct gseq *s, bool *is_class)
         if (!rc)
             rc = cls_finish(p, false);
         *is_class = true;
-        return rc ? rc : emit_class(p, s);
+        return rc ? rc : emit_class(p, s, rx);
     }
     if (c == '(')
-        return parse_group(p, s);
+        return parse_group(p, s, rx);
     if (is_name_char(c)) {
+        rx->ok = false; /* rules are not inlined */
         size_t at = p->i, e = name_end(p, at);
         int r = named_rule(p, at, e - at);
         if (r < 0)
@@ -700,11 +767,76 @@ static int parse_item(struct gbnf *p, struct gseq *s, bool *is_class)
     return fail_at(p, p->i, ERR_INVALID, "unexpected %s", show_char(p, p->i, buf));
 }
 
-/* One alternative into s: items until '|', ')', the next rule or the end. */
-static int parse_seq(struct gbnf *p, struct gseq *s)
+/* The last item's text rx->s[from, n) becomes its repetition's: (?:X){mn,mx} (mx -1:
+ * unbounded). */
+static void rx_wrap_item(struct rxbuf *rx, size_t from, int mn, int mx)
+{
+    char op[32];
+    if (mx < 0)
+        snprintf(op, sizeof op, mn == 0 ? ")*" : mn == 1 ? ")+" : "){%d,}", mn);
+    else if (mn == 0 && mx == 1)
+        snprintf(op, sizeof op, ")?");
+    else if (mn == mx)
+        snprintf(op, sizeof op, "){%d}", mn);
+    else
+        snprintf(op, sizeof op, "){%d,%d}", mn, mx);
+    size_t item = rx->n - from;
+    char *x = malloc(item + 1);
+    if (!x) {
+        rx->ok = false;
+        rx->n = from;
+        return;
+    }
+    if (item)
+        memcpy(x, rx->s + from, item);
+    x[item] = 0;
+    rx->n = from;
+    rx_item_puts(rx, "(?:");
+    rx_item_puts(rx, x);
+    rx_item_puts(rx, op);
+    free(x);
+}
+
+/* The repeated regular item s[last, n), whose regex (repetition included) is
+ * rx->s[from, n), as one DFA in its place: the matcher then walks a repeated run (a JSON
+ * string's characters, say) as one memoised lexeme instead of a closure per byte. 1 when
+ * done; 0 when the regex compiler refuses it (too many states...: the rules do it); or a
+ * negative ERR_*. */
+static int repeat_as_dfa(struct gbnf *p, struct gseq *s, int last, const struct rxbuf *rx, size_t from)
+{
+    size_t n = rx->n - from;
+    char *re = malloc(n + 1); /* regex_dfa takes it over */
+    if (!re)
+        return ERR_NOMEM;
+    if (n)
+        memcpy(re, rx->s + from, n);
+    re[n] = 0;
+    size_t errlen = p->b->errlen;
+    char *keep = p->b->err, scratch[ERR_BUF];
+    p->b->err = scratch; /* a refusal here is not the grammar's error */
+    p->b->errlen = sizeof scratch;
+    int id, rc = regex_dfa(p, re, &id);
+    p->b->err = keep;
+    p->b->errlen = errlen;
+    if (rc == ERR_NOMEM)
+        return rc;
+    if (rc)
+        return 0;
+    s->n = last;
+    return (rc = gseq_push(s, GEL_DFA, (uint32_t)id)) ? rc : 1;
+}
+
+/* One alternative into s: items until '|', ')', the next rule or the end; its regex into
+ * rx (NULL: not wanted). */
+static int parse_seq(struct gbnf *p, struct gseq *s, struct rxbuf *rx)
 {
     int last = -1, rc; /* where the last item starts in s */
     bool last_class = false;
+    struct rxbuf none = { .ok = false };
+    size_t last_rx = 0;       /* where the last item's regex starts in rx */
+    bool last_regular = false; /* ... and whether it has one */
+    if (!rx)
+        rx = &none;
     for (;;) {
         skip_space(p);
         if (p->i >= p->len)
@@ -719,6 +851,19 @@ static int parse_seq(struct gbnf *p, struct gseq *s)
                 return fail_at(p, at, ERR_INVALID, "'%c' has nothing to repeat", c);
             if ((rc = parse_postfix(p, &mn, &mx)))
                 return rc;
+            if (last_regular)
+                rx_wrap_item(rx, last_rx, mn, mx);
+            /* unbounded repetitions of a regular item become one DFA; a bounded one stays a
+             * short chain of rules (as a DFA it could end at every byte of a long token,
+             * which the mask walk follows once per parse: ambiguous grammars multiply) */
+            if (last_regular && mx < 0 && !(last_class && c != '{' && p->n_cls)) {
+                if ((rc = repeat_as_dfa(p, s, last, rx, last_rx)) < 0)
+                    return rc;
+                if (rc == 1) {
+                    last_class = false;
+                    continue;
+                }
+            }
             if (last_class && c != '{' && p->n_cls) { /* [class]* and the like: one DFA */
                 char op[2] = { c, 0 };
                 char *re = cls_regex(p, op);
@@ -735,16 +880,38 @@ static int parse_seq(struct gbnf *p, struct gseq *s)
             continue;
         }
         last = s->n;
-        if ((rc = parse_item(p, s, &last_class)))
+        /* an item's regex is wanted while the alternative's is, or for its own repetition */
+        bool was_ok = rx->ok;
+        if (!was_ok) {
+            rx->n = 0;
+            rx->ok = true;
+        }
+        last_rx = rx->n;
+        if ((rc = parse_item(p, s, &last_class, rx)))
             return rc;
+        last_regular = rx->ok;
+        if (!was_ok)
+            rx->ok = false;
     }
 }
 
-static int parse_alts(struct gbnf *p, int rule)
+/* The alternatives of rule; their regex "a|b|..." into rx (NULL: not wanted). */
+static int parse_alts(struct gbnf *p, int rule, struct rxbuf *rx)
 {
-    for (;;) {
+    for (bool first = true;; first = false) {
         struct gseq s = { 0 };
-        int rc = parse_seq(p, &s);
+        struct rxbuf a = { .ok = rx && rx->ok };
+        int rc = parse_seq(p, &s, &a);
+        if (rx && rx->ok) {
+            if (a.ok) {
+                if (!first)
+                    rx_puts(rx, "|");
+                rx_put(rx, a.s ? a.s : "", a.n);
+            } else {
+                rx->ok = false;
+            }
+        }
+        free(a.s);
         if (!rc)
             rc = add_alt(p, rule, s.v, s.n);
         gseq_free(&s);
@@ -781,7 +948,7 @@ static int parse_grammar(struct gbnf *p)
         for (p->i = e; p->s[p->i] != ':'; p->i++) /* spaces or tabs (rule_starts) */
             ;
         p->i += 3;
-        if ((rc = parse_alts(p, r)))
+        if ((rc = parse_alts(p, r, NULL)))
             return rc;
         if (p->i < p->len && p->s[p->i] == ')')
             return fail_at(p, p->i, ERR_INVALID, "unmatched ')'");

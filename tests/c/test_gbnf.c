@@ -223,6 +223,13 @@ static void test_nullable_and_recursion(void)
                  TEXTS("c", "xc", "xxc", "xxxc", "yc", "xyc"), TEXTS("xxxxc", "yyc", "x"));
     /* nullable items under a bounded repetition are fine */
     expect_texts("root ::= (\"a\"?){0,20} \"b\"", TEXTS("b", "ab", "aaaaab"), TEXTS("a", "bb"));
+    /* an unbounded repetition of a regular part is one DFA: ("a"?)* is a*, which the rules
+     * could not run (the same with a rule inside is refused: test_compile_errors) */
+    expect_texts("root ::= (\"a\"?)* \"b\"", TEXTS("b", "ab", "aaaaab"), TEXTS("a", "bb", "ba"));
+    expect_texts("root ::= (\"a\"?){3,} \"b\"", TEXTS("b", "aaaab"), TEXTS("a", "bab"));
+    expect_texts("root ::= \"\\\"\" ( [^\"\\\\] | \"\\\\\" [\"\\\\nt] )* \"\\\"\"",
+                 TEXTS("\"\"", "\"a b\"", "\"q\\\"x\\n\\\\\"", "\"\xc3\xa9\""),
+                 TEXTS("\"a", "\"a\"b", "\"\\x\"", "\"\\\""));
     /* balanced parentheses: right recursion with an empty alternative */
     const char *paren = "root ::= p\np ::= \"(\" p \")\" p | \"\"";
     expect_texts(paren, TEXTS("", "()", "(())()", "()()(()(()))"), TEXTS("(", ")", "(()", "())(", ")("));
@@ -271,7 +278,8 @@ static void test_ambiguous(void)
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         for (int k = 0; k < 8 && m; k++) {
-            CHECK(gm_fill_mask_uncached(m, mask) == 0, "mask");
+            int rc = gm_fill_mask_uncached(m, mask);
+            CHECK(rc == 0, "%s: mask %d: rc %d", grammars[i], k, rc);
             CHECK(mask_has(mask, byte_tok['-']) && gm_accept(m, byte_tok['-']) == 0, "'-' at %d", k);
         }
         clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -354,9 +362,10 @@ static void test_compile_errors(void)
         { "root ::= ( root \"x\" ) | \"y\"", ERR_INVALID, "rule 'root' is left-recursive", "" },
         { "root ::= \"a\"\nx ::= y\ny ::= x", ERR_INVALID, "left-recursive", "" },
         /* a repetition of something empty loops without consuming text */
-        { "root ::= (\"a\"?)*", ERR_INVALID, "'*' repetition repeats something that can match empty text", "col 16" },
+        { "root ::= (a?)*\na ::= \"a\"", ERR_INVALID, "'*' repetition repeats something that can match empty text",
+          "col 14" },
         { "root ::= e+ \"b\"\ne ::= \"\" | \"a\"", ERR_INVALID, "'+' repetition repeats something", "" },
-        { "root ::= (\"a\"?){3,}", ERR_INVALID, "'{m,n}' repetition repeats something", "" },
+        { "root ::= (a?){3,}\na ::= \"a\"", ERR_INVALID, "'{m,n}' repetition repeats something", "" },
         /* a root with no finite text */
         { "root ::= \"a\" root", ERR_INVALID, "matches no finite text", "" },
         { "root ::= []", ERR_INVALID, "matches no finite text", "" },
