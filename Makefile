@@ -287,7 +287,8 @@ TSAN_PYTEST := tests/python/test_server.py tests/python/test_server_load.py \
                tests/python/test_server_backend.py
 tsan: $(VENV)/.ok $(MODEL)
 	$(MAKE) BUILD=build-tsan CUDA=0 OPT=-O1 SAN="-fsanitize=thread" build-tsan/tessera \
-		build-tsan/tests/test_engine build-tsan/tests/test_http build-tsan/tests/test_api
+		build-tsan/tests/test_engine build-tsan/tests/test_http build-tsan/tests/test_api \
+		build-tsan/tests/test_response_store
 	@BUILD=build-tsan PYTEST_FILES="$(TSAN_PYTEST)" TSAN_OPTIONS="halt_on_error=1 exitcode=66" \
 		scripts/run-tests.sh
 

@@ -1199,5 +1199,6 @@ void oai_request_free(struct oai_request *r)
     grammar_unref(r->grammar);
     free(r->tool_schema);
     free(r->resp_echo);
+    free(r->resp_items);
     memset(r, 0, sizeof *r);
 }

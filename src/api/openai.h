@@ -26,6 +26,7 @@ struct cJSON;
 struct grammar;
 struct grammar_spec;
 struct grammar_vocab;
+struct resp_store;
 
 #define OAI_MAX_N 16        /* most choices per prompt (n) */
 #define OAI_MAX_PROMPTS 32  /* most prompts in one /v1/completions batch */
@@ -58,6 +59,8 @@ struct oai_ctx {
                                        shows (tparse_format_detect); TP_NONE: none, so
                                        tool_choice "auto" with tools is refused */
     enum rsn_kind reasoning;        /* --reasoning-parser; RSN_NONE: no split */
+    struct resp_store *responses;   /* the Responses API's stored responses (thread-safe);
+                                       NULL: none are kept (--response-store-mb 0) */
 };
 
 /* The longest text that might still tokenize to fewer than max_model_len tokens with m's
@@ -117,7 +120,9 @@ struct oai_request {
     enum rsn_kind reasoning;/* RSN_NONE: no reasoning split */
     bool reasoning_opened;  /* the rendered prompt ends inside "<think>" */
     char *resp_echo;        /* OAI_RESPONSES: the request fields the response object repeats
-                               (instructions, tools, text, ...), one JSON object's text */
+                               (instructions, tools, text, ..., store), one JSON object's text */
+    char *resp_items;       /* OAI_RESPONSES to be stored: the conversation's items before
+                               the response's output, a JSON array's text; NULL: not stored */
 };
 
 /* Parse a POST /v1/chat/completions (resp. /v1/completions) body of len bytes: validate,

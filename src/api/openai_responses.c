@@ -5,6 +5,9 @@
  *
  * The rewrite:
  *   instructions                  → a first "system" message
+ *   previous_response_id          → that stored response's conversation items and output
+ *                                   (api/response_store.h; its instructions do not carry
+ *                                   over), as items before the input
  *   input: "text"                 → one "user" message
  *   input: [items]                → messages, in order:
  *     {type?: "message", role, content: "text" | [{type: input_text|output_text, text}]}
@@ -25,9 +28,13 @@
  *   seed, penalties, stop, structured_outputs, guided_*, ...) as they are.
  *   include "message.output_text.logprobs" or top_logprobs > 0 → logprobs: true (and
  *                                   top_logprobs)
- * Refused (400 naming the field): previous_response_id and item references (this server
- * stores no responses), background, truncation "auto", images / files / audio in the
- * input, and built-in tools (web_search, file_search, ...).
+ * Refused (400 naming the field): conversation objects and item references, background,
+ * truncation "auto", images / files / audio in the input, and built-in tools (web_search,
+ * file_search, ...); previous_response_id when the server keeps no responses (404
+ * previous_response_not_found when it has no such one).
+ * Stored (store: true, the default, and a server store): the conversation's items
+ * (previous ones, then the input) as JSON text in r->resp_items, which the server keeps
+ * with the finished response object.
  * Errors the chat parser finds are renamed to the Responses fields (messages → input,
  * max_tokens → max_output_tokens, response_format → text.format).
  *
@@ -35,6 +42,7 @@
  * keeps them as JSON text in r->resp_echo for api/responses.c.
  */
 #include "api/openai_internal.h"
+#include "api/response_store.h"
 #include "util/err.h"
 
 #include <cjson/cJSON.h>
@@ -56,6 +64,7 @@ static const char *const PASS_THROUGH[] = {
 static const char *const ECHOED[] = {
     "instructions", "max_output_tokens", "temperature", "top_p", "tool_choice", "tools",
     "parallel_tool_calls", "text", "reasoning", "metadata", "truncation", "user", "top_logprobs",
+    "previous_response_id",
 };
 
 /* Adds a copy of src under key to obj; false on OOM. */
@@ -190,11 +199,11 @@ static int add_call_output(cJSON *messages, const cJSON *item, const char *param
                ? 0 : oai_nomem(e);
 }
 
-/* One input item into messages. */
-static int add_item(cJSON *messages, const cJSON *item, int i, struct api_error *e)
+/* One conversation item into messages; errors name it list[i]. */
+static int add_item(cJSON *messages, const cJSON *item, const char *list, int i, struct api_error *e)
 {
-    char param[32];
-    snprintf(param, sizeof param, "input[%d]", i);
+    char param[48];
+    snprintf(param, sizeof param, "%s[%d]", list, i);
     if (!cJSON_IsObject(item)) return oai_bad(e, param, "'%s' must be an object", param);
     const cJSON *type = oai_opt(item, "type");
     if (type && !cJSON_IsString(type)) return oai_bad(e, param, "'%s.type' must be a string", param);
@@ -203,8 +212,8 @@ static int add_item(cJSON *messages, const cJSON *item, int i, struct api_error 
     if (!strcmp(t, "function_call_output")) return add_call_output(messages, item, param, e);
     if (!strcmp(t, "reasoning")) return 0;
     if (!strcmp(t, "item_reference"))
-        return oai_bad(e, param, "'%s': item references are not supported (this server stores no responses; "
-                                 "send the items themselves)", param);
+        return oai_bad(e, param, "'%s': item references are not supported (send the items themselves, or "
+                                 "continue a stored response with 'previous_response_id')", param);
     if (strcmp(t, "message"))
         return oai_bad(e, param, "'%s': input items of type '%.64s' are not supported", param, t);
     const cJSON *role = need_string(item, "role", param, e);
@@ -212,35 +221,101 @@ static int add_item(cJSON *messages, const cJSON *item, int i, struct api_error 
     const char *r = role->valuestring;
     if (strcmp(r, "user") && strcmp(r, "system") && strcmp(r, "developer") && strcmp(r, "assistant"))
         return oai_bad(e, param, "'%s.role' must be 'user', 'system', 'developer' or 'assistant'", param);
-    char sub[48];
+    char sub[64];
     snprintf(sub, sizeof sub, "%s.content", param);
     cJSON *content = NULL;
     int rc = content_parts(oai_opt(item, "content"), sub, &content, e);
     return rc ? rc : add_message(messages, r, content, e);
 }
 
-/* instructions and input as chat messages. */
-static int build_messages(const cJSON *root, cJSON *chat, struct api_error *e)
+/* Moves the elements of the JSON array text src (an entry of the store) to the end of
+ * items; key: of the object src is instead, the array under that key. */
+static int append_stored(cJSON *items, const char *src, const char *key, struct api_error *e)
+{
+    cJSON *root = cJSON_Parse(src), *list = root && key ? cJSON_GetObjectItemCaseSensitive(root, key) : root;
+    if (!root) return oai_nomem(e); /* the store holds only text the server printed */
+    while (cJSON_IsArray(list) && list->child)
+        cJSON_AddItemToArray(items, cJSON_DetachItemViaPointer(list, list->child));
+    cJSON_Delete(root);
+    return 0;
+}
+
+/* previous_response_id's conversation: its items, then its output. */
+static int previous_items(const struct oai_ctx *ctx, const cJSON *prev, cJSON *items, struct api_error *e)
+{
+    if (!cJSON_IsString(prev)) return oai_bad(e, "previous_response_id", "'previous_response_id' must be a string");
+    if (!ctx->responses)
+        return oai_bad(e, "previous_response_id", "'previous_response_id' needs stored responses, and this server "
+                                                  "keeps none (--response-store-mb 0); send the conversation's "
+                                                  "items in 'input'");
+    char *response = NULL, *stored = NULL;
+    int rc = resp_store_get(ctx->responses, prev->valuestring, &response, &stored);
+    if (rc == ERR_NOT_FOUND) {
+        api_error_set(e, 404, API_ERR_INVALID_REQUEST, "previous_response_id", "previous_response_not_found",
+                      "Previous response with id '%.64s' not found.", prev->valuestring);
+        return rc;
+    }
+    if (!rc) rc = append_stored(items, stored, NULL, e);
+    if (!rc) rc = append_stored(items, response, "output", e);
+    free(response);
+    free(stored);
+    return rc == ERR_NOMEM ? oai_nomem(e) : rc;
+}
+
+/* The conversation's items before this response's output into *out: the previous
+ * response's (*n_prev of them), then the input's (a string input: one user message). */
+static int conversation_items(const struct oai_ctx *ctx, const cJSON *root, cJSON **out, int *n_prev,
+                              struct api_error *e)
+{
+    const cJSON *prev = oai_opt(root, "previous_response_id"), *input = oai_opt(root, "input");
+    cJSON *items = cJSON_CreateArray();
+    if (!items) return oai_nomem(e);
+    int rc = prev ? previous_items(ctx, prev, items, e) : 0;
+    *n_prev = cJSON_GetArraySize(items);
+    if (!rc && !input) rc = oai_bad(e, "input", "Missing required parameter: 'input'");
+    if (!rc && cJSON_IsString(input)) {
+        cJSON *m = cJSON_CreateObject();
+        if (!m || !cJSON_AddItemToArray(items, m)) {
+            cJSON_Delete(m);
+            rc = oai_nomem(e);
+        } else if (!cJSON_AddStringToObject(m, "type", "message") || !cJSON_AddStringToObject(m, "role", "user") ||
+                   !cJSON_AddStringToObject(m, "content", input->valuestring)) {
+            rc = oai_nomem(e);
+        }
+    } else if (!rc && (!cJSON_IsArray(input) || !input->child)) {
+        rc = oai_bad(e, "input", "'input' must be a string or a non-empty array of input items");
+    }
+    for (const cJSON *it = !rc && cJSON_IsArray(input) ? input->child : NULL; it && !rc; it = it->next) {
+        cJSON *c = cJSON_Duplicate(it, true);
+        if (!c || !cJSON_AddItemToArray(items, c)) {
+            cJSON_Delete(c);
+            rc = oai_nomem(e);
+        }
+    }
+    if (rc) {
+        cJSON_Delete(items);
+        return rc;
+    }
+    *out = items;
+    return 0;
+}
+
+/* instructions and the conversation's items as chat messages. */
+static int build_messages(const cJSON *root, const cJSON *items, int n_prev, cJSON *chat, struct api_error *e)
 {
     cJSON *messages = cJSON_AddArrayToObject(chat, "messages");
     if (!messages) return oai_nomem(e);
-    const cJSON *instr = oai_opt(root, "instructions"), *input = oai_opt(root, "input");
+    const cJSON *instr = oai_opt(root, "instructions");
     if (instr && !cJSON_IsString(instr)) return oai_bad(e, "instructions", "'instructions' must be a string");
     if (instr) {
         cJSON *c = cJSON_CreateString(instr->valuestring);
         int rc = c ? add_message(messages, "system", c, e) : oai_nomem(e);
         if (rc) return rc;
     }
-    if (!input) return oai_bad(e, "input", "Missing required parameter: 'input'");
-    if (cJSON_IsString(input)) {
-        cJSON *c = cJSON_CreateString(input->valuestring);
-        return c ? add_message(messages, "user", c, e) : oai_nomem(e);
-    }
-    if (!cJSON_IsArray(input) || !input->child)
-        return oai_bad(e, "input", "'input' must be a string or a non-empty array of input items");
     int i = 0;
-    for (const cJSON *it = input->child; it; it = it->next, i++) {
-        int rc = add_item(messages, it, i, e);
+    for (const cJSON *it = items->child; it; it = it->next, i++) {
+        int rc = i < n_prev ? add_item(messages, it, "previous_response_id", i, e)
+                            : add_item(messages, it, "input", i - n_prev, e);
         if (rc) return rc;
     }
     return 0;
@@ -313,14 +388,15 @@ static int build_tools(const cJSON *root, cJSON *chat, struct api_error *e)
     return 0;
 }
 
-/* What this server cannot do for a Responses request: 400 naming the field. */
+/* What this server cannot do for a Responses request, and fields of the wrong type: 400
+ * naming the field. */
 static int refuse_unsupported(const cJSON *root, struct api_error *e)
 {
-    if (oai_opt(root, "previous_response_id"))
-        return oai_bad(e, "previous_response_id", "'previous_response_id' is not supported: this server stores no "
-                                                  "responses; send the conversation's items in 'input'");
     if (oai_opt(root, "conversation"))
-        return oai_bad(e, "conversation", "'conversation' is not supported: this server stores no conversations");
+        return oai_bad(e, "conversation", "'conversation' objects are not supported; continue a stored response "
+                                          "with 'previous_response_id'");
+    const cJSON *store = oai_opt(root, "store");
+    if (store && !cJSON_IsBool(store)) return oai_bad(e, "store", "'store' must be a boolean");
     const cJSON *bg = oai_opt(root, "background");
     if (bg && !cJSON_IsFalse(bg)) return oai_bad(e, "background", "'background' responses are not supported");
     const cJSON *tr = oai_opt(root, "truncation");
@@ -352,33 +428,42 @@ static int build_logprobs(const cJSON *root, cJSON *chat, struct api_error *e)
     return 0;
 }
 
-/* The chat request that the Responses body root means, into *out. */
-static int to_chat(const cJSON *root, cJSON **out, struct api_error *e)
+/* The chat request that the Responses body root means, into *out, and the conversation's
+ * items into *items. */
+static int to_chat(const struct oai_ctx *ctx, const cJSON *root, cJSON **out, cJSON **items, struct api_error *e)
 {
-    int rc = refuse_unsupported(root, e);
+    int n_prev = 0, rc = refuse_unsupported(root, e);
+    if (!rc) rc = conversation_items(ctx, root, items, &n_prev, e);
     if (rc) return rc;
     cJSON *chat = cJSON_CreateObject();
-    if (!chat) return oai_nomem(e);
+    if (!chat) {
+        cJSON_Delete(*items);
+        *items = NULL;
+        return oai_nomem(e);
+    }
     for (size_t k = 0; k < sizeof PASS_THROUGH / sizeof *PASS_THROUGH && !rc; k++) {
         const cJSON *v = oai_opt(root, PASS_THROUGH[k]);
         if (v && !add_copy(chat, PASS_THROUGH[k], v)) rc = oai_nomem(e);
     }
     const cJSON *mot = oai_opt(root, "max_output_tokens");
     if (!rc && mot && !add_copy(chat, "max_tokens", mot)) rc = oai_nomem(e);
-    if (!rc) rc = build_messages(root, chat, e);
+    if (!rc) rc = build_messages(root, *items, n_prev, chat, e);
     if (!rc) rc = build_format(root, chat, e);
     if (!rc) rc = build_tools(root, chat, e);
     if (!rc) rc = build_logprobs(root, chat, e);
     if (rc) {
         cJSON_Delete(chat);
+        cJSON_Delete(*items);
+        *items = NULL;
         return rc;
     }
     *out = chat;
     return 0;
 }
 
-/* The request fields the response repeats, as one JSON object's text (malloc'd). */
-static int echo_fields(const cJSON *root, char **out, struct api_error *e)
+/* The request fields the response repeats, and whether it is stored, as one JSON
+ * object's text (malloc'd). */
+static int echo_fields(const cJSON *root, bool stored, char **out, struct api_error *e)
 {
     cJSON *o = cJSON_CreateObject();
     bool ok = o != NULL;
@@ -386,6 +471,7 @@ static int echo_fields(const cJSON *root, char **out, struct api_error *e)
         const cJSON *v = oai_opt(root, ECHOED[k]);
         ok = v ? add_copy(o, ECHOED[k], v) : cJSON_AddNullToObject(o, ECHOED[k]) != NULL;
     }
+    ok = ok && cJSON_AddBoolToObject(o, "store", stored);
     *out = ok ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     return *out ? 0 : oai_nomem(e);
@@ -418,13 +504,16 @@ int oai_parse_responses(const struct oai_ctx *ctx, const char *body, size_t len,
                         struct api_error *e)
 {
     memset(out, 0, sizeof *out);
-    cJSON *root = oai_parse_body(body, len, e), *chat = NULL;
+    cJSON *root = oai_parse_body(body, len, e), *chat = NULL, *items = NULL;
     if (!root) return ERR_INVALID;
-    int rc = cJSON_IsObject(root) ? to_chat(root, &chat, e)
+    int rc = cJSON_IsObject(root) ? to_chat(ctx, root, &chat, &items, e)
                                   : oai_bad(e, NULL, "the request body must be a JSON object");
-    char *echo = NULL;
-    if (!rc) rc = echo_fields(root, &echo, e);
+    bool stored = ctx->responses && !cJSON_IsFalse(oai_opt(root, "store"));
+    char *echo = NULL, *kept = NULL;
+    if (!rc) rc = echo_fields(root, stored, &echo, e);
+    if (!rc && stored && !(kept = cJSON_PrintUnformatted(items))) rc = oai_nomem(e);
     cJSON_Delete(root);
+    cJSON_Delete(items);
     if (!rc) {
         rc = oai_parse_chat_root(ctx, chat, out, e);
         if (rc) rename_param(e);
@@ -432,10 +521,12 @@ int oai_parse_responses(const struct oai_ctx *ctx, const char *body, size_t len,
     cJSON_Delete(chat);
     if (rc) {
         free(echo);
+        free(kept);
         return rc;
     }
     out->kind = OAI_RESPONSES;
     out->include_usage = true; /* the final event carries the usage */
     out->resp_echo = echo;
+    out->resp_items = kept;
     return 0;
 }

@@ -105,6 +105,7 @@ static cJSON *echo_default(const char *key)
     if (!strcmp(key, "truncation")) return cJSON_CreateString("disabled");
     if (!strcmp(key, "metadata")) return cJSON_CreateObject();
     if (!strcmp(key, "text")) return cJSON_Parse("{\"format\":{\"type\":\"text\"}}");
+    if (!strcmp(key, "store")) return cJSON_CreateFalse();
     return cJSON_CreateNull();
 }
 
@@ -145,8 +146,7 @@ static cJSON *response_json(const struct resp_out *o, bool in_progress, enum res
         ok = it && cJSON_AddItemToArray(output, it);
         if (!ok) cJSON_Delete(it);
     }
-    ok = ok && cJSON_AddBoolToObject(r, "store", false) && cJSON_AddNullToObject(r, "previous_response_id") &&
-         (in_progress || !u ? cJSON_AddNullToObject(r, "usage") != NULL : put(r, "usage", usage_json(u)));
+    ok = ok && (in_progress || !u ? cJSON_AddNullToObject(r, "usage") != NULL : put(r, "usage", usage_json(u)));
     cJSON_Delete(echo);
     if (ok) return r;
     cJSON_Delete(r);

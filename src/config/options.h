@@ -67,6 +67,8 @@ struct server_options {
     int http_threads;                  /* 1 */
     int api_threads;                   /* parse / template / tokenize workers, 2 */
     int64_t max_stream_queue_bytes;    /* SSE bytes queued per slow client, 4 MiB */
+    int response_store_mb;             /* Responses API store (api/response_store.h), 64;
+                                          0 = none */
     char *allowed_origins[OPTS_MAX_LIST]; /* CORS (http/cors.h): none = off; "*" = any */
     int n_allowed_origins;
     char *allowed_methods[OPTS_MAX_LIST]; /* none = every method a path serves */

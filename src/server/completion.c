@@ -28,6 +28,7 @@
  * released only when the job is freed, so on_close can abort them for as long as the
  * reply is open.
  */
+#include "api/response_store.h"
 #include "api/responses.h"
 #include "server/server_internal.h"
 #include "util/err.h"
@@ -463,6 +464,20 @@ static char *chat_response_body(const struct job *j, const struct oai_usage *u, 
     return body;
 }
 
+/* /v1/responses with store: keeps the finished response object (as a GET will return
+ * it) with its conversation's items. Runs before the client sees the end, so that a
+ * request continuing from it right after finds it. */
+static void keep_response(struct job *j, const struct oai_usage *u)
+{
+    size_t len;
+    char *obj = resp_out_json(&j->ch[0].resp, resp_status_of(j), u, &j->error, &len);
+    int rc = obj ? resp_store_put(j->s->ctx.responses, j->id, obj, j->req.resp_items) : ERR_NOMEM;
+    if (rc)
+        LOG_WARN("server", "req-%llu: response %s not stored: %s", (unsigned long long)http_reply_request_id(j->reply),
+                 j->id, rc == ERR_RANGE ? "larger than --response-store-mb" : "out of memory");
+    free(obj);
+}
+
 /* All choices are done: the end of the stream, or the whole response. */
 static void finish_job(struct job *j)
 {
@@ -471,6 +486,7 @@ static void finish_job(struct job *j)
     usage_of(j, &u, &ttft);
     http_reply_set_usage(j->reply, u.prompt_tokens, u.completion_tokens, ttft);
     size_t len;
+    if (j->kind == OAI_RESPONSES && j->req.resp_items) keep_response(j, &u);
     if (j->kind == OAI_RESPONSES && j->req.stream) { /* no "data: [DONE]" in this API */
         resp_out_finish(&j->ch[0].resp, resp_status_of(j), &u, &j->error);
         http_reply_end(j->reply);
@@ -710,3 +726,50 @@ void server_handle_completion(void *ud, const struct http_request *req)
 }
 
 void server_handle_responses(void *ud, const struct http_request *req) { handle(ud, req, OAI_RESPONSES); }
+
+/* The stored response named by a /v1/responses/{id} path: its id, or NULL after a 404. */
+static const char *stored_id(struct server *s, const struct http_request *req)
+{
+    const char *id = req->path + strlen("/v1/responses/");
+    if (s->ctx.responses && resp_store_get(s->ctx.responses, id, NULL, NULL) == 0) return id;
+    char msg[320];
+    snprintf(msg, sizeof msg, "Response with id '%.64s' not found.%s", id,
+             s->ctx.responses ? "" : " This server keeps no responses (--response-store-mb 0).");
+    http_respond_error(req->conn, 404, msg, API_ERR_INVALID_REQUEST, NULL, "response_not_found", NULL);
+    return NULL;
+}
+
+void server_handle_get_response(void *ud, const struct http_request *req)
+{
+    struct server *s = ud;
+    if (server_refuse_unless_ready(s, req)) return;
+    const char *id = stored_id(s, req);
+    char *obj = NULL;
+    int rc = id ? resp_store_get(s->ctx.responses, id, &obj, NULL) : 0;
+    if (!id) return;
+    if (rc == ERR_NOT_FOUND) { /* deleted or pushed out since the check */
+        stored_id(s, req);
+        return;
+    }
+    if (rc) {
+        http_respond_error(req->conn, 500, "out of memory", API_ERR_SERVER, NULL, NULL, NULL);
+        return;
+    }
+    http_respond(req->conn, 200, "application/json", obj, strlen(obj), NULL);
+    free(obj);
+}
+
+void server_handle_delete_response(void *ud, const struct http_request *req)
+{
+    struct server *s = ud;
+    if (server_refuse_unless_ready(s, req)) return;
+    const char *id = stored_id(s, req);
+    if (!id) return;
+    if (resp_store_delete(s->ctx.responses, id)) { /* deleted by another request since the check */
+        stored_id(s, req);
+        return;
+    }
+    char body[160];
+    int n = snprintf(body, sizeof body, "{\"id\":\"%.64s\",\"object\":\"response\",\"deleted\":true}", id);
+    http_respond(req->conn, 200, "application/json", body, (size_t)n, NULL);
+}

@@ -18,6 +18,7 @@
  */
 #define _GNU_SOURCE
 #include "server/server.h"
+#include "api/response_store.h"
 #include "backend/backend.h"
 #include "config/keyfile.h"
 #include "engine/speculative.h"
@@ -528,6 +529,8 @@ int server_run(const struct server_options *o)
         { "POST", "/v1/chat/completions", server_handle_chat, &s, HTTP_ROUTE_METERED },
         { "POST", "/v1/completions", server_handle_completion, &s, HTTP_ROUTE_METERED },
         { "POST", "/v1/responses", server_handle_responses, &s, HTTP_ROUTE_METERED },
+        { "GET", "/v1/responses", server_handle_get_response, &s, HTTP_ROUTE_SUBPATHS },
+        { "DELETE", "/v1/responses", server_handle_delete_response, &s, HTTP_ROUTE_SUBPATHS },
         { "GET", "/v1/models", handle_models, &s, 0 },
         { "GET", "/v1/models", handle_model, &s, HTTP_ROUTE_SUBPATHS },
         { "GET", "/health", handle_health, &s, HTTP_ROUTE_PUBLIC },
@@ -560,6 +563,7 @@ int server_run(const struct server_options *o)
     int status = 1;
     struct engine_config ec;
     struct grammar_vocab *gv = NULL;
+    struct resp_store *responses = NULL; /* freed after the engine: finishing requests store into it */
     s.workers = workq_create(o->api_threads, MAX_PARSE_QUEUE);
     if (!s.workers) {
         snprintf(err, sizeof err, "cannot start %d API worker threads", o->api_threads);
@@ -606,6 +610,11 @@ int server_run(const struct server_options *o)
                               .max_model_len = engine_sched_config(s.e)->max_model_len,
                               .max_logprobs = o->max_logprobs };
     s.ctx.max_prompt_bytes = oai_max_prompt_bytes(s.m, s.ctx.max_model_len);
+    if (o->response_store_mb > 0 && !(responses = resp_store_create((size_t)o->response_store_mb << 20))) {
+        snprintf(err, sizeof err, "out of memory creating the response store");
+        goto fail;
+    }
+    s.ctx.responses = responses;
     defaults_from(o, s.m, &s.ctx.defaults);
     /* structured output: the vocabulary as text, built once and shared by every request's
        grammar (so it outlives them: freed after the engine and HTTP) */
@@ -707,6 +716,7 @@ done:
     workq_free(s.workers);
     engine_free(s.e);
     if (gv) grammar_vocab_free(gv);
+    resp_store_free(responses);
     model_free(s.m);
     pthread_kill(sig_thread, SIGUSR1); /* s.stopping is set: the thread returns */
     pthread_join(sig_thread, NULL);

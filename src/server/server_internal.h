@@ -44,6 +44,10 @@ void server_handle_chat(void *ud, const struct http_request *req);
 void server_handle_completion(void *ud, const struct http_request *req);
 /* POST /v1/responses (completion.c): OpenAI's Responses API over the chat path. */
 void server_handle_responses(void *ud, const struct http_request *req);
+/* GET and DELETE /v1/responses/{id} (completion.c): a stored response (api/response_store.h),
+ * as it was sent; DELETE forgets it. 404 when it is not (or no longer) kept. */
+void server_handle_get_response(void *ud, const struct http_request *req);
+void server_handle_delete_response(void *ud, const struct http_request *req);
 
 /* Runs fn(arg) on a worker thread (the HTTP threads must not parse, render or tokenize).
  * Returns false when the worker queue is full (the caller answers 429). Any thread. */

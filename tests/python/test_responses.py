@@ -16,8 +16,13 @@ endpoint on the same server is the reference: the same greedy text, the same tok
   function_call_arguments events; tool_choice naming a function forces it;
 - reasoning (`--reasoning-parser deepseek_r1`, where SmolLM2 never closes <think>): one
   reasoning item holding the plain server's text, counted as reasoning tokens;
+- stored responses (`store`, on by default; `--response-store-mb`): previous_response_id
+  continues a conversation exactly as sending its items would (instructions not carried
+  over; a function_call answered by a function_call_output item), also right after a
+  stream's last event; GET /v1/responses/{id} returns the response as it was sent, DELETE
+  forgets it; store false and a server keeping none store nothing;
 - errors: 400 naming the Responses field (input, max_output_tokens, text.format, tools,
-  previous_response_id, ...), 404 for an unknown model."""
+  store, ...), 404 for an unknown model or response."""
 import json
 
 import jsonschema
@@ -358,6 +363,97 @@ def test_reasoning_item(r1, plain):
     assert "response.output_text.delta" not in {e["type"] for e in events}
 
 
+# ------------------------------------------------------------------------ stored responses
+
+
+def test_previous_response_continues_the_conversation(plain):
+    r1 = respond(plain, input="My name is Ada. Say hello.", instructions="Be brief.")
+    assert r1["store"] is True and r1["previous_response_id"] is None
+    r2 = respond(plain, input="What is my name?", previous_response_id=r1["id"])
+    assert r2["previous_response_id"] == r1["id"] and r2["instructions"] is None
+    # the reference: the whole conversation sent to chat; instructions do not carry over
+    history = [{"role": "user", "content": "My name is Ada. Say hello."},
+               {"role": "assistant", "content": output_text(r1)},
+               {"role": "user", "content": "What is my name?"}]
+    ref = chat(plain, history)
+    assert output_text(r2) == ref["choices"][0]["message"]["content"]
+    assert r2["usage"]["input_tokens"] == ref["usage"]["prompt_tokens"]
+    # a third turn, with new instructions: they apply to it alone
+    r3 = respond(plain, input=[{"role": "user", "content": "And yours?"}], previous_response_id=r2["id"],
+                 instructions="Answer in French.")
+    ref = chat(plain, [{"role": "system", "content": "Answer in French."}] + history +
+               [{"role": "assistant", "content": output_text(r2)}, {"role": "user", "content": "And yours?"}])
+    assert output_text(r3) == ref["choices"][0]["message"]["content"]
+    assert r3["usage"]["input_tokens"] == ref["usage"]["prompt_tokens"]
+
+
+def test_stream_is_stored_before_its_last_event(plain):
+    events = stream_events(plain, input="Name a colour.")
+    final, _ = check_lifecycle(events)
+    assert final["store"] is True
+    # asked right after the last event: already there, exactly as streamed
+    assert plain.get_json(f"/v1/responses/{final['id']}") == final
+    r2 = respond(plain, input="Another one?", previous_response_id=final["id"])
+    ref = chat(plain, [{"role": "user", "content": "Name a colour."},
+                       {"role": "assistant", "content": output_text(final)},
+                       {"role": "user", "content": "Another one?"}])
+    assert output_text(r2) == ref["choices"][0]["message"]["content"]
+
+
+def test_get_and_delete(plain):
+    r = respond(plain, input="What is 2+2?")
+    assert plain.get_json(f"/v1/responses/{r['id']}") == r
+    d = plain.request("DELETE", f"/v1/responses/{r['id']}")
+    assert d.status == 200 and d.json() == {"id": r["id"], "object": "response", "deleted": True}
+    check_error(plain.request("GET", f"/v1/responses/{r['id']}"), 404, code="response_not_found")
+    check_error(plain.request("DELETE", f"/v1/responses/{r['id']}"), 404, code="response_not_found")
+    e = check_error(plain.post_json("/v1/responses", {"input": "hi", "previous_response_id": r["id"]}), 404,
+                    code="previous_response_not_found", param="previous_response_id")
+    assert r["id"] in e["message"]
+    check_error(plain.request("GET", "/v1/responses/resp_nosuchthing"), 404, code="response_not_found")
+    # store false: answered, not kept
+    r = respond(plain, input="What is 2+2?", store=False)
+    assert r["store"] is False
+    check_error(plain.request("GET", f"/v1/responses/{r['id']}"), 404, code="response_not_found")
+
+
+def test_function_call_output_continues(tools):
+    r1 = respond(tools, input="Weather in Paris?", tools=[WEATHER], max_output_tokens=64,
+                 guided_regex=regex_of("Sure. " + CALL_TEXT))
+    call = r1["output"][1]
+    assert call["type"] == "function_call"
+    answer = {"type": "function_call_output", "call_id": call["call_id"], "output": '{"sky": "clear"}'}
+    r2 = respond(tools, input=[answer], previous_response_id=r1["id"], tools=[WEATHER], tool_choice="none")
+    ref = respond(tools, input=[{"role": "user", "content": "Weather in Paris?"},
+                                {"role": "assistant", "content": [{"type": "output_text", "text": "Sure. "}]},
+                                {"type": "function_call", "call_id": call["call_id"], "name": "get_weather",
+                                 "arguments": call["arguments"]}, answer],
+                  tools=[WEATHER], tool_choice="none", store=False)
+    assert output_text(r2) == output_text(ref) and r2["usage"]["input_tokens"] == ref["usage"]["input_tokens"]
+
+
+def test_official_client_chains(plain):
+    c, model = client_of(plain), model_of(plain)
+    first = c.responses.create(model=model, input="My name is Ada.", max_output_tokens=16, temperature=0)
+    second = c.responses.create(model=model, input="What is my name?", previous_response_id=first.id,
+                                max_output_tokens=16, temperature=0)
+    assert second.previous_response_id == first.id and second.output_text
+    assert c.responses.retrieve(first.id).output_text == first.output_text
+    c.responses.delete(first.id)
+    with pytest.raises(openai.NotFoundError):
+        c.responses.retrieve(first.id)
+
+
+def test_server_keeping_none(tessera_bin, default_model):
+    with run_server(tessera_bin, default_model, "--max-model-len", MAX_MODEL_LEN, "--response-store-mb", 0) as srv:
+        r = respond(srv, input="Hi!", max_output_tokens=4)
+        assert r["store"] is False
+        check_error(srv.request("GET", f"/v1/responses/{r['id']}"), 404, code="response_not_found")
+        e = check_error(srv.post_json("/v1/responses", {"input": "hi", "previous_response_id": r["id"]}), 400,
+                        param="previous_response_id")
+        assert "--response-store-mb" in e["message"]
+
+
 # ------------------------------------------------------------------------ errors
 
 
@@ -370,7 +466,9 @@ def test_reasoning_item(r1, plain):
     ({"input": [{"role": "wizard", "content": "hi"}]}, "input[0]"),
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0]"),
     ({"input": [{"type": "function_call", "call_id": "c", "name": "f"}]}, "input[0]"),
-    ({"input": "hi", "previous_response_id": "resp_123"}, "previous_response_id"),
+    ({"input": "hi", "previous_response_id": 123}, "previous_response_id"),
+    ({"input": "hi", "store": "yes"}, "store"),
+    ({"input": "hi", "conversation": "conv_1"}, "conversation"),
     ({"input": "hi", "background": True}, "background"),
     ({"input": "hi", "truncation": "auto"}, "truncation"),
     ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
