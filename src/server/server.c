@@ -46,6 +46,7 @@
 
 #define METRICS_CAP (64 * 1024)  /* the engine's part of /metrics */
 #define KEY_METRICS_BYTES 512    /* per API key name */
+#define STORE_METRICS_BYTES 512  /* the Responses API store's gauges */
 #define KEY_NAME_SLOT 24         /* "api-key-N" names of the --api-key keys */
 #define MAX_PARSE_QUEUE 1024 /* requests waiting for a worker before new ones get 429 */
 
@@ -160,13 +161,30 @@ static size_t format_key_metrics(struct server *s, char *buf, size_t cap)
     return len < cap ? len : cap;
 }
 
+/* The Responses API store's gauges (none when the server keeps no responses). */
+static size_t format_store_metrics(struct server *s, char *buf, size_t cap)
+{
+    if (!s->ctx.responses) return 0;
+    int n;
+    size_t bytes;
+    resp_store_usage(s->ctx.responses, &n, &bytes);
+    int len = snprintf(buf, cap,
+                       "# HELP tessera:responses_stored Responses kept for previous_response_id and "
+                       "GET /v1/responses/{id}.\n# TYPE tessera:responses_stored gauge\n"
+                       "tessera:responses_stored %d\n"
+                       "# HELP tessera:responses_stored_bytes Memory they take, of --response-store-mb.\n"
+                       "# TYPE tessera:responses_stored_bytes gauge\ntessera:responses_stored_bytes %zu\n",
+                       n, bytes);
+    return len > 0 ? (size_t)len : 0;
+}
+
 static void handle_metrics(void *ud, const struct http_request *req)
 {
     struct server *s = ud;
     if (server_refuse_unless_ready(s, req)) return;
     struct engine_stats st;
     engine_get_stats(s->e, &st);
-    size_t cap = METRICS_CAP + (size_t)http_server_key_stats(s->http, NULL, 0) * KEY_METRICS_BYTES;
+    size_t cap = METRICS_CAP + STORE_METRICS_BYTES + (size_t)http_server_key_stats(s->http, NULL, 0) * KEY_METRICS_BYTES;
     char *buf = malloc(cap);
     if (!buf) {
         http_respond_error(req->conn, 500, "out of memory", API_ERR_SERVER, NULL, NULL, NULL);
@@ -174,6 +192,8 @@ static void handle_metrics(void *ud, const struct http_request *req)
     }
     size_t n = stats_format_prometheus(&st, s->names[0], buf, METRICS_CAP);
     if (n >= METRICS_CAP) n = METRICS_CAP - 1;
+    n += format_store_metrics(s, buf + n, cap - n);
+    if (n >= cap) n = cap - 1;
     n += format_key_metrics(s, buf + n, cap - n);
     if (n >= cap) n = cap - 1;
     http_respond(req->conn, 200, "text/plain; version=0.0.4; charset=utf-8", buf, n, NULL);

@@ -403,8 +403,13 @@ def test_stream_is_stored_before_its_last_event(plain):
 def test_get_and_delete(plain):
     r = respond(plain, input="What is 2+2?")
     assert plain.get_json(f"/v1/responses/{r['id']}") == r
+    m = plain.metrics()
+    kept, size = m.get("tessera:responses_stored"), m.get("tessera:responses_stored_bytes")
+    assert kept >= 1 and size > len(json.dumps(r)) * 0.9 and m.types["tessera:responses_stored"] == "gauge"
     d = plain.request("DELETE", f"/v1/responses/{r['id']}")
     assert d.status == 200 and d.json() == {"id": r["id"], "object": "response", "deleted": True}
+    m = plain.metrics()
+    assert m.get("tessera:responses_stored") == kept - 1 and m.get("tessera:responses_stored_bytes") < size
     check_error(plain.request("GET", f"/v1/responses/{r['id']}"), 404, code="response_not_found")
     check_error(plain.request("DELETE", f"/v1/responses/{r['id']}"), 404, code="response_not_found")
     e = check_error(plain.post_json("/v1/responses", {"input": "hi", "previous_response_id": r["id"]}), 404,
@@ -452,6 +457,7 @@ def test_server_keeping_none(tessera_bin, default_model):
         e = check_error(srv.post_json("/v1/responses", {"input": "hi", "previous_response_id": r["id"]}), 400,
                         param="previous_response_id")
         assert "--response-store-mb" in e["message"]
+        assert srv.metrics().get("tessera:responses_stored") is None
 
 
 # ------------------------------------------------------------------------ errors
