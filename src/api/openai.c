@@ -591,6 +591,12 @@ static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oa
             oai_bad(e, "stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
             goto fail;
         }
+        if ((rc = opt_bool(so, "continuous_usage_stats", &r->continuous_usage, e)) < 0) {
+            oai_bad(e, "stream_options.continuous_usage_stats",
+                    "'stream_options.continuous_usage_stats' must be a boolean");
+            goto fail;
+        }
+        r->continuous_usage = r->continuous_usage && r->include_usage; /* as vLLM reads it */
     }
 
     TRY(opt_int(root, "n", 1, OAI_MAX_N, &v, e));

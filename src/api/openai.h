@@ -79,6 +79,8 @@ struct oai_request {
     const char *model;      /* the matching served name (points into ctx->served_names) */
     bool stream;
     bool include_usage;     /* stream_options.include_usage */
+    bool continuous_usage;  /* stream_options.continuous_usage_stats (vLLM; with include_usage
+                               only): every chunk carries its choice's usage so far */
     int n;                  /* choices, 1..OAI_MAX_N */
     bool seed_given;        /* rp.sp.seed came from the request (else random) */
     int top_logprobs;       /* chat: top_logprobs when logprobs is true; completions:
@@ -251,6 +253,8 @@ struct oai_piece {
     const struct oai_tool_call *calls; /* [n_calls] tool_calls (message or delta) */
     int n_calls;
     bool content_null;      /* a whole message: "content": null when text_len is 0 */
+    const struct oai_usage *usage; /* a chunk: "usage" so far (vLLM's continuous_usage_stats);
+                                      NULL: none */
 };
 
 /* One SSE event "data: {json}\n\n" (malloc'd, *len set; caller frees). Chat chunks are

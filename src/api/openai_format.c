@@ -434,6 +434,12 @@ char *oai_chunk_sse(const struct model *m, const struct oai_meta *meta, const st
         cJSON_Delete(root);
         return NULL;
     }
+    cJSON *usage = p->usage ? usage_object(p->usage) : NULL;
+    if (p->usage && (!usage || !cJSON_AddItemToObject(root, "usage", usage))) {
+        cJSON_Delete(usage);
+        cJSON_Delete(root);
+        return NULL;
+    }
     return finish(root, true, len);
 }
 

@@ -251,6 +251,24 @@ static void write_sse(struct job *j, char *ev)
     free(ev);
 }
 
+/* Streaming: one choice's chunk; with vLLM's continuous_usage_stats it carries that
+ * choice's usage so far (its prompt, the tokens generated until now). */
+static void write_chunk(struct job *j, struct oai_piece *p, bool role)
+{
+    const struct choice *c = &j->ch[p->index];
+    struct oai_usage u;
+    if (j->req.continuous_usage) {
+        int plen;
+        oai_prompt(&j->req, p->index / j->req.n, &plen);
+        u = (struct oai_usage){ .prompt_tokens = plen, .completion_tokens = c->n_generated,
+                                .cached_tokens = c->n_cached, .reasoning_tokens = c->n_reasoning,
+                                .has_reasoning = j->req.reasoning != RSN_NONE };
+        p->usage = &u;
+    }
+    size_t len;
+    write_sse(j, oai_chunk_sse(j->s->m, &j->meta, p, role, &len));
+}
+
 /* The finish_reason of a choice that ended with f: "tool_calls" for a chat choice that
  * made calls and stopped; "length" for max_tokens 0 (echo). */
 static const char *finish_reason_of(const struct choice *c, enum req_finish f)
@@ -310,8 +328,7 @@ static int stream_event(void *ud, const struct tparse_event *ev)
         p.top_logprobs = j->req.top_logprobs;
         c->take_lp_sent = true;
     }
-    size_t len;
-    write_sse(j, oai_chunk_sse(j->s->m, &j->meta, &p, false, &len));
+    write_chunk(j, &p, false);
     return 0;
 }
 
@@ -329,8 +346,7 @@ static bool stream_echo(struct job *j, struct choice *c)
     const char *t = j->req.echo[c->index / j->req.n];
     struct oai_piece p = { .index = c->index, .text = t, .text_len = strlen(t) };
     piece_prompt(j, c, &p);
-    size_t len;
-    write_sse(j, oai_chunk_sse(j->s->m, &j->meta, &p, false, &len));
+    write_chunk(j, &p, false);
     c->text_chars += (int)oai_utf8_chars(t, p.text_len);
     c->echo_sent = true;
     return true;
@@ -340,8 +356,6 @@ static bool stream_echo(struct job *j, struct choice *c)
 static void stream_text(struct job *j, struct choice *c)
 {
     const struct req_output *o = &c->out;
-    const struct model *m = j->s->m;
-    size_t len;
     if (c->parsing) {
         c->take = o;
         c->take_lp_sent = false;
@@ -354,7 +368,7 @@ static void stream_text(struct job *j, struct choice *c)
         if (!c->take_lp_sent && o->n_lp > 0) { /* all of its text is held back: an empty delta */
             struct oai_piece p = { .index = c->index, .lp = o->lp, .n_lp = o->n_lp,
                                    .top_logprobs = j->req.top_logprobs };
-            write_sse(j, oai_chunk_sse(m, &j->meta, &p, false, &len));
+            write_chunk(j, &p, false);
         }
         c->take = NULL;
     } else if (o->text_len > 0 || o->n_lp > 0) {
@@ -362,7 +376,7 @@ static void stream_text(struct job *j, struct choice *c)
                                .lp = o->lp, .n_lp = o->n_lp,
                                .top_logprobs = j->req.top_logprobs,
                                .text_offset = c->text_chars };
-        write_sse(j, oai_chunk_sse(m, &j->meta, &p, false, &len));
+        write_chunk(j, &p, false);
         c->text_chars += (int)oai_utf8_chars(o->text, o->text_len);
     }
 }
@@ -378,8 +392,7 @@ static void stream_out(struct job *j, struct choice *c)
                          ? finish_reason_of(c, o->finish) : NULL;
     if (fr) {
         struct oai_piece p = { .index = c->index, .finish_reason = fr };
-        size_t len;
-        write_sse(j, oai_chunk_sse(j->s->m, &j->meta, &p, false, &len));
+        write_chunk(j, &p, false);
     }
 }
 
@@ -667,16 +680,14 @@ static void job_run(void *arg)
             /* the role chunk of every choice goes out at once: the client sees the stream open */
             for (int i = 0; i < oai_n_choices(r); i++) {
                 struct oai_piece p = { .index = i };
-                size_t len;
-                write_sse(j, oai_chunk_sse(s->m, &j->meta, &p, true, &len));
+                write_chunk(j, &p, true);
             }
         } else if (r->echo_on && !echo_logprobs(r)) { /* echo: each choice's first chunk is its prompt
                                                          (with logprobs: once they are in) */
             for (int i = 0; i < oai_n_choices(r); i++) {
                 const char *t = r->echo[i / r->n];
                 struct oai_piece p = { .index = i, .text = t, .text_len = strlen(t), .top_logprobs = -1 };
-                size_t len;
-                write_sse(j, oai_chunk_sse(s->m, &j->meta, &p, false, &len));
+                write_chunk(j, &p, false);
             }
         }
     }

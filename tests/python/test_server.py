@@ -436,6 +436,34 @@ def test_raw_stream_n2(server, model_name):
     assert texts[0] and texts[1]
 
 
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_continuous_usage_stats(server, model_name, path):
+    """vLLM's stream_options.continuous_usage_stats: every chunk carries its choice's usage
+    so far; the counts grow to the final usage chunk's; only with include_usage."""
+    body = {"model": model_name, "max_tokens": 10, "n": 2, "temperature": 0.7, "seed": 5, "stream": True,
+            "ignore_eos": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    body.update({"messages": CHAT} if "chat" in path else {"prompt": PROMPT})
+    events = parse_sse(stream_request(server.host, server.port, path, body).body).json_events()
+    final = events[-1]["usage"]
+    assert events[-1]["choices"] == [] and final["completion_tokens"] == 20
+    seen = {0: [], 1: []}
+    for ev in events[:-1]:
+        u, (ch,) = ev["usage"], ev["choices"]
+        assert u["prompt_tokens"] == final["prompt_tokens"]  # one prompt, counted once per choice
+        assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
+        seen[ch["index"]].append(u["completion_tokens"])
+    for counts in seen.values():
+        assert counts == sorted(counts) and counts[-1] == 10 and counts[0] < 10, counts
+    if "chat" in path:
+        assert seen[0][0] == 0  # the role chunk, before any token
+    # without include_usage it asks for nothing
+    body["stream_options"] = {"continuous_usage_stats": True}
+    events = parse_sse(stream_request(server.host, server.port, path, body).body).json_events()
+    assert all("usage" not in ev or ev["usage"] is None for ev in events)
+    body["stream_options"] = {"include_usage": True, "continuous_usage_stats": "yes"}
+    check_error(server.post_json(path, body), 400, param="stream_options.continuous_usage_stats")
+
+
 def test_stream_arrives_incrementally(server, model_name):
     body = {"model": model_name, "prompt": "Once upon a time", "max_tokens": 64, "temperature": 0,
             "stream": True, "ignore_eos": True}
