@@ -720,6 +720,14 @@ static int parse_options(const struct oai_ctx *ctx, const cJSON *root, struct oa
         }
         r->rp.cache_salt = r->cache_salt;
     }
+    /* vLLM's priority: lower is served sooner; only where the server orders by it */
+    TRY(opt_int_msg(root, "priority", INT_MIN, INT_MAX, "an integer", &v, e));
+    if (rc && v != 0 && !ctx->priority_scheduling) {
+        rc = oai_bad(e, "priority", "'priority' needs priority scheduling, which this server does not use "
+                                    "(--scheduling-policy priority)");
+        goto fail;
+    }
+    if (rc) r->rp.priority = (int)v;
     return 0;
 fail:
     return rc;

@@ -59,6 +59,8 @@ struct oai_ctx {
                                        shows (tparse_format_detect); TP_NONE: none, so
                                        tool_choice "auto" with tools is refused */
     enum rsn_kind reasoning;        /* --reasoning-parser; RSN_NONE: no split */
+    bool priority_scheduling;       /* --scheduling-policy priority: requests may set
+                                       "priority" (else a non-zero one is 400, as in vLLM) */
     struct resp_store *responses;   /* the Responses API's stored responses (thread-safe);
                                        NULL: none are kept (--response-store-mb 0) */
 };

@@ -57,7 +57,7 @@ static const char *const PASS_THROUGH[] = {
     "presence_penalty", "frequency_penalty", "stop", "ignore_eos", "min_tokens", "logit_bias",
     "bad_words", "allowed_token_ids", "cache_salt", "skip_special_tokens",
     "include_stop_str_in_output", "chat_template_kwargs", "parallel_tool_calls", "stream",
-    "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar", "grammar", "user",
+    "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar", "grammar", "user", "priority",
 };
 
 /* The request fields the response object repeats, with their value when left out. */

@@ -147,6 +147,10 @@ static const struct opt_def opt_table[] = {
         "seconds live requests get to finish after SIGTERM/SIGINT; then they are aborted "
         "(streams get an error event and [DONE])"),
 
+    ENUM("scheduling-policy", scheduling_policy, "fcfs", "fcfs|priority", "engine",
+         "the order requests are served in: fcfs = arrival; priority = by each request's "
+         "\"priority\" (lower first), then arrival, also choosing which running request a "
+         "preemption stops (vLLM's flag)"),
     INT("max-num-seqs", max_num_seqs, "64", 1, 4096, "engine",
         "most sequences in one running batch"),
     INT("max-num-batched-tokens", max_num_batched_tokens, "0", 0, 16777216, "engine",

@@ -78,6 +78,8 @@ struct server_options {
     bool allow_credentials;            /* false */
     double drain_timeout;              /* seconds live requests get after SIGTERM, 30 */
     /* engine */
+    char *scheduling_policy;           /* "fcfs" (arrival order) or "priority" (request
+                                          "priority", then arrival) */
     int max_num_seqs;                  /* 64 */
     int max_num_batched_tokens;        /* 0 = auto (2048, at least max_model_len without
                                           chunked prefill) */

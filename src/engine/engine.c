@@ -892,6 +892,7 @@ int engine_submit(struct engine *e, const int32_t *ids, int n, const struct req_
     r->sp.grammar = grammar_ref(p->grammar); /* dropped by request_destroy */
     r->sp.grammar_deferred = p->grammar && p->grammar_deferred;
     r->sp.grammar_start_token = p->grammar_start_token;
+    r->sp.priority = p->priority;
     r->skip_special = p->skip_special_tokens;
     stop_init(&r->stop, p->stops, p->n_stops); /* validated above */
     tok_stream_init(&r->ts);

@@ -110,6 +110,8 @@ struct req_params {
                                   model thinks freely, then answers under the grammar, as
                                   vLLM does); until then the output is unconstrained */
     int32_t grammar_start_token;
+    int priority;              /* with the scheduler's PRIORITY policy: lower is served
+                                  sooner (vLLM's priority); ignored under FCFS */
     bool sibling;              /* another choice (n > 1) of the request the caller submitted
                                   just before: not counted against max_queued_requests /
                                   max_queued_tokens (the first choice was), never ERR_BUSY */

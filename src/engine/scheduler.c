@@ -303,6 +303,25 @@ int sched_check_end_params(const int32_t *stop_ids, int n_stop_ids, int min_toke
     return 0;
 }
 
+/* Whether a goes before b under the PRIORITY policy: lower priority value, then earlier
+ * arrival. */
+static bool goes_before(const struct sched_seq *a, const struct sched_seq *b)
+{
+    return a->priority != b->priority ? a->priority < b->priority : a->id < b->id;
+}
+
+/* Adds q to the list arr[*n] (capacity checked by the caller): at the end under FCFS, at
+ * its (priority, arrival) place under PRIORITY. */
+static void insert_ordered(struct sched *s, struct sched_seq **arr, int *n, struct sched_seq *q)
+{
+    int i = *n;
+    if (s->cfg.policy == SCHED_PRIORITY)
+        while (i > 0 && goes_before(q, arr[i - 1])) i--;
+    memmove(arr + i + 1, arr + i, sizeof *arr * (size_t)(*n - i));
+    arr[i] = q;
+    (*n)++;
+}
+
 int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq_params *p,
               int64_t *seq_id, char *err, size_t errlen)
 {
@@ -407,7 +426,8 @@ int sched_add(struct sched *s, const int32_t *ids, int n, const struct sched_seq
     q->grammar_start_token = p->grammar_start_token;
     q->pending_row = -1;
     q->spec_cap = s->cfg.spec.num_tokens;
-    s->waiting[s->n_waiting++] = q;
+    q->priority = p->priority;
+    insert_ordered(s, s->waiting, &s->n_waiting, q);
     *seq_id = q->id;
     return 0;
 fail:
@@ -511,7 +531,7 @@ static void drop_aborted(struct sched *s, sched_output_fn cb, void *ud)
     }
 }
 
-/* Moves running[i] back to the front of the waiting queue with no blocks; it recomputes
+/* Moves running[i] back to the waiting queue (FCFS: its front) with no blocks; it recomputes
  * its prompt and generated tokens when readmitted. A token it has in flight is still
  * recorded when that step completes (its sampler keeps it). */
 static void preempt(struct sched *s, int i)
@@ -523,9 +543,13 @@ static void preempt(struct sched *s, int i)
     q->num_done = 0;
     q->status = SEQ_WAITING;
     q->num_preemptions++;
-    memmove(s->waiting + 1, s->waiting, sizeof *s->waiting * (size_t)s->n_waiting);
-    s->waiting[0] = q;
-    s->n_waiting++;
+    if (s->cfg.policy == SCHED_PRIORITY) {
+        insert_ordered(s, s->waiting, &s->n_waiting, q);
+    } else { /* FCFS: it was admitted before everything waiting */
+        memmove(s->waiting + 1, s->waiting, sizeof *s->waiting * (size_t)s->n_waiting);
+        s->waiting[0] = q;
+        s->n_waiting++;
+    }
     s->preemptions++;
 }
 
@@ -641,7 +665,8 @@ static int schedule(struct sched *s, struct sched_plan *p, char *err, size_t err
         int n_draft = n_new == 1 && rows == 1 ? propose(s, q, budget - 1, rows_left, draft) : 0;
         n_new += n_draft;
         rows_left -= n_draft;
-        /* make room by preempting the newest running sequences, this one last */
+        /* make room by preempting the last running sequences (the newest; PRIORITY: the
+           lowest priority), this one last */
         while (!bm_seq_can_append(s->bm, q->bs, n_new)) {
             int victim = s->n_running - 1;
             preempt(s, victim);
@@ -686,7 +711,7 @@ static int schedule(struct sched *s, struct sched_plan *p, char *err, size_t err
         q->n_cached = (int)n_cached;
         q->status = SEQ_RUNNING;
         remove_at(s->waiting, &s->n_waiting, 0);
-        s->running[s->n_running++] = q;
+        insert_ordered(s, s->running, &s->n_running, q);
         p->entries[n_entries++] = (struct sched_entry){ .seq = q, .n_new = n_new, .logit = -1,
                                                         .admitted = true };
         budget -= n_new;

@@ -15,7 +15,13 @@
  *     (prompt + tokens generated so far) when readmitted. No admission in a step that
  *     preempted;
  *   - then waiting sequences FCFS while seats (max_num_seqs), the token budget and blocks
- *     allow; the first that does not fit stops admission (no overtaking). Cached prefix
+ *     allow; the first that does not fit stops admission (no overtaking);
+ *   - with the PRIORITY policy (vLLM's --scheduling-policy priority) both lists are kept
+ *     ordered by (priority, arrival), lower values first: the waiting queue admits in
+ *     that order, a preempted sequence goes back to its place in it (not the front),
+ *     running sequences are planned in that order and the victim of a preemption is the
+ *     last one — the lowest priority, the newest among equals. A waiting sequence never
+ *     preempts a running one (as in vLLM V1). Cached prefix
  *     blocks are taken from the prefix cache and not recomputed; when every token is
  *     cached (a block-aligned context), only the last one is forwarded, for its logits,
  *     with slot -1 (its KV stays in the shared block). A sequence's sampler
@@ -98,7 +104,11 @@ struct grammar_matcher;
  * the overlap only costs a step of lag — tests force it ON to prove the lag correct. */
 enum sched_overlap { SCHED_OVERLAP_AUTO = 0, SCHED_OVERLAP_OFF, SCHED_OVERLAP_ON };
 
+/* How waiting sequences are ordered and which running one is preempted (policy above). */
+enum sched_policy { SCHED_FCFS = 0, SCHED_PRIORITY };
+
 struct sched_config {
+    enum sched_policy policy;   /* SCHED_FCFS: arrival order, sched_seq_params.priority ignored */
     int max_num_seqs;           /* sequences per step (logits rows) */
     int max_num_batched_tokens; /* rows per step (token budget) */
     int max_model_len;          /* prompt + generation limit per sequence */
@@ -168,6 +178,8 @@ struct sched_seq_params {
                                  grammar_start_token (not matched itself: the grammar
                                  starts with the next token); before it, no mask */
     int32_t grammar_start_token;
+    int priority;             /* SCHED_PRIORITY: lower is served sooner (vLLM's priority);
+                                 ties in arrival order */
 };
 
 /* Defaults: sampler_params_default, max_tokens 0, logprobs -1, prompt_logprobs -1; no bias,
@@ -176,7 +188,8 @@ void sched_seq_params_default(struct sched_seq_params *p);
 
 /* Per-sequence state. Read-only for callers (sched_find); the scheduler owns it. */
 struct sched_seq {
-    int64_t id;
+    int64_t id;             /* in arrival order */
+    int priority;           /* (sched_seq_params) */
     enum sched_status status;
     enum sched_finish finish;
     int32_t *tokens;        /* [n_prompt + max_tokens] prompt ids, then generated ids */

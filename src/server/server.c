@@ -295,6 +295,7 @@ static int engine_config_from(const struct server_options *o, const struct model
     if (c->max_model_len > model_len)
         return err_set(err, errlen, ERR_RANGE, "--max-model-len %d exceeds the model's context length %d",
                        c->max_model_len, model_len);
+    c->policy = !strcmp(o->scheduling_policy, "priority") ? SCHED_PRIORITY : SCHED_FCFS;
     c->max_num_seqs = o->max_num_seqs;
     c->block_size = o->block_size;
     c->enable_prefix_caching = o->enable_prefix_caching;
@@ -630,6 +631,7 @@ int server_run(const struct server_options *o)
                               .max_model_len = engine_sched_config(s.e)->max_model_len,
                               .max_logprobs = o->max_logprobs };
     s.ctx.max_prompt_bytes = oai_max_prompt_bytes(s.m, s.ctx.max_model_len);
+    s.ctx.priority_scheduling = ec.sched.policy == SCHED_PRIORITY;
     if (o->response_store_mb > 0 && !(responses = resp_store_create((size_t)o->response_store_mb << 20))) {
         snprintf(err, sizeof err, "out of memory creating the response store");
         goto fail;

@@ -119,11 +119,13 @@ static const char *overlap_name(void)
     return g_overlap == SCHED_OVERLAP_ON ? "overlap, fp8 KV" : "no-overlap, fp8 KV";
 }
 
-static int add_prompt(struct sched *s, struct collect *c, int i)
+/* Queues prompt i (greedy, GEN tokens) with a priority (used by the PRIORITY policy). */
+static int add_prompt_priority(struct sched *s, struct collect *c, int i, int priority)
 {
     char err[ERR_BUF];
     struct sched_seq_params sp;
     sched_seq_params_default(&sp);
+    sp.priority = priority;
     sp.sp.temperature = 0;
     sp.max_tokens = GEN;
     sp.ignore_eos = i % 2 == 1;
@@ -132,6 +134,8 @@ static int add_prompt(struct sched *s, struct collect *c, int i)
     CHECK(rc == 0, "sched_add %d: %s", i, err);
     return rc;
 }
+
+static int add_prompt(struct sched *s, struct collect *c, int i) { return add_prompt_priority(s, c, i, 0); }
 
 /* Steps until no work is left; returns the number of steps or -1. */
 static int drain(struct sched *s, struct collect *c)
@@ -904,6 +908,139 @@ static void test_samplers_at_admission(void)
     }
 }
 
+/* ---- priority scheduling ---------------------------------------------------------------- */
+
+struct prio_collect {
+    struct collect c;
+    int order[NALL]; /* prompt indices in the order of their first admission */
+    int n_order;
+};
+
+static void on_prio(void *ud, const struct sched_output *o)
+{
+    struct prio_collect *p = ud;
+    on_output(&p->c, o);
+    for (int i = 0; o->admitted && i < NALL; i++) {
+        if (p->c.id[i] != o->seq_id) continue;
+        bool seen = false;
+        for (int k = 0; k < p->n_order; k++) seen = seen || p->order[k] == i;
+        if (!seen) p->order[p->n_order++] = i;
+    }
+}
+
+/* Two seats, eight prompts of mixed priorities queued at once: PRIORITY admits them by
+ * (priority, arrival), FCFS by arrival whatever their priority; the outputs are the alone
+ * run's either way. */
+static void test_priority_admission(void)
+{
+    if (!g_have_ref) { CHECK(0, "no reference"); return; }
+    static const int prio[8] = { 3, 1, 2, 1, 0, 2, 0, 3 };
+    static const int by_priority[8] = { 4, 6, 1, 3, 2, 5, 0, 7 };
+    char err[ERR_BUF];
+    for (int pol = 0; pol < 2; pol++) {
+        struct sched_config cfg = base_cfg();
+        cfg.policy = pol ? SCHED_PRIORITY : SCHED_FCFS;
+        cfg.max_num_seqs = 2;
+        struct sched *s = NULL;
+        if (sched_create(&s, g_model, &cfg, err, sizeof err)) {
+            CHECK(0, "sched_create: %s", err);
+            return;
+        }
+        struct prio_collect pc = { 0 };
+        for (int i = 0; i < 8; i++) add_prompt_priority(s, &pc.c, i, prio[i]);
+        for (int steps = 0; sched_has_work(s) && steps < 10000; steps++)
+            if (sched_step(s, on_prio, &pc, err, sizeof err)) {
+                CHECK(0, "sched_step: %s", err);
+                break;
+            }
+        CHECK(pc.n_order == 8, "%d admitted", pc.n_order);
+        for (int k = 0; k < pc.n_order; k++)
+            CHECK(pc.order[k] == (pol ? by_priority[k] : k), "%s: admission %d is prompt %d, want %d",
+                  pol ? "priority" : "fcfs", k, pc.order[k], pol ? by_priority[k] : k);
+        check_same(&pc.c, 0, 8, pol ? "priority admission" : "fcfs admission");
+        check_blocks_idle(s, "priority admission");
+        sched_free(s);
+    }
+}
+
+/* (priority, arrival) of prompt i's sequence, as one comparable number. */
+static long long prio_key(const struct sched_seq *q) { return (long long)q->priority * 1000000 + q->id; }
+
+/* A small KV pool and 32-token chunks (sequences admitted with part of their prompt compete
+ * for blocks as they go on): six low-priority prompts start, then six high-priority ones
+ * arrive.
+ * Every step's preemption victims are the running sequences of the worst (priority,
+ * arrival) — the survivors all rank before them — so the late high-priority ones push
+ * out older low-priority ones (where FCFS would take the newest); every step's admissions
+ * (readmissions too: a preempted sequence goes back to its place, not the front) rank
+ * before everything still waiting; outputs unchanged. */
+static void test_priority_preemption(void)
+{
+    if (!g_have_ref) { CHECK(0, "no reference"); return; }
+    char err[ERR_BUF];
+    for (int ov = 0; ov < 2; ov++) {
+        struct sched_config cfg = base_cfg();
+        cfg.policy = SCHED_PRIORITY;
+        cfg.overlap = ov ? SCHED_OVERLAP_ON : SCHED_OVERLAP_OFF;
+        cfg.enable_chunked_prefill = true;
+        cfg.max_num_batched_tokens = 32;
+        cfg.backend.num_blocks = SMALL_POOL;
+        struct sched *s = NULL;
+        if (sched_create(&s, g_model, &cfg, err, sizeof err)) {
+            CHECK(0, "sched_create: %s", err);
+            return;
+        }
+        struct prio_collect pc = { 0 };
+        for (int i = 0; i < NP / 2; i++) add_prompt_priority(s, &pc.c, i, 5);
+        int older_victims = 0, bad = 0, bad_admissions = 0;
+        for (int steps = 0; sched_has_work(s) && steps < 10000; steps++) {
+            if (steps == 2)
+                for (int i = NP / 2; i < NP; i++) add_prompt_priority(s, &pc.c, i, 0);
+            bool was_running[NP], was_waiting[NP];
+            int preempted_before[NP];
+            for (int i = 0; i < NP; i++) {
+                const struct sched_seq *q = pc.c.id[i] ? sched_find(s, pc.c.id[i]) : NULL;
+                was_running[i] = q && q->status == SEQ_RUNNING;
+                was_waiting[i] = q && q->status == SEQ_WAITING;
+                preempted_before[i] = q ? q->num_preemptions : 0;
+            }
+            if (sched_step(s, on_prio, &pc, err, sizeof err)) {
+                CHECK(0, "sched_step: %s", err);
+                break;
+            }
+            /* admitted by this step's plan (its events come a step later with overlap) */
+            for (int a = 0; a < NP; a++) {
+                const struct sched_seq *qa = was_waiting[a] ? sched_find(s, pc.c.id[a]) : NULL;
+                if (!qa || qa->status != SEQ_RUNNING) continue;
+                for (int w = 0; w < NP; w++) {
+                    const struct sched_seq *qw = pc.c.id[w] ? sched_find(s, pc.c.id[w]) : NULL;
+                    if (qw && qw->status == SEQ_WAITING && prio_key(qw) < prio_key(qa)) bad_admissions++;
+                }
+            }
+            for (int v = 0; v < NP; v++) {
+                const struct sched_seq *qv = pc.c.id[v] ? sched_find(s, pc.c.id[v]) : NULL;
+                if (!was_running[v] || !qv || qv->num_preemptions == preempted_before[v]) continue;
+                for (int k = 0; k < NP; k++) { /* every survivor ranks before the victim */
+                    const struct sched_seq *qk = was_running[k] ? sched_find(s, pc.c.id[k]) : NULL;
+                    if (!qk || qk->status != SEQ_RUNNING || qk->num_preemptions != preempted_before[k]) continue;
+                    if (prio_key(qk) > prio_key(qv)) bad++;
+                    if (qk->id > qv->id) older_victims++;
+                }
+            }
+        }
+        CHECK(bad == 0, "%d survivors ranked after a victim", bad);
+        CHECK(bad_admissions == 0, "%d admissions overtook a better waiting sequence", bad_admissions);
+        CHECK(older_victims > 0, "no older, lower-priority sequence was preempted for a newer one");
+        struct sched_stats st;
+        sched_get_stats(s, &st);
+        printf("  priority preemption (%s): %llu preemptions, %d for newer high-priority sequences\n",
+               ov ? "overlap" : "no-overlap", (unsigned long long)st.preemptions, older_victims);
+        check_same(&pc.c, 0, NP, ov ? "priority preemption (overlap)" : "priority preemption");
+        check_blocks_idle(s, "priority preemption");
+        sched_free(s);
+    }
+}
+
 /* ---- failures -------------------------------------------------------------------------- */
 
 /* A scheduler whose CPU backend carries the fault TESSERA_TEST_FAULT=fault (docs/engine.md),
@@ -1023,6 +1160,8 @@ int main(void)
     RUN(test_full_hit_after_preemption);
     RUN(test_seeded_overlap);
     RUN(test_samplers_at_admission);
+    RUN(test_priority_admission);
+    RUN(test_priority_preemption);
     RUN(test_row_error);
     RUN(test_step_fault);
     model_free(g_model);
