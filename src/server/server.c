@@ -686,9 +686,10 @@ int server_run(const struct server_options *o)
     char spec[96];
     spec_config_describe(&sc->spec, spec, sizeof spec);
     LOG_INFO("server", "engine: max_model_len %d, max_num_seqs %d, max_num_batched_tokens %d, "
-             "%d KV blocks of %d tokens, prefix caching %s, chunked prefill %s, overlapped scheduling %s, "
-             "speculative decoding %s",
+             "%d KV blocks of %d tokens, %s scheduling, prefix caching %s, chunked prefill %s, overlapped "
+             "scheduling %s, speculative decoding %s",
              sc->max_model_len, sc->max_num_seqs, sc->max_num_batched_tokens, bi->num_blocks, bi->block_size,
+             sc->policy == SCHED_PRIORITY ? "priority" : "fcfs",
              sc->enable_prefix_caching ? "on" : "off", sc->enable_chunked_prefill ? "on" : "off",
              sc->overlap == SCHED_OVERLAP_ON ? "on" : "off", spec);
     atomic_store(&s.state, SERVER_READY);
