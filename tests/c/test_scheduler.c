@@ -119,15 +119,16 @@ static const char *overlap_name(void)
     return g_overlap == SCHED_OVERLAP_ON ? "overlap, fp8 KV" : "no-overlap, fp8 KV";
 }
 
-/* Queues prompt i (greedy, GEN tokens) with a priority (used by the PRIORITY policy). */
-static int add_prompt_priority(struct sched *s, struct collect *c, int i, int priority)
+/* Queues prompt i (greedy, up to max_tokens; the collector keeps the first GEN) with a
+ * priority (used by the PRIORITY policy). */
+static int add_prompt_priority(struct sched *s, struct collect *c, int i, int priority, int max_tokens)
 {
     char err[ERR_BUF];
     struct sched_seq_params sp;
     sched_seq_params_default(&sp);
     sp.priority = priority;
     sp.sp.temperature = 0;
-    sp.max_tokens = GEN;
+    sp.max_tokens = max_tokens;
     sp.ignore_eos = i % 2 == 1;
     sp.logprobs = 2; /* for check_same's near ties on the GPU */
     int rc = sched_add(s, g_prompt[i], g_len[i], &sp, &c->id[i], err, sizeof err);
@@ -135,7 +136,7 @@ static int add_prompt_priority(struct sched *s, struct collect *c, int i, int pr
     return rc;
 }
 
-static int add_prompt(struct sched *s, struct collect *c, int i) { return add_prompt_priority(s, c, i, 0); }
+static int add_prompt(struct sched *s, struct collect *c, int i) { return add_prompt_priority(s, c, i, 0, GEN); }
 
 /* Steps until no work is left; returns the number of steps or -1. */
 static int drain(struct sched *s, struct collect *c)
@@ -947,7 +948,7 @@ static void test_priority_admission(void)
             return;
         }
         struct prio_collect pc = { 0 };
-        for (int i = 0; i < 8; i++) add_prompt_priority(s, &pc.c, i, prio[i]);
+        for (int i = 0; i < 8; i++) add_prompt_priority(s, &pc.c, i, prio[i], GEN);
         for (int steps = 0; sched_has_work(s) && steps < 10000; steps++)
             if (sched_step(s, on_prio, &pc, err, sizeof err)) {
                 CHECK(0, "sched_step: %s", err);
@@ -967,11 +968,11 @@ static void test_priority_admission(void)
 static long long prio_key(const struct sched_seq *q) { return (long long)q->priority * 1000000 + q->id; }
 
 /* A small KV pool and 32-token chunks (sequences admitted with part of their prompt compete
- * for blocks as they go on): six low-priority prompts start, then six high-priority ones
- * arrive.
- * Every step's preemption victims are the running sequences of the worst (priority,
- * arrival) — the survivors all rank before them — so the late high-priority ones push
- * out older low-priority ones (where FCFS would take the newest); every step's admissions
+ * for blocks as they go on): the six long prompts start at low priority, then the six
+ * short ones arrive at high priority and get in as soon as blocks free up. Every step's
+ * preemption victims are the running sequences of the worst (priority, arrival) — the
+ * survivors all rank before them — so an older low-priority sequence is preempted while
+ * newer high-priority ones run (FCFS would take the newest); every step's admissions
  * (readmissions too: a preempted sequence goes back to its place, not the front) rank
  * before everything still waiting; outputs unchanged. */
 static void test_priority_preemption(void)
@@ -991,11 +992,12 @@ static void test_priority_preemption(void)
             return;
         }
         struct prio_collect pc = { 0 };
-        for (int i = 0; i < NP / 2; i++) add_prompt_priority(s, &pc.c, i, 5);
+        /* the long prompts first, at low priority; the short ones later, at high */
+        for (int i = NP / 2; i < NP; i++) add_prompt_priority(s, &pc.c, i, 5, GEN);
         int older_victims = 0, bad = 0, bad_admissions = 0;
         for (int steps = 0; sched_has_work(s) && steps < 10000; steps++) {
             if (steps == 2)
-                for (int i = NP / 2; i < NP; i++) add_prompt_priority(s, &pc.c, i, 0);
+                for (int i = 0; i < NP / 2; i++) add_prompt_priority(s, &pc.c, i, 0, GEN);
             bool was_running[NP], was_waiting[NP];
             int preempted_before[NP];
             for (int i = 0; i < NP; i++) {
