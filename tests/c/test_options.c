@@ -102,8 +102,8 @@ static void check_same(const struct server_options *a, const struct server_optio
     SAME_I(public_metrics); SAME_I(max_body_bytes); SAME_I(max_header_bytes);
     SAME_I(max_connections); SAME_I(max_connections_per_ip); SAME_I(http_timeout);
     SAME_D(keepalive_interval); SAME_I(http_threads); SAME_D(drain_timeout);
-    SAME_I(api_threads); SAME_I(max_stream_queue_bytes);
-    SAME_I(max_num_seqs); SAME_I(max_num_batched_tokens); SAME_I(max_model_len);
+    SAME_I(api_threads); SAME_I(max_stream_queue_bytes); SAME_I(response_store_mb);
+    SAME_S(scheduling_policy); SAME_I(max_num_seqs); SAME_I(max_num_batched_tokens); SAME_I(max_model_len);
     SAME_I(block_size); SAME_I(enable_prefix_caching); SAME_I(enable_chunked_prefill);
     SAME_S(device); SAME_S(kv_cache_dtype); SAME_I(kv_cache_memory); SAME_D(gpu_memory_utilization);
     SAME_I(enforce_eager); SAME_I(tensor_parallel_size);
@@ -149,6 +149,8 @@ static void fill_nondefault(struct server_options *o)
     o->drain_timeout = 2.5;
     o->api_threads = 3;
     o->max_stream_queue_bytes = 65536;
+    o->response_store_mb = 0;
+    o->scheduling_policy = strdup("priority");
     o->max_num_seqs = 4096;
     o->max_num_batched_tokens = 1;
     o->max_model_len = 4096;
@@ -192,6 +194,7 @@ static void test_defaults(void)
     CHECK(o.max_connections == 1024 && o.max_connections_per_ip == 256, "conns %d",
           o.max_connections_per_ip);
     CHECK(o.api_threads == 2 && o.max_stream_queue_bytes == 4 << 20, "api threads, stream queue");
+    CHECK(o.response_store_mb == 64 && str_eq(o.scheduling_policy, "fcfs"), "response store, policy");
     CHECK(o.http_timeout == 60 && o.keepalive_interval == 5 && o.http_threads == 1 &&
           o.drain_timeout == 30, "http");
     CHECK(o.max_num_seqs == 64 && o.max_num_batched_tokens == 0 && o.max_model_len == 0, "eng");
@@ -237,6 +240,8 @@ static void test_yaml_every_type(void)
         "drain-timeout: 2.5\n"
         "api-threads: 3\n"
         "max-stream-queue-bytes: 65536\n"
+        "response-store-mb: 0\n"
+        "scheduling-policy: priority\n"
         "http-threads: \"4\"\n"
         "max-num-seqs: 4096\n"
         "max_num_batched_tokens: 1\n"
