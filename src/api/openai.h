@@ -127,6 +127,7 @@ struct oai_request {
                                (instructions, tools, text, ..., store), one JSON object's text */
     char *resp_items;       /* OAI_RESPONSES to be stored: the conversation's items before
                                the response's output, a JSON array's text; NULL: not stored */
+    bool resp_background;   /* OAI_RESPONSES with "background": true (then stored, not streamed) */
 };
 
 /* Parse a POST /v1/chat/completions (resp. /v1/completions) body of len bytes: validate,

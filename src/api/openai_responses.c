@@ -28,7 +28,10 @@
  *   seed, penalties, stop, structured_outputs, guided_*, ...) as they are.
  *   include "message.output_text.logprobs" or top_logprobs > 0 → logprobs: true (and
  *                                   top_logprobs)
- * Refused (400 naming the field): conversation objects and item references, background,
+ * background: true → r->resp_background (the server answers at once with the queued
+ *   response and runs it detached); it needs the store (not store: false, not a server
+ *   without one) and is not streamed.
+ * Refused (400 naming the field): conversation objects and item references,
  * truncation "auto", images / files / audio in the input, and built-in tools (web_search,
  * file_search, ...); previous_response_id when the server keeps no responses (404
  * previous_response_not_found when it has no such one).
@@ -64,7 +67,7 @@ static const char *const PASS_THROUGH[] = {
 static const char *const ECHOED[] = {
     "instructions", "max_output_tokens", "temperature", "top_p", "tool_choice", "tools",
     "parallel_tool_calls", "text", "reasoning", "metadata", "truncation", "user", "top_logprobs",
-    "previous_response_id",
+    "previous_response_id", "background",
 };
 
 /* Adds a copy of src under key to obj; false on OOM. */
@@ -398,7 +401,7 @@ static int refuse_unsupported(const cJSON *root, struct api_error *e)
     const cJSON *store = oai_opt(root, "store");
     if (store && !cJSON_IsBool(store)) return oai_bad(e, "store", "'store' must be a boolean");
     const cJSON *bg = oai_opt(root, "background");
-    if (bg && !cJSON_IsFalse(bg)) return oai_bad(e, "background", "'background' responses are not supported");
+    if (bg && !cJSON_IsBool(bg)) return oai_bad(e, "background", "'background' must be a boolean");
     const cJSON *tr = oai_opt(root, "truncation");
     if (tr && !(cJSON_IsString(tr) && !strcmp(tr->valuestring, "disabled")))
         return oai_bad(e, "truncation", "'truncation' must be 'disabled' (the input is never cut)");
@@ -412,6 +415,21 @@ static int refuse_unsupported(const cJSON *root, struct api_error *e)
     const cJSON *rs = oai_opt(root, "reasoning"), *md = oai_opt(root, "metadata");
     if (rs && !cJSON_IsObject(rs)) return oai_bad(e, "reasoning", "'reasoning' must be an object");
     if (md && !cJSON_IsObject(md)) return oai_bad(e, "metadata", "'metadata' must be an object");
+    return 0;
+}
+
+/* background: true needs the store and no stream (a client polls GET /v1/responses/{id}). */
+static int check_background(const struct oai_ctx *ctx, const cJSON *root, struct api_error *e)
+{
+    if (!cJSON_IsTrue(oai_opt(root, "background"))) return 0;
+    if (!ctx->responses)
+        return oai_bad(e, "background", "'background' responses are kept in the response store, and this server "
+                                        "keeps none (--response-store-mb 0)");
+    if (cJSON_IsFalse(oai_opt(root, "store")))
+        return oai_bad(e, "store", "a 'background' response is stored: 'store' must not be false");
+    if (cJSON_IsTrue(oai_opt(root, "stream")))
+        return oai_bad(e, "stream", "streaming a 'background' response is not supported; poll "
+                                    "GET /v1/responses/{id} (or send it without 'background')");
     return 0;
 }
 
@@ -433,6 +451,7 @@ static int build_logprobs(const cJSON *root, cJSON *chat, struct api_error *e)
 static int to_chat(const struct oai_ctx *ctx, const cJSON *root, cJSON **out, cJSON **items, struct api_error *e)
 {
     int n_prev = 0, rc = refuse_unsupported(root, e);
+    if (!rc) rc = check_background(ctx, root, e);
     if (!rc) rc = conversation_items(ctx, root, items, &n_prev, e);
     if (rc) return rc;
     cJSON *chat = cJSON_CreateObject();
@@ -509,6 +528,7 @@ int oai_parse_responses(const struct oai_ctx *ctx, const char *body, size_t len,
     int rc = cJSON_IsObject(root) ? to_chat(ctx, root, &chat, &items, e)
                                   : oai_bad(e, NULL, "the request body must be a JSON object");
     bool stored = ctx->responses && !cJSON_IsFalse(oai_opt(root, "store"));
+    bool background = cJSON_IsTrue(oai_opt(root, "background"));
     char *echo = NULL, *kept = NULL;
     if (!rc) rc = echo_fields(root, stored, &echo, e);
     if (!rc && stored && !(kept = cJSON_PrintUnformatted(items))) rc = oai_nomem(e);
@@ -528,5 +548,6 @@ int oai_parse_responses(const struct oai_ctx *ctx, const char *body, size_t len,
     out->include_usage = true; /* the final event carries the usage */
     out->resp_echo = echo;
     out->resp_items = kept;
+    out->resp_background = background;
     return 0;
 }

@@ -105,21 +105,27 @@ static cJSON *echo_default(const char *key)
     if (!strcmp(key, "truncation")) return cJSON_CreateString("disabled");
     if (!strcmp(key, "metadata")) return cJSON_CreateObject();
     if (!strcmp(key, "text")) return cJSON_Parse("{\"format\":{\"type\":\"text\"}}");
-    if (!strcmp(key, "store")) return cJSON_CreateFalse();
+    if (!strcmp(key, "store") || !strcmp(key, "background")) return cJSON_CreateFalse();
     return cJSON_CreateNull();
 }
 
-/* The response object. in_progress: "in_progress", no output or usage yet. */
-static cJSON *response_json(const struct resp_out *o, bool in_progress, enum resp_status st,
-                            const struct oai_usage *u, const struct api_error *err)
+const char *resp_status_name(enum resp_status st)
 {
-    static const char *const status[] = { "completed", "incomplete", "failed" };
+    static const char *const name[] = { "completed", "incomplete", "failed", "cancelled", "queued", "in_progress" };
+    return name[st];
+}
+
+/* The response object: while queued or in progress, no output or usage yet. */
+static cJSON *response_json(const struct resp_out *o, enum resp_status st, const struct oai_usage *u,
+                            const struct api_error *err)
+{
+    bool in_progress = st == RESP_QUEUED || st == RESP_IN_PROGRESS;
     const struct resp_meta *m = o->meta;
     cJSON *r = cJSON_CreateObject(), *echo = cJSON_Parse(m->echo ? m->echo : "{}");
     bool ok = r && echo && cJSON_AddStringToObject(r, "id", m->id) &&
               cJSON_AddStringToObject(r, "object", "response") &&
               cJSON_AddNumberToObject(r, "created_at", (double)m->created_at) &&
-              cJSON_AddStringToObject(r, "status", in_progress ? "in_progress" : status[st]) &&
+              cJSON_AddStringToObject(r, "status", resp_status_name(st)) &&
               cJSON_AddStringToObject(r, "model", m->model ? m->model : "");
     if (ok && !in_progress && st == RESP_FAILED && err) {
         cJSON *e = cJSON_AddObjectToObject(r, "error");
@@ -141,7 +147,8 @@ static cJSON *response_json(const struct resp_out *o, bool in_progress, enum res
     ok = output != NULL;
     for (int i = 0; ok && !in_progress && i < o->n; i++) {
         const char *s = o->items[i].kind == RESP_REASONING ? NULL
-                        : st == RESP_INCOMPLETE && i == o->n - 1 ? "incomplete" : "completed";
+                        : (st == RESP_INCOMPLETE || st == RESP_CANCELLED) && i == o->n - 1 ? "incomplete"
+                                                                                          : "completed";
         cJSON *it = item_json(o, &o->items[i], true, s);
         ok = it && cJSON_AddItemToArray(output, it);
         if (!ok) cJSON_Delete(it);
@@ -190,17 +197,17 @@ static cJSON *item_event(struct resp_out *o, const char *type, int i, bool *ok)
     return ev;
 }
 
-static void send_response_event(struct resp_out *o, const char *type, bool in_progress, enum resp_status st,
+static void send_response_event(struct resp_out *o, const char *type, enum resp_status st,
                                 const struct oai_usage *u, const struct api_error *err)
 {
     cJSON *ev = event_new(o, type);
-    event_send(o, ev, ev && put(ev, "response", response_json(o, in_progress, st, u, err)));
+    event_send(o, ev, ev && put(ev, "response", response_json(o, st, u, err)));
 }
 
 void resp_out_start(struct resp_out *o)
 {
-    send_response_event(o, "response.created", true, RESP_COMPLETED, NULL, NULL);
-    send_response_event(o, "response.in_progress", true, RESP_COMPLETED, NULL, NULL);
+    send_response_event(o, "response.created", RESP_IN_PROGRESS, NULL, NULL);
+    send_response_event(o, "response.in_progress", RESP_IN_PROGRESS, NULL, NULL);
 }
 
 /* Streaming: output_item.added (and content_part.added) for the item just opened. */
@@ -361,13 +368,13 @@ void resp_out_finish(struct resp_out *o, enum resp_status st, const struct oai_u
 {
     close_open(o, st == RESP_INCOMPLETE ? "incomplete" : "completed");
     static const char *const type[] = { "response.completed", "response.incomplete", "response.failed" };
-    if (o->sink) send_response_event(o, type[st], false, st, u, err);
+    if (o->sink && st <= RESP_FAILED) send_response_event(o, type[st], st, u, err);
 }
 
 char *resp_out_json(const struct resp_out *o, enum resp_status st, const struct oai_usage *u,
                     const struct api_error *err, size_t *len)
 {
-    cJSON *r = response_json(o, false, st, u, err);
+    cJSON *r = response_json(o, st, u, err);
     char *s = r ? cJSON_PrintUnformatted(r) : NULL;
     cJSON_Delete(r);
     if (s && len) *len = strlen(s);

@@ -49,8 +49,12 @@ struct resp_item {
     int n_lp, lp_cap;
 };
 
-/* How a response ended. */
-enum resp_status { RESP_COMPLETED = 0, RESP_INCOMPLETE, RESP_FAILED };
+/* How a response ended (RESP_CANCELLED: a background response cancelled), or where it is
+ * (RESP_QUEUED, RESP_IN_PROGRESS: no output or usage yet in its object). */
+enum resp_status { RESP_COMPLETED = 0, RESP_INCOMPLETE, RESP_FAILED, RESP_CANCELLED, RESP_QUEUED, RESP_IN_PROGRESS };
+
+/* "completed", "incomplete", "failed", "cancelled", "queued" or "in_progress". */
+const char *resp_status_name(enum resp_status st);
 
 /* The fixed parts of one response (borrowed). */
 struct resp_meta {
@@ -98,11 +102,13 @@ void resp_out_take_begin(struct resp_out *o, const struct req_logprob *lp, int n
 int resp_out_take_end(struct resp_out *o, bool all_content);
 /* Streaming: ends the open item and sends the last event (status RESP_COMPLETED:
  * response.completed; RESP_INCOMPLETE: response.incomplete with incomplete_details
- * {"reason": "max_output_tokens"}; RESP_FAILED: response.failed with err). u: the usage. */
+ * {"reason": "max_output_tokens"}; RESP_FAILED: response.failed with err; no other
+ * status). u: the usage. */
 void resp_out_finish(struct resp_out *o, enum resp_status st, const struct oai_usage *u,
                      const struct api_error *err);
-/* The whole response object ("object": "response") with the items so far as its output;
- * malloc'd JSON text, *len set; NULL on OOM. */
+/* The whole response object ("object": "response") with the items so far as its output
+ * (none while RESP_QUEUED / RESP_IN_PROGRESS; RESP_CANCELLED: the last item
+ * "incomplete"); malloc'd JSON text, *len set; NULL on OOM. */
 char *resp_out_json(const struct resp_out *o, enum resp_status st, const struct oai_usage *u,
                     const struct api_error *err, size_t *len);
 

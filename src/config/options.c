@@ -130,8 +130,8 @@ static const struct opt_def opt_table[] = {
           "http", "bytes a stream may have queued for a slow client; past it the request is "
           "aborted (4 MiB)"),
     INT("response-store-mb", response_store_mb, "64", 0, 1048576, "http",
-        "MiB of memory for finished /v1/responses responses kept for previous_response_id "
-        "and GET /v1/responses/{id}; the oldest are dropped first; 0 = keep none"),
+        "MiB of memory for /v1/responses responses kept for previous_response_id, "
+        "GET /v1/responses/{id} and background runs; the oldest are dropped first; 0 = keep none"),
     JLIST("allowed-origins", allowed_origins, "ORIGIN", "http",
           "origins whose web pages may call the API from a browser (CORS), e.g. "
           "http://localhost:3000, or \"*\" for any (vLLM's default); repeatable or a JSON list; "

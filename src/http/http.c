@@ -525,6 +525,35 @@ void http_reply_set_usage(struct http_reply *r, int prompt_tokens, int completio
 
 uint64_t http_reply_request_id(const struct http_reply *r) { return r->id; }
 
+struct http_meter {
+    struct http_auth *auth; /* one reference */
+    int key_slot;
+};
+
+int http_reply_meter(const struct http_reply *r, struct http_meter **out)
+{
+    *out = NULL;
+    if (!r->auth || r->key_slot < 0) return 0;
+    struct http_meter *m = malloc(sizeof *m);
+    if (!m) return ERR_NOMEM;
+    auth_ref(r->auth);
+    *m = (struct http_meter){ .auth = r->auth, .key_slot = r->key_slot };
+    *out = m;
+    return 0;
+}
+
+void http_meter_charge(struct http_meter *m, int prompt_tokens, int completion_tokens)
+{
+    if (m) auth_charge(m->auth, m->key_slot, prompt_tokens, completion_tokens, now_s());
+}
+
+void http_meter_free(struct http_meter *m)
+{
+    if (!m) return;
+    auth_unref(m->auth);
+    free(m);
+}
+
 /* ---------------------------------------------------------------- requests */
 
 /* Collapses repeated '/' and drops one trailing '/' (not the root). malloc'd. */

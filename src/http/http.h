@@ -207,4 +207,14 @@ void http_reply_set_usage(struct http_reply *r, int prompt_tokens, int completio
 /* The id of the request this reply answers (struct http_request.id). */
 uint64_t http_reply_request_id(const struct http_reply *r);
 
+/* Charges tokens known only after the reply was sent (a background job) to the API key
+ * of the request r answers. http_reply_meter: *out is NULL when there is nothing to
+ * charge (no keys configured); call it before the reply is sent. Returns 0 or ERR_NOMEM.
+ * The meter stays valid after the reply and the server are gone; charge it any number of
+ * times from any thread, free it once. */
+struct http_meter;
+int http_reply_meter(const struct http_reply *r, struct http_meter **out);
+void http_meter_charge(struct http_meter *m, int prompt_tokens, int completion_tokens);
+void http_meter_free(struct http_meter *m);
+
 #endif

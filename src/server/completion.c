@@ -23,13 +23,23 @@
  * or the parts of the whole message. A take's tokens count as reasoning tokens when the
  * parser was inside the reasoning before or after it.
  *
+ * Background responses (/v1/responses with "background": true). Once its choice is
+ * submitted, the job stores its "queued" object, registers with the server's background
+ * registry (server/background.h: cancel and delete find it there) and answers that object
+ * at once; the reply is gone from then on (j->reply NULL). Its first output stores an
+ * "in_progress" snapshot, and its end stores the final object through the registry, which
+ * also answers any cancel waiting for it; the usage is charged to the API key through
+ * the meter taken before the reply went.
+ *
  * Lifetime. The job is refcounted: one reference for the worker's task, one per
  * submitted choice, dropped at that choice's final notify. The engine requests are
  * released only when the job is freed, so on_close can abort them for as long as the
- * reply is open.
+ * reply is open (and the background registry for as long as the job is registered: it
+ * leaves the registry at its end, before its last reference goes).
  */
 #include "api/response_store.h"
 #include "api/responses.h"
+#include "server/background.h"
 #include "server/server_internal.h"
 #include "util/err.h"
 #include "util/grow.h"
@@ -94,6 +104,7 @@ struct job {
     struct oai_meta meta;
     struct resp_meta rmeta;      /* /v1/responses */
     char id[64];
+    uint64_t req_id;             /* the HTTP request's id, for logs (the reply may be gone) */
     pthread_mutex_t mu;          /* guards everything below and the choices */
     int refs;
     struct http_reply *reply;    /* deferred by the handler */
@@ -103,6 +114,9 @@ struct job {
     int n_done;
     struct api_error error;      /* the first engine error or abort, if any */
     bool has_error;
+    bool background;             /* a background response, answered at submission */
+    bool bg_started;             /* background: its "in_progress" snapshot is stored */
+    struct http_meter *meter;    /* background: charges its usage to the request's API key */
     struct choice ch[OAI_MAX_CHOICES]; /* [oai_n_choices(&req)] */
 };
 
@@ -123,6 +137,7 @@ static void job_free(struct job *j)
         resp_out_free(&c->resp);
     }
     oai_request_free(&j->req);
+    http_meter_free(j->meter);
     pthread_mutex_destroy(&j->mu);
     free(j);
 }
@@ -486,9 +501,34 @@ static void keep_response(struct job *j, const struct oai_usage *u)
     char *obj = resp_out_json(&j->ch[0].resp, resp_status_of(j), u, &j->error, &len);
     int rc = obj ? resp_store_put(j->s->ctx.responses, j->id, obj, j->req.resp_items) : ERR_NOMEM;
     if (rc)
-        LOG_WARN("server", "req-%llu: response %s not stored: %s", (unsigned long long)http_reply_request_id(j->reply),
-                 j->id, rc == ERR_RANGE ? "larger than --response-store-mb" : "out of memory");
+        LOG_WARN("server", "req-%llu: response %s not stored: %s", (unsigned long long)j->req_id, j->id, rc == ERR_RANGE ? "larger than --response-store-mb" : "out of memory");
     free(obj);
+}
+
+/* A background job's final object, for bg_end. */
+struct bg_final {
+    struct job *j;
+    const struct oai_usage *u;
+    enum resp_status st;         /* set by final_object */
+};
+
+static char *final_object(void *ud, bool cancelled)
+{
+    struct bg_final *f = ud;
+    f->st = cancelled ? RESP_CANCELLED : resp_status_of(f->j);
+    return resp_out_json(&f->j->ch[0].resp, f->st, f->u, &f->j->error, NULL);
+}
+
+/* A background job is over: its final object goes to the store (and to the cancels
+ * waiting for it), its usage to the API key. */
+static void end_detached(struct job *j, const struct oai_usage *u)
+{
+    struct bg_final f = { .j = j, .u = u, .st = RESP_FAILED };
+    int rc = bg_end(j->s->bg, j->id, final_object, &f, j->req.resp_items);
+    http_meter_charge(j->meter, u->prompt_tokens, u->completion_tokens);
+    LOG_INFO("server", "req-%llu: background response %s %s: %d prompt + %d completion tokens%s",
+             (unsigned long long)j->req_id, j->id, resp_status_name(f.st), u->prompt_tokens, u->completion_tokens,
+             !rc ? "" : rc == ERR_RANGE ? " (not stored: larger than --response-store-mb)" : " (not stored: out of memory)");
 }
 
 /* All choices are done: the end of the stream, or the whole response. */
@@ -497,6 +537,10 @@ static void finish_job(struct job *j)
     struct oai_usage u;
     double ttft;
     usage_of(j, &u, &ttft);
+    if (j->background) {
+        end_detached(j, &u);
+        return;
+    }
     http_reply_set_usage(j->reply, u.prompt_tokens, u.completion_tokens, ttft);
     size_t len;
     if (j->kind == OAI_RESPONSES && j->req.resp_items) keep_response(j, &u);
@@ -545,6 +589,12 @@ static void on_notify(void *ud)
     c->n_generated = j->req.echo_only ? 0 : c->out.n_generated;
     c->n_cached = c->out.n_cached;
     c->ttft = c->out.t_first_token;
+    if (j->background && !j->bg_started && c->out.finish == REQ_FINISH_NONE) { /* it has started */
+        j->bg_started = true;
+        char *obj = resp_out_json(&c->resp, RESP_IN_PROGRESS, NULL, NULL, NULL);
+        if (obj) bg_update(j->s->bg, j->id, obj, j->req.resp_items);
+        free(obj);
+    }
     if (!j->failed) {
         if (j->kind == OAI_RESPONSES) respond_out(j, c);
         else if (j->req.stream) stream_out(j, c);
@@ -568,7 +618,7 @@ static void on_notify(void *ud)
     }
     if (++j->n_done == oai_n_choices(&j->req) && !j->failed) {
         finish_job(j);
-        LOG_DEBUG("server", "req-%llu done", (unsigned long long)http_reply_request_id(j->reply));
+        LOG_DEBUG("server", "req-%llu done", (unsigned long long)j->req_id);
     }
     job_unref_unlock(j);
 }
@@ -589,6 +639,36 @@ static void reply_api_error(struct http_reply *r, const struct api_error *e)
     http_reply_send(r, body ? e->status : 500, "application/json", body ? body : oom,
                     strlen(body ? body : oom), e->status == 429 ? retry : NULL);
     free(body);
+}
+
+/* bg_abort_fn: a cancel or delete of a background job. */
+static void bg_abort(void *ud) { abort_choices(ud); }
+
+/* /v1/responses background, its choice submitted: stores the queued object, registers the
+ * job and answers with that object; the job runs on without its client. Returns 0, or an
+ * error code with e set (nothing stored or registered; the caller answers e). Caller holds
+ * j->mu. */
+static int run_detached(struct job *j, struct api_error *e)
+{
+    size_t len;
+    char *obj = resp_out_json(&j->ch[0].resp, RESP_QUEUED, NULL, NULL, &len);
+    int rc = obj ? http_reply_meter(j->reply, &j->meter) : ERR_NOMEM;
+    if (!rc) rc = bg_start(j->s->bg, j->id, obj, j->req.resp_items, bg_abort, j);
+    if (rc) {
+        free(obj);
+        if (rc == ERR_RANGE)
+            api_error_set(e, 400, API_ERR_INVALID_REQUEST, "input", NULL,
+                          "this background response's conversation is larger than the response store "
+                          "(--response-store-mb)");
+        else
+            api_error_from_code(e, rc, NULL, NULL, "out of memory");
+        return rc;
+    }
+    j->background = true;
+    http_reply_send(j->reply, 200, "application/json", obj, len, NULL);
+    j->reply = NULL; /* released by the send */
+    free(obj);
+    return 0;
 }
 
 /* The worker's part: parse, submit, start the stream. Worker thread. */
@@ -661,12 +741,20 @@ static void job_run(void *arg)
         atomic_store(&j->n_submitted, i + 1);
     }
     if (rc) {
+        api_error_from_code(&e, rc, kind == OAI_CHAT ? "messages" : kind == OAI_RESPONSES ? "input" : "prompt",
+                            rc == ERR_RANGE ? "context_length_exceeded" : NULL, err);
+    } else if (r->resp_background && !atomic_load(&j->gone)) {
+        rc = run_detached(j, &e);
+        if (!rc) {
+            job_unref_unlock(j);
+            return;
+        }
+    }
+    if (rc) {
         /* nothing was sent yet: a real HTTP status (the submitted choices are aborted and
            drop their references at their final notify) */
         j->failed = true;
         abort_choices(j);
-        api_error_from_code(&e, rc, kind == OAI_CHAT ? "messages" : kind == OAI_RESPONSES ? "input" : "prompt",
-                            rc == ERR_RANGE ? "context_length_exceeded" : NULL, err);
         reply_api_error(j->reply, &e);
         job_unref_unlock(j);
         return;
@@ -705,6 +793,7 @@ static void handle(struct server *s, const struct http_request *req, enum oai_ki
     }
     j->s = s;
     j->kind = kind;
+    j->req_id = req->id;
     pthread_mutex_init(&j->mu, NULL);
     j->refs = 1; /* the worker's task */
     atomic_init(&j->n_submitted, 0);
@@ -737,50 +826,3 @@ void server_handle_completion(void *ud, const struct http_request *req)
 }
 
 void server_handle_responses(void *ud, const struct http_request *req) { handle(ud, req, OAI_RESPONSES); }
-
-/* The stored response named by a /v1/responses/{id} path: its id, or NULL after a 404. */
-static const char *stored_id(struct server *s, const struct http_request *req)
-{
-    const char *id = req->path + strlen("/v1/responses/");
-    if (s->ctx.responses && resp_store_get(s->ctx.responses, id, NULL, NULL) == 0) return id;
-    char msg[320];
-    snprintf(msg, sizeof msg, "Response with id '%.64s' not found.%s", id,
-             s->ctx.responses ? "" : " This server keeps no responses (--response-store-mb 0).");
-    http_respond_error(req->conn, 404, msg, API_ERR_INVALID_REQUEST, NULL, "response_not_found", NULL);
-    return NULL;
-}
-
-void server_handle_get_response(void *ud, const struct http_request *req)
-{
-    struct server *s = ud;
-    if (server_refuse_unless_ready(s, req)) return;
-    const char *id = stored_id(s, req);
-    char *obj = NULL;
-    int rc = id ? resp_store_get(s->ctx.responses, id, &obj, NULL) : 0;
-    if (!id) return;
-    if (rc == ERR_NOT_FOUND) { /* deleted or pushed out since the check */
-        stored_id(s, req);
-        return;
-    }
-    if (rc) {
-        http_respond_error(req->conn, 500, "out of memory", API_ERR_SERVER, NULL, NULL, NULL);
-        return;
-    }
-    http_respond(req->conn, 200, "application/json", obj, strlen(obj), NULL);
-    free(obj);
-}
-
-void server_handle_delete_response(void *ud, const struct http_request *req)
-{
-    struct server *s = ud;
-    if (server_refuse_unless_ready(s, req)) return;
-    const char *id = stored_id(s, req);
-    if (!id) return;
-    if (resp_store_delete(s->ctx.responses, id)) { /* deleted by another request since the check */
-        stored_id(s, req);
-        return;
-    }
-    char body[160];
-    int n = snprintf(body, sizeof body, "{\"id\":\"%.64s\",\"object\":\"response\",\"deleted\":true}", id);
-    http_respond(req->conn, 200, "application/json", body, (size_t)n, NULL);
-}

@@ -25,6 +25,7 @@
 #include "engine/stats.h"
 #include "grammar/grammar.h"
 #include "model/model.h"
+#include "server/background.h"
 #include "server/notify.h"
 #include "server/server_internal.h"
 #include "template/jinja.h"
@@ -173,8 +174,11 @@ static size_t format_store_metrics(struct server *s, char *buf, size_t cap)
                        "GET /v1/responses/{id}.\n# TYPE tessera:responses_stored gauge\n"
                        "tessera:responses_stored %d\n"
                        "# HELP tessera:responses_stored_bytes Memory they take, of --response-store-mb.\n"
-                       "# TYPE tessera:responses_stored_bytes gauge\ntessera:responses_stored_bytes %zu\n",
-                       n, bytes);
+                       "# TYPE tessera:responses_stored_bytes gauge\ntessera:responses_stored_bytes %zu\n"
+                       "# HELP tessera:responses_background_running Background responses still running.\n"
+                       "# TYPE tessera:responses_background_running gauge\n"
+                       "tessera:responses_background_running %d\n",
+                       n, bytes, bg_running(s->bg));
     return len > 0 ? (size_t)len : 0;
 }
 
@@ -552,6 +556,7 @@ int server_run(const struct server_options *o)
         { "POST", "/v1/responses", server_handle_responses, &s, HTTP_ROUTE_METERED },
         { "GET", "/v1/responses", server_handle_get_response, &s, HTTP_ROUTE_SUBPATHS },
         { "DELETE", "/v1/responses", server_handle_delete_response, &s, HTTP_ROUTE_SUBPATHS },
+        { "POST", "/v1/responses", server_handle_response_action, &s, HTTP_ROUTE_SUBPATHS },
         { "GET", "/v1/models", handle_models, &s, 0 },
         { "GET", "/v1/models", handle_model, &s, HTTP_ROUTE_SUBPATHS },
         { "GET", "/health", handle_health, &s, HTTP_ROUTE_PUBLIC },
@@ -632,7 +637,8 @@ int server_run(const struct server_options *o)
                               .max_logprobs = o->max_logprobs };
     s.ctx.max_prompt_bytes = oai_max_prompt_bytes(s.m, s.ctx.max_model_len);
     s.ctx.priority_scheduling = ec.sched.policy == SCHED_PRIORITY;
-    if (o->response_store_mb > 0 && !(responses = resp_store_create((size_t)o->response_store_mb << 20))) {
+    if (o->response_store_mb > 0 && (!(responses = resp_store_create((size_t)o->response_store_mb << 20)) ||
+                                     !(s.bg = bg_create(responses)))) {
         snprintf(err, sizeof err, "out of memory creating the response store");
         goto fail;
     }
@@ -739,6 +745,7 @@ done:
     workq_free(s.workers);
     engine_free(s.e);
     if (gv) grammar_vocab_free(gv);
+    bg_free(s.bg); /* empty: every background job ended with the engine */
     resp_store_free(responses);
     model_free(s.m);
     pthread_kill(sig_thread, SIGUSR1); /* s.stopping is set: the thread returns */

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 struct workq;
+struct bg_registry;
 
 enum server_state { SERVER_LOADING = 0, SERVER_READY, SERVER_DRAINING };
 
@@ -25,6 +26,7 @@ struct server {
     struct model *m;                 /* NULL while loading */
     struct engine *e;                /* NULL while loading */
     struct oai_ctx ctx;              /* valid once READY */
+    struct bg_registry *bg;          /* running background responses (with ctx.responses) */
     const char *names[OPTS_MAX_LIST];/* served model names (ctx.served_names points here) */
     int n_names;
     char default_name[256];          /* the model path's basename when no name is given */
@@ -44,10 +46,13 @@ void server_handle_chat(void *ud, const struct http_request *req);
 void server_handle_completion(void *ud, const struct http_request *req);
 /* POST /v1/responses (completion.c): OpenAI's Responses API over the chat path. */
 void server_handle_responses(void *ud, const struct http_request *req);
-/* GET and DELETE /v1/responses/{id} (completion.c): a stored response (api/response_store.h),
- * as it was sent; DELETE forgets it. 404 when it is not (or no longer) kept. */
+/* GET and DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel (response_routes.c):
+ * a stored response (api/response_store.h) as it was sent; DELETE forgets it; cancel stops
+ * a running background response (server/background.h). 404 when it is not (or no longer)
+ * kept. */
 void server_handle_get_response(void *ud, const struct http_request *req);
 void server_handle_delete_response(void *ud, const struct http_request *req);
+void server_handle_response_action(void *ud, const struct http_request *req);
 
 /* Runs fn(arg) on a worker thread (the HTTP threads must not parse, render or tokenize).
  * Returns false when the worker queue is full (the caller answers 429). Any thread. */

@@ -2,7 +2,8 @@
  * parser events that switch kinds (reasoning → text → two tool calls) become the items
  * and, streaming, exactly OpenAI's event sequence (types, sequence numbers, output
  * indices, item ids), with the final response repeating the done items; collected
- * without a sink the same items form the whole response; statuses and errors; text
+ * without a sink the same items form the whole response; statuses (a background
+ * response's queued / in_progress snapshots and its cancelled end) and errors; text
  * that is not valid UTF-8 still gives valid JSON.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -230,6 +231,29 @@ static void test_collected(void)
     CHECK(str_is(r, "status", "failed") && str_is(r, "error.code", "server_error") &&
               str_is(r, "error.message", "the engine failed"), "failed");
     cJSON_Delete(r);
+    /* a background response cancelled: its items so far, the last one cut off; no error
+       even though the engine saw an abort */
+    api_error_set(&e, 503, API_ERR_OVERLOADED, NULL, NULL, "the request was aborted");
+    r = whole(&o, RESP_CANCELLED, &e);
+    CHECK(str_is(r, "status", "cancelled") && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(r, "error")) &&
+              cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(r, "incomplete_details")) &&
+              str_is(r, "output.3.status", "incomplete") && str_is(r, "output.1.status", "completed") &&
+              num_at(cJSON_GetObjectItemCaseSensitive(r, "usage"), "output_tokens") == 2,
+          "cancelled");
+    cJSON_Delete(r);
+    /* a background response's snapshots: a status, no output or usage yet */
+    for (enum resp_status st = RESP_QUEUED; st <= RESP_IN_PROGRESS; st++) {
+        r = whole(&o, st, NULL);
+        const cJSON *out = cJSON_GetObjectItemCaseSensitive(r, "output");
+        CHECK(str_is(r, "status", resp_status_name(st)) && cJSON_IsArray(out) && cJSON_GetArraySize(out) == 0 &&
+                  cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(r, "usage")) &&
+                  cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(r, "error")) && str_is(r, "id", "resp_test") &&
+                  str_is(r, "instructions", "Be brief."),
+              "%s snapshot", resp_status_name(st));
+        cJSON_Delete(r);
+    }
+    CHECK(!strcmp(resp_status_name(RESP_QUEUED), "queued") && !strcmp(resp_status_name(RESP_IN_PROGRESS), "in_progress"),
+          "status names");
     resp_out_free(&o);
 }
 

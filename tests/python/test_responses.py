@@ -21,6 +21,7 @@ endpoint on the same server is the reference: the same greedy text, the same tok
   over; a function_call answered by a function_call_output item), also right after a
   stream's last event; GET /v1/responses/{id} returns the response as it was sent, DELETE
   forgets it; store false and a server keeping none store nothing;
+- background responses: test_responses_background.py;
 - errors: 400 naming the Responses field (input, max_output_tokens, text.format, tools,
   store, ...), 404 for an unknown model or response."""
 import json
@@ -457,6 +458,9 @@ def test_server_keeping_none(tessera_bin, default_model):
         e = check_error(srv.post_json("/v1/responses", {"input": "hi", "previous_response_id": r["id"]}), 400,
                         param="previous_response_id")
         assert "--response-store-mb" in e["message"]
+        e = check_error(srv.post_json("/v1/responses", {"input": "hi", "background": True}), 400, param="background")
+        assert "--response-store-mb" in e["message"]
+        check_error(srv.request("POST", f"/v1/responses/{r['id']}/cancel"), 404, code="response_not_found")
         assert srv.metrics().get("tessera:responses_stored") is None
 
 
@@ -475,7 +479,9 @@ def test_server_keeping_none(tessera_bin, default_model):
     ({"input": "hi", "previous_response_id": 123}, "previous_response_id"),
     ({"input": "hi", "store": "yes"}, "store"),
     ({"input": "hi", "conversation": "conv_1"}, "conversation"),
-    ({"input": "hi", "background": True}, "background"),
+    ({"input": "hi", "background": "yes"}, "background"),
+    ({"input": "hi", "background": True, "stream": True}, "stream"),
+    ({"input": "hi", "background": True, "store": False}, "store"),
     ({"input": "hi", "truncation": "auto"}, "truncation"),
     ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
     ({"input": "hi", "max_output_tokens": 2.5}, "max_output_tokens"),
