@@ -275,7 +275,8 @@ ASAN_PYTEST := tests/python/test_model_files.py tests/python/test_templates.py t
                tests/python/test_server_bad_input.py tests/python/test_server.py \
                tests/python/test_server_load.py tests/python/test_server_backend.py \
                tests/python/test_server_hardening.py tests/python/test_quantization.py \
-               tests/python/test_speculative.py
+               tests/python/test_speculative.py tests/python/test_responses_background.py \
+               tests/python/test_priority.py
 asan: $(VENV)/.ok $(MODEL) $(TESTDATA_OK)
 	$(MAKE) BUILD=build-asan CUDA=0 OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
 	@$(MAKE) --no-print-directory BUILD=build-asan testmodels-only
@@ -284,11 +285,11 @@ asan: $(VENV)/.ok $(MODEL) $(TESTDATA_OK)
 # ThreadSanitizer over the threaded parts (engine request API, HTTP front end, the server
 # end to end): a data race fails the C test or makes the server exit non-zero.
 TSAN_PYTEST := tests/python/test_server.py tests/python/test_server_load.py \
-               tests/python/test_server_backend.py
+               tests/python/test_server_backend.py tests/python/test_responses_background.py
 tsan: $(VENV)/.ok $(MODEL)
 	$(MAKE) BUILD=build-tsan CUDA=0 OPT=-O1 SAN="-fsanitize=thread" build-tsan/tessera \
 		build-tsan/tests/test_engine build-tsan/tests/test_http build-tsan/tests/test_api \
-		build-tsan/tests/test_response_store
+		build-tsan/tests/test_response_store build-tsan/tests/test_background
 	@BUILD=build-tsan PYTEST_FILES="$(TSAN_PYTEST)" TSAN_OPTIONS="halt_on_error=1 exitcode=66" \
 		scripts/run-tests.sh
 
