@@ -265,8 +265,24 @@ static int previous_items(const struct oai_ctx *ctx, const cJSON *prev, cJSON *i
     return rc == ERR_NOMEM ? oai_nomem(e) : rc;
 }
 
+/* A stored input item without an id gets one (msg_, fc_, fco_ or rs_ by its type), so
+ * that GET /v1/responses/{id}/input_items can name it: ids are how that list pages. The
+ * chat conversion ignores it. */
+static bool give_id(cJSON *item)
+{
+    if (!cJSON_IsObject(item) || cJSON_GetObjectItemCaseSensitive(item, "id")) return true;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(item, "type");
+    const char *t = cJSON_IsString(type) ? type->valuestring : "message";
+    const char *prefix = !strcmp(t, "function_call") ? "fc_" : !strcmp(t, "function_call_output") ? "fco_"
+                         : !strcmp(t, "reasoning") ? "rs_" : "msg_";
+    char id[40];
+    oai_make_id(prefix, id, sizeof id);
+    return cJSON_AddStringToObject(item, "id", id) != NULL;
+}
+
 /* The conversation's items before this response's output into *out: the previous
- * response's (*n_prev of them), then the input's (a string input: one user message). */
+ * response's (*n_prev of them), then the input's (a string input: one user message; each
+ * with an id when the response is stored). */
 static int conversation_items(const struct oai_ctx *ctx, const cJSON *root, cJSON **out, int *n_prev,
                               struct api_error *e)
 {
@@ -295,6 +311,10 @@ static int conversation_items(const struct oai_ctx *ctx, const cJSON *root, cJSO
             rc = oai_nomem(e);
         }
     }
+    bool stored = ctx->responses && !cJSON_IsFalse(oai_opt(root, "store"));
+    int i = 0;
+    for (cJSON *it = stored && !rc ? items->child : NULL; it && !rc; it = it->next, i++)
+        if (i >= *n_prev && !give_id(it)) rc = oai_nomem(e);
     if (rc) {
         cJSON_Delete(items);
         return rc;

@@ -1,6 +1,8 @@
 /* response_routes.c — the Responses API's routes on one response:
  *   GET    /v1/responses/{id}         the stored object (a background response's latest
  *                                     snapshot while it runs)
+ *   GET    /v1/responses/{id}/input_items  the conversation items it was made from
+ *                                     (api/response_items.h)
  *   DELETE /v1/responses/{id}         forgets it (a running background response is
  *                                     stopped: nothing of it is kept)
  *   POST   /v1/responses/{id}/cancel  stops a running background response; answered with
@@ -10,6 +12,7 @@
  * server/background.h. Handlers run on HTTP threads and never block: a cancel defers
  * its answer to the job's end (the next engine step).
  */
+#include "api/response_items.h"
 #include "api/response_store.h"
 #include "server/background.h"
 #include "server/server_internal.h"
@@ -41,10 +44,46 @@ static const char *stored_id(struct server *s, const struct http_request *req)
     return NULL;
 }
 
+/* GET /v1/responses/{id}/input_items */
+static void list_input_items(struct server *s, const struct http_request *req, const char *id, size_t len)
+{
+    char rid[128];
+    struct resp_items_query q;
+    struct api_error e;
+    if (resp_items_query_parse(req->query, &q, &e)) {
+        server_respond_api_error(req, &e);
+        return;
+    }
+    char *items = NULL, *list = NULL;
+    int rc = ERR_NOT_FOUND;
+    if (s->ctx.responses && len < sizeof rid) {
+        memcpy(rid, id, len);
+        rid[len] = 0;
+        rc = resp_store_get(s->ctx.responses, rid, NULL, &items);
+    }
+    if (rc == ERR_NOT_FOUND) {
+        not_found(s, req->conn, id, len);
+        return;
+    }
+    if (!rc && resp_items_list(items, &q, &list, &e) == 0)
+        http_respond(req->conn, 200, "application/json", list, strlen(list), NULL);
+    else if (rc)
+        http_respond_error(req->conn, 500, "out of memory", API_ERR_SERVER, NULL, NULL, NULL);
+    else
+        server_respond_api_error(req, &e);
+    free(items);
+    free(list);
+}
+
 void server_handle_get_response(void *ud, const struct http_request *req)
 {
     struct server *s = ud;
     if (server_refuse_unless_ready(s, req)) return;
+    const char *rest = req->path + strlen(PREFIX), *slash = strchr(rest, '/');
+    if (slash && !strcmp(slash, "/input_items")) {
+        list_input_items(s, req, rest, (size_t)(slash - rest));
+        return;
+    }
     const char *id = stored_id(s, req);
     char *obj = NULL;
     int rc = id ? resp_store_get(s->ctx.responses, id, &obj, NULL) : 0;

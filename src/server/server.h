@@ -9,6 +9,7 @@
  *
  * Routes (see docs/api.md): POST /v1/chat/completions, POST /v1/completions,
  * POST /v1/responses, GET and DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel,
+ * GET /v1/responses/{id}/input_items,
  * GET /v1/models, GET /health, GET /metrics, POST /tokenize, POST /detokenize,
  * GET /version.
  */

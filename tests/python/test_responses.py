@@ -20,7 +20,9 @@ endpoint on the same server is the reference: the same greedy text, the same tok
   continues a conversation exactly as sending its items would (instructions not carried
   over; a function_call answered by a function_call_output item), also right after a
   stream's last event; GET /v1/responses/{id} returns the response as it was sent, DELETE
-  forgets it; store false and a server keeping none store nothing;
+  forgets it; GET /v1/responses/{id}/input_items lists the conversation's items (ids kept,
+  typed as the API types them, newest first or oldest first, paged by limit and after;
+  the official client's paginator); store false and a server keeping none store nothing;
 - background responses: test_responses_background.py;
 - errors: 400 naming the Responses field (input, max_output_tokens, text.format, tools,
   store, ...), 404 for an unknown model or response."""
@@ -448,6 +450,68 @@ def test_official_client_chains(plain):
     c.responses.delete(first.id)
     with pytest.raises(openai.NotFoundError):
         c.responses.retrieve(first.id)
+
+
+def test_input_items(plain):
+    r1 = respond(plain, input="My name is Ada.", instructions="Be brief.", max_output_tokens=8)
+    r2 = respond(plain, input=[{"role": "user", "content": [{"type": "input_text", "text": "And yours?"}]},
+                               {"type": "message", "role": "developer", "content": "Answer in one word."}],
+                 previous_response_id=r1["id"], max_output_tokens=8)
+    got = plain.get_json(f"/v1/responses/{r2['id']}/input_items")
+    assert got["object"] == "list" and got["has_more"] is False
+    items = got["data"]
+    # newest first: r2's own input, then r1's output, then r1's input (instructions are not items)
+    assert [it["type"] for it in items] == ["message"] * 4
+    assert [it["role"] for it in items] == ["developer", "user", "assistant", "user"]
+    assert items[2]["id"] == r1["output"][0]["id"]
+    assert items[2]["content"][0]["text"] == output_text(r1) and items[2]["content"][0]["type"] == "output_text"
+    assert items[3]["content"] == [{"type": "input_text", "text": "My name is Ada."}]
+    assert items[0]["content"] == [{"type": "input_text", "text": "Answer in one word."}]
+    assert all(it["status"] == "completed" for it in items if it["role"] != "assistant")
+    assert items[2]["status"] == r1["output"][0]["status"]  # an output item as it was
+    ids = [it["id"] for it in items]
+    assert len(set(ids)) == 4 and ids[0].startswith("msg_")
+    assert got["first_id"] == ids[0] and got["last_id"] == ids[-1]
+    # the ids are kept: the same list again, and r1's input items are the same items
+    assert plain.get_json(f"/v1/responses/{r2['id']}/input_items") == got
+    assert [it["id"] for it in plain.get_json(f"/v1/responses/{r1['id']}/input_items")["data"]] == ids[3:]
+    # oldest first; pages by limit and after
+    asc = plain.get_json(f"/v1/responses/{r2['id']}/input_items?order=asc")["data"]
+    assert [it["id"] for it in asc] == ids[::-1]
+    page = plain.get_json(f"/v1/responses/{r2['id']}/input_items?limit=3")
+    assert [it["id"] for it in page["data"]] == ids[:3] and page["has_more"] is True
+    page = plain.get_json(f"/v1/responses/{r2['id']}/input_items?limit=3&after={page['last_id']}")
+    assert [it["id"] for it in page["data"]] == ids[3:] and page["has_more"] is False
+    page = plain.get_json(f"/v1/responses/{r2['id']}/input_items?order=asc&after={ids[1]}&limit=1")
+    assert [it["id"] for it in page["data"]] == [ids[0]] and page["has_more"] is False
+    # the items still continue the conversation exactly (their ids change nothing)
+    r3 = respond(plain, input="Thanks.", previous_response_id=r2["id"], max_output_tokens=8)
+    ref = respond(plain, input=[{k: v for k, v in it.items() if k not in ("id", "status")} for it in asc] +
+                  [{"role": "assistant", "content": output_text(r2)}, {"role": "user", "content": "Thanks."}],
+                  max_output_tokens=8, store=False)
+    assert output_text(r3) == output_text(ref) and r3["usage"]["input_tokens"] == ref["usage"]["input_tokens"]
+    # errors
+    for q, param in (("limit=0", "limit"), ("limit=101", "limit"), ("limit=x", "limit"), ("order=up", "order"),
+                     ("after=msg_nosuchthing", "after")):
+        check_error(plain.request("GET", f"/v1/responses/{r2['id']}/input_items?{q}"), 400, param=param)
+    check_error(plain.request("GET", "/v1/responses/resp_nosuchthing/input_items"), 404, code="response_not_found")
+    check_error(plain.request("GET", f"/v1/responses/{r2['id']}/output_items"), 404, code="response_not_found")
+
+
+def test_input_items_of_calls_and_the_official_client(tools):
+    r1 = respond(tools, input="Weather in Paris?", tools=[WEATHER], max_output_tokens=64,
+                 guided_regex=regex_of("Sure. " + CALL_TEXT))
+    call = r1["output"][1]
+    answer = {"type": "function_call_output", "call_id": call["call_id"], "output": '{"sky": "clear"}'}
+    r2 = respond(tools, input=[answer], previous_response_id=r1["id"], tools=[WEATHER], tool_choice="none")
+    c = client_of(tools)
+    items = list(c.responses.input_items.list(r2["id"], limit=1))  # pages of one, followed by the client
+    assert [it.type for it in items] == ["function_call_output", "function_call", "message", "message"]
+    assert items[0].call_id == call["call_id"] and items[0].output == answer["output"] and items[0].id
+    assert items[1].id == call["id"] and items[1].arguments == call["arguments"]
+    assert items[2].role == "assistant" and items[3].role == "user"
+    asc = list(c.responses.input_items.list(r2["id"], order="asc"))
+    assert [it.id for it in asc] == [it.id for it in items][::-1]
 
 
 def test_server_keeping_none(tessera_bin, default_model):
