@@ -501,7 +501,8 @@ static void keep_response(struct job *j, const struct oai_usage *u)
     char *obj = resp_out_json(&j->ch[0].resp, resp_status_of(j), u, &j->error, &len);
     int rc = obj ? resp_store_put(j->s->ctx.responses, j->id, obj, j->req.resp_items) : ERR_NOMEM;
     if (rc)
-        LOG_WARN("server", "req-%llu: response %s not stored: %s", (unsigned long long)j->req_id, j->id, rc == ERR_RANGE ? "larger than --response-store-mb" : "out of memory");
+        LOG_WARN("server", "req-%llu: response %s not stored: %s", (unsigned long long)j->req_id, j->id,
+                 rc == ERR_RANGE ? "larger than --response-store-mb" : "out of memory");
     free(obj);
 }
 
@@ -528,7 +529,8 @@ static void end_detached(struct job *j, const struct oai_usage *u)
     http_meter_charge(j->meter, u->prompt_tokens, u->completion_tokens);
     LOG_INFO("server", "req-%llu: background response %s %s: %d prompt + %d completion tokens%s",
              (unsigned long long)j->req_id, j->id, resp_status_name(f.st), u->prompt_tokens, u->completion_tokens,
-             !rc ? "" : rc == ERR_RANGE ? " (not stored: larger than --response-store-mb)" : " (not stored: out of memory)");
+             !rc ? "" : rc == ERR_RANGE ? " (not stored: larger than --response-store-mb)"
+                                   : " (not stored: out of memory)");
 }
 
 /* All choices are done: the end of the stream, or the whole response. */
@@ -557,9 +559,8 @@ static void finish_job(struct job *j)
         http_reply_end(j->reply);
         return;
     }
-    char *body = NULL;
     if (!j->has_error) {
-        body = j->kind == OAI_RESPONSES ? resp_out_json(&j->ch[0].resp, resp_status_of(j), &u, NULL, &len)
+        char *body = j->kind == OAI_RESPONSES ? resp_out_json(&j->ch[0].resp, resp_status_of(j), &u, NULL, &len)
                                         : chat_response_body(j, &u, &len);
         if (body) {
             http_reply_send(j->reply, 200, "application/json", body, len, NULL);
@@ -568,11 +569,7 @@ static void finish_job(struct job *j)
         }
         api_error_from_code(&j->error, ERR_NOMEM, NULL, NULL, "out of memory formatting the response");
     }
-    body = api_error_json(&j->error);
-    const char *msg = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
-    http_reply_send(j->reply, j->error.status, "application/json", body ? body : msg,
-                    strlen(body ? body : msg), NULL);
-    free(body);
+    server_reply_api_error(j->reply, &j->error);
 }
 
 /* Engine notify for one choice (scheduler thread). */
@@ -631,16 +628,6 @@ static void on_close(void *ud)
     abort_choices(j);
 }
 
-static void reply_api_error(struct http_reply *r, const struct api_error *e)
-{
-    static const char *const retry[] = { "Retry-After: 1", NULL };
-    char *body = api_error_json(e);
-    const char *oom = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
-    http_reply_send(r, body ? e->status : 500, "application/json", body ? body : oom,
-                    strlen(body ? body : oom), e->status == 429 ? retry : NULL);
-    free(body);
-}
-
 /* bg_abort_fn: a cancel or delete of a background job. */
 static void bg_abort(void *ud) { abort_choices(ud); }
 
@@ -687,7 +674,7 @@ static void job_run(void *arg)
     pthread_mutex_lock(&j->mu);
     if (rc) {
         j->failed = true;
-        reply_api_error(j->reply, &e);
+        server_reply_api_error(j->reply, &e);
         job_unref_unlock(j);
         return;
     }
@@ -702,7 +689,7 @@ static void job_run(void *arg)
         if (rc) {
             j->failed = true;
             api_error_from_code(&e, rc, NULL, NULL, "out of memory");
-            reply_api_error(j->reply, &e);
+            server_reply_api_error(j->reply, &e);
             job_unref_unlock(j);
             return;
         }
@@ -755,7 +742,7 @@ static void job_run(void *arg)
            drop their references at their final notify) */
         j->failed = true;
         abort_choices(j);
-        reply_api_error(j->reply, &e);
+        server_reply_api_error(j->reply, &e);
         job_unref_unlock(j);
         return;
     }
@@ -813,7 +800,7 @@ static void handle(struct server *s, const struct http_request *req, enum oai_ki
         struct api_error e;
         api_error_set(&e, 429, API_ERR_RATE_LIMIT, NULL, "rate_limit_exceeded",
                       "too many requests are waiting to be parsed; retry later");
-        reply_api_error(j->reply, &e);
+        server_reply_api_error(j->reply, &e);
         job_free(j);
     }
 }

@@ -126,10 +126,7 @@ static void reply_error(struct http_reply *r, int status, const char *type, cons
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     api_error_set(&e, status, type, NULL, code, "%s", msg);
-    char *body = api_error_json(&e);
-    const char *oom = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
-    http_reply_send(r, body ? status : 500, "application/json", body ? body : oom, strlen(body ? body : oom), NULL);
-    free(body);
+    server_reply_api_error(r, &e);
 }
 
 /* bg_wait_fn: a cancel's answer, the cancelled response's final object. */

@@ -68,6 +68,17 @@ void server_respond_api_error(const struct http_request *req, const struct api_e
                        e->code, e->status == 429 ? retry : NULL);
 }
 
+void server_reply_api_error(struct http_reply *r, const struct api_error *e)
+{
+    static const char *const retry[] = { "Retry-After: 1", NULL };
+    static const char oom[] =
+        "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+    char *body = api_error_json(e);
+    http_reply_send(r, body ? e->status : 500, "application/json", body ? body : oom, strlen(body ? body : oom),
+                    body && e->status == 429 ? retry : NULL);
+    free(body);
+}
+
 static void respond_json(const struct http_request *req, int status, char *body)
 {
     if (!body) {

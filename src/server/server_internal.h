@@ -60,7 +60,9 @@ bool server_work(struct server *s, void (*fn)(void *), void *arg);
 
 /* Answers 503 unless the server is READY; returns true when it answered. */
 bool server_refuse_unless_ready(struct server *s, const struct http_request *req);
-/* Answers with e as OpenAI error JSON (429 also gets Retry-After). */
+/* Answers with e as OpenAI error JSON (429 also gets Retry-After): from the handler, or
+ * through a deferred reply (any thread; a fixed out-of-memory body when formatting fails). */
 void server_respond_api_error(const struct http_request *req, const struct api_error *e);
+void server_reply_api_error(struct http_reply *r, const struct api_error *e);
 
 #endif

@@ -112,6 +112,23 @@ static void *deferred_worker(void *arg)
     return NULL;
 }
 
+/* Answers at once, and charges 3 + 4 tokens through a meter 30 ms after (a background
+ * job's way). */
+static void *metered_later_worker(void *arg)
+{
+    struct job *j = arg;
+    struct http_meter *m = NULL;
+    int rc = http_reply_meter(j->r, &m);
+    const char *body = rc ? "{\"meter\":false}" : "{\"meter\":true}";
+    http_reply_send(j->r, 200, "application/json", body, strlen(body), NULL);
+    sleep_ms(30);
+    http_meter_charge(m, 3, 4);
+    http_meter_free(m);
+    free(j);
+    atomic_fetch_sub(&g_workers, 1);
+    return NULL;
+}
+
 static void *stream_worker(void *arg)
 {
     struct job *j = arg;
@@ -159,6 +176,12 @@ static void h_deferred(void *ud, const struct http_request *req)
 {
     (void)ud;
     start_worker(req, false, 0, 200, false, deferred_worker);
+}
+
+static void h_metered_later(void *ud, const struct http_request *req)
+{
+    (void)ud;
+    start_worker(req, false, 0, 0, false, metered_later_worker);
 }
 
 static void h_stream_fast(void *ud, const struct http_request *req)
@@ -318,6 +341,7 @@ static const struct http_route g_routes[] = {
     { "POST", "/late-stream", h_late_stream, NULL, HTTP_ROUTE_PUBLIC },
     { "POST", "/late-stream-now", h_late_stream, &g_streaming_flag, HTTP_ROUTE_PUBLIC },
     { "POST", "/metered", h_deferred, NULL, HTTP_ROUTE_METERED },
+    { "POST", "/metered-later", h_metered_later, NULL, HTTP_ROUTE_METERED },
 };
 #define N_ROUTES ((int)(sizeof g_routes / sizeof g_routes[0]))
 
@@ -326,8 +350,9 @@ static const struct http_key g_keys[] = {
     { .name = "second", .key = "sk-second-key" },
     { .name = "limited", .key = "sk-limited", .rpm = 2 },
     { .name = "tokens", .key = "sk-tokens", .tpm = 5 },
+    { .name = "later", .key = "sk-later", .tpm = 5 },
 };
-#define N_KEYS 4
+#define N_KEYS 5
 static struct http_server *g_srv;
 static int g_port;
 
@@ -1160,12 +1185,37 @@ static void test_late_stream(void)
     }
 }
 
-static int metered(const char *key, struct resp *r)
+static int metered_at(const char *path, const char *key, struct resp *r)
 {
     char req[256];
-    snprintf(req, sizeof req, "POST /metered HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
-             "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", key);
+    snprintf(req, sizeof req, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+             "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", path, key);
     return roundtrip(req, r);
+}
+
+static int metered(const char *key, struct resp *r) { return metered_at("/metered", key, r); }
+
+/* A meter charges the key after its reply was sent: the next request meets the tpm limit
+ * once the charge is in, and the key's counters hold the tokens. */
+static void test_meter_after_reply(void)
+{
+    struct resp r;
+    CHECK(metered_at("/metered-later", "sk-later", &r) == 200 && r.body && strstr(r.body, "\"meter\":true"),
+          "answered, with a meter: %d %s", r.status, r.body ? r.body : "");
+    resp_free(&r);
+    double end = now_s() + 3;
+    struct http_key_stats ks[8];
+    bool charged = false;
+    while (!charged && now_s() < end) {
+        int n = http_server_key_stats(g_srv, ks, 8);
+        for (int i = 0; i < n && i < 8; i++)
+            if (!strcmp(ks[i].name, "later")) charged = ks[i].prompt_tokens == 3 && ks[i].completion_tokens == 4;
+        if (!charged) sleep_ms(5);
+    }
+    CHECK(charged, "3 + 4 tokens charged after the reply");
+    CHECK(metered_at("/metered-later", "sk-later", &r) == 429, "tpm after the late charge: %d", r.status);
+    CHECK(r.body && strstr(r.body, "tokens per minute"), "%s", r.body ? r.body : "");
+    resp_free(&r);
 }
 
 /* rpm=2: two requests pass, the third is 429 with Retry-After; tpm=5: the first request
@@ -1286,6 +1336,7 @@ int main(void)
     RUN(test_stream_queue_bound);
     RUN(test_late_stream);
     RUN(test_rate_limits);
+    RUN(test_meter_after_reply);
     RUN(test_key_reload);
     http_server_stop(g_srv);
     /* detached workers finish their replies */
