@@ -29,8 +29,8 @@
  *   include "message.output_text.logprobs" or top_logprobs > 0 → logprobs: true (and
  *                                   top_logprobs)
  * background: true → r->resp_background (the server answers at once with the queued
- *   response and runs it detached); it needs the store (not store: false, not a server
- *   without one) and is not streamed.
+ *   response, or streams it, and runs it detached); it needs the store (not store: false,
+ *   not a server without one).
  * Refused (400 naming the field): conversation objects and item references,
  * truncation "auto", images / files / audio in the input, and built-in tools (web_search,
  * file_search, ...); previous_response_id when the server keeps no responses (404
@@ -438,7 +438,8 @@ static int refuse_unsupported(const cJSON *root, struct api_error *e)
     return 0;
 }
 
-/* background: true needs the store and no stream (a client polls GET /v1/responses/{id}). */
+/* background: true needs the store (a client polls GET /v1/responses/{id}, or resumes its
+ * stream there). */
 static int check_background(const struct oai_ctx *ctx, const cJSON *root, struct api_error *e)
 {
     if (!cJSON_IsTrue(oai_opt(root, "background"))) return 0;
@@ -447,9 +448,6 @@ static int check_background(const struct oai_ctx *ctx, const cJSON *root, struct
                                         "keeps none (--response-store-mb 0)");
     if (cJSON_IsFalse(oai_opt(root, "store")))
         return oai_bad(e, "store", "a 'background' response is stored: 'store' must not be false");
-    if (cJSON_IsTrue(oai_opt(root, "stream")))
-        return oai_bad(e, "stream", "streaming a 'background' response is not supported; poll "
-                                    "GET /v1/responses/{id} (or send it without 'background')");
     return 0;
 }
 

@@ -4,61 +4,30 @@
 
 #include "api/openai_internal.h"
 #include "util/err.h"
+#include "util/query.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int hexval(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
-/* Decodes the query value src[0, n) ('+' and %XX) into dst (cap bytes); false when it
- * does not fit or holds a NUL. */
-static bool decode(const char *src, size_t n, char *dst, size_t cap)
-{
-    size_t j = 0;
-    for (size_t i = 0; i < n; i++) {
-        int c = (unsigned char)src[i];
-        if (c == '+') c = ' ';
-        else if (c == '%' && i + 2 < n && hexval(src[i + 1]) >= 0 && hexval(src[i + 2]) >= 0) {
-            c = hexval(src[i + 1]) * 16 + hexval(src[i + 2]);
-            i += 2;
-        }
-        if (c == 0 || j + 1 >= cap) return false;
-        dst[j++] = (char)c;
-    }
-    dst[j] = 0;
-    return true;
-}
-
 int resp_items_query_parse(const char *query, struct resp_items_query *q, struct api_error *e)
 {
     *q = (struct resp_items_query){ .asc = false, .limit = 20 };
-    for (const char *p = query ? query : ""; *p;) {
-        const char *amp = strchr(p, '&'), *end = amp ? amp : p + strlen(p), *eq = memchr(p, '=', (size_t)(end - p));
-        const char *val = eq ? eq + 1 : end;
-        size_t klen = (size_t)((eq ? eq : end) - p);
-        char v[128];
-        bool ok = decode(val, (size_t)(end - val), v, sizeof v);
-        if (klen == 5 && !strncmp(p, "order", 5)) {
-            if (!ok || (strcmp(v, "asc") && strcmp(v, "desc")))
-                return oai_bad(e, "order", "'order' must be 'asc' or 'desc'");
-            q->asc = !strcmp(v, "asc");
-        } else if (klen == 5 && !strncmp(p, "limit", 5)) {
-            char *stop;
-            long n = ok ? strtol(v, &stop, 10) : 0;
-            if (!ok || !v[0] || *stop || n < 1 || n > 100)
-                return oai_bad(e, "limit", "'limit' must be an integer from 1 to 100");
-            q->limit = (int)n;
-        } else if (klen == 5 && !strncmp(p, "after", 5)) {
-            if (!ok) return oai_bad(e, "after", "'after' must be an item id");
-            memcpy(q->after, v, sizeof q->after);
-        }
-        p = amp ? amp + 1 : end;
+    char v[32];
+    int got = query_get(query, "order", v, sizeof v);
+    if (got && (got < 0 || (strcmp(v, "asc") && strcmp(v, "desc"))))
+        return oai_bad(e, "order", "'order' must be 'asc' or 'desc'");
+    q->asc = got > 0 && !strcmp(v, "asc");
+    if ((got = query_get(query, "limit", v, sizeof v))) {
+        char *stop;
+        long n = got > 0 ? strtol(v, &stop, 10) : 0;
+        if (got < 0 || !v[0] || *stop || n < 1 || n > 100)
+            return oai_bad(e, "limit", "'limit' must be an integer from 1 to 100");
+        q->limit = (int)n;
     }
+    if (query_get(query, "after", q->after, sizeof q->after) < 0)
+        return oai_bad(e, "after", "'after' must be an item id");
     return 0;
 }
 

@@ -1,13 +1,16 @@
 /* background.c — the registry of running background responses (background.h).
  *
  * A short list: a job is on it from bg_start to bg_end, and a server runs at most about
- * max-num-seqs of them at once, so lookups walk it. Waiting cancels hang off their job.
+ * max-num-seqs of them at once, so lookups walk it. Waiting cancels and followers hang
+ * off their job; a streamed job keeps every event it sent (a resumed stream replays them)
+ * until bg_end.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "server/background.h"
 
 #include "api/response_store.h"
 #include "util/err.h"
+#include "util/grow.h"
 #include "util/log.h"
 
 #include <pthread.h>
@@ -20,6 +23,11 @@ struct waiter {
     void *wd;
 };
 
+struct follower {
+    struct follower *next;
+    void *fd;
+};
+
 struct bg_job {
     struct bg_job *next;
     char *id;
@@ -27,6 +35,11 @@ struct bg_job {
     void *ud;
     bool cancelled, deleted;
     struct waiter *waiters;
+    char *final;                     /* bg_finish's object, for the waiters */
+    const struct bg_follower_ops *ops; /* streamed; NULL: not */
+    struct follower *followers;
+    char **events;                   /* [n_events] kept events, malloc'd each */
+    size_t n_events, events_cap;
 };
 
 struct bg_registry {
@@ -60,16 +73,28 @@ static struct bg_job **find(struct bg_registry *r, const char *id)
     return p;
 }
 
+/* Adds a follower at the head; false on OOM. Caller holds mu. */
+static bool add_follower(struct bg_job *j, void *fd)
+{
+    struct follower *f = malloc(sizeof *f);
+    if (!f) return false;
+    *f = (struct follower){ .next = j->followers, .fd = fd };
+    j->followers = f;
+    return true;
+}
+
 int bg_start(struct bg_registry *r, const char *id, const char *queued, const char *items, bg_abort_fn abort,
-             void *ud)
+             void *ud, const struct bg_follower_ops *ops, void *first)
 {
     struct bg_job *j = calloc(1, sizeof *j);
-    if (!j || !(j->id = strdup(id))) {
+    if (!j || !(j->id = strdup(id)) || (first && !add_follower(j, first))) {
+        if (j) free(j->id);
         free(j);
         return ERR_NOMEM;
     }
     j->abort = abort;
     j->ud = ud;
+    j->ops = ops;
     pthread_mutex_lock(&r->mu);
     int rc = *find(r, id) ? ERR_INVALID : resp_store_put(r->store, id, queued, items);
     if (!rc) {
@@ -79,6 +104,7 @@ int bg_start(struct bg_registry *r, const char *id, const char *queued, const ch
     }
     pthread_mutex_unlock(&r->mu);
     if (rc) {
+        free(j->followers);
         free(j->id);
         free(j);
     }
@@ -91,33 +117,100 @@ void bg_update(struct bg_registry *r, const char *id, const char *response, cons
     const struct bg_job *j = *find(r, id);
     int rc = j && !j->deleted ? resp_store_put(r->store, id, response, items) : 0;
     pthread_mutex_unlock(&r->mu);
-    if (rc) LOG_WARN("server", "background response %s: snapshot not stored (%s)", id,
-                      rc == ERR_RANGE ? "larger than --response-store-mb" : err_name(rc));
+    if (rc)
+        LOG_WARN("server", "background response %s: snapshot not stored (%s)", id,
+                 rc == ERR_RANGE ? "larger than --response-store-mb" : err_name(rc));
 }
 
-int bg_end(struct bg_registry *r, const char *id, bg_final_fn final, void *ud, const char *items)
+/* Writes ev to every follower of j; the ones whose client is gone are unlinked onto
+ * *gone (the caller ends them outside the lock). Caller holds mu. */
+static void write_followers(struct bg_job *j, const char *ev, size_t len, struct follower **gone)
+{
+    for (struct follower **p = &j->followers; *p;) {
+        struct follower *f = *p;
+        if (j->ops->write(f->fd, ev, len)) {
+            p = &f->next;
+            continue;
+        }
+        *p = f->next;
+        f->next = *gone;
+        *gone = f;
+    }
+}
+
+/* Ends the followers of list and frees them. Without the lock. */
+static void end_followers(const struct bg_follower_ops *ops, struct follower *list)
+{
+    for (struct follower *f = list, *next; f; f = next) {
+        next = f->next;
+        ops->end(f->fd);
+        free(f);
+    }
+}
+
+int bg_event(struct bg_registry *r, const char *id, const char *event, size_t len)
+{
+    struct follower *gone = NULL;
+    const struct bg_follower_ops *ops = NULL;
+    int rc = 0;
+    pthread_mutex_lock(&r->mu);
+    struct bg_job *j = *find(r, id);
+    if (j && j->ops) {
+        ops = j->ops;
+        char *copy = malloc(len + 1);
+        if (copy && grow_array((void **)&j->events, &j->events_cap, j->n_events + 1, sizeof *j->events)) {
+            memcpy(copy, event, len);
+            copy[len] = 0;
+            j->events[j->n_events++] = copy;
+        } else {
+            free(copy);
+            rc = ERR_NOMEM;
+        }
+        write_followers(j, event, len, &gone);
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (gone) end_followers(ops, gone);
+    return rc;
+}
+
+int bg_finish(struct bg_registry *r, const char *id, bg_final_fn final, void *ud, const char *items)
+{
+    pthread_mutex_lock(&r->mu);
+    struct bg_job *j = *find(r, id);
+    char *obj = final(ud, j && j->cancelled);
+    int rc = !obj ? ERR_NOMEM : j && j->deleted ? 0 : resp_store_put(r->store, id, obj, items);
+    if (rc) resp_store_delete(r->store, id); /* not an "in_progress" snapshot for ever */
+    if (j) {
+        free(j->final);
+        j->final = obj;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (!j) free(obj);
+    return rc;
+}
+
+void bg_end(struct bg_registry *r, const char *id)
 {
     pthread_mutex_lock(&r->mu);
     struct bg_job **slot = find(r, id), *j = *slot;
-    bool cancelled = j && j->cancelled, deleted = j && j->deleted;
     if (j) {
         *slot = j->next;
         r->n--;
     }
-    char *obj = final(ud, cancelled);
-    int rc = !obj ? ERR_NOMEM : deleted ? 0 : resp_store_put(r->store, id, obj, items);
-    if (rc) resp_store_delete(r->store, id); /* not an "in_progress" snapshot for ever */
     pthread_mutex_unlock(&r->mu);
-    /* the waiters are answered outside the lock: they may do I/O */
-    for (struct waiter *w = j ? j->waiters : NULL, *next; w; w = next) {
+    if (!j) return;
+    /* answered outside the lock: they do I/O */
+    if (j->ops) end_followers(j->ops, j->followers);
+    for (struct waiter *w = j->waiters, *next; w; w = next) {
         next = w->next;
-        w->wait(w->wd, obj);
+        w->wait(w->wd, j->final);
         free(w);
     }
-    free(obj);
-    if (j) free(j->id);
+    for (size_t i = 0; i < j->n_events; i++) free(j->events[i]);
+    free(j->events);
+    free(j->final);
+    free(j->id);
     free(j);
-    return rc;
 }
 
 int bg_cancel(struct bg_registry *r, const char *id, bg_wait_fn wait, void *wd)
@@ -150,6 +243,32 @@ int bg_delete(struct bg_registry *r, const char *id)
         rc = 0;
     }
     pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+int bg_follow(struct bg_registry *r, const char *id, long starting_after, const struct bg_follower_ops *ops,
+              void *fd)
+{
+    struct follower *f = malloc(sizeof *f);
+    if (!f) return ERR_NOMEM;
+    f->fd = fd;
+    struct follower *gone = NULL;
+    pthread_mutex_lock(&r->mu);
+    struct bg_job *j = *find(r, id);
+    int rc = !j ? ERR_NOT_FOUND : !j->ops ? ERR_UNSUPPORTED
+             : starting_after < -1 || starting_after >= (long)j->n_events ? ERR_RANGE : 0;
+    if (!rc) {
+        ops->start(fd);
+        bool live = true;
+        for (size_t i = (size_t)(starting_after + 1); i < j->n_events && live; i++)
+            live = ops->write(fd, j->events[i], strlen(j->events[i]));
+        f->next = live ? j->followers : NULL;
+        if (live) j->followers = f;
+        else gone = f;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (rc) free(f);
+    if (gone) end_followers(ops, gone);
     return rc;
 }
 

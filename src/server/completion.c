@@ -115,6 +115,7 @@ struct job {
     struct api_error error;      /* the first engine error or abort, if any */
     bool has_error;
     bool background;             /* a background response, answered at submission */
+    atomic_bool detached;        /* background: on_close no longer aborts it */
     bool bg_started;             /* background: its "in_progress" snapshot is stored */
     struct http_meter *meter;    /* background: charges its usage to the request's API key */
     struct choice ch[OAI_MAX_CHOICES]; /* [oai_n_choices(&req)] */
@@ -434,7 +435,18 @@ static void usage_of(const struct job *j, struct oai_usage *u, double *ttft)
 }
 
 /* /v1/responses streaming: an event from api/responses.c */
-static void resp_sink(void *ud, char *ev) { write_sse(ud, ev); }
+static void resp_sink(void *ud, char *ev)
+{
+    struct job *j = ud;
+    if (!j->background) {
+        write_sse(j, ev);
+        return;
+    }
+    if (ev && bg_event(j->s->bg, j->id, ev, strlen(ev))) /* its followers had it; a resumed stream will not */
+        LOG_WARN("server", "req-%llu: background response %s: an event not kept (out of memory)",
+                 (unsigned long long)j->req_id, j->id);
+    free(ev);
+}
 
 /* /v1/responses: the taken text into the output items (streaming: their events). */
 static void respond_out(struct job *j, struct choice *c)
@@ -520,12 +532,16 @@ static char *final_object(void *ud, bool cancelled)
     return resp_out_json(&f->j->ch[0].resp, f->st, f->u, &f->j->error, NULL);
 }
 
-/* A background job is over: its final object goes to the store (and to the cancels
- * waiting for it), its usage to the API key. */
+/* A background job is over: its final object goes to the store, then (streamed) its last
+ * event to the followers, whose streams end, and to the cancels waiting for it; its usage
+ * to the API key. A cancelled stream ends without a last event (the API has none for it:
+ * GET tells the status). */
 static void end_detached(struct job *j, const struct oai_usage *u)
 {
     struct bg_final f = { .j = j, .u = u, .st = RESP_FAILED };
-    int rc = bg_end(j->s->bg, j->id, final_object, &f, j->req.resp_items);
+    int rc = bg_finish(j->s->bg, j->id, final_object, &f, j->req.resp_items);
+    if (j->req.stream && f.st != RESP_CANCELLED) resp_out_finish(&j->ch[0].resp, f.st, u, &j->error);
+    bg_end(j->s->bg, j->id);
     http_meter_charge(j->meter, u->prompt_tokens, u->completion_tokens);
     LOG_INFO("server", "req-%llu: background response %s %s: %d prompt + %d completion tokens%s",
              (unsigned long long)j->req_id, j->id, resp_status_name(f.st), u->prompt_tokens, u->completion_tokens,
@@ -624,6 +640,7 @@ static void on_notify(void *ud)
 static void on_close(void *ud)
 {
     struct job *j = ud;
+    if (atomic_load(&j->detached)) return; /* a background response outlives its client */
     atomic_store(&j->gone, true);
     abort_choices(j);
 }
@@ -632,15 +649,19 @@ static void on_close(void *ud)
 static void bg_abort(void *ud) { abort_choices(ud); }
 
 /* /v1/responses background, its choice submitted: stores the queued object, registers the
- * job and answers with that object; the job runs on without its client. Returns 0, or an
+ * job and answers with that object — or, streamed, makes the reply the job's first
+ * follower and starts its events; the job runs on without its client. Returns 0, or an
  * error code with e set (nothing stored or registered; the caller answers e). Caller holds
  * j->mu. */
 static int run_detached(struct job *j, struct api_error *e)
 {
     size_t len;
+    bool stream = j->req.stream;
     char *obj = resp_out_json(&j->ch[0].resp, RESP_QUEUED, NULL, NULL, &len);
     int rc = obj ? http_reply_meter(j->reply, &j->meter) : ERR_NOMEM;
-    if (!rc) rc = bg_start(j->s->bg, j->id, obj, j->req.resp_items, bg_abort, j);
+    if (!rc)
+        rc = bg_start(j->s->bg, j->id, obj, j->req.resp_items, bg_abort, j, stream ? &server_reply_follower : NULL,
+                      stream ? j->reply : NULL);
     if (rc) {
         free(obj);
         if (rc == ERR_RANGE)
@@ -652,8 +673,15 @@ static int run_detached(struct job *j, struct api_error *e)
         return rc;
     }
     j->background = true;
-    http_reply_send(j->reply, 200, "application/json", obj, len, NULL);
-    j->reply = NULL; /* released by the send */
+    atomic_store(&j->detached, true);
+    if (stream) { /* no event can come before this one: notifies wait for j->mu */
+        http_reply_start_stream(j->reply);
+        j->reply = NULL; /* the registry's follower from now on */
+        resp_out_start(&j->ch[0].resp);
+    } else {
+        http_reply_send(j->reply, 200, "application/json", obj, len, NULL);
+        j->reply = NULL; /* released by the send */
+    }
     free(obj);
     return 0;
 }
@@ -785,6 +813,7 @@ static void handle(struct server *s, const struct http_request *req, enum oai_ki
     j->refs = 1; /* the worker's task */
     atomic_init(&j->n_submitted, 0);
     atomic_init(&j->gone, false);
+    atomic_init(&j->detached, false);
     for (int i = 0; i < OAI_MAX_CHOICES; i++) {
         j->ch[i].job = j;
         j->ch[i].index = i;

@@ -1,6 +1,8 @@
 /* response_routes.c — the Responses API's routes on one response:
  *   GET    /v1/responses/{id}         the stored object (a background response's latest
- *                                     snapshot while it runs)
+ *                                     snapshot while it runs); with ?stream=true a
+ *                                     streamed background response's events after
+ *                                     starting_after, then the rest as they come
  *   GET    /v1/responses/{id}/input_items  the conversation items it was made from
  *                                     (api/response_items.h)
  *   DELETE /v1/responses/{id}         forgets it (a running background response is
@@ -17,6 +19,7 @@
 #include "server/background.h"
 #include "server/server_internal.h"
 #include "util/err.h"
+#include "util/query.h"
 
 #include <cjson/cJSON.h>
 #include <stdarg.h>
@@ -33,6 +36,21 @@ static void not_found(struct server *s, struct http_conn *conn, const char *id, 
     snprintf(msg, sizeof msg, "Response with id '%.*s' not found.%s", (int)(len < 64 ? len : 64), id,
              s->ctx.responses ? "" : " This server keeps no responses (--response-store-mb 0).");
     http_respond_error(conn, 404, msg, API_ERR_INVALID_REQUEST, NULL, "response_not_found", NULL);
+}
+
+/* A deferred reply's OpenAI error answer. */
+static void reply_error(struct http_reply *r, int status, const char *type, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void reply_error(struct http_reply *r, int status, const char *type, const char *code, const char *fmt, ...)
+{
+    struct api_error e;
+    char msg[sizeof e.message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    api_error_set(&e, status, type, NULL, code, "%s", msg);
+    server_reply_api_error(r, &e);
 }
 
 /* The stored response named by a /v1/responses/{id} path: its id, or NULL after a 404. */
@@ -75,6 +93,44 @@ static void list_input_items(struct server *s, const struct http_request *req, c
     free(list);
 }
 
+static void follower_start(void *fd) { http_reply_start_stream(fd); }
+static bool follower_write(void *fd, const char *ev, size_t len) { return http_reply_write(fd, ev, len); }
+static void follower_end(void *fd) { http_reply_end(fd); }
+
+const struct bg_follower_ops server_reply_follower = { follower_start, follower_write, follower_end };
+
+/* GET /v1/responses/{id}?stream=true[&starting_after=N]: follows a streamed background
+ * response from the event after N. Answered with a status (400, 404) when it cannot. */
+static void follow_stream(struct server *s, const struct http_request *req, const char *id)
+{
+    char v[32];
+    long after = -1;
+    int got = query_get(req->query, "starting_after", v, sizeof v);
+    char *stop = NULL;
+    if (got > 0) after = strtol(v, &stop, 10);
+    if (got < 0 || (got > 0 && (!v[0] || *stop || after < 0))) {
+        http_respond_error(req->conn, 400, "'starting_after' must be a sequence number (an integer >= 0)",
+                           API_ERR_INVALID_REQUEST, "starting_after", NULL, NULL);
+        return;
+    }
+    struct http_reply *r = http_reply_defer(req->conn, false, NULL, NULL);
+    if (!r) return; /* the HTTP layer answers 500 */
+    int rc = s->ctx.responses ? bg_follow(s->bg, id, after, &server_reply_follower, r) : ERR_NOT_FOUND;
+    if (!rc) return; /* a follower: ended with the response */
+    if (rc == ERR_NOT_FOUND && (!s->ctx.responses || resp_store_get(s->ctx.responses, id, NULL, NULL)))
+        reply_error(r, 404, API_ERR_INVALID_REQUEST, "response_not_found", "Response with id '%.64s' not found.", id);
+    else if (rc == ERR_NOT_FOUND)
+        reply_error(r, 400, API_ERR_INVALID_REQUEST, NULL,
+                    "the response is not running any more; GET it without 'stream' for its final object");
+    else if (rc == ERR_UNSUPPORTED)
+        reply_error(r, 400, API_ERR_INVALID_REQUEST, NULL,
+                    "only a background response created with 'stream': true can be streamed again");
+    else if (rc == ERR_RANGE)
+        reply_error(r, 400, API_ERR_INVALID_REQUEST, NULL, "'starting_after' is past the response's last event");
+    else
+        reply_error(r, 500, API_ERR_SERVER, NULL, "out of memory");
+}
+
 void server_handle_get_response(void *ud, const struct http_request *req)
 {
     struct server *s = ud;
@@ -82,6 +138,11 @@ void server_handle_get_response(void *ud, const struct http_request *req)
     const char *rest = req->path + strlen(PREFIX), *slash = strchr(rest, '/');
     if (slash && !strcmp(slash, "/input_items")) {
         list_input_items(s, req, rest, (size_t)(slash - rest));
+        return;
+    }
+    char v[8];
+    if (query_get(req->query, "stream", v, sizeof v) > 0 && !strcmp(v, "true")) {
+        follow_stream(s, req, rest);
         return;
     }
     const char *id = stored_id(s, req);
@@ -112,21 +173,6 @@ void server_handle_delete_response(void *ud, const struct http_request *req)
     char body[160];
     int n = snprintf(body, sizeof body, "{\"id\":\"%.64s\",\"object\":\"response\",\"deleted\":true}", id);
     http_respond(req->conn, 200, "application/json", body, (size_t)n, NULL);
-}
-
-/* A deferred reply's OpenAI error answer. */
-static void reply_error(struct http_reply *r, int status, const char *type, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static void reply_error(struct http_reply *r, int status, const char *type, const char *code, const char *fmt, ...)
-{
-    struct api_error e;
-    char msg[sizeof e.message];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    api_error_set(&e, status, type, NULL, code, "%s", msg);
-    server_reply_api_error(r, &e);
 }
 
 /* bg_wait_fn: a cancel's answer, the cancelled response's final object. */

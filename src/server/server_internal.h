@@ -17,6 +17,7 @@
 
 struct workq;
 struct bg_registry;
+struct bg_follower_ops;
 
 enum server_state { SERVER_LOADING = 0, SERVER_READY, SERVER_DRAINING };
 
@@ -53,6 +54,10 @@ void server_handle_responses(void *ud, const struct http_request *req);
 void server_handle_get_response(void *ud, const struct http_request *req);
 void server_handle_delete_response(void *ud, const struct http_request *req);
 void server_handle_response_action(void *ud, const struct http_request *req);
+
+/* A deferred reply following a streamed background response (server/background.h;
+ * response_routes.c): start turns it into a stream, write appends an event, end ends it. */
+extern const struct bg_follower_ops server_reply_follower;
 
 /* Runs fn(arg) on a worker thread (the HTTP threads must not parse, render or tokenize).
  * Returns false when the worker queue is full (the caller answers 429). Any thread. */

@@ -2,7 +2,10 @@
  * (src/server/background.h): start stores the queued object, updates replace it, the end
  * stores the final one (with "cancelled" when a cancel came first) and answers every
  * waiting cancel; a delete removes the object at once and nothing of the job comes back;
- * a cancel or delete of an id that is not running leaves the caller to the store; and
+ * a cancel or delete of an id that is not running leaves the caller to the store; a
+ * streamed one's events reach every follower, a late follower gets the kept ones after
+ * its sequence number first, a follower whose client went is dropped, and each stream
+ * ends exactly once; and
  * threads cancelling, deleting and ending at once (run under TSan in `make tsan`) never
  * store a deleted response, never lose a waiter, and abort a job at most once.
  */
@@ -59,6 +62,14 @@ static void fake_wait(void *wd, const char *response)
     atomic_fetch_add(&w->calls, 1);
 }
 
+/* bg_finish then bg_end, as a job ends; bg_finish's result. */
+static int end_job(struct bg_registry *r, const char *id, struct fake_job *j, const char *items)
+{
+    int rc = bg_finish(r, id, fake_final, j, items);
+    bg_end(r, id);
+    return rc;
+}
+
 /* The stored object of id ("" when there is none). */
 static const char *stored(struct resp_store *s, const char *id, char *buf, size_t cap)
 {
@@ -77,13 +88,13 @@ static void test_life(void)
     if (!s || !r) return;
     char buf[128];
     struct fake_job j = { 0 };
-    CHECK(bg_start(r, "resp_a", "{\"status\":\"queued\"}", "[1]", fake_abort, &j) == 0, "start");
+    CHECK(bg_start(r, "resp_a", "{\"status\":\"queued\"}", "[1]", fake_abort, &j, NULL, NULL) == 0, "start");
     CHECK(!strcmp(stored(s, "resp_a", buf, sizeof buf), "{\"status\":\"queued\"}"), "queued stored: %s", buf);
     CHECK(bg_running(r) == 1, "one running");
-    CHECK(bg_start(r, "resp_a", "{}", "[]", fake_abort, &j) == ERR_INVALID, "the same id twice");
+    CHECK(bg_start(r, "resp_a", "{}", "[]", fake_abort, &j, NULL, NULL) == ERR_INVALID, "the same id twice");
     bg_update(r, "resp_a", "{\"status\":\"in_progress\"}", "[1]");
     CHECK(!strcmp(stored(s, "resp_a", buf, sizeof buf), "{\"status\":\"in_progress\"}"), "update: %s", buf);
-    CHECK(bg_end(r, "resp_a", fake_final, &j, "[1]") == 0, "end");
+    CHECK(end_job(r, "resp_a", &j, "[1]") == 0, "end");
     CHECK(j.finals == 1 && !j.cancelled_seen && atomic_load(&j.aborts) == 0, "final, not cancelled");
     CHECK(!strcmp(stored(s, "resp_a", buf, sizeof buf), "{\"status\":\"completed\"}"), "final stored: %s", buf);
     char *items = NULL;
@@ -107,11 +118,11 @@ static void test_cancel(void)
     char buf[128];
     struct fake_job j = { 0 };
     struct fake_waiter w1 = { 0 }, w2 = { 0 };
-    CHECK(bg_start(r, "resp_c", "{\"status\":\"queued\"}", "[]", fake_abort, &j) == 0, "start");
+    CHECK(bg_start(r, "resp_c", "{\"status\":\"queued\"}", "[]", fake_abort, &j, NULL, NULL) == 0, "start");
     CHECK(bg_cancel(r, "resp_c", fake_wait, &w1) == 0 && bg_cancel(r, "resp_c", fake_wait, &w2) == 0, "cancel x2");
     CHECK(atomic_load(&j.aborts) == 1, "aborted once, not per cancel: %d", atomic_load(&j.aborts));
     CHECK(atomic_load(&w1.calls) == 0, "the cancel waits for the end");
-    bg_end(r, "resp_c", fake_final, &j, "[]");
+    end_job(r, "resp_c", &j, "[]");
     CHECK(j.cancelled_seen, "the end knows it was cancelled");
     CHECK(atomic_load(&w1.calls) == 1 && atomic_load(&w2.calls) == 1, "both waiters answered");
     CHECK(!strcmp(w1.got, "{\"status\":\"cancelled\"}") && !strcmp(w2.got, w1.got), "with the final: %s", w1.got);
@@ -127,21 +138,21 @@ static void test_delete_while_running(void)
     char buf[128];
     struct fake_job j = { 0 };
     struct fake_waiter w = { 0 };
-    CHECK(bg_start(r, "resp_d", "{\"status\":\"queued\"}", "[]", fake_abort, &j) == 0, "start");
+    CHECK(bg_start(r, "resp_d", "{\"status\":\"queued\"}", "[]", fake_abort, &j, NULL, NULL) == 0, "start");
     CHECK(bg_delete(r, "resp_d") == 0 && atomic_load(&j.aborts) == 1, "delete aborts");
     CHECK(!*stored(s, "resp_d", buf, sizeof buf), "gone at once");
     bg_update(r, "resp_d", "{\"status\":\"in_progress\"}", "[]");
     CHECK(!*stored(s, "resp_d", buf, sizeof buf), "an update does not bring it back");
     CHECK(bg_delete(r, "resp_d") == 0 && atomic_load(&j.aborts) == 1, "a second delete: no second abort");
     CHECK(bg_cancel(r, "resp_d", fake_wait, &w) == 0, "still running: a cancel waits");
-    CHECK(bg_end(r, "resp_d", fake_final, &j, "[]") == 0, "end");
+    CHECK(end_job(r, "resp_d", &j, "[]") == 0, "end");
     CHECK(!*stored(s, "resp_d", buf, sizeof buf), "nor does its end: %s", buf);
     CHECK(atomic_load(&w.calls) == 1 && !strcmp(w.got, "{\"status\":\"cancelled\"}"), "the waiter: %s", w.got);
     /* a running job whose stored object was pushed out is still deletable */
-    CHECK(bg_start(r, "resp_e", "{}", "[]", fake_abort, &j) == 0, "start e");
+    CHECK(bg_start(r, "resp_e", "{}", "[]", fake_abort, &j, NULL, NULL) == 0, "start e");
     CHECK(resp_store_delete(s, "resp_e") == 0, "pushed out");
     CHECK(bg_delete(r, "resp_e") == 0, "delete of a running job without its object");
-    bg_end(r, "resp_e", fake_final, &j, "[]");
+    end_job(r, "resp_e", &j, "[]");
     bg_free(r);
     resp_store_free(s);
 }
@@ -155,15 +166,90 @@ static void test_store_limits(void)
     memset(big, 'x', sizeof big - 1);
     big[sizeof big - 1] = 0;
     struct fake_job j = { .big = true };
-    CHECK(bg_start(r, "resp_f", big, "[]", fake_abort, &j) == ERR_RANGE && bg_running(r) == 0, "too big");
+    CHECK(bg_start(r, "resp_f", big, "[]", fake_abort, &j, NULL, NULL) == ERR_RANGE && bg_running(r) == 0, "too big");
     /* a final object too big: not kept, and the stale snapshot goes too (GET says 404,
        never "in_progress" for ever); a waiting cancel still gets it */
     struct fake_waiter w = { 0 };
-    CHECK(bg_start(r, "resp_g", "{\"status\":\"queued\"}", "[]", fake_abort, &j) == 0, "start");
+    CHECK(bg_start(r, "resp_g", "{\"status\":\"queued\"}", "[]", fake_abort, &j, NULL, NULL) == 0, "start");
     CHECK(bg_cancel(r, "resp_g", fake_wait, &w) == 0, "cancel");
-    CHECK(bg_end(r, "resp_g", fake_final, &j, "[]") == ERR_RANGE, "end: not kept");
+    CHECK(end_job(r, "resp_g", &j, "[]") == ERR_RANGE, "end: not kept");
     CHECK(!*stored(s, "resp_g", buf, sizeof buf), "no stale snapshot: %s", buf);
     CHECK(atomic_load(&w.calls) == 1 && w.got[0] == 'x', "the waiter has the object");
+    bg_free(r);
+    resp_store_free(s);
+}
+
+/* ------------------------------------------------------------------ streamed */
+
+/* A stand-in stream: what it got, whether it was started and how often ended. */
+struct fake_stream {
+    char got[256];
+    size_t len;
+    int events;
+    bool alive;          /* false: the client is gone, writes fail */
+    atomic_int starts, ends;
+};
+
+static void fs_start(void *fd) { atomic_fetch_add(&((struct fake_stream *)fd)->starts, 1); }
+
+static bool fs_write(void *fd, const char *ev, size_t len)
+{
+    struct fake_stream *f = fd;
+    if (!f->alive) return false;
+    if (f->len + len < sizeof f->got) {
+        memcpy(f->got + f->len, ev, len);
+        f->len += len;
+        f->got[f->len] = 0;
+    }
+    f->events++;
+    return true;
+}
+
+static void fs_end(void *fd) { atomic_fetch_add(&((struct fake_stream *)fd)->ends, 1); }
+
+static const struct bg_follower_ops FS = { fs_start, fs_write, fs_end };
+
+static void test_followers(void)
+{
+    struct resp_store *s = resp_store_create(1 << 20);
+    struct bg_registry *r = bg_create(s);
+    struct fake_job j = { 0 };
+    struct fake_stream a = { .alive = true }, b = { .alive = true }, c = { .alive = true }, d = { .alive = true };
+    CHECK(bg_start(r, "resp_s", "{}", "[]", fake_abort, &j, &FS, &a) == 0, "start streamed, a following");
+    CHECK(bg_event(r, "resp_s", "e0;", 3) == 0 && bg_event(r, "resp_s", "e1;", 3) == 0 &&
+              bg_event(r, "resp_s", "e2;", 3) == 0, "events");
+    CHECK(!strcmp(a.got, "e0;e1;e2;") && atomic_load(&a.starts) == 0, "the first follower: %s", a.got);
+    /* joining: from the start, and after sequence number 1 */
+    CHECK(bg_follow(r, "resp_s", -1, &FS, &b) == 0 && !strcmp(b.got, "e0;e1;e2;") && atomic_load(&b.starts) == 1,
+          "replayed from the start: %s", b.got);
+    CHECK(bg_follow(r, "resp_s", 1, &FS, &c) == 0 && !strcmp(c.got, "e2;"), "after 1: %s", c.got);
+    CHECK(bg_follow(r, "resp_s", 2, &FS, &d) == 0 && d.len == 0 && atomic_load(&d.starts) == 1,
+          "after the last: nothing yet, but following");
+    struct fake_stream x = { .alive = true };
+    CHECK(bg_follow(r, "resp_s", 3, &FS, &x) == ERR_RANGE && atomic_load(&x.starts) == 0, "past the last");
+    CHECK(bg_follow(r, "resp_s", -2, &FS, &x) == ERR_RANGE, "before the first");
+    /* a follower whose client went: dropped and ended once; the others go on */
+    a.alive = false;
+    CHECK(bg_event(r, "resp_s", "e3;", 3) == 0, "e3");
+    CHECK(atomic_load(&a.ends) == 1 && !strcmp(b.got, "e0;e1;e2;e3;") && !strcmp(c.got, "e2;e3;") &&
+              !strcmp(d.got, "e3;"), "after a left: %s | %s | %s", b.got, c.got, d.got);
+    CHECK(bg_event(r, "resp_s", "e4;", 3) == 0 && atomic_load(&a.ends) == 1 && a.events == 3, "a hears no more");
+    /* a follower gone during its replay is ended at once */
+    struct fake_stream y = { .alive = false };
+    CHECK(bg_follow(r, "resp_s", -1, &FS, &y) == 0 && atomic_load(&y.ends) == 1, "gone while replaying");
+    /* the end: stored first, the last event, then every stream ends once */
+    CHECK(bg_finish(r, "resp_s", fake_final, &j, "[]") == 0, "finish");
+    CHECK(bg_event(r, "resp_s", "last;", 5) == 0, "the last event after the final object is stored");
+    bg_end(r, "resp_s");
+    CHECK(atomic_load(&b.ends) == 1 && atomic_load(&c.ends) == 1 && atomic_load(&d.ends) == 1 &&
+              atomic_load(&a.ends) == 1, "every stream ended once");
+    CHECK(!strcmp(d.got, "e3;e4;last;"), "d: %s", d.got);
+    CHECK(bg_follow(r, "resp_s", -1, &FS, &x) == ERR_NOT_FOUND && bg_event(r, "resp_s", "z", 1) == 0,
+          "after the end: not running");
+    /* a job that is not streamed cannot be followed */
+    CHECK(bg_start(r, "resp_n", "{}", "[]", fake_abort, &j, NULL, NULL) == 0, "start plain");
+    CHECK(bg_follow(r, "resp_n", -1, &FS, &x) == ERR_UNSUPPORTED && atomic_load(&x.starts) == 0, "not streamed");
+    end_job(r, "resp_n", &j, "[]");
     bg_free(r);
     resp_store_free(s);
 }
@@ -177,13 +263,16 @@ struct race {
     struct fake_job jobs[N_JOBS];
     struct fake_waiter waiters[N_JOBS];
     bool cancel_found[N_JOBS], delete_found[N_JOBS];
+    struct fake_stream streams[N_JOBS];
+    int follow_rc[N_JOBS];
 };
 
 static void race_id(int i, char *id, size_t cap) { snprintf(id, cap, "resp_%04d", i); }
 
 struct racer {
     struct race *x;
-    int role; /* 0: ends every job, 1: cancels them, 2: deletes them */
+    int role; /* 0: sends two events and ends every job, 1: cancels them, 2: deletes them,
+                 3: follows their streams */
 };
 
 static void *racer_main(void *arg)
@@ -193,7 +282,14 @@ static void *racer_main(void *arg)
     char id[32];
     for (int i = 0; i < N_JOBS; i++) {
         race_id(i, id, sizeof id);
-        if (rc->role == 0) bg_end(x->r, id, fake_final, &x->jobs[i], "[]");
+        if (rc->role == 0) {
+            bg_event(x->r, id, "a;", 2);
+            bg_event(x->r, id, "b;", 2);
+            end_job(x->r, id, &x->jobs[i], "[]");
+        } else if (rc->role == 3) {
+            x->streams[i].alive = true;
+            x->follow_rc[i] = bg_follow(x->r, id, -1, &FS, &x->streams[i]);
+        }
         else if (rc->role == 1) x->cancel_found[i] = bg_cancel(x->r, id, fake_wait, &x->waiters[i]) == 0;
         else x->delete_found[i] = bg_delete(x->r, id) == 0;
     }
@@ -208,15 +304,16 @@ static void test_threads(void)
     char id[32];
     for (int i = 0; i < N_JOBS; i++) {
         race_id(i, id, sizeof id);
-        CHECK(bg_start(x->r, id, "{\"status\":\"queued\"}", "[]", fake_abort, &x->jobs[i]) == 0, "start %d", i);
+        CHECK(bg_start(x->r, id, "{\"status\":\"queued\"}", "[]", fake_abort, &x->jobs[i], &FS, NULL) == 0,
+              "start %d", i);
     }
-    pthread_t t[3];
-    struct racer rc[3];
-    for (int k = 0; k < 3; k++) {
+    pthread_t t[4];
+    struct racer rc[4];
+    for (int k = 0; k < 4; k++) {
         rc[k] = (struct racer){ .x = x, .role = k };
         CHECK(pthread_create(&t[k], NULL, racer_main, &rc[k]) == 0, "thread %d", k);
     }
-    for (int k = 0; k < 3; k++) pthread_join(t[k], NULL);
+    for (int k = 0; k < 4; k++) pthread_join(t[k], NULL);
     CHECK(bg_running(x->r) == 0, "every job ended");
     int bad = 0;
     char buf[128];
@@ -231,10 +328,16 @@ static void test_threads(void)
         ok = ok && (!x->cancel_found[i] || (j->cancelled_seen && !strcmp(w->got, "{\"status\":\"cancelled\"}")));
         /* a delete that came before the end leaves nothing; one after it removed the final */
         ok = ok && !*buf == (x->delete_found[i]);
+        /* a stream that joined was started, got the events from the first, and ended once */
+        const struct fake_stream *f = &x->streams[i];
+        int fr = x->follow_rc[i];
+        ok = ok && (fr == 0 ? atomic_load(&f->starts) == 1 && atomic_load(&f->ends) == 1 && !strcmp(f->got, "a;b;")
+                            : fr == ERR_NOT_FOUND && atomic_load(&f->starts) == 0 && atomic_load(&f->ends) == 0);
         if (!ok) {
             bad++;
-            CHECK(false, "%s: finals %d aborts %d waiter %d cancel %d delete %d stored '%s'", id, j->finals,
-                  atomic_load(&j->aborts), atomic_load(&w->calls), x->cancel_found[i], x->delete_found[i], buf);
+            CHECK(false, "%s: finals %d aborts %d waiter %d cancel %d delete %d stored '%s' follow %d '%s' %d/%d", id,
+                  j->finals, atomic_load(&j->aborts), atomic_load(&w->calls), x->cancel_found[i], x->delete_found[i],
+                  buf, fr, f->got, atomic_load(&f->starts), atomic_load(&f->ends));
         }
     }
     bg_free(x->r);
@@ -248,6 +351,7 @@ int main(void)
     RUN(test_cancel);
     RUN(test_delete_while_running);
     RUN(test_store_limits);
+    RUN(test_followers);
     RUN(test_threads);
     return test_summary();
 }

@@ -9,6 +9,7 @@
 #include "util/grow.h"
 #include "util/half.h"
 #include "util/mapfile.h"
+#include "util/query.h"
 #include "util/tensor.h"
 #include "util/threadpool.h"
 
@@ -289,6 +290,23 @@ static void test_big_release(void)
     big_free(p, n);
 }
 
+/* query_get: the first pair of the key, decoded; absent, empty and bad values. */
+static void test_query_get(void)
+{
+    char v[8];
+    const char *q = "stream=true&starting_after=12&x=a+b%2Fc&flag&stream=false&enc=%4";
+    CHECK(query_get(q, "stream", v, sizeof v) == 1 && !strcmp(v, "true"), "first pair wins: %s", v);
+    CHECK(query_get(q, "starting_after", v, sizeof v) == 1 && !strcmp(v, "12"), "%s", v);
+    CHECK(query_get(q, "x", v, sizeof v) == 1 && !strcmp(v, "a b/c"), "decoded: %s", v);
+    CHECK(query_get(q, "flag", v, sizeof v) == 1 && !strcmp(v, ""), "no '=': empty");
+    CHECK(query_get(q, "enc", v, sizeof v) == 1 && !strcmp(v, "%4"), "a cut escape stays: %s", v);
+    CHECK(query_get(q, "start", v, sizeof v) == 0 && !strcmp(v, ""), "a key prefix is not the key");
+    CHECK(query_get(NULL, "stream", v, sizeof v) == 0 && query_get("", "stream", v, sizeof v) == 0, "empty");
+    CHECK(query_get("a=%00", "a", v, sizeof v) == -1 && !strcmp(v, ""), "a NUL byte");
+    CHECK(query_get("a=12345678", "a", v, sizeof v) == -1 && !strcmp(v, ""), "too long for 8 bytes");
+    CHECK(query_get("a=1234567", "a", v, sizeof v) == 1 && !strcmp(v, "1234567"), "just fits");
+}
+
 int main(void)
 {
     RUN(test_fp16_roundtrip);
@@ -300,5 +318,6 @@ int main(void)
     RUN(test_map_release_outside_mapping);
     RUN(test_big_alloc);
     RUN(test_big_release);
+    RUN(test_query_get);
     return test_summary();
 }

@@ -544,7 +544,6 @@ def test_server_keeping_none(tessera_bin, default_model):
     ({"input": "hi", "store": "yes"}, "store"),
     ({"input": "hi", "conversation": "conv_1"}, "conversation"),
     ({"input": "hi", "background": "yes"}, "background"),
-    ({"input": "hi", "background": True, "stream": True}, "stream"),
     ({"input": "hi", "background": True, "store": False}, "store"),
     ({"input": "hi", "truncation": "auto"}, "truncation"),
     ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens"),

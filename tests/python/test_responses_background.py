@@ -11,15 +11,24 @@ default model.
 - a running one deleted is gone at once and stays gone after its work ends;
 - the official client's create(background=True) / retrieve / cancel, strictly validated;
 - its usage is charged to the request's API key (tpm and the per-key counters) when it
-  ends, though its HTTP answer went long before.
+  ends, though its HTTP answer went long before;
+- streamed (`stream: true`): the same events as a foreground stream (strict SSE,
+  consecutive sequence numbers, OpenAI's order) and the stored object equal to the last
+  event's; a client that drops the stream does not stop it, and
+  GET ?stream=true&starting_after=N resumes with event N+1 — the two parts make the whole
+  stream; a cancel ends the followers' streams without a last event; bad resumptions are
+  400 (not running, not streamed, a bad or too large starting_after), unknown ids 404; the
+  official client's create(stream=True) / retrieve(stream=True, starting_after=N).
 Run by `make test`, `make asan` and `make tsan` (the registry's threads: cancel and
 delete on HTTP threads, the job's end on the scheduler thread)."""
+import json
 import time
 
 import pytest
 
-from server_util import check_error, run_server
-from test_responses import MAX_MODEL_LEN, chat, client_of, model_of, output_text, respond
+from server_util import HttpConn, check_error, run_server
+from test_responses import (MAX_MODEL_LEN, chat, check_lifecycle, client_of, model_of, output_text, respond,
+                            stream_events)
 
 
 @pytest.fixture(scope="module")
@@ -160,3 +169,138 @@ def test_background_usage_charged_to_its_key(tessera_bin, default_model, tmp_pat
         assert m.get("tessera:api_key_prompt_tokens_total", key_name="team-bg") == obj["usage"]["input_tokens"]
         assert m.get("tessera:api_key_generation_tokens_total", key_name="team-bg") == obj["usage"]["output_tokens"]
         assert srv.request("GET", f"/v1/responses/{rid}").status == 401
+
+
+# ------------------------------------------------------------------------ streamed
+
+
+class EventStream:
+    """A response's SSE events read as they come (keep-alive comments skipped), checked
+    strictly: "event: T" then "data: {json of type T}"."""
+
+    def __init__(self, srv, method, path, body=None):
+        self.conn = HttpConn(srv.host, srv.port, timeout=120)
+        self.conn.send_request(method, path, body=json.dumps(body).encode() if body is not None else None)
+        self.status, _, self.headers, _ = self.conn.read_head()
+        self.pieces = self.conn.iter_body(self.headers, status=self.status)
+        self.buf = b""
+
+    def body_json(self):
+        return json.loads(b"".join(p for _, p in self.pieces))
+
+    def events(self):
+        assert self.status == 200, (self.status, self.body_json())
+        for _, piece in self.pieces:
+            self.buf += piece
+            while b"\n\n" in self.buf:
+                blk, self.buf = self.buf.split(b"\n\n", 1)
+                text = blk.decode("utf-8")
+                if text.startswith(":"):
+                    continue
+                lines = text.split("\n")
+                assert len(lines) == 2 and lines[0].startswith("event: ") and lines[1].startswith("data: "), text
+                ev = json.loads(lines[1][len("data: "):])
+                assert ev["type"] == lines[0][len("event: "):], text
+                yield ev
+        assert self.buf == b"", self.buf
+
+    def close(self):
+        self.conn.close()
+
+
+def start_stream(srv, **kw):
+    kw.setdefault("temperature", 0)
+    return EventStream(srv, "POST", "/v1/responses", dict(kw, background=True, stream=True))
+
+
+def numbered(events, first=0):
+    assert [e["sequence_number"] for e in events] == list(range(first, first + len(events))), \
+        [e["sequence_number"] for e in events]
+    return events
+
+
+def test_background_stream(plain):
+    inp = "Tell me about the moon."
+    events = numbered(list(start_stream(plain, input=inp, max_output_tokens=40).events()))
+    final, deltas = check_lifecycle(events)
+    assert final["background"] is True and "".join(deltas.values()) == output_text(final)
+    # what the foreground stream gives, and stored before its last event
+    ref, _ = check_lifecycle(stream_events(plain, input=inp, max_output_tokens=40, store=False))
+    assert output_text(final) == output_text(ref) and final["status"] == ref["status"]
+    assert plain.get_json(f"/v1/responses/{final['id']}") == final
+    assert running(plain)[0] == 0
+
+
+def test_background_stream_outlives_its_client_and_resumes(plain):
+    s = start_stream(plain, input="Count from one to one thousand.", max_output_tokens=300, ignore_eos=True)
+    first = []
+    for ev in s.events():
+        first.append(ev)
+        if len(first) == 12:
+            break
+    s.close()  # the client goes; the response does not
+    rid = first[0]["response"]["id"]
+    assert plain.get_json(f"/v1/responses/{rid}")["status"] in ("queued", "in_progress")
+    r = EventStream(plain, "GET", f"/v1/responses/{rid}?stream=true&starting_after=11")
+    rest = list(r.events())
+    numbered(rest, first=12)
+    final, deltas = check_lifecycle(numbered(first + rest))
+    assert final["status"] == "incomplete" and final["usage"]["output_tokens"] == 300
+    assert "".join(deltas.values()) == output_text(final)
+    assert plain.get_json(f"/v1/responses/{rid}") == final
+    assert running(plain)[0] == 0
+
+
+def test_background_stream_followers_and_cancel(plain):
+    s = start_stream(plain, input="Count from one to one thousand.", max_output_tokens=900, ignore_eos=True)
+    it = s.events()
+    head = [next(it) for _ in range(6)]
+    rid = head[0]["response"]["id"]
+    # another client follows from the start: the same events
+    other = EventStream(plain, "GET", f"/v1/responses/{rid}?stream=true")
+    oit = other.events()
+    assert [next(oit) for _ in range(6)] == head
+    bad = plain.request("GET", f"/v1/responses/{rid}?stream=true&starting_after=1000000")
+    check_error(bad, 400)
+    c = plain.request("POST", f"/v1/responses/{rid}/cancel")
+    assert c.status == 200 and c.json()["status"] == "cancelled"
+    # both streams end, with the same events and without a last response event
+    rest, orest = list(it), list(oit)
+    assert rest == orest
+    numbered(head + rest)
+    assert not {e["type"] for e in rest} & {"response.completed", "response.incomplete", "response.failed"}
+    assert plain.get_json(f"/v1/responses/{rid}")["status"] == "cancelled"
+    assert running(plain) == (0, 0)
+
+
+def test_background_stream_errors(plain):
+    done = respond(plain, input="Hi!", max_output_tokens=4)
+    e = check_error(plain.request("GET", f"/v1/responses/{done['id']}?stream=true"), 400)
+    assert "not running" in e["message"]
+    check_error(plain.request("GET", "/v1/responses/resp_nosuchthing?stream=true"), 404, code="response_not_found")
+    for q in ("starting_after=-1", "starting_after=x", "starting_after="):
+        check_error(plain.request("GET", f"/v1/responses/{done['id']}?stream=true&{q}"), 400,
+                    param="starting_after")
+    r = start_long(plain)  # background, not streamed
+    e = check_error(plain.request("GET", f"/v1/responses/{r['id']}?stream=true"), 400)
+    assert "'stream': true" in e["message"]
+    assert plain.request("POST", f"/v1/responses/{r['id']}/cancel").status == 200
+    # without stream=true a GET is the object, whatever else the query holds
+    assert plain.get_json(f"/v1/responses/{done['id']}?stream=false&starting_after=3") == done
+
+
+def test_background_stream_official_client(plain):
+    c, model = client_of(plain), model_of(plain)
+    seen = []
+    with c.responses.create(model=model, input="Count to one thousand.", max_output_tokens=200, temperature=0,
+                            background=True, stream=True, extra_body={"ignore_eos": True}) as stream:
+        for ev in stream:
+            seen.append(ev)
+            if len(seen) == 8:
+                break
+    rid = seen[0].response.id
+    rest = list(c.responses.retrieve(rid, stream=True, starting_after=seen[-1].sequence_number))
+    assert [e.sequence_number for e in seen + rest] == list(range(len(seen) + len(rest)))
+    assert rest[-1].type == "response.incomplete" and rest[-1].response.background is True
+    text = "".join(e.delta for e in seen + rest if e.type == "response.output_text.delta")
+    assert text == rest[-1].response.output_text == c.responses.retrieve(rid).output_text
