@@ -283,8 +283,8 @@ static bool give_id(cJSON *item)
 /* The conversation's items before this response's output into *out: the previous
  * response's (*n_prev of them), then the input's (a string input: one user message; each
  * with an id when the response is stored). */
-static int conversation_items(const struct oai_ctx *ctx, const cJSON *root, cJSON **out, int *n_prev,
-                              struct api_error *e)
+static int conversation_items(const struct oai_ctx *ctx, const cJSON *root, bool stored, cJSON **out,
+                              int *n_prev, struct api_error *e)
 {
     const cJSON *prev = oai_opt(root, "previous_response_id"), *input = oai_opt(root, "input");
     cJSON *items = cJSON_CreateArray();
@@ -311,7 +311,6 @@ static int conversation_items(const struct oai_ctx *ctx, const cJSON *root, cJSO
             rc = oai_nomem(e);
         }
     }
-    bool stored = ctx->responses && !cJSON_IsFalse(oai_opt(root, "store"));
     int i = 0;
     for (cJSON *it = stored && !rc ? items->child : NULL; it && !rc; it = it->next, i++)
         if (i >= *n_prev && !give_id(it)) rc = oai_nomem(e);
@@ -465,12 +464,13 @@ static int build_logprobs(const cJSON *root, cJSON *chat, struct api_error *e)
 }
 
 /* The chat request that the Responses body root means, into *out, and the conversation's
- * items into *items. */
-static int to_chat(const struct oai_ctx *ctx, const cJSON *root, cJSON **out, cJSON **items, struct api_error *e)
+ * items into *items (stored: the response will be kept, and its input items get ids). */
+static int to_chat(const struct oai_ctx *ctx, const cJSON *root, bool stored, cJSON **out, cJSON **items,
+                   struct api_error *e)
 {
     int n_prev = 0, rc = refuse_unsupported(root, e);
     if (!rc) rc = check_background(ctx, root, e);
-    if (!rc) rc = conversation_items(ctx, root, items, &n_prev, e);
+    if (!rc) rc = conversation_items(ctx, root, stored, items, &n_prev, e);
     if (rc) return rc;
     cJSON *chat = cJSON_CreateObject();
     if (!chat) {
@@ -543,9 +543,9 @@ int oai_parse_responses(const struct oai_ctx *ctx, const char *body, size_t len,
     memset(out, 0, sizeof *out);
     cJSON *root = oai_parse_body(body, len, e), *chat = NULL, *items = NULL;
     if (!root) return ERR_INVALID;
-    int rc = cJSON_IsObject(root) ? to_chat(ctx, root, &chat, &items, e)
-                                  : oai_bad(e, NULL, "the request body must be a JSON object");
     bool stored = ctx->responses && !cJSON_IsFalse(oai_opt(root, "store"));
+    int rc = cJSON_IsObject(root) ? to_chat(ctx, root, stored, &chat, &items, e)
+                                  : oai_bad(e, NULL, "the request body must be a JSON object");
     bool background = cJSON_IsTrue(oai_opt(root, "background"));
     char *echo = NULL, *kept = NULL;
     if (!rc) rc = echo_fields(root, stored, &echo, e);
