@@ -9,7 +9,7 @@ mkdir -p "$dest"
 pkgs=(libmicrohttpd12 libmicrohttpd-dev libcjson1 libcjson-dev libyaml-0-2 libyaml-dev
       libpcre2-8-0 libpcre2-dev libpcre2-16-0 libpcre2-32-0 libpcre2-posix3
       libutf8proc2 libutf8proc-dev libgnutls30 libnettle8 libhogweed6 libp11-kit0 libtasn1-6
-      libidn2-0 libunistring2 libgmp10 libffi8)
+      libidn2-0 libunistring2 libgmp10 libffi8 libsystemd0 libsystemd-dev)
 cd "$dest"
 apt-get download "${pkgs[@]}"
 ls -1 *.deb | wc -l

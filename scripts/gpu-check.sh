@@ -20,10 +20,11 @@
 #
 # Environment: ARCHS (nvcc -gencode flags; default Hopper sm_90a only, for build time),
 # JOBS (make -j, default nproc), SKIP_SANITIZER=1, SANITIZER_TIMEOUT (s per test, 120),
-# SKIP_BACKEND=1 (kernel rows only), SERVING_PROMPTS (bench_serving requests per KV dtype,
+# SANITIZER_TOOLS (default "memcheck racecheck"),
+# SKIP_BACKEND=1 (kernel rows only), SKIP_SERVING=1 (no bench_serving runs), SERVING_PROMPTS (bench_serving requests per KV dtype,
 # default 256), PORT (default 8765),
-# DEBS (a folder of .deb files for libmicrohttpd, cJSON, libyaml, pcre2, utf8proc and
-# their -dev packages; unpacked into a private prefix when the machine lacks them, so the
+# DEBS (a folder of .deb files for libmicrohttpd, cJSON, libyaml, pcre2, utf8proc, libsystemd
+# and their -dev packages: scripts/get-server-debs.sh; unpacked into a private prefix when the machine lacks them, so the
 # server binary can be built too — see docs/kernels.md "Running the GPU check").
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +33,9 @@ mkdir -p "$OUT"
 ARCHS=${ARCHS:--gencode=arch=compute_90a,code=sm_90a}
 JOBS=${JOBS:-$(nproc)}
 SANITIZER_TIMEOUT=${SANITIZER_TIMEOUT:-120}
-DEBS=${DEBS:-.debs}
+BUNDLE=${BUNDLE:-.gpu-bundle}
+DEBS=${DEBS:-$([ -d "$BUNDLE/debs" ] && echo "$BUNDLE/debs" || echo .debs)}
+SMOL=models/SmolLM2-135M-Instruct.Q4_1.gguf
 START=$(date +%s)
 declare -a ROWS=()
 row() { ROWS+=("$(printf '%-44s %-8s %s' "$1" "$2" "$3")"); echo "== $1: $2 $3"; }
@@ -56,13 +59,56 @@ if [ -d "$DEBS" ] && ls "$DEBS"/*.deb >/dev/null 2>&1; then
     export LD_LIBRARY_PATH="$PREFIX/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 
+# What this machine lacks, from a bundle made elsewhere (scripts/gpu-bundle.sh), if any:
+# the default model (perhaps only its first layers: the rows say so), the Qwen tokenizer,
+# and the test models, derived here from the model with the bundle's gguf wheel while the
+# build runs.
+SMOL_NOTE=
+MODELS_PID=
+if [ -d "$BUNDLE" ]; then
+    if [ ! -f "$SMOL" ] && [ -f "$BUNDLE/model.gguf" ]; then
+        mkdir -p models && cp "$BUNDLE/model.gguf" "$SMOL"
+        SMOL_NOTE=" [bundle: $(cat "$BUNDLE/model.txt" 2>/dev/null)]"
+    fi
+    tok=build/testdata/tokenizers/qwen3/tokenizer.json
+    if [ ! -f "$tok" ] && [ -f "$BUNDLE/qwen-tokenizer.json.xz" ]; then
+        mkdir -p "$(dirname "$tok")"
+        python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
+            "$BUNDLE/qwen-tokenizer.json.xz" "$tok"
+    fi
+    if [ ! -d build/testmodels/llama3-tiny-hd64 ] && [ -f "$SMOL" ] && ls "$BUNDLE"/wheels/*.whl >/dev/null 2>&1; then
+        site=/tmp/tessera-wheels
+        ( python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$BUNDLE"/wheels/*.whl &&
+          PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" python3 scripts/make-test-models.py --model "$SMOL" \
+              --out build/testmodels --only llama3-tiny llama3-tiny-hd64 qwen2-tiny-hd64 qwen3-tiny-hd64 \
+              tiny-q4_0.gguf tiny-q5_0.gguf tiny-q5_1.gguf tiny-q4_k.gguf tiny-mixed.gguf ) >"$OUT/testmodels.log" 2>&1 &
+        MODELS_PID=$!
+    fi
+fi
+
 # ---- build -------------------------------------------------------------------------------
-if make -j"$JOBS" CUDA=1 CUDA_ARCHS="$ARCHS" build/libtessera-cuda.so build/cuda/ptxas.log \
-        build/tessera-kernel-bench cuda-tests >"$OUT/build.log" 2>&1; then
-    row "build kernels + tests (nvcc)" PASS "$(elapsed)"
+# make -k, so that one object failing leaves the rest built; a build that fails only because
+# this machine's newer host compiler warns where ours does not is redone with WERROR= (the
+# warnings kept, as warnings) and reported FAIL, so the GPU rows below still run.
+KTARGETS="build/libtessera-cuda.so build/cuda/ptxas.log build/tessera-kernel-bench cuda-tests"
+STARGETS="build/tessera build/tests/test_cuda_backend build/tests/tool_bench_cuda build/tests/test_sched_grammar
+          build/tests/test_sched_spec"
+build_all() { # $1 log, then make variables
+    local log=$1; shift
+    make -k -j"$JOBS" CUDA=1 CUDA_ARCHS="$ARCHS" "$@" $KTARGETS >"$log" 2>&1; local k=$?
+    make -k -j"$JOBS" CUDA=1 CUDA_ARCHS="$ARCHS" "$@" $STARGETS >"${log%.log}-server.log" 2>&1; local s=$?
+    return $(( k || s ))
+}
+if build_all "$OUT/build.log"; then
+    row "build kernels, tests, server (-Werror)" PASS "$(elapsed)"
 else
-    tail -n 30 "$OUT/build.log"
-    row "build kernels + tests (nvcc)" FAIL "see $OUT/build.log"
+    row "build kernels, tests, server (-Werror)" FAIL "$(grep -m1 -E 'error|undefined' "$OUT/build.log" "$OUT/build-server.log" | cut -c1-90)"
+    grep -h -E -A3 'error' "$OUT/build.log" "$OUT/build-server.log" | head -n 30
+    if build_all "$OUT/build-nowerror.log" WERROR=; then
+        row "build again with WERROR= (warnings kept)" PASS "$(grep -c 'warning:' "$OUT/build-nowerror.log" "$OUT/build-nowerror-server.log" | paste -sd' ')"
+    else
+        row "build again with WERROR= (warnings kept)" FAIL "see $OUT/build-nowerror*.log"
+    fi
 fi
 if scripts/ptxas-report.py build/cuda/ptxas.log >"$OUT/ptxas.txt" 2>&1; then
     row "ptxas: no register spills" PASS "$(tail -n 1 "$OUT/ptxas.txt")"
@@ -70,16 +116,13 @@ else
     row "ptxas: no register spills" FAIL "$(tail -n 1 "$OUT/ptxas.txt")"
 fi
 HAVE_SERVER=0
-if make -j"$JOBS" CUDA=1 CUDA_ARCHS="$ARCHS" build/tessera build/tests/test_cuda_backend build/tests/tool_bench_cuda \
-        build/tests/test_sched_grammar \
-        >"$OUT/build-server.log" 2>&1; then
+if [ -x build/tessera ] && [ -f build/libtessera-cuda.so ]; then
     HAVE_SERVER=1
-    row "build tessera (server binary)" PASS ""
     build/tessera devices >"$OUT/devices.txt" 2>&1
     row "tessera devices" "$(grep -q '^cuda:0:' "$OUT/devices.txt" && echo PASS || echo FAIL)" \
         "$(grep '^cuda:0:' "$OUT/devices.txt" | head -n 1 | cut -c1-60)"
 else
-    row "build tessera (server binary)" SKIP "no server deps here (carry .debs; $OUT/build-server.log)"
+    row "tessera + libtessera-cuda.so built" SKIP "no server deps here (carry .debs) or the library failed: $OUT/build*.log"
 fi
 
 # ---- kernel tests on the GPU ---------------------------------------------------------------
@@ -93,7 +136,7 @@ done
 
 # ---- compute-sanitizer ------------------------------------------------------------------------
 if [ "${SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer >/dev/null; then
-    for tool in memcheck racecheck; do
+    for tool in ${SANITIZER_TOOLS:-memcheck racecheck}; do
         for t in build/cuda/tests/test_kernel_*; do
             [ -x "$t" ] || continue
             n=$(basename "$t")
@@ -122,7 +165,6 @@ fi
 # ---- the CUDA backend --------------------------------------------------------------------------
 PORT=${PORT:-8765}
 SERVING_PROMPTS=${SERVING_PROMPTS:-256}
-SMOL=models/SmolLM2-135M-Instruct.Q4_1.gguf
 QWEN_DIR=/tmp/tessera-qwen2.5-7b-dummy
 
 # Starts `tessera serve ARGS...` on $PORT in the background (pid in SERVER_PID, log in $1)
@@ -209,6 +251,10 @@ print("PASS" if ok else "FAIL", f"{same}/8 identical; parted at near-ties {parte
 PY
 }
 
+if [ -n "$MODELS_PID" ]; then
+    if wait "$MODELS_PID"; then row "test models (derived here)" PASS "$(grep -c '^make-test-models: made' "$OUT/testmodels.log") made"
+    else row "test models (derived here)" FAIL "$(tail -n 1 "$OUT/testmodels.log" | cut -c1-80)"; fi
+fi
 if [ "${SKIP_BACKEND:-0}" = 1 ]; then
     row "CUDA backend" SKIP "SKIP_BACKEND=1"
 elif [ "$HAVE_SERVER" != 1 ]; then
@@ -218,7 +264,7 @@ else
     s=$(date +%s)
     if TESSERA_CUDA_TEST_LIB=build/libtessera-cuda.so timeout 600 build/tests/test_cuda_backend \
             >"$OUT/test_cuda_backend.log" 2>&1; then st=PASS; else st=FAIL; fi
-    row "test_cuda_backend (on the GPU)" "$st" "$(tail -n 1 "$OUT/test_cuda_backend.log") ($(( $(date +%s) - s ))s)"
+    row "test_cuda_backend (on the GPU)" "$st" "$(tail -n 1 "$OUT/test_cuda_backend.log") ($(( $(date +%s) - s ))s)$SMOL_NOTE"
 
     # 1b. constrained decoding on the GPU: the sampling kernel applies the grammar masks
     # (SmolLM2: choices, a schema, a regex, json_object next to free sequences)
@@ -226,7 +272,7 @@ else
     if [ -f "$SMOL" ] && TESSERA_TEST_DEVICE=cuda TESSERA_CUDA_LIB=build/libtessera-cuda.so \
             TESSERA_TEST_MODEL="$SMOL" timeout 300 build/tests/test_sched_grammar \
             >"$OUT/test_sched_grammar.log" 2>&1; then st=PASS; else st=FAIL; fi
-    row "test_sched_grammar (on the GPU)" "$st" "$(tail -n 1 "$OUT/test_sched_grammar.log") ($(( $(date +%s) - s ))s)"
+    row "test_sched_grammar (on the GPU)" "$st" "$(tail -n 1 "$OUT/test_sched_grammar.log") ($(( $(date +%s) - s ))s)$SMOL_NOTE"
 
     # 1c. speculative decoding on the GPU: several sampling rows of a sequence per step,
     # outputs those of one token per step (the tiny BF16 llama3, as make test's emulated pass)
@@ -255,9 +301,9 @@ else
         done
         if [ $ok = 1 ]; then
             res=$(compare_greedy "$OUT/greedy-cpu.txt" "$OUT/greedy-cuda.txt" 2>&1)
-            row "serve SmolLM2: cuda greedy = cpu" "${res%% *}" "8 prompts x 32 tokens: ${res#* }"
+            row "serve SmolLM2: cuda greedy = cpu" "${res%% *}" "8 prompts x 32 tokens: ${res#* }$SMOL_NOTE"
             res=$(compare_scores "$OUT/score-cpu.txt" "$OUT/score-cuda.txt" 2>&1)
-            row "serve SmolLM2: cuda prompt logprobs = cpu" "${res%% *}" "${res#* }"
+            row "serve SmolLM2: cuda prompt logprobs = cpu" "${res%% *}" "${res#* }$SMOL_NOTE"
         else
             row "serve SmolLM2: cuda greedy = cpu" FAIL "see $OUT/greedy-*.txt, serve-smollm2-*.log"
         fi
@@ -283,7 +329,9 @@ else
     step1() { awk '$1 == "decode" && $3 == "batch" && $4 == "1" { print $5 }' "$1" 2>/dev/null; }
     row "Qwen2.5-7B dummy -q q8_0: batch-1 step" "$st" \
         "$(step1 "$OUT/bench-cuda-qwen7b-q8_0.txt") ms vs BF16 $(step1 "$OUT/bench-cuda-qwen7b.txt") ms, $(( $(date +%s) - s ))s"
-    if [ -f "$QWEN_DIR/tokenizer.json" ]; then
+    if [ "${SKIP_SERVING:-0}" = 1 ]; then
+        row "bench_serving (Qwen2.5-7B dummy)" SKIP "SKIP_SERVING=1"
+    elif [ -f "$QWEN_DIR/tokenizer.json" ]; then
         for kv in bf16 fp8; do
             if start_server "$OUT/serve-qwen7b-$kv.log" --model "$QWEN_DIR" --load-format dummy --device cuda \
                     --max-model-len 4096 --max-num-seqs 256 --kv-cache-dtype "$kv" --gpu-memory-utilization 0.9; then

@@ -26,11 +26,12 @@
 
 /* value of code c (0..255) as a constant expression: 2^(e-7) * (1 + m/8), or m * 2^-9 */
 #define FP8_E4M3_POW2_(e) ((e) >= 10 ? (float)(1u << ((e) - 10)) : 1.0f / (float)(1u << (10 - (e))))
+/* (arithmetic rather than masks: C++ compilers warn about a mask compared with a constant) */
 #define FP8_E4M3_MAG_(c)                                                                   \
-    ((((c) & 0x7f) == 0x7f) ? NAN                                                          \
-     : (((c) >> 3) & 15) == 0 ? (float)((c) & 7) / 512.0f                                  \
-                              : (float)(8 + ((c) & 7)) * FP8_E4M3_POW2_(((c) >> 3) & 15))
-#define FP8_E4M3_VAL_(c) (((c) & 0x80) ? -FP8_E4M3_MAG_(c) : FP8_E4M3_MAG_(c))
+    ((c) % 128 == 127    ? NAN                                                             \
+     : (c) / 8 % 16 == 0 ? (float)((c) % 8) / 512.0f                                       \
+                         : (float)(8 + (c) % 8) * FP8_E4M3_POW2_((c) / 8 % 16))
+#define FP8_E4M3_VAL_(c) ((c) >= 128 ? -FP8_E4M3_MAG_(c) : FP8_E4M3_MAG_(c))
 #define FP8_E4M3_X4_(c) FP8_E4M3_VAL_(c), FP8_E4M3_VAL_((c) + 1), FP8_E4M3_VAL_((c) + 2), FP8_E4M3_VAL_((c) + 3)
 #define FP8_E4M3_X16_(c) FP8_E4M3_X4_(c), FP8_E4M3_X4_((c) + 4), FP8_E4M3_X4_((c) + 8), FP8_E4M3_X4_((c) + 12)
 #define FP8_E4M3_X64_(c) FP8_E4M3_X16_(c), FP8_E4M3_X16_((c) + 16), FP8_E4M3_X16_((c) + 32), FP8_E4M3_X16_((c) + 48)

@@ -563,7 +563,12 @@ static void run_case(const struct mcase *mc)
         printf("    device sampling = the CPU sampler on the device's logits: %d rows, %d differ\n",
                g_res.dev_checked, g_res.dev_diff);
         CHECK(g_res.dev_checked > 0 && g_res.dev_diff == 0, "%s: device sampling", mc->path);
-        check_tokens(mc->path, &g_res, mc->exact, 2 * g_res.ls.maxrel);
+        /* seeded draws equal the CPU's only where the GPU's arithmetic is the CPU's to the
+         * bit (the emulator); a real GPU's expf and FMA contraction move the last bits of
+         * the logits, enough to carry the cumulative weight across a draw point (an H200:
+         * 1 seeded token of tiny-q5_0 in ~70). There the device's draws are still checked
+         * exactly against the CPU sampler on its own logits (above). */
+        check_tokens(mc->path, &g_res, g_emulated || mc->exact < 2 ? mc->exact : 1, 2 * g_res.ls.maxrel);
     }
     side_close(&sd);
     model_free(m);
@@ -746,17 +751,20 @@ static void test_tensor_parallel_limits(void)
 {
     char err[ERR_BUF];
     struct side sd;
-    struct model *m = load_model("testmodels/tiny-q4_k.gguf", true, MODEL_LOAD_NO_TOKENIZER);
-    if (!m) return;
     struct opts o = opts_default(KV_BF16);
     o.cpu = false;
-    o.tp = 2;
-    int rc = side_open(&sd, m, &o, err, sizeof err);
-    printf("    tiny-q4_k on 2 GPUs: %s\n", rc ? err : "(created)");
-    CHECK(rc == ERR_UNSUPPORTED && strstr(err, "256-element blocks") && strstr(err, "--tensor-parallel-size 2"),
-          "a K-quant split inside a block must be refused: %d %s", rc, err);
-    side_close(&sd);
-    model_free(m);
+    struct model *m;
+    int rc;
+    if (g_device_count(NULL, 0) >= 2) { /* with one GPU, "1 visible" comes first */
+        if (!(m = load_model("testmodels/tiny-q4_k.gguf", true, MODEL_LOAD_NO_TOKENIZER))) return;
+        o.tp = 2;
+        rc = side_open(&sd, m, &o, err, sizeof err);
+        printf("    tiny-q4_k on 2 GPUs: %s\n", rc ? err : "(created)");
+        CHECK(rc == ERR_UNSUPPORTED && strstr(err, "256-element blocks") && strstr(err, "--tensor-parallel-size 2"),
+              "a K-quant split inside a block must be refused: %d %s", rc, err);
+        side_close(&sd);
+        model_free(m);
+    }
 
     if (!(m = load_model("testmodels/tiny-q4_0.gguf", true, MODEL_LOAD_NO_TOKENIZER))) return;
     o.tp = 8; /* the emulator shows 4 devices */

@@ -39,6 +39,23 @@
 
 extern "C" {
 #include "util/half.h"
+#include "util/tensor.h"
+}
+
+/* A host view of an n_out x n_in weight matrix (rows of n_in elements of type), for the
+ * CPU twins that take a struct tensor. */
+static inline struct tensor ktest_matrix(enum dtype type, int64_t n_in, int64_t n_out, const void *data, size_t nbytes)
+{
+    struct tensor t = {};
+    t.name = "w";
+    t.type = type;
+    t.n_dims = 2;
+    t.ne[0] = n_in;
+    t.ne[1] = n_out;
+    t.ne[2] = t.ne[3] = 1;
+    t.data = data;
+    t.nbytes = nbytes;
+    return t;
 }
 
 /* ---- CUDA error checks ------------------------------------------------------------------ */

@@ -161,15 +161,7 @@ static void run_case(enum dtype type, int64_t n_in, int64_t n_out, int nt, uint6
     const int64_t ldy = n_out + pad; /* pad > 0: y is a column slice of wider rows */
     ktest_rng r(seed);
     std::vector<uint8_t> wh = ktest_rand_weights(type, n_in, n_out, r);
-    struct tensor wt = {};
-    wt.name = "w";
-    wt.type = type;
-    wt.n_dims = 2;
-    wt.ne[0] = n_in;
-    wt.ne[1] = n_out;
-    wt.ne[2] = wt.ne[3] = 1;
-    wt.data = wh.data();
-    wt.nbytes = wh.size();
+    struct tensor wt = ktest_matrix(type, n_in, n_out, wh.data(), wh.size());
     bool bf16 = nt > QMM_GEMV_MAX_TOKENS;
 
     size_t ws_bytes = cuda_quant_matmul_workspace_size(type, n_in, n_out, nt);

@@ -1019,7 +1019,7 @@ static void test_chi_square(void)
             else counts[got[i].token]++;
         }
         CHECK(bad == 0, "%d draws failed", bad);
-        int df;
+        int df = 0;
         double stat = chi2(counts, dist(cs.t, cs.top_p), N, &df);
         CHECK(stat < chi2_crit(df), "T=%g k=%d p=%g: chi2 %g >= %g (df %d)", (double)cs.t, cs.k, (double)cs.top_p,
               stat, chi2_crit(df), df);

@@ -1,0 +1,35 @@
+/* dense_gemv.h — y = x W^T for F16/BF16 weights and a few activation rows
+ * (kernels/dense_gemv.cu): the decode steps' linear layers of unquantized models, where a
+ * step reads every weight once and cuBLAS's GEMM for 1..8 columns leaves bandwidth unused.
+ *     y[t * ldy + o] = sum_i W[o][i] * x[t][i]      t < num_tokens, o < n_out, i < n_in
+ * CPU twin: cpu_matmul_ref (src/backend/cpu/quant.h) on x widened from the weight type to
+ * F32 (the same products; F32 sums in another order).
+ *
+ * w: [n_out][n_in] of `type` (DT_F16 or DT_BF16); x: [num_tokens][n_in] of the same type;
+ * y: F32, row t at y + t * ldy (ldy >= n_out). All device pointers. Takes num_tokens
+ * 1..DENSE_GEMV_MAX_TOKENS, n_in a multiple of 8 and w, x 16-byte aligned; anything else is
+ * cudaErrorInvalidValue (callers use cuBLAS there). Enqueues on `stream`, allocates
+ * nothing, returns the launch's cudaError_t as an int (0 = success).
+ */
+#ifndef TESSERA_KERNELS_DENSE_GEMV_H
+#define TESSERA_KERNELS_DENSE_GEMV_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "util/tensor.h"
+
+#define DENSE_GEMV_MAX_TOKENS 8
+
+int cuda_dense_gemv(enum dtype type, const void *w, int64_t n_in, int64_t n_out, const void *x, float *y,
+                    int64_t ldy, int num_tokens, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

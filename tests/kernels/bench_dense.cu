@@ -1,0 +1,67 @@
+/* bench_dense.cu — the decode steps' linears on BF16 weights at Qwen2.5-7B shapes, our GEMV
+ * (kernels/dense_gemv.cu) beside cuBLAS's GEMM on the same buffers, at 1, 4 and 8 tokens:
+ * n_in x n_out = 3584 x 37888 (fused gate/up), 18944 x 3584 (down), 3584 x 4608 (fused
+ * QKV) and 3584 x 152064 (the LM head). Memory-bound: bytes = weights + x + y, against the
+ * copy bandwidth; the weights rotate through enough copies to exceed the L2, so every call
+ * streams them from HBM. b->tiny (emulator): small shapes, one pass, to prove it runs.
+ */
+#include "kbench.h"
+
+#include "kernels/dense_gemv.h"
+
+#include <cublas_v2.h>
+
+#include <string.h>
+
+#include <vector>
+
+static void bench_pair(struct kbench *b, cublasHandle_t h, int64_t n_in, int64_t n_out, int nt)
+{
+    const bool ours = !b->filter || strstr("dense_gemv", b->filter), theirs = !b->filter || strstr("cublas_gemv", b->filter);
+    if (!ours && !theirs) return;
+    const size_t wbytes = (size_t)n_in * n_out * 2;
+    const int nc = b->tiny ? 1 : (int)(((size_t)256 << 20) / wbytes + 1);
+    std::vector<void *> w(nc > 8 ? 8 : nc);
+    for (void *&p : w) p = kbench_alloc_filled(wbytes, 0x11);
+    void *x = kbench_alloc_filled((size_t)nt * n_in * 2, 0x11);
+    float *y = (float *)kbench_alloc_filled((size_t)nt * n_out * 4, 0x11);
+    const double bytes = (double)wbytes + 2.0 * nt * n_in + 4.0 * nt * n_out, flops = 2.0 * nt * n_in * n_out;
+    char shape[64];
+    snprintf(shape, sizeof shape, "BF16 T=%d %lldx%lld", nt, (long long)n_in, (long long)n_out);
+    int it = 0;
+    if (ours) {
+        double s = kbench_time(b, [&] {
+            KB_CHECK(cuda_dense_gemv(DT_BF16, w[it++ % w.size()], n_in, n_out, x, y, n_out, nt, b->stream));
+        });
+        kbench_row(b, "dense_gemv", shape, s, bytes, flops, KB_MEMORY);
+    }
+    if (theirs) {
+        const float one = 1.0f, zero = 0.0f;
+        KB_CHECK(cublasSetStream(h, b->stream));
+        double s = kbench_time(b, [&] {
+            KB_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)n_out, nt, (int)n_in, &one, w[it++ % w.size()],
+                                  CUDA_R_16BF, (int)n_in, x, CUDA_R_16BF, (int)n_in, &zero, y, CUDA_R_32F, (int)n_out,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        });
+        kbench_row(b, "cublas_gemv", shape, s, bytes, flops, KB_MEMORY);
+    }
+    for (void *p : w) cudaFree(p);
+    cudaFree(x);
+    cudaFree(y);
+}
+
+static void bench_dense(struct kbench *b)
+{
+    const int64_t dim = b->tiny ? 256 : 3584, ffn = b->tiny ? 512 : 18944, vocab = b->tiny ? 64 : 152064,
+                  qkv = b->tiny ? 384 : 4608;
+    cublasHandle_t h;
+    KB_CHECK(cublasCreate(&h));
+    for (int nt : { 1, 4, 8 }) {
+        bench_pair(b, h, dim, 2 * ffn, nt);
+        bench_pair(b, h, ffn, dim, nt);
+        bench_pair(b, h, dim, qkv, nt);
+        bench_pair(b, h, dim, vocab, nt);
+    }
+    cublasDestroy(h);
+}
+KBENCH_REGISTER(bench_dense);

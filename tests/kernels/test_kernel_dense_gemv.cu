@@ -1,0 +1,97 @@
+/* test_kernel_dense_gemv.cu — kernels/dense_gemv.cu against its CPU twin cpu_matmul_ref on
+ * fresh random weights and activations: BF16 and F16, every token count 1..8, rows of 8
+ * elements (one chunk), 1000 (a partial last pass), 3584 and 18944 (Qwen2.5-7B's hidden and
+ * MLP widths: two and ten passes of 8 chunks per lane), n_out from 1 to 4608 (a partial
+ * last CTA), y a column slice of wider rows (ldy > n_out: the columns beside it must stay
+ * untouched); the invalid arguments. Output poisoned before each call, guards checked on
+ * every buffer after it.
+ */
+#include "ktest.h"
+
+extern "C" {
+#include "backend/cpu/quant.h"
+}
+#include "kernels/dense_gemv.h"
+
+/* Inputs are 16-bit values widened exactly, so the GPU and the twin add the same F32
+ * products in another order: |error| <= n_in * 2^-24 * sum |w x| (~1e-5 here: y ~ N(0, 1)),
+ * so KTOL_F32's 1e-4. */
+static void gemv_case(enum dtype type, int nt, int64_t n_in, int64_t n_out, int64_t pad, uint64_t seed)
+{
+    const int64_t ldy = n_out + pad;
+    ktest_rng r(seed);
+    std::vector<float> wf((size_t)(n_in * n_out)), xf((size_t)(nt * n_in));
+    r.fill_normal(wf.data(), wf.size(), 1.0f / sqrtf((float)n_in));
+    r.fill_normal(xf.data(), xf.size(), 1.0f);
+    const bool bf = type == DT_BF16;
+    std::vector<uint16_t> wh = bf ? ktest_to_bf16(wf.data(), wf.size()) : ktest_to_f16(wf.data(), wf.size());
+    std::vector<uint16_t> xh = bf ? ktest_to_bf16(xf.data(), xf.size()) : ktest_to_f16(xf.data(), xf.size());
+    std::vector<float> xw = bf ? ktest_from_bf16(xh.data(), xh.size()) : ktest_from_f16(xh.data(), xh.size());
+
+    struct tensor wt = ktest_matrix(type, n_in, n_out, wh.data(), wh.size() * 2);
+    std::vector<float> ref((size_t)(nt * n_out));
+    cpu_matmul_ref(&wt, xw.data(), ref.data(), nt);
+
+    kbuf<uint16_t> d_w(wh.size()), d_x(xh.size());
+    kbuf<float> d_y((size_t)(nt * ldy));
+    d_w.upload(wh);
+    d_x.upload(xh);
+    char what[96];
+    snprintf(what, sizeof what, "dense_gemv %s T=%d %lldx%lld ldy=%lld", bf ? "bf16" : "f16", nt, (long long)n_in,
+             (long long)n_out, (long long)ldy);
+    KTEST_SEEDS(s) {
+        d_y.poison();
+        int rc = cuda_dense_gemv(type, d_w.ptr, n_in, n_out, d_x.ptr, d_y.ptr, ldy, nt, 0);
+        CHECK(rc == 0, "%s: returned %d", what, rc);
+        std::vector<float> got = d_y.download(), body((size_t)(nt * n_out));
+        bool beside_ok = true;
+        for (int t = 0; t < nt; t++) {
+            memcpy(body.data() + t * n_out, got.data() + t * ldy, sizeof(float) * (size_t)n_out);
+            for (int64_t j = n_out; j < ldy; j++) beside_ok = beside_ok && isnan(got[(size_t)(t * ldy + j)]);
+        }
+        CHECK_CLOSE_ARRAYS(what, body.data(), ref.data(), body.size(), KTOL_F32);
+        CHECK(beside_ok, "%s: wrote the columns beside y", what);
+        CHECK_GUARD(d_w);
+        CHECK_GUARD(d_x);
+        CHECK_GUARD(d_y);
+    }
+}
+
+static void test_dense_gemv(void)
+{
+    static const int64_t shapes[][2] = { { 8, 1 }, { 64, 37 }, { 1000, 9 }, { 3584, 64 }, { 256, 4608 }, { 18944, 24 } };
+    uint64_t seed = 700;
+    for (enum dtype type : { DT_BF16, DT_F16 })
+        for (const auto &sh : shapes)
+            for (int nt = 1; nt <= DENSE_GEMV_MAX_TOKENS; nt++) {
+                /* the two largest shapes at a few token counts only (emulator time) */
+                if ((sh[0] * sh[1] > 1 << 20) && nt != 1 && nt != 3 && nt != 8) continue;
+                gemv_case(type, nt, sh[0], sh[1], nt % 2 ? 0 : 5, seed++);
+            }
+}
+
+static void test_dense_gemv_invalid(void)
+{
+    kbuf<uint16_t> d_w(64 * 4 + 8), d_x(8 * 64 + 8);
+    kbuf<float> d_y(8 * 4);
+    struct { enum dtype type; int64_t n_in, ldy; int nt; int shift; const char *what; } bad[] = {
+        { DT_F32, 64, 4, 1, 0, "F32 weights" },     { DT_Q8_0, 64, 4, 1, 0, "Q8_0 weights" },
+        { DT_BF16, 60, 4, 1, 0, "n_in % 8" },        { DT_BF16, 64, 3, 1, 0, "ldy < n_out" },
+        { DT_BF16, 64, 4, 0, 0, "no tokens" },       { DT_BF16, 64, 4, 9, 0, "9 tokens" },
+        { DT_F16, 64, 4, 1, 1, "misaligned w, x" },
+    };
+    for (const auto &b : bad) {
+        int rc = cuda_dense_gemv(b.type, d_w.ptr + b.shift, b.n_in, 4, d_x.ptr + b.shift, d_y.ptr, b.ldy, b.nt, 0);
+        CHECK(rc == (int)cudaErrorInvalidValue, "%s: %d", b.what, rc);
+    }
+    CHECK(cuda_dense_gemv(DT_BF16, d_w.ptr, 64, 0, d_x.ptr, d_y.ptr, 0, 1, 0) == 0, "no rows");
+    for (float v : d_y.download()) CHECK(isnan(v), "a rejected or empty call wrote the output");
+    CHECK_GUARD(d_y);
+}
+
+int main(void)
+{
+    RUN(test_dense_gemv);
+    RUN(test_dense_gemv_invalid);
+    return test_summary();
+}
