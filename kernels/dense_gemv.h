@@ -1,6 +1,8 @@
 /* dense_gemv.h — y = x W^T for F16/BF16 weights and a few activation rows
- * (kernels/dense_gemv.cu): the decode steps' linear layers of unquantized models, where a
- * step reads every weight once and cuBLAS's GEMM for 1..8 columns leaves bandwidth unused.
+ * (kernels/dense_gemv.cu): the batch-1 decode step's linear layers of unquantized models,
+ * where a step reads every weight once and cuBLAS's GEMM for one column leaves bandwidth
+ * unused (on an H200: 86-105% of the copy bandwidth here, 64-99% there; from 4 rows on
+ * cuBLAS's tensor-core kernels are faster, so the CUDA backend calls this for one row).
  *     y[t * ldy + o] = sum_i W[o][i] * x[t][i]      t < num_tokens, o < n_out, i < n_in
  * CPU twin: cpu_matmul_ref (src/backend/cpu/quant.h) on x widened from the weight type to
  * F32 (the same products; F32 sums in another order).

@@ -997,6 +997,9 @@ static void write_file(const char *dir, const char *name, const char *text)
     }
 }
 
+/* --load-format dummy on the backend: a qwen2 config of hidden 1024 (8 heads x 128), so
+ * that its single-sequence decode steps take the one-row GEMV (rows of 1024+ inputs) that
+ * the tiny models' 64- and 256-wide rows leave to cuBLAS. */
 static void test_dummy(void)
 {
     char dir[] = "/tmp/tessera_cuda_dummy_XXXXXX";
@@ -1005,8 +1008,8 @@ static void test_dummy(void)
         return;
     }
     write_file(dir, "config.json",
-               "{\"architectures\": [\"Qwen2ForCausalLM\"], \"model_type\": \"qwen2\", \"hidden_size\": 256,"
-               " \"intermediate_size\": 512, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+               "{\"architectures\": [\"Qwen2ForCausalLM\"], \"model_type\": \"qwen2\", \"hidden_size\": 1024,"
+               " \"intermediate_size\": 2048, \"num_hidden_layers\": 2, \"num_attention_heads\": 8,"
                " \"num_key_value_heads\": 2, \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6,"
                " \"rope_theta\": 1000000.0, \"tie_word_embeddings\": false, \"vocab_size\": 1000,"
                " \"torch_dtype\": \"bfloat16\"}");

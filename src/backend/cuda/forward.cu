@@ -5,7 +5,8 @@
  *   per layer:
  *     act = rmsnorm(x += delta)                              cuda_rmsnorm_residual (layer 0: no delta)
  *     qkv = act @ [Wq|Wk|Wv]                                 fused GEMM (quantized GEMV; F16/BF16:
- *                                                            cuda_dense_gemv for 1 row, else cuBLAS)
+ *                                                            cuda_dense_gemv for 1 row of >= 1024
+ *                                                            inputs, else cuBLAS)
  *     q/k per-head rmsnorm                                   cuda_head_rmsnorm (qwen3)
  *     q = rope(q), kv[slot] = rope(k), v (+ bias: qwen2)     cuda_rope_kv_write
  *     act = attention(q, kv)                                 decode-only: cuda_attention_decode,
@@ -50,7 +51,7 @@ int cu_decode_partition(int rows)
 
 /* y[:, col + o] = x @ W^T for one linear (quantized: cuda_quant_matmul on F32 x; F16/BF16:
  * x in the weight's type, converted from F32 into bufs.cast if needed, then
- * cuda_dense_gemv for one row, else cublasGemmEx). */
+ * cuda_dense_gemv for one row of 1024+ inputs, else cublasGemmEx). */
 static int linear(struct cuda_backend *b, const struct cu_linear *L, const void *x, float *y, int64_t ldy, int T)
 {
     if (L->type != DT_F16 && L->type != DT_BF16)
@@ -62,10 +63,12 @@ static int linear(struct cuda_backend *b, const struct cu_linear *L, const void 
         if (e) return e;
         xb = b->d.cast;
     }
-    /* one row (a batch-1 decode step, a single sequence's logits): our GEMV streams the
-     * weights at 88-108% of the copy bandwidth where cuBLAS's GEMM reaches 67-104% on an
-     * H200; from 4 rows on cuBLAS is faster (docs/BENCHMARKS.md, "dense_gemv") */
-    if (T == 1 && L->n_in % 8 == 0 && ((uintptr_t)L->w | (uintptr_t)xb) % 16 == 0)
+    /* one row (a batch-1 decode step, a single sequence's logits) of 1024 or more inputs:
+     * our GEMV streams the weights at 86-105% of the copy bandwidth where cuBLAS's GEMM
+     * reaches 64-99% on an H200; from 4 rows on cuBLAS is faster (docs/BENCHMARKS.md,
+     * "dense_gemv"). Shorter rows leave most of its 256-thread CTAs idle (and cost the
+     * emulator hundreds of fibers per 4 outputs), so they stay with cuBLAS. */
+    if (T == 1 && L->n_in >= 1024 && L->n_in % 8 == 0 && ((uintptr_t)L->w | (uintptr_t)xb) % 16 == 0)
         return cuda_dense_gemv(L->type, L->w, L->n_in, L->n_out, xb, y + L->col, ldy, T, b->stream);
     /* column-major view: y^T (n_out x T, ld ldy) = W (n_in x n_out)^T . x^T (n_in x T) */
     const float one = 1.0f, zero = 0.0f;
