@@ -14,6 +14,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Sets *device and loads *model (load flags as model_load); on an error prints why and the
  * failed summary line and returns false (main then returns 1). */
@@ -41,6 +42,16 @@ static inline int test_backend_tp(void)
 {
     const char *v = getenv("TESSERA_TEST_TP");
     return v && atoi(v) > 0 ? atoi(v) : 1;
+}
+
+/* Whether device runs on a real GPU: cuda with a TESSERA_CUDA_LIB that is not the
+ * emulator's (libtessera-cuda-emu.so). Tests keep the emulator's exact bounds and loosen
+ * only where a real GPU's arithmetic (its expf, FMA contraction, cuBLAS's kernels) moves
+ * the last bits. */
+static inline bool test_backend_real_gpu(enum backend_device device)
+{
+    const char *lib = getenv("TESSERA_CUDA_LIB");
+    return device == BACKEND_DEVICE_CUDA && !(lib && strstr(lib, "-emu"));
 }
 
 #endif

@@ -24,11 +24,11 @@
  * TESSERA_TEST_MODEL=build/testmodels/llama3-tiny-hd64) runs the same on the emulated CUDA
  * backend: a speculative step meets the prefill attention kernels where the reference
  * decoded, so rounding differs; a greedy sequence may part from the reference at a near tie
- * (its two best logprobs within 0.1 and the other one chosen), a seeded one anywhere but
- * for at most 2 sequences in all, and logprobs agree within 0.1 (test_scheduler.c allows
- * 0.02 over its 8-token outputs; over these 40, measured: up to 0.029 on the emulator and
- * 0.053 on an H200, a -9.4 logprob: a token that far down carries its logit's absolute
- * rounding, BF16 activations rounded to ~2^-9 of logits of ~10).
+ * (its two best logprobs within 0.05 and the other one chosen), a seeded one anywhere but
+ * for at most 2 sequences in all, and logprobs agree within 0.05 (test_scheduler.c allows
+ * 0.02 over its 8-token outputs; over these 40, measured: up to 0.029). On a real GPU both
+ * bounds are 0.1: an H200 gave 0.053 on a -9.4 logprob (a token that far down carries its
+ * logit's absolute rounding, BF16 activations rounded to ~2^-9 of logits of ~10).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "engine/scheduler.h"
@@ -265,7 +265,7 @@ static void run(const struct sched_config *cfg, unsigned which, struct run *r, c
 static void check_same(const struct run *ref, const struct run *r, unsigned which, const char *what)
 {
     const bool exact = g_device != BACKEND_DEVICE_CUDA;
-    const float tol = 0.1f; /* GPU: logprobs and near ties (see the file comment) */
+    const float tol = test_backend_real_gpu(g_device) ? 0.1f : 0.05f; /* GPU: logprobs, near ties (file comment) */
     int parted_seeded = 0;
     for (int i = 0; i < NSEQ; i++) {
         if (!(which & (1u << i))) continue;
