@@ -122,26 +122,6 @@ __device__ __forceinline__ void ad_fp8x16_to_f16(uint4 c, uint4 &a, uint4 &b)
     b = make_uint4(r[4], r[5], r[6], r[7]);
 }
 
-/* A 16x16 A or B fragment from shared memory. nvcc lowers BF16 fragment loads through
- * generic 32-bit loads plus MOVM transposes instead of the ldmatrix that F16 loads get
- * (seen in the sm_90a SASS); F16 and BF16 fragments have the same layout (16-bit
- * elements), so a BF16 fragment is loaded as F16 and its bits copied. */
-template <typename Use, typename Layout>
-__device__ __forceinline__ void ad_load(wmma::fragment<Use, 16, 16, 16, __half, Layout> &f, const __half *p,
-                                        unsigned ldm)
-{
-    wmma::load_matrix_sync(f, p, ldm);
-}
-template <typename Use, typename Layout>
-__device__ __forceinline__ void ad_load(wmma::fragment<Use, 16, 16, 16, __nv_bfloat16, Layout> &f,
-                                        const __nv_bfloat16 *p, unsigned ldm)
-{
-    wmma::fragment<Use, 16, 16, 16, __half, Layout> h;
-    wmma::load_matrix_sync(h, reinterpret_cast<const __half *>(p), ldm);
-#pragma unroll
-    for (int i = 0; i < f.num_elements; i++) f.x[i] = __ushort_as_bfloat16(__half_as_ushort(h.x[i]));
-}
-
 template <typename O> __device__ __forceinline__ uint32_t ad_pack2(float a, float b);
 template <> __device__ __forceinline__ uint32_t ad_pack2<__half>(float a, float b)
 {
@@ -322,9 +302,9 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
                  * cost 64 registers per thread at head_dim 128 (2 blocks/SM instead of 4) */
                 wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> qh, ql;
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> kb;
-                ad_load(qh, &sm.q[0][0][16 * k], KP);
-                ad_load(ql, &sm.q[1][0][16 * k], KP);
-                ad_load(kb, reinterpret_cast<const T *>(&sm.kv[16 * sub][0]) + 16 * k, KP);
+                ts_wmma_load(qh, &sm.q[0][0][16 * k], KP);
+                ts_wmma_load(ql, &sm.q[1][0][16 * k], KP);
+                ts_wmma_load(kb, reinterpret_cast<const T *>(&sm.kv[16 * sub][0]) + 16 * k, KP);
                 wmma::mma_sync(sacc, qh, kb, sacc);
                 wmma::mma_sync(sacc, ql, kb, sacc);
             }
@@ -406,14 +386,14 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
         for (int k = 0; k < TILE / 16; k++) {
             if (t0 + 16 * k >= p_end) break; /* P and V are zero there */
             wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> pa_hi, pa_lo;
-            ad_load(pa_hi, &sm.p[0][0][16 * k], PP);
-            ad_load(pa_lo, &sm.p[1][0][16 * k], PP);
+            ts_wmma_load(pa_hi, &sm.p[0][0][16 * k], PP);
+            ts_wmma_load(pa_lo, &sm.p[1][0][16 * k], PP);
 #pragma unroll
             for (int f = 0; f < NF; f++) {
                 const int fi = warp + f * AD_WARPS;
                 if (fi >= KSTEPS) continue;
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vb;
-                ad_load(vb, reinterpret_cast<const T *>(&sm.kv[16 * k][0]) + 16 * fi, KP);
+                ts_wmma_load(vb, reinterpret_cast<const T *>(&sm.kv[16 * k][0]) + 16 * fi, KP);
                 wmma::mma_sync(oacc[f], pa_hi, vb, oacc[f]);
                 wmma::mma_sync(oacc[f], pa_lo, vb, oacc[f]);
             }

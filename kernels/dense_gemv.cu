@@ -131,11 +131,9 @@ static int dispatch_tokens(const void *w, int64_t n_in, int64_t n_out, const voi
 extern "C" int cuda_dense_gemv(enum dtype type, const void *w, int64_t n_in, int64_t n_out, const void *x, float *y,
                                int64_t ldy, int num_tokens, cudaStream_t stream)
 {
-    if (!w || !x || !y || n_in <= 0 || n_in % 8 || n_out < 0 || ldy < n_out || num_tokens < 1 ||
-        num_tokens > DENSE_GEMV_MAX_TOKENS || !ts_aligned(w, 16) || !ts_aligned(x, 16))
+    if (!dense_linear_args_ok(type, w, n_in, n_out, x, y, ldy, num_tokens, DENSE_GEMV_MAX_TOKENS))
         return (int)cudaErrorInvalidValue;
     if (n_out == 0) return 0;
     if (type == DT_BF16) return dispatch_tokens<DT_BF16>(w, n_in, n_out, x, y, ldy, num_tokens, stream);
-    if (type == DT_F16) return dispatch_tokens<DT_F16>(w, n_in, n_out, x, y, ldy, num_tokens, stream);
-    return (int)cudaErrorInvalidValue;
+    return dispatch_tokens<DT_F16>(w, n_in, n_out, x, y, ldy, num_tokens, stream);
 }

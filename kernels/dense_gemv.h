@@ -27,6 +27,16 @@ extern "C" {
 
 #define DENSE_GEMV_MAX_TOKENS 8
 
+/* The arguments both dense linear kernels take (this contract, and skinny_gemm.h's with
+ * its own token limit): F16/BF16 weights, n_in > 0 a multiple of 8, ldy >= n_out >= 0,
+ * 1..max_tokens rows, w and x 16-byte aligned. */
+static inline int dense_linear_args_ok(enum dtype type, const void *w, int64_t n_in, int64_t n_out, const void *x,
+                                       const float *y, int64_t ldy, int num_tokens, int max_tokens)
+{
+    return (type == DT_F16 || type == DT_BF16) && w && x && y && n_in > 0 && n_in % 8 == 0 && n_out >= 0 &&
+           ldy >= n_out && num_tokens >= 1 && num_tokens <= max_tokens && ((uintptr_t)w | (uintptr_t)x) % 16 == 0;
+}
+
 int cuda_dense_gemv(enum dtype type, const void *w, int64_t n_in, int64_t n_out, const void *x, float *y,
                     int64_t ldy, int num_tokens, cudaStream_t stream);
 

@@ -9,7 +9,9 @@
 # parting only at near-ties; a scored prompt's logprobs the CPU's), speculative decoding's
 # scheduler test on the GPU, and Qwen2.5-7B with
 # --load-format dummy: decode step times at batch 1 / 8 / 64 / 256, the TTFT of one
-# 1,024-token prompt, GPU idle between steps, and
+# 1,024-token prompt, GPU idle between steps, the batch-1 and batch-8 forwards kernel by
+# kernel (tool_bench_cuda --profile), the dense linears' start-up kernel choice against
+# cuBLAS only (TESSERA_CUDA_LINEAR=cublas), and
 # scripts/bench_serving.py at 256 concurrent requests with BF16 and FP8 KV; on a machine
 # with 2 or more GPUs, the same model with --tensor-parallel-size 2 (greedy text = one
 # GPU's, serving throughput). Prints one
@@ -317,7 +319,7 @@ else
     [ -f build/testdata/tokenizers/qwen3/tokenizer.json ] && cp build/testdata/tokenizers/qwen3/tokenizer.json "$QWEN_DIR"/
     s=$(date +%s)
     if TESSERA_CUDA_LIB=build/libtessera-cuda.so timeout 400 build/tests/tool_bench_cuda "$QWEN_DIR" --dummy \
-            --kv-cache-dtype bf16 >"$OUT/bench-cuda-qwen7b.txt" 2>"$OUT/bench-cuda-qwen7b.log"; then st=PASS; else st=MISS; fi
+            --kv-cache-dtype bf16 --profile >"$OUT/bench-cuda-qwen7b.txt" 2>"$OUT/bench-cuda-qwen7b.log"; then st=PASS; else st=MISS; fi
     row "Qwen2.5-7B dummy: backend step bench" "$st" "$(( $(date +%s) - s ))s (table below)"
     # the same weights quantized to Q8_0 at load (--quantization q8_0): ~53% of the bytes;
     # batches 1 and 8 and the prefill only (--max-num-seqs 8), to keep the script short
@@ -329,6 +331,17 @@ else
     step1() { awk '$1 == "decode" && $3 == "batch" && $4 == "1" { print $5 }' "$1" 2>/dev/null; }
     row "Qwen2.5-7B dummy -q q8_0: batch-1 step" "$st" \
         "$(step1 "$OUT/bench-cuda-qwen7b-q8_0.txt") ms vs BF16 $(step1 "$OUT/bench-cuda-qwen7b.txt") ms, $(( $(date +%s) - s ))s"
+    # the dense linears' start-up choice (src/backend/cuda/linear.cu) against cuBLAS alone,
+    # side by side in this run: batches 1 and 8
+    s=$(date +%s)
+    TESSERA_CUDA_LINEAR=cublas TESSERA_CUDA_LIB=build/libtessera-cuda.so timeout 240 build/tests/tool_bench_cuda \
+        "$QWEN_DIR" --dummy --kv-cache-dtype bf16 --max-num-seqs 8 --steps 32 \
+        >"$OUT/bench-cuda-qwen7b-cublas.txt" 2>"$OUT/bench-cuda-qwen7b-cublas.log"
+    # (the tool exits 1 on a missed target; the row needs only its step times)
+    if [ -n "$(step1 "$OUT/bench-cuda-qwen7b-cublas.txt")" ]; then st=INFO; else st=FAIL; fi
+    step8() { awk '$1 == "decode" && $3 == "batch" && $4 == "8" && $5 != "/" { print $5 }' "$1" 2>/dev/null; }
+    row "Qwen2.5-7B dummy: linear kernels chosen vs cuBLAS only" "$st" \
+        "batch 1 $(step1 "$OUT/bench-cuda-qwen7b.txt") vs $(step1 "$OUT/bench-cuda-qwen7b-cublas.txt") ms, batch 8 $(step8 "$OUT/bench-cuda-qwen7b.txt") vs $(step8 "$OUT/bench-cuda-qwen7b-cublas.txt") ms"
     if [ "${SKIP_SERVING:-0}" = 1 ]; then
         row "bench_serving (Qwen2.5-7B dummy)" SKIP "SKIP_SERVING=1"
     elif [ -f "$QWEN_DIR/tokenizer.json" ]; then
@@ -386,6 +399,8 @@ fi
 echo
 echo "---- CUDA backend: Qwen2.5-7B, --load-format dummy ----"
 cat "$OUT/bench-cuda-qwen7b.txt" 2>/dev/null
+echo "-- linear kernels chosen at start-up (src/backend/cuda/linear.cu) --"
+grep -E 'BF16 [0-9]+ x [0-9]+ \(|linear kernels chosen' "$OUT/bench-cuda-qwen7b.log" 2>/dev/null | sed 's/^.*cuda: //'
 [ -f "$OUT/bench-cuda-qwen7b-q8_0.txt" ] && { echo "-- --quantization q8_0 --"; cat "$OUT/bench-cuda-qwen7b-q8_0.txt"; }
 for kv in bf16 fp8 tp2; do
     [ -f "$OUT/serving-$kv.txt" ] && { echo "-- bench_serving, $kv --"; cat "$OUT/serving-$kv.txt"; }

@@ -34,6 +34,10 @@
  *            the block count follows from the reported byte counts; too little memory is
  *            refused with what is missing and the knobs; FP8 fits where BF16 does not;
  *            weights that do not fit (a child process with 1 MiB) fail with ERR_NOMEM
+ *   linear   the dense kernels' start-up choice (TESSERA_CUDA_LINEAR=tune, =cublas) keeps
+ *            the CPU's results; an unknown mode is refused
+ *   profile  the kernel-by-kernel forward profile (tool_bench_cuda --profile) adds up and
+ *            leaves the next step bitwise unchanged
  *   dummy    --load-format dummy of a config-only directory runs on the backend
  *   scoring  scoring rows (prompt logprobs): a prompt's positions scored beside its
  *            sampled row, then decode-shaped steps (graph buckets) with a scoring row: the
@@ -55,6 +59,7 @@
 #include "test.h"
 
 #include "backend/backend_impl.h"
+#include "backend/cuda/profile.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -90,6 +95,7 @@ extern char **environ;
 static backend_create_fn g_create;
 static void (*g_timing)(void *, int, double *, double *, long *);
 static int (*g_device_count)(char *, size_t);
+static tessera_cuda_profile_fn g_profile;
 static bool g_verbose;
 
 static double now_s(void)
@@ -126,14 +132,16 @@ static int load_lib(void)
         return -1;
     }
     void *c = dlsym(h, "tessera_cuda_backend_create"), *t = dlsym(h, "tessera_cuda_backend_timing"),
-         *lv = dlsym(h, "tessera_cuda_set_log_level"), *dc = dlsym(h, "tessera_cuda_device_count");
-    if (!c || !t || !lv || !dc) {
+         *lv = dlsym(h, "tessera_cuda_set_log_level"), *dc = dlsym(h, "tessera_cuda_device_count"),
+         *pf = dlsym(h, "tessera_cuda_profile_forward");
+    if (!c || !t || !lv || !dc || !pf) {
         fprintf(stderr, "%s: missing entry points\n", path);
         return -1;
     }
     memcpy(&g_create, &c, sizeof c);
     memcpy(&g_timing, &t, sizeof t);
     memcpy(&g_device_count, &dc, sizeof dc);
+    memcpy(&g_profile, &pf, sizeof pf);
     void (*set)(int);
     memcpy(&set, &lv, sizeof lv);
     set(g_verbose ? 2 : 0);
@@ -997,39 +1005,35 @@ static void write_file(const char *dir, const char *name, const char *text)
     }
 }
 
-/* --load-format dummy on the backend: a qwen2 config of hidden 1024 (8 heads x 128), so
- * that its single-sequence decode steps take the one-row GEMV (rows of 1024+ inputs) that
- * the tiny models' 64- and 256-wide rows leave to cuBLAS. */
-static void test_dummy(void)
+/* A config-only model directory (--load-format dummy) with the given config.json, loaded
+ * and run on the backend against the CPU: the same greedy tokens (near-ties excepted) and
+ * logits within BF16's bounds. Sequence s generates 6 + s tokens, so the decode batches
+ * shrink from 8 rows to 1 (graph buckets 8, 4, 2, 1). */
+static void dummy_run(const char *what, const char *config)
 {
     char dir[] = "/tmp/tessera_cuda_dummy_XXXXXX";
     if (!mkdtemp(dir)) {
         CHECK(0, "mkdtemp");
         return;
     }
-    write_file(dir, "config.json",
-               "{\"architectures\": [\"Qwen2ForCausalLM\"], \"model_type\": \"qwen2\", \"hidden_size\": 1024,"
-               " \"intermediate_size\": 2048, \"num_hidden_layers\": 2, \"num_attention_heads\": 8,"
-               " \"num_key_value_heads\": 2, \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6,"
-               " \"rope_theta\": 1000000.0, \"tie_word_embeddings\": false, \"vocab_size\": 1000,"
-               " \"torch_dtype\": \"bfloat16\"}");
+    write_file(dir, "config.json", config);
     char err[ERR_BUF];
     struct model *m = NULL;
     int rc = model_load(dir, MODEL_LOAD_DUMMY | MODEL_LOAD_NO_TOKENIZER, &m, err, sizeof err);
-    CHECK(rc == 0, "dummy load: %s", err);
+    CHECK(rc == 0, "%s: dummy load: %s", what, err);
     if (!rc) {
         struct side sd;
         struct opts o = opts_default(KV_BF16);
         rc = side_open(&sd, m, &o, err, sizeof err);
-        CHECK(rc == 0, "dummy model on the backend: %s", err);
+        CHECK(rc == 0, "%s on the backend: %s", what, err);
         if (!rc) {
-            struct genspec g = { 6, 0, false, 1, false, true };
+            struct genspec g = { 6, 1, false, 1, false, true };
             generate(&sd, m, &g, &g_res);
-            printf("    dummy qwen2 (BF16): %d steps %.1f s; logits nmse %.2e, max |d| %.3f std\n", g_res.steps,
-                   g_res.seconds, g_res.ls.nmse, g_res.ls.maxrel);
-            CHECK(g_res.ls.nmse <= 2e-4 && g_res.ls.maxrel <= 0.06, "dummy logits differ from the CPU's");
-            check_tokens("dummy qwen2", &g_res, 0, 2 * g_res.ls.maxrel);
-            CHECK(g_res.dev_checked > 0 && g_res.dev_diff == 0, "dummy: device sampling");
+            printf("    %s: %d steps %.1f s; logits nmse %.2e, max |d| %.3f std\n", what, g_res.steps, g_res.seconds,
+                   g_res.ls.nmse, g_res.ls.maxrel);
+            CHECK(g_res.ls.nmse <= 2e-4 && g_res.ls.maxrel <= 0.06, "%s: logits differ from the CPU's", what);
+            check_tokens(what, &g_res, 0, 2 * g_res.ls.maxrel);
+            CHECK(g_res.dev_checked > 0 && g_res.dev_diff == 0, "%s: device sampling", what);
         }
         side_close(&sd);
     }
@@ -1038,6 +1042,134 @@ static void test_dummy(void)
     snprintf(p, sizeof p, "%s/config.json", dir);
     unlink(p);
     rmdir(dir);
+}
+
+/* A qwen2 config of hidden 1024 (8 heads x 128): its decode steps take the dense kernels of
+ * linear.cu's fixed rule (rows of 1024+ inputs, which the tiny models' 64- and 256-wide
+ * rows leave to cuBLAS): the skinny GEMM for 2-8 rows, the GEMV for 1. */
+static void test_dummy(void)
+{
+    dummy_run("dummy qwen2 (BF16)",
+              "{\"architectures\": [\"Qwen2ForCausalLM\"], \"model_type\": \"qwen2\", \"hidden_size\": 1024,"
+              " \"intermediate_size\": 2048, \"num_hidden_layers\": 2, \"num_attention_heads\": 8,"
+              " \"num_key_value_heads\": 2, \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6,"
+              " \"rope_theta\": 1000000.0, \"tie_word_embeddings\": false, \"vocab_size\": 1000,"
+              " \"torch_dtype\": \"bfloat16\"}");
+}
+
+/* linear.cu's kernel choice for F16/BF16 matrices: TESSERA_CUDA_LINEAR=tune (the default on
+ * a GPU: each matrix shape's GEMV, skinny GEMM and cuBLAS timed at start-up for 1..16 rows,
+ * whichever wins) and =cublas keep the CPU's results; an unknown value is refused at
+ * create, naming the accepted ones. A small llama config (hidden 128, vocab 512), so the
+ * measurement's few thousand kernel calls take seconds under the emulator. */
+static void test_linear_modes(void)
+{
+    static const char config[] =
+        "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 128,"
+        " \"intermediate_size\": 256, \"num_hidden_layers\": 1, \"num_attention_heads\": 2,"
+        " \"num_key_value_heads\": 1, \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-5,"
+        " \"rope_theta\": 500000.0, \"tie_word_embeddings\": true, \"vocab_size\": 512,"
+        " \"torch_dtype\": \"bfloat16\"}";
+    const char *was = getenv("TESSERA_CUDA_LINEAR");
+    char saved[32];
+    snprintf(saved, sizeof saved, "%s", was ? was : "");
+    setenv("TESSERA_CUDA_LINEAR", "tune", 1);
+    dummy_run("TESSERA_CUDA_LINEAR=tune", config);
+    setenv("TESSERA_CUDA_LINEAR", "cublas", 1);
+    dummy_run("TESSERA_CUDA_LINEAR=cublas", config);
+    setenv("TESSERA_CUDA_LINEAR", "fastest", 1);
+    struct model *m = load_model("testmodels/llama3-tiny-hd64", true, MODEL_LOAD_NO_TOKENIZER);
+    if (m) {
+        struct backend_config c;
+        const struct backend_ops *ops;
+        void *impl;
+        struct backend_info info;
+        struct opts o = opts_default(KV_BF16);
+        char err[ERR_BUF];
+        backend_cfg(&c, &o);
+        CHECK(g_create(m, &c, &ops, &impl, &info, err, sizeof err) == ERR_INVALID &&
+                  strstr(err, "TESSERA_CUDA_LINEAR=fastest") && strstr(err, "tune, fixed or cublas"),
+              "an unknown TESSERA_CUDA_LINEAR: %s", err);
+        model_free(m);
+    }
+    if (was) setenv("TESSERA_CUDA_LINEAR", saved, 1);
+    else unsetenv("TESSERA_CUDA_LINEAR");
+}
+
+/* ---- the forward profile ---------------------------------------------------------------- */
+
+/* A 3-token prefill, then one decode step naming its token; with `profile`, the prefill's
+ * forward is profiled in between (refused before the first step and while one is in
+ * flight). The decode step's token and top logprobs go to *out. */
+static void profile_run(const struct model *m, bool profile, struct backend_token *out)
+{
+    char err[ERR_BUF];
+    struct side sd;
+    struct opts o = opts_default(KV_BF16);
+    o.cpu = false;
+    memset(out, 0, sizeof *out);
+    if (side_open(&sd, m, &o, err, sizeof err)) {
+        CHECK(0, "profile: %s", err);
+        return;
+    }
+    struct sampler_params sp;
+    sampler_params_default(&sp);
+    sp.temperature = 0;
+    struct sampler *g = sampler_create(&sp, m->cfg.vocab_size);
+    struct backend_sample smp[1] = { { .sampler = g, .n_logprobs = 5 } };
+    struct backend_token tok_out[1];
+    int32_t tok[3] = { 5, 6, 7 }, pos[3] = { 0, 1, 2 }, qs[2] = { 0, 3 }, lens[1] = { 3 }, bt[MB] = { 3, 4, 5, 6 },
+            li[1] = { 2 };
+    int64_t slot[3] = { 48, 49, 50 };
+    struct batch b = { 3, 1, tok, pos, slot, qs, lens, bt, MB, 1, li };
+    struct tessera_cuda_profile_row rows[32];
+    double fwd = 0;
+    const struct backend_ops *ops = sd.ops;
+    if (profile)
+        CHECK(g_profile(sd.impl, 1, rows, 32, &fwd, err, sizeof err) == ERR_INVALID, "profile before a step: %s", err);
+    CHECK(ops->submit(sd.impl, &b, smp, err, sizeof err) == 0, "prefill: %s", err);
+    if (profile) CHECK(g_profile(sd.impl, 1, rows, 32, &fwd, err, sizeof err) == ERR_BUSY, "profile in flight: %s", err);
+    CHECK(ops->wait(sd.impl, tok_out, err, sizeof err) == 0, "prefill: %s", err);
+    if (profile) {
+        const int n = g_profile(sd.impl, 3, rows, 32, &fwd, err, sizeof err);
+        CHECK(n > 0, "profile: %d: %s", n, err);
+        double sum = 0;
+        int qkv = 0, lm = 0;
+        for (int i = 0; i < n; i++) {
+            sum += rows[i].ms;
+            if (!strcmp(rows[i].name, "QKV projection")) qkv = rows[i].calls;
+            if (!strcmp(rows[i].name, "LM head")) lm = rows[i].calls;
+        }
+        CHECK(qkv == m->cfg.n_layers && lm == 1, "profile: QKV %d calls (%d layers), LM head %d", qkv,
+              m->cfg.n_layers, lm);
+        CHECK(fwd > 0 && sum > 0 && sum <= fwd * 1.001 + 1e-6, "profile: kernels %.4f ms of a %.4f ms forward", sum,
+              fwd);
+        printf("    profile: %d kernel names, %.2f ms per forward (emulated)\n", n, fwd);
+    }
+    int32_t t2[1] = { BACKEND_TOKEN_PREV(0) }, p2[1] = { 3 }, q2[2] = { 0, 1 }, l2[1] = { 4 }, li2[1] = { 0 };
+    int64_t s2[1] = { 51 };
+    struct batch d = { 1, 1, t2, p2, s2, q2, l2, bt, MB, 1, li2 };
+    CHECK(ops->submit(sd.impl, &d, smp, err, sizeof err) == 0 && ops->wait(sd.impl, out, err, sizeof err) == 0,
+          "the decode step: %s", err);
+    sampler_free(g);
+    side_close(&sd);
+}
+
+/* tessera_cuda_profile_forward (tool_bench_cuda --profile): one row per kernel name, the
+ * QKV projection once per layer, the kernels' times adding up to at most the forward's;
+ * profiling runs the last forward again over the same inputs, so the next step's token and
+ * logprobs are bitwise those of a run without it. */
+static void test_profile(void)
+{
+    struct model *m = load_model("testmodels/llama3-tiny-hd64", true, MODEL_LOAD_NO_TOKENIZER);
+    if (!m) return;
+    struct backend_token a, b;
+    profile_run(m, true, &a);
+    profile_run(m, false, &b);
+    CHECK(a.token == b.token && !memcmp(&a.logprob, &b.logprob, sizeof a.logprob) && a.n_top == b.n_top &&
+              !memcmp(a.top_logprobs, b.top_logprobs, sizeof a.top_logprobs),
+          "the step after a profile: token %d (%.9g) vs %d (%.9g)", a.token, a.logprob, b.token, b.logprob);
+    model_free(m);
 }
 
 /* ---- scoring rows ------------------------------------------------------------------------ */
@@ -1322,6 +1454,8 @@ int main(int argc, char **argv)
     T(test_graphs_vs_eager);
     T(test_lag);
     T(test_dummy);
+    T(test_linear_modes);
+    T(test_profile);
     T(test_scoring);
     T(test_tensor_parallel_limits);
     T(test_tensor_parallel);

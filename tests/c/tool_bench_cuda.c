@@ -4,7 +4,7 @@
  *   build/tests/tool_bench_cuda MODEL [--dummy] [--kv-cache-dtype bf16|fp8]
  *        [--max-model-len N] [--max-num-seqs N] [--max-num-batched-tokens N]
  *        [--gpu-memory-utilization F] [--context N] [--steps N] [--enforce-eager]
- *        [--quantization q8_0]
+ *        [--quantization q8_0] [--profile]
  *
  * Loads MODEL (--dummy: a config-only HF directory with random weights, the
  * --load-format dummy of tessera serve; --quantization q8_0: its matrices quantized to
@@ -16,10 +16,14 @@
  *     step; GPU idle = the backend's event-timed gap between the end of one step and the
  *     start of the next, as a share of the step;
  *   - one 1,024-token prefill step with sampling (TTFT without HTTP and tokenizer);
- * and prints one table with the targets of docs/cuda-backend.md.
+ * and prints one table with the targets of docs/cuda-backend.md. --profile: after the batch-1
+ * and batch-8 runs, the forward of their last step again, kernel by kernel
+ * (tessera_cuda_profile_forward, src/backend/cuda/profile.h: eager, kernels back to back),
+ * as one table per batch after the main one.
  */
 #define _GNU_SOURCE
 #include "backend/backend_impl.h"
+#include "backend/cuda/profile.h"
 #include "model/model.h"
 #include "sampler/sampler.h"
 #include "util/err.h"
@@ -39,14 +43,7 @@ static double now_ms(void)
 
 static backend_create_fn g_create;
 static void (*g_timing)(void *, int, double *, double *, long *);
-
-struct bench {
-    const struct backend_ops *ops;
-    void *impl;
-    struct backend_info info;
-    int vocab, bs, max_blocks;
-    struct sampler *greedy;
-};
+static tessera_cuda_profile_fn g_profile;
 
 /* Batch arrays for up to n sequences of one row (decode) or one sequence of n rows. */
 struct arrays {
@@ -81,6 +78,39 @@ static void arrays_free(struct arrays *a)
     free(a->slot);
     free(a->smp);
     free(a->out);
+}
+
+
+struct bench {
+    const struct backend_ops *ops;
+    void *impl;
+    struct backend_info info;
+    int vocab, bs, max_blocks;
+    struct sampler *greedy;
+};
+
+#define PROFILE_ROWS 32
+struct profile {
+    int rows;      /* < 0: not run */
+    double forward_ms;
+    struct tessera_cuda_profile_row row[PROFILE_ROWS];
+};
+
+/* The last step's forward, kernel by kernel (5 runs averaged). */
+static void run_profile(struct bench *b, struct profile *p, char *err, size_t errlen)
+{
+    p->rows = g_profile(b->impl, 5, p->row, PROFILE_ROWS, &p->forward_ms, err, errlen);
+}
+
+static void print_profile(const char *what, const struct profile *p, double step_ms)
+{
+    if (p->rows < 0) return;
+    printf("\nforward profile, %s: %.3f ms with kernels back to back (eager, events between them) "
+           "against a %.3f ms step\n", what, p->forward_ms, step_ms);
+    printf("%-34s %6s %12s %8s\n", "kernel", "calls", "us/forward", "share");
+    for (int i = 0; i < p->rows; i++)
+        printf("%-34s %6d %12.1f %7.1f%%\n", p->row[i].name, p->row[i].calls, 1e3 * p->row[i].ms,
+               p->forward_ms > 0 ? 100 * p->row[i].ms / p->forward_ms : 0);
 }
 
 /* Prefills `ctx` tokens for each of n sequences (one chunk per sequence, up to max_tokens
@@ -190,13 +220,14 @@ static double run_prefill(struct bench *b, int len, char *err, size_t errlen)
 int main(int argc, char **argv)
 {
     const char *model_path = NULL, *kv = "auto";
-    bool dummy = false, eager = false, q8_0 = false;
+    bool dummy = false, eager = false, q8_0 = false, profile = false;
     int max_model_len = 4096, max_seqs = 256, max_tokens = 8192, ctx = 1024, steps = 64;
     double util = 0.9;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--dummy")) dummy = true;
         else if (!strcmp(a, "--enforce-eager")) eager = true;
+        else if (!strcmp(a, "--profile")) profile = true;
         else if (!strcmp(a, "--quantization") && v && !strcmp(v, "q8_0")) q8_0 = true, i++;
         else if (!strcmp(a, "--kv-cache-dtype") && v) kv = argv[++i];
         else if (!strcmp(a, "--max-model-len") && v) max_model_len = atoi(argv[++i]);
@@ -209,7 +240,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: %s MODEL [--dummy] [--kv-cache-dtype bf16|fp8] [--max-model-len N] "
                     "[--max-num-seqs N] [--max-num-batched-tokens N] [--gpu-memory-utilization F] [--context N] "
-                    "[--steps N] [--enforce-eager] [--quantization q8_0]\n", argv[0]);
+                    "[--steps N] [--enforce-eager] [--quantization q8_0] [--profile]\n", argv[0]);
             return 2;
         }
     }
@@ -220,13 +251,15 @@ int main(int argc, char **argv)
     const char *lib = getenv("TESSERA_CUDA_LIB") ? getenv("TESSERA_CUDA_LIB") : "build/libtessera-cuda.so";
     void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     void *c = h ? dlsym(h, "tessera_cuda_backend_create") : NULL, *t = h ? dlsym(h, "tessera_cuda_backend_timing") : NULL,
-         *lv = h ? dlsym(h, "tessera_cuda_set_log_level") : NULL;
-    if (!c || !t || !lv) {
+         *lv = h ? dlsym(h, "tessera_cuda_set_log_level") : NULL,
+         *pr = h ? dlsym(h, "tessera_cuda_profile_forward") : NULL;
+    if (!c || !t || !lv || !pr) {
         fprintf(stderr, "%s: cannot use %s: %s\n", argv[0], lib, h ? "missing entry points" : dlerror());
         return 1;
     }
     memcpy(&g_create, &c, sizeof c);
     memcpy(&g_timing, &t, sizeof t);
+    memcpy(&g_profile, &pr, sizeof pr);
     void (*set_level)(int);
     memcpy(&set_level, &lv, sizeof lv);
     set_level(2);
@@ -284,8 +317,11 @@ int main(int argc, char **argv)
     double idle1 = 0, idle8 = 0, idle64 = 0, idle256 = 0, d1 = -1, d8 = -1, d64 = -1, d256 = -1, pf = -1;
     int fails = 0;
     err[0] = 0;
+    static struct profile prof1 = { -1, 0, { { "", 0, 0 } } }, prof8 = { -1, 0, { { "", 0, 0 } } };
     if (FITS(1)) d1 = run_decode(&b, 1, ctx, steps, max_tokens, &idle1, err, sizeof err);
+    if (!err[0] && d1 >= 0 && profile) run_profile(&b, &prof1, err, sizeof err);
     if (!err[0] && FITS(8)) d8 = run_decode(&b, 8, ctx, steps, max_tokens, &idle8, err, sizeof err);
+    if (!err[0] && d8 >= 0 && profile) run_profile(&b, &prof8, err, sizeof err);
     if (!err[0] && FITS(64)) d64 = run_decode(&b, 64, ctx, steps, max_tokens, &idle64, err, sizeof err);
     if (!err[0] && FITS(256)) d256 = run_decode(&b, 256, ctx, steps, max_tokens, &idle256, err, sizeof err);
     if (!err[0] && max_model_len >= 1024 && max_tokens >= 1024) pf = run_prefill(&b, 1024, err, sizeof err);
@@ -321,6 +357,8 @@ int main(int argc, char **argv)
     printf("%-34s %9.2f %-3s %14s\n", "weights read per decode step", wbytes / 1e9, "GB", "");
     printf("%-34s %9.0f %-3s %14s\n", "  => at batch 1", d1 > 0 ? wbytes / (d1 * 1e-3) / 1e9 : 0, "GB/s",
            "(H200 ~4300 copy)");
+    print_profile("batch 1", &prof1, d1);
+    print_profile("batch 8", &prof8, d8);
     sampler_free(b.greedy);
     b.ops->destroy(b.impl);
     model_free(m);

@@ -1,5 +1,7 @@
 /* bench_dense.cu — the decode steps' linears on BF16 weights at Qwen2.5-7B shapes, our GEMV
- * (kernels/dense_gemv.cu) beside cuBLAS's GEMM on the same buffers, at 1, 4 and 8 tokens:
+ * (kernels/dense_gemv.cu, up to 8 tokens) and skinny tensor-core GEMM
+ * (kernels/skinny_gemm.cu) beside cuBLAS's GEMM on the same buffers, at 1, 2, 4, 8 and 16
+ * tokens:
  * n_in x n_out = 3584 x 37888 (fused gate/up), 18944 x 3584 (down), 3584 x 4608 (fused
  * QKV) and 3584 x 152064 (the LM head). Memory-bound: bytes = weights + x + y, against the
  * copy bandwidth; the weights rotate through enough copies to exceed the L2, so every call
@@ -8,6 +10,7 @@
 #include "kbench.h"
 
 #include "kernels/dense_gemv.h"
+#include "kernels/skinny_gemm.h"
 
 #include <cublas_v2.h>
 
@@ -17,8 +20,10 @@
 
 static void bench_pair(struct kbench *b, cublasHandle_t h, int64_t n_in, int64_t n_out, int nt)
 {
-    const bool ours = !b->filter || strstr("dense_gemv", b->filter), theirs = !b->filter || strstr("cublas_gemv", b->filter);
-    if (!ours && !theirs) return;
+    const bool gemv = nt <= DENSE_GEMV_MAX_TOKENS && (!b->filter || strstr("dense_gemv", b->filter)),
+               skinny = !b->filter || strstr("skinny_gemm", b->filter),
+               theirs = !b->filter || strstr("cublas_gemv", b->filter);
+    if (!gemv && !skinny && !theirs) return;
     const size_t wbytes = (size_t)n_in * n_out * 2;
     const int nc = b->tiny ? 1 : (int)(((size_t)256 << 20) / wbytes + 1);
     std::vector<void *> w(nc > 8 ? 8 : nc);
@@ -29,11 +34,17 @@ static void bench_pair(struct kbench *b, cublasHandle_t h, int64_t n_in, int64_t
     char shape[64];
     snprintf(shape, sizeof shape, "BF16 T=%d %lldx%lld", nt, (long long)n_in, (long long)n_out);
     int it = 0;
-    if (ours) {
+    if (gemv) {
         double s = kbench_time(b, [&] {
             KB_CHECK(cuda_dense_gemv(DT_BF16, w[it++ % w.size()], n_in, n_out, x, y, n_out, nt, b->stream));
         });
         kbench_row(b, "dense_gemv", shape, s, bytes, flops, KB_MEMORY);
+    }
+    if (skinny) {
+        double s = kbench_time(b, [&] {
+            KB_CHECK(cuda_skinny_gemm(DT_BF16, w[it++ % w.size()], n_in, n_out, x, y, n_out, nt, b->stream));
+        });
+        kbench_row(b, "skinny_gemm", shape, s, bytes, flops, KB_MEMORY);
     }
     if (theirs) {
         const float one = 1.0f, zero = 0.0f;
@@ -56,7 +67,7 @@ static void bench_dense(struct kbench *b)
                   qkv = b->tiny ? 384 : 4608;
     cublasHandle_t h;
     KB_CHECK(cublasCreate(&h));
-    for (int nt : { 1, 4, 8 }) {
+    for (int nt : { 1, 2, 4, 8, 16 }) {
         bench_pair(b, h, dim, 2 * ffn, nt);
         bench_pair(b, h, ffn, dim, nt);
         bench_pair(b, h, dim, qkv, nt);

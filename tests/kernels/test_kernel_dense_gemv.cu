@@ -1,5 +1,7 @@
-/* test_kernel_dense_gemv.cu — kernels/dense_gemv.cu against its CPU twin cpu_matmul_ref on
- * fresh random weights and activations: BF16 and F16, every token count 1..8, rows of 8
+/* test_kernel_dense_gemv.cu — the two dense linear kernels, kernels/dense_gemv.cu (CUDA-core
+ * GEMV, 1..8 tokens) and kernels/skinny_gemm.cu (tensor cores, 1..16 tokens), against
+ * their CPU twin cpu_matmul_ref on fresh random weights and activations: BF16 and F16,
+ * every token count each takes, rows of 8
  * elements (one chunk), 1000 (a partial last pass), 3584 and 18944 (Qwen2.5-7B's hidden and
  * MLP widths: two and ten passes of 8 chunks per lane), n_out from 1 to 4608 (a partial
  * last CTA), y a column slice of wider rows (ldy > n_out: the columns beside it must stay
@@ -12,11 +14,22 @@ extern "C" {
 #include "backend/cpu/quant.h"
 }
 #include "kernels/dense_gemv.h"
+#include "kernels/skinny_gemm.h"
+
+/* The kernels share one signature and contract; each is tested up to its token limit. */
+typedef int (*dense_fn)(enum dtype, const void *, int64_t, int64_t, const void *, float *, int64_t, int, cudaStream_t);
+struct dense_kernel {
+    const char *name;
+    dense_fn fn;
+    int max_tokens;
+};
+static const struct dense_kernel kernels[] = { { "dense_gemv", cuda_dense_gemv, DENSE_GEMV_MAX_TOKENS },
+                                               { "skinny_gemm", cuda_skinny_gemm, SKINNY_GEMM_MAX_TOKENS } };
 
 /* Inputs are 16-bit values widened exactly, so the GPU and the twin add the same F32
  * products in another order: |error| <= n_in * 2^-24 * sum |w x| (~1e-5 here: y ~ N(0, 1)),
  * so KTOL_F32's 1e-4. */
-static void gemv_case(enum dtype type, int nt, int64_t n_in, int64_t n_out, int64_t pad, uint64_t seed)
+static void gemv_case(const struct dense_kernel &k, enum dtype type, int nt, int64_t n_in, int64_t n_out, int64_t pad, uint64_t seed)
 {
     const int64_t ldy = n_out + pad;
     ktest_rng r(seed);
@@ -37,11 +50,11 @@ static void gemv_case(enum dtype type, int nt, int64_t n_in, int64_t n_out, int6
     d_w.upload(wh);
     d_x.upload(xh);
     char what[96];
-    snprintf(what, sizeof what, "dense_gemv %s T=%d %lldx%lld ldy=%lld", bf ? "bf16" : "f16", nt, (long long)n_in,
+    snprintf(what, sizeof what, "%s %s T=%d %lldx%lld ldy=%lld", k.name, bf ? "bf16" : "f16", nt, (long long)n_in,
              (long long)n_out, (long long)ldy);
     KTEST_SEEDS(s) {
         d_y.poison();
-        int rc = cuda_dense_gemv(type, d_w.ptr, n_in, n_out, d_x.ptr, d_y.ptr, ldy, nt, 0);
+        int rc = k.fn(type, d_w.ptr, n_in, n_out, d_x.ptr, d_y.ptr, ldy, nt, 0);
         CHECK(rc == 0, "%s: returned %d", what, rc);
         std::vector<float> got = d_y.download(), body((size_t)(nt * n_out));
         bool beside_ok = true;
@@ -61,30 +74,33 @@ static void test_dense_gemv(void)
 {
     static const int64_t shapes[][2] = { { 8, 1 }, { 64, 37 }, { 1000, 9 }, { 3584, 64 }, { 256, 4608 }, { 18944, 24 } };
     uint64_t seed = 700;
-    for (enum dtype type : { DT_BF16, DT_F16 })
-        for (const auto &sh : shapes)
-            for (int nt = 1; nt <= DENSE_GEMV_MAX_TOKENS; nt++) {
-                /* the two largest shapes at a few token counts only (emulator time) */
-                if ((sh[0] * sh[1] > 1 << 20) && nt != 1 && nt != 3 && nt != 8) continue;
-                gemv_case(type, nt, sh[0], sh[1], nt % 2 ? 0 : 5, seed++);
-            }
+    for (const auto &k : kernels)
+        for (enum dtype type : { DT_BF16, DT_F16 })
+            for (const auto &sh : shapes)
+                for (int nt = 1; nt <= k.max_tokens; nt++) {
+                    /* the two largest shapes at a few token counts only (emulator time) */
+                    if ((sh[0] * sh[1] > 1 << 20) && nt != 1 && nt != 3 && nt != 8 && nt != 16) continue;
+                    gemv_case(k, type, nt, sh[0], sh[1], nt % 2 ? 0 : 5, seed++);
+                }
 }
 
 static void test_dense_gemv_invalid(void)
 {
-    kbuf<uint16_t> d_w(64 * 4 + 8), d_x(8 * 64 + 8);
-    kbuf<float> d_y(8 * 4);
-    struct { enum dtype type; int64_t n_in, ldy; int nt; int shift; const char *what; } bad[] = {
-        { DT_F32, 64, 4, 1, 0, "F32 weights" },     { DT_Q8_0, 64, 4, 1, 0, "Q8_0 weights" },
-        { DT_BF16, 60, 4, 1, 0, "n_in % 8" },        { DT_BF16, 64, 3, 1, 0, "ldy < n_out" },
-        { DT_BF16, 64, 4, 0, 0, "no tokens" },       { DT_BF16, 64, 4, 9, 0, "9 tokens" },
-        { DT_F16, 64, 4, 1, 1, "misaligned w, x" },
-    };
-    for (const auto &b : bad) {
-        int rc = cuda_dense_gemv(b.type, d_w.ptr + b.shift, b.n_in, 4, d_x.ptr + b.shift, d_y.ptr, b.ldy, b.nt, 0);
-        CHECK(rc == (int)cudaErrorInvalidValue, "%s: %d", b.what, rc);
+    kbuf<uint16_t> d_w(64 * 4 + 8), d_x(SKINNY_GEMM_MAX_TOKENS * 64 + 8);
+    kbuf<float> d_y(SKINNY_GEMM_MAX_TOKENS * 4);
+    for (const auto &k : kernels) {
+        struct { enum dtype type; int64_t n_in, ldy; int nt; int shift; const char *what; } bad[] = {
+            { DT_F32, 64, 4, 1, 0, "F32 weights" },     { DT_Q8_0, 64, 4, 1, 0, "Q8_0 weights" },
+            { DT_BF16, 60, 4, 1, 0, "n_in % 8" },        { DT_BF16, 64, 3, 1, 0, "ldy < n_out" },
+            { DT_BF16, 64, 4, 0, 0, "no tokens" },       { DT_BF16, 64, 4, k.max_tokens + 1, 0, "too many tokens" },
+            { DT_F16, 64, 4, 1, 1, "misaligned w, x" },
+        };
+        for (const auto &b : bad) {
+            int rc = k.fn(b.type, d_w.ptr + b.shift, b.n_in, 4, d_x.ptr + b.shift, d_y.ptr, b.ldy, b.nt, 0);
+            CHECK(rc == (int)cudaErrorInvalidValue, "%s: %s: %d", k.name, b.what, rc);
+        }
+        CHECK(k.fn(DT_BF16, d_w.ptr, 64, 0, d_x.ptr, d_y.ptr, 0, 1, 0) == 0, "%s: no rows", k.name);
     }
-    CHECK(cuda_dense_gemv(DT_BF16, d_w.ptr, 64, 0, d_x.ptr, d_y.ptr, 0, 1, 0) == 0, "no rows");
     for (float v : d_y.download()) CHECK(isnan(v), "a rejected or empty call wrote the output");
     CHECK_GUARD(d_y);
 }

@@ -5,7 +5,8 @@
  *   1. device, stream, cuBLAS handle; free memory measured (free0);
  *   2. weights uploaded (weights.cu) → weight bytes = free0 - free after;
  *   3. every step buffer allocated for the largest step (max_num_batched_tokens rows,
- *      max_num_seqs logits rows), cuBLAS workspace, pinned staging;
+ *      max_num_seqs logits rows), cuBLAS workspace, pinned staging; then each F16/BF16
+ *      matrix shape's kernel per row count 1..16 measured over those buffers (linear.cu);
  *   4. a profiling step at max_num_batched_tokens through the real submit/wait path, over a
  *      one-block scratch KV pool (every block-table entry 0, no KV writes): whatever cuBLAS
  *      or the launchers allocate lazily is now allocated → activation bytes = the drop in
@@ -408,6 +409,7 @@ done:
     for (int r = 0; r < g->world; r++) {
         struct cuda_backend *x = g->ranks[r];
         x->prev_logits = 0; /* nothing may name the profiling step's tokens */
+        x->has_last_shape = false; /* nor run its forward again: its KV pool is a scratch block */
         x->timed_prev = false;
         x->busy_ms = x->idle_ms = 0;
         x->timed_steps = 0;
@@ -432,7 +434,7 @@ done:
 static int capture(struct cuda_backend *b, int rows, cudaGraphExec_t *exec, char *err, size_t errlen)
 {
     cudaGraph_t graph = NULL;
-    const struct cu_shape sh = { rows, rows, rows, true, b->cfg.max_model_len, cu_decode_partition(rows) };
+    const struct cu_shape sh = cu_decode_graph_shape(b, rows);
     const char *where = "";
     int layer = -1;
     cudaError_t e = cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal);
@@ -516,6 +518,9 @@ static int setup_rank(struct cuda_backend *b, void *arg, char *err, size_t errle
     b->staging_bytes = cu_staging_capacity(b);
     b->free_w = mem_free();
     if ((rc = alloc_buffers(b, err, errlen))) return rc;
+    const double tl = now_s();
+    if ((rc = cu_linear_plan(b, err, errlen))) return rc;
+    LOG_INFO("cuda", "device %d: linear kernels chosen in %.2f s", b->device, now_s() - tl);
 
     /* 4. the profiling step's one-block scratch pool (every block-table entry 0) */
     const size_t layer_block = 2 * (size_t)b->nkv * (size_t)cfg->block_size * (size_t)c->head_dim *

@@ -43,11 +43,16 @@ extern "C" {
 struct cublasContext;
 
 /* One linear layer on the device: y[t][col + o] = sum_i W[o][i] x[t][i], o < n_out. */
+/* The kernels an F16/BF16 linear can run on (linear.cu): chosen per row count at start-up. */
+enum cu_linear_kernel { CU_LK_FIXED = 0 /* linear.cu's fixed rule */, CU_LK_CUBLAS, CU_LK_GEMV, CU_LK_SKINNY, CU_LK_COUNT };
+#define CU_TUNED_TOKENS 16 /* row counts with a measured choice; more rows: cuBLAS */
+
 struct cu_linear {
-    enum dtype type; /* a GGUF quant type (cuda_quant_matmul) or F16 / BF16 (cuBLAS GemmEx) */
+    enum dtype type; /* a GGUF quant type (cuda_quant_matmul) or F16 / BF16 (linear.cu's choice) */
     const void *w;   /* device [n_out][dtype_row_bytes(type, n_in)] */
     int64_t n_in, n_out;
     int64_t col;     /* first output column (q, k, v of different types share the QKV rows) */
+    uint8_t kern[CU_TUNED_TOKENS + 1]; /* F16/BF16: enum cu_linear_kernel for T rows at [T] */
 };
 
 struct cu_layer {
@@ -112,6 +117,16 @@ struct cu_layout {
         bias_ids, bias_vals, mask_row, masks, total;
     size_t npen, nbias; /* penalty-history and logit-bias entries */
     size_t nmask;       /* token masks (rows with backend_sample.mask) */
+};
+
+/* The shape of one forward: T rows over S sequences, L logits rows; decode = every
+ * sequence has exactly one row (the decode attention kernel, max_seq_len bounding the
+ * contexts and the grid). */
+struct cu_shape {
+    int T, S, L;
+    bool decode;
+    int max_seq_len;
+    int partition; /* decode: cu_decode_partition of the graph bucket (or of T past the last) */
 };
 
 struct cu_graph {
@@ -195,6 +210,15 @@ struct cuda_backend {
     long step_no;
     bool broken;                    /* a CUDA error happened: every later call fails */
     char broken_msg[384];
+    /* the shape of the last forward enqueued (a graph's bucket shape for a replay), which
+     * tessera_cuda_profile_forward runs again over the inputs still in the buffers */
+    struct cu_shape last_shape;
+    bool has_last_shape;
+    /* tessera_cuda_profile_forward: while prof_ev is set, cu_forward records prof_ev[i]
+     * after its i-th kernel and names it in prof_name[i] (prof_cap of each) */
+    cudaEvent_t *prof_ev;
+    const char **prof_name;
+    int prof_n, prof_cap;
     /* GPU time between steps (ev_end of one step to ev_start of the next) */
     int parity;
     bool timed_prev;
@@ -259,22 +283,29 @@ int cu_error(struct cuda_backend *b, bool fatal, int cuda_err, char *err, size_t
  * matrices to BF16) and picks the activation dtype. */
 int cu_weights_load(struct cuda_backend *b, char *err, size_t errlen);
 
+/* ---- linear.cu ------------------------------------------------------------------------ */
+
+/* y[t * ldy + L->col + o] = x[t] . W[o] for T rows on b->stream. x: the step's activation
+ * rows (b->w.act; F32 for quantized weights, converted into bufs.cast for a dense matrix of
+ * an F32-act model). Quantized: cuda_quant_matmul; F16/BF16: the kernel L->kern[T] names. */
+int cu_linear_forward(struct cuda_backend *b, const struct cu_linear *L, const void *x, float *y, int64_t ldy, int T);
+
+/* Chooses the kernel of every F16/BF16 linear for 1..16 rows (TESSERA_CUDA_LINEAR: tune =
+ * time the candidates on this GPU, the default; fixed; cublas), after the weights and step
+ * buffers exist and before anything is captured. Logs the choices. */
+int cu_linear_plan(struct cuda_backend *b, char *err, size_t errlen);
+
 /* ---- forward.cu ----------------------------------------------------------------------- */
 
-/* The shape of one forward: T rows over S sequences, L logits rows; decode = every
- * sequence has exactly one row (the decode attention kernel, max_seq_len bounding the
- * contexts and the grid). */
-struct cu_shape {
-    int T, S, L;
-    bool decode;
-    int max_seq_len;
-    int partition; /* decode: cu_decode_partition of the graph bucket (or of T past the last) */
-};
 
 /* Enqueues the forward on b->stream, reading the fixed step inputs (b->d) and writing
  * b->d.logits[0, L). Returns 0 or a CUDA error with *where naming the kernel and layer
  * (a static string plus the layer index in *layer). Captured as is into the graphs. */
 int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **where, int *layer);
+
+/* The shape a decode graph of `rows` rows is captured with (create.cu's capture; submit
+ * records it as the last step's shape when it replays the graph). */
+struct cu_shape cu_decode_graph_shape(const struct cuda_backend *b, int rows);
 
 /* Context positions per decode-attention partition for a decode step of `rows` rows
  * (the graph bucket, or the row count of an eager step past the largest bucket). Graphs

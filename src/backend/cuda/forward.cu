@@ -4,9 +4,9 @@
  *   x = embed(token_ids)                                     cuda_embedding (F32 residual)
  *   per layer:
  *     act = rmsnorm(x += delta)                              cuda_rmsnorm_residual (layer 0: no delta)
- *     qkv = act @ [Wq|Wk|Wv]                                 fused GEMM (quantized GEMV; F16/BF16:
- *                                                            cuda_dense_gemv for 1 row of >= 1024
- *                                                            inputs, else cuBLAS)
+ *     qkv = act @ [Wq|Wk|Wv]                                 fused GEMM (cu_linear_forward: quantized
+ *                                                            GEMV; F16/BF16: GEMV, skinny GEMM or
+ *                                                            cuBLAS, measured at start-up)
  *     q/k per-head rmsnorm                                   cuda_head_rmsnorm (qwen3)
  *     q = rope(q), kv[slot] = rope(k), v (+ bias: qwen2)     cuda_rope_kv_write
  *     act = attention(q, kv)                                 decode-only: cuda_attention_decode,
@@ -28,16 +28,13 @@
  */
 #include "backend/cuda/cuda_backend.h"
 
-#include <cublas_v2.h>
 #include <math.h>
 
 #include "kernels/activation.h"
 #include "kernels/attention_decode.h"
 #include "kernels/attention_prefill.h"
-#include "kernels/dense_gemv.h"
 #include "kernels/embedding.h"
 #include "kernels/norm.h"
-#include "kernels/quant_matmul.h"
 #include "kernels/rope.h"
 #include "kernels/step.h"
 
@@ -49,34 +46,18 @@ int cu_decode_partition(int rows)
     return rows <= 8 ? 512 : rows <= 64 ? 1024 : 2048;
 }
 
-/* y[:, col + o] = x @ W^T for one linear (quantized: cuda_quant_matmul on F32 x; F16/BF16:
- * x in the weight's type, converted from F32 into bufs.cast if needed, then
- * cuda_dense_gemv for one row of 1024+ inputs, else cublasGemmEx). */
-static int linear(struct cuda_backend *b, const struct cu_linear *L, const void *x, float *y, int64_t ldy, int T)
+struct cu_shape cu_decode_graph_shape(const struct cuda_backend *b, int rows)
 {
-    if (L->type != DT_F16 && L->type != DT_BF16)
-        return cuda_quant_matmul(L->type, L->w, L->n_in, L->n_out, (const float *)x, y + L->col, ldy, T, b->d.qmm_ws,
-                                 b->d.qmm_ws_bytes, b->cublas, b->stream);
-    const void *xb = x;
-    if (b->w.act != L->type) {
-        int e = cuda_convert_f32(b->d.cast, L->type, (const float *)x, (int64_t)T * L->n_in, b->stream);
-        if (e) return e;
-        xb = b->d.cast;
-    }
-    /* one row (a batch-1 decode step, a single sequence's logits) of 1024 or more inputs:
-     * our GEMV streams the weights at 86-105% of the copy bandwidth where cuBLAS's GEMM
-     * reaches 64-99% on an H200; from 4 rows on cuBLAS is faster (docs/BENCHMARKS.md,
-     * "dense_gemv"). Shorter rows leave most of its 256-thread CTAs idle (and cost the
-     * emulator hundreds of fibers per 4 outputs), so they stay with cuBLAS. */
-    if (T == 1 && L->n_in >= 1024 && L->n_in % 8 == 0 && ((uintptr_t)L->w | (uintptr_t)xb) % 16 == 0)
-        return cuda_dense_gemv(L->type, L->w, L->n_in, L->n_out, xb, y + L->col, ldy, T, b->stream);
-    /* column-major view: y^T (n_out x T, ld ldy) = W (n_in x n_out)^T . x^T (n_in x T) */
-    const float one = 1.0f, zero = 0.0f;
-    const cudaDataType t = L->type == DT_F16 ? CUDA_R_16F : CUDA_R_16BF;
-    cublasStatus_t s = cublasGemmEx(b->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)L->n_out, T, (int)L->n_in, &one, L->w, t,
-                                    (int)L->n_in, xb, t, (int)L->n_in, &zero, y + L->col, CUDA_R_32F, (int)ldy,
-                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    return s == CUBLAS_STATUS_SUCCESS ? 0 : (int)cudaErrorUnknown;
+    return (struct cu_shape){ rows, rows, rows, true, b->cfg.max_model_len, cu_decode_partition(rows) };
+}
+
+/* tessera_cuda_profile_forward's event after one kernel (lib.cu): the events past
+ * prof_cap are not recorded. */
+static int prof_mark(struct cuda_backend *b, const char *name)
+{
+    if (b->prof_n >= b->prof_cap) return 0;
+    b->prof_name[b->prof_n] = name;
+    return (int)cudaEventRecord(b->prof_ev[b->prof_n++], b->stream);
 }
 
 int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **where, int *layer)
@@ -90,10 +71,12 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
     const float eps = c->rms_eps, scale = 1.0f / sqrtf((float)hd);
     cudaStream_t st = b->stream;
     int e;
+    /* each kernel: its name for errors (and, while profiling, an event after it) */
 #define STEP(name, call)                                                                       \
     do {                                                                                       \
         *where = (name);                                                                       \
         if ((e = (call)) != 0) return e;                                                       \
+        if (b->prof_ev && (e = prof_mark(b, name)) != 0) return e;                             \
     } while (0)
 
     *layer = -1;
@@ -103,7 +86,8 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
         *layer = l;
         STEP("rmsnorm_residual (attention)",
              cuda_rmsnorm_residual(d->act, adt, d->x, l ? d->delta : NULL, cl->attn_norm, T, dim, eps, st));
-        for (int i = 0; i < cl->n_qkv; i++) STEP("QKV projection", linear(b, &cl->qkv[i], d->act, d->qkv, qkv_dim, T));
+        for (int i = 0; i < cl->n_qkv; i++)
+            STEP("QKV projection", cu_linear_forward(b, &cl->qkv[i], d->act, d->qkv, qkv_dim, T));
         if (cl->q_norm)
             STEP("head_rmsnorm", cuda_head_rmsnorm(d->qkv, qkv_dim, cl->q_norm, cl->k_norm, T, nh, nkv, hd, eps, st));
         STEP("rope_kv_write", cuda_rope_kv_write(d->q, &b->kv[l], d->qkv, qkv_dim, cl->qkv_bias, d->positions, d->slots,
@@ -117,13 +101,13 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
             STEP("attention_prefill", cuda_attention_prefill(d->act, adt, d->q, qd, &b->kv[l], d->query_start,
                                                              d->seq_lens, d->block_tables, b->max_blocks, sh->S, T, nh,
                                                              scale, st));
-        STEP("attention output projection", linear(b, &cl->o, d->act, d->delta, dim, T));
+        STEP("attention output projection", cu_linear_forward(b, &cl->o, d->act, d->delta, dim, T));
         STEP("all-reduce (attention)", cu_all_reduce(b, d->delta, (size_t)T * dim));
         STEP("rmsnorm_residual (MLP)", cuda_rmsnorm_residual(d->act, adt, d->x, d->delta, cl->ffn_norm, T, dim, eps, st));
         for (int i = 0; i < cl->n_gate_up; i++)
-            STEP("gate/up projection", linear(b, &cl->gate_up[i], d->act, d->gu, 2 * ffn, T));
+            STEP("gate/up projection", cu_linear_forward(b, &cl->gate_up[i], d->act, d->gu, 2 * ffn, T));
         STEP("silu_mul", cuda_silu_mul_rows(d->act, adt, d->gu, d->gu + ffn, 2 * ffn, T, (int)ffn, st));
-        STEP("down projection", linear(b, &cl->down, d->act, d->delta, dim, T));
+        STEP("down projection", cu_linear_forward(b, &cl->down, d->act, d->delta, dim, T));
         STEP("all-reduce (MLP)", cu_all_reduce(b, d->delta, (size_t)T * dim));
     }
     *layer = -1;
@@ -132,7 +116,7 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
     STEP("gather logits rows", cuda_gather_rows(d->xl, d->x, dim, d->logits_idx, sh->L, st));
     STEP("gather logits rows", cuda_gather_rows(d->dl, d->delta, dim, d->logits_idx, sh->L, st));
     STEP("final rmsnorm", cuda_rmsnorm_residual(d->xln, adt, d->xl, d->dl, b->w.output_norm, sh->L, dim, eps, st));
-    STEP("LM head", linear(b, &b->w.output, d->xln, d->logits, c->vocab_size, sh->L));
+    STEP("LM head", cu_linear_forward(b, &b->w.output, d->xln, d->logits, c->vocab_size, sh->L));
 #undef STEP
     return 0;
 }

@@ -314,11 +314,15 @@ static int enqueue(struct cuda_backend *b, const struct batch *bt, const struct 
         return cu_error(b, true, e, err, errlen, "step %ld: kernel step_unpack", b->step_no);
 
     if (g) {
+        b->last_shape = cu_decode_graph_shape(b, g->batch);
+        b->has_last_shape = true;
         if ((e = cudaGraphLaunch(g->exec, st)))
             return cu_error(b, true, e, err, errlen, "step %ld: launching the CUDA graph of batch %d", b->step_no,
                             g->batch);
     } else {
         const struct cu_shape sh = { T, S, L, decode, max_len, decode ? cu_decode_partition(T) : 0 };
+        b->last_shape = sh;
+        b->has_last_shape = true;
         const char *where = "";
         int layer = -1;
         if ((e = cu_forward(b, &sh, &where, &layer))) {

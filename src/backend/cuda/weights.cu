@@ -101,7 +101,7 @@ static int upload_linear(struct cuda_backend *b, const struct part *parts, int n
         if ((rc = upload_part(b, (char *)d + off, &parts[i], what, err, errlen))) return rc;
         off += row_bytes * (size_t)parts[i].rows;
     }
-    *out = (struct cu_linear){ dt, d, n_in, n_out, 0 };
+    *out = (struct cu_linear){ dt, d, n_in, n_out, 0, {} };
     b->w.bytes += row_bytes * (size_t)n_out;
     return 0;
 }

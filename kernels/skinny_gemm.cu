@@ -1,0 +1,140 @@
+/* skinny_gemm.cu — y = x W^T for F16/BF16 weights and 1..16 activation rows, on the tensor
+ * cores. Contract in kernels/skinny_gemm.h; CPU twin cpu_matmul_ref (src/backend/cpu/quant.h).
+ *
+ * Math: one wmma 16x16x16 product per 16 columns: A = 16 rows of W (row-major), B = x^T
+ * (16 columns x 16 token rows, the rows past num_tokens zero), F32 accumulators; every
+ * product of two 16-bit values is exact in F32, so only the order of the F32 sum differs
+ * from the twin's.
+ *
+ * Parallelisation: memory-bound like the GEMV (the weights are read once; the tensor cores
+ * are nearly idle). One CTA of 8 warps per 16 output rows (n_out / 16 CTAs: 224 for a
+ * 3584-row matrix, several per SM); the row length is split over the warps in chunks of 64
+ * columns, warp w taking chunks w, w + 8, w + 16, ..., so the CTA reads each row in
+ * contiguous 1 KiB runs. Per chunk a warp loads 16 rows x 64 columns of W (2 KiB: 8 lanes
+ * per 128-byte row segment, 4 16-byte loads per lane) and the chunk's num_tokens x 64
+ * activations (read through the read-only path: they stay in L1/L2), two chunks before
+ * either is used (SK_UNROLL) so 16 loads per lane are in flight, and stages them in its
+ * own shared-memory tiles; the tensor cores then take them with fragment loads (pitch 72
+ * elements = 144 bytes, so the 8 rows of a fragment load fall in distinct banks). Warps
+ * never wait for each other in the loop (__syncwarp only). At the end each warp stores its
+ * 16 x 16 accumulator into its W tile, and after one __syncthreads thread (r, t) adds the
+ * 8 warps' values in a fixed order (deterministic) and stores row r, token t.
+ */
+#include "kernels/common.cuh"
+
+#include "kernels/dense_gemv.h"
+#include "kernels/skinny_gemm.h"
+
+using namespace nvcuda;
+
+#define SK_THREADS 256
+#define SK_WARPS (SK_THREADS / 32)
+#define SK_ROWS 16               /* output rows per CTA: the wmma M */
+#define SK_TOKENS 16             /* token rows of B: the wmma N (num_tokens <= 16, the rest zero) */
+#define SK_K 64                  /* columns per warp chunk: 4 wmma K steps, 8 chunks of 16 bytes */
+#define SK_PITCH (SK_K + 8)      /* 16-bit elements per staged row: 144 bytes */
+#define SK_UNROLL 2              /* chunks loaded before either is used */
+#define SK_LOADS (SK_ROWS * SK_K / 8 / 32) /* 16-byte W loads per lane per chunk (4) */
+
+/* One warp's staging tiles: W rows and activation rows of the current chunk, as 16-byte
+ * chunks of 16-bit elements (read as T by the fragment loads). */
+struct alignas(32) sk_tiles {
+    alignas(32) uint4 w[SK_ROWS][SK_PITCH / 8];
+    alignas(32) uint4 x[SK_TOKENS][SK_PITCH / 8];
+};
+struct alignas(128) sk_smem {
+    sk_tiles warp[SK_WARPS];
+};
+static_assert(sizeof(float) * SK_ROWS * SK_TOKENS <= sizeof(sk_tiles::w), "the epilogue reuses w");
+
+template <typename T>
+__global__ void __launch_bounds__(SK_THREADS)
+skinny_gemm_kernel(const uint4 *__restrict__ w, // [n_out][nc] chunks of 8 elements
+                   const uint4 *__restrict__ x, // [nt][nc]
+                   int64_t nc, int64_t n_out, int nt,
+                   float *__restrict__ y, int64_t ldy)
+{
+    TS_SHARED(sk_smem, sm, );
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t row0 = (int64_t)blockIdx.x * SK_ROWS;
+    const int nr = n_out - row0 < SK_ROWS ? (int)(n_out - row0) : SK_ROWS;
+    const int64_t nchunks = (nc + SK_K / 8 - 1) / (SK_K / 8);
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    sk_tiles &tl = sm.warp[warp];
+    const T *tw = reinterpret_cast<const T *>(&tl.w[0][0]), *tx = reinterpret_cast<const T *>(&tl.x[0][0]);
+
+    /* the token rows past nt stay zero: B's padding */
+    for (int i = lane; i < SK_TOKENS * SK_PITCH / 8; i += 32) (&tl.x[0][0])[i] = zero;
+    __syncwarp();
+
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    /* lane's i-th load of a chunk: row (lane + 32 i) / 8, 16-byte column (lane % 8) */
+    const int cl = lane & 7;
+    for (int64_t j0 = warp; j0 < nchunks; j0 += SK_WARPS * SK_UNROLL) {
+        uint4 wv[SK_UNROLL][SK_LOADS], xv[SK_UNROLL][SK_LOADS];
+#pragma unroll
+        for (int u = 0; u < SK_UNROLL; u++) {
+            const int64_t c = (j0 + SK_WARPS * u) * (SK_K / 8) + cl;
+#pragma unroll
+            for (int i = 0; i < SK_LOADS; i++) {
+                const int r = (lane >> 3) + 4 * i;
+                wv[u][i] = c < nc && r < nr ? __ldg(w + (row0 + r) * nc + c) : zero;
+                xv[u][i] = c < nc && r < nt ? __ldg(x + r * nc + c) : zero;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < SK_UNROLL; u++) {
+            if (j0 + SK_WARPS * u >= nchunks) break; /* warp-uniform */
+#pragma unroll
+            for (int i = 0; i < SK_LOADS; i++) {
+                const int r = (lane >> 3) + 4 * i;
+                tl.w[r][cl] = wv[u][i];
+                if (r < nt) tl.x[r][cl] = xv[u][i];
+            }
+            __syncwarp();
+#pragma unroll
+            for (int k = 0; k < SK_K / 16; k++) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
+                ts_wmma_load(a, tw + 16 * k, SK_PITCH);
+                ts_wmma_load(b, tx + 16 * k, SK_PITCH);
+                wmma::mma_sync(acc, a, b, acc);
+            }
+            __syncwarp(); /* the tiles are rewritten by the next chunk */
+        }
+    }
+    /* each warp's 16 x 16 sums (row-major: row r, token t), then the 8 warps' in order */
+    float *part = reinterpret_cast<float *>(&tl.w[0][0]);
+    wmma::store_matrix_sync(part, acc, SK_TOKENS, wmma::mem_row_major);
+    __syncthreads();
+    const int r = tid / SK_TOKENS, t = tid % SK_TOKENS;
+    if (r < nr && t < nt) {
+        float v = 0.0f;
+#pragma unroll
+        for (int i = 0; i < SK_WARPS; i++) v += reinterpret_cast<const float *>(&sm.warp[i].w[0][0])[tid];
+        y[t * ldy + row0 + r] = v;
+    }
+}
+
+static_assert(SK_THREADS == SK_ROWS * SK_TOKENS, "one thread per output of the epilogue");
+
+template <typename T>
+static int launch_skinny(const void *w, int64_t n_in, int64_t n_out, const void *x, float *y, int64_t ldy, int nt,
+                         cudaStream_t stream)
+{
+    auto k = skinny_gemm_kernel<T>;
+    TS_LAUNCH(k, ts_div_up((size_t)n_out, SK_ROWS), SK_THREADS, 0, stream, static_cast<const uint4 *>(w),
+              static_cast<const uint4 *>(x), n_in / 8, n_out, nt, y, ldy);
+    return TS_LAUNCH_RESULT();
+}
+
+extern "C" int cuda_skinny_gemm(enum dtype type, const void *w, int64_t n_in, int64_t n_out, const void *x, float *y,
+                                int64_t ldy, int num_tokens, cudaStream_t stream)
+{
+    if (!dense_linear_args_ok(type, w, n_in, n_out, x, y, ldy, num_tokens, SKINNY_GEMM_MAX_TOKENS))
+        return (int)cudaErrorInvalidValue;
+    if (n_out == 0) return 0;
+    if (type == DT_BF16) return launch_skinny<__nv_bfloat16>(w, n_in, n_out, x, y, ldy, num_tokens, stream);
+    return launch_skinny<__half>(w, n_in, n_out, x, y, ldy, num_tokens, stream);
+}

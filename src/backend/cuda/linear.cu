@@ -1,0 +1,251 @@
+/* linear.cu — the CUDA backend's linear layers: which kernel computes y = x W^T for a
+ * given weight matrix and row count, and the start-up measurement that decides it.
+ *
+ * Quantized weights always go to cuda_quant_matmul. An F16/BF16 matrix has three
+ * candidates with different strengths: our GEMV (kernels/dense_gemv.cu, CUDA cores, 1-8
+ * rows: the fastest single row), our skinny GEMM (kernels/skinny_gemm.cu, tensor cores,
+ * 1-16 rows) and cuBLAS's GEMM (any row count; the only choice past 16 rows). Which one
+ * wins for 2-16 rows depends on the GPU and the matrix shape, so each rank measures it
+ * once at start-up (cu_linear_plan), as cuBLASLt's and TensorRT's tactic selection do:
+ * every distinct (type, n_in, n_out) of the model, at every row count 1..16 the step sizes
+ * allow, each candidate timed over the matrices of that shape in turn (a 7B model's layers
+ * hold hundreds of MiB per shape, so the calls stream from HBM as in a real step, not from
+ * the L2), two rounds, best round kept. The choice is stored in each cu_linear's kern[]
+ * and used by every later step and captured graph; start-up logs it.
+ *
+ * TESSERA_CUDA_LINEAR (environment) overrides the measurement:
+ *   tune   measure (the default on a GPU);
+ *   fixed  GEMV for 1 row, skinny GEMM for 2-16 rows, of 1024+ inputs; cuBLAS otherwise
+ *          (the default under the CUDA-on-CPU emulator, where timings mean nothing and
+ *          short rows cost the emulator a fiber per idle thread);
+ *   cublas cuBLAS for every dense matrix (the comparison baseline).
+ */
+#include "backend/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+
+extern "C" {
+#include "util/err.h"
+#include "util/log.h"
+}
+
+#include "kernels/dense_gemv.h"
+#include "kernels/quant_matmul.h"
+#include "kernels/skinny_gemm.h"
+#include "kernels/step.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const kernel_names[] = { "fixed", "cublas", "gemv", "skinny" };
+
+static bool is_dense(const struct cu_linear *L) { return L->type == DT_F16 || L->type == DT_BF16; }
+
+/* Whether kernel k can compute L for T rows from xb (16-byte alignment, row limits). */
+static bool can_run(enum cu_linear_kernel k, const struct cu_linear *L, const void *xb, int T)
+{
+    const bool aligned = L->n_in % 8 == 0 && ((uintptr_t)L->w | (uintptr_t)xb) % 16 == 0;
+    switch (k) {
+    case CU_LK_CUBLAS: return true;
+    case CU_LK_GEMV: return aligned && T <= DENSE_GEMV_MAX_TOKENS;
+    case CU_LK_SKINNY: return aligned && T <= SKINNY_GEMM_MAX_TOKENS;
+    default: return false;
+    }
+}
+
+/* The fixed rule (TESSERA_CUDA_LINEAR=fixed, and kern[] entries nobody measured). */
+static enum cu_linear_kernel fixed_choice(const struct cu_linear *L, int T)
+{
+    if (L->n_in < 1024) return CU_LK_CUBLAS;
+    return T == 1 ? CU_LK_GEMV : T <= SKINNY_GEMM_MAX_TOKENS ? CU_LK_SKINNY : CU_LK_CUBLAS;
+}
+
+/* y[:, o] = xb @ W^T with kernel k; xb in the weight's type. */
+static int run_dense(struct cuda_backend *b, enum cu_linear_kernel k, const struct cu_linear *L, const void *xb,
+                     float *y, int64_t ldy, int T)
+{
+    if (k == CU_LK_GEMV) return cuda_dense_gemv(L->type, L->w, L->n_in, L->n_out, xb, y, ldy, T, b->stream);
+    if (k == CU_LK_SKINNY) return cuda_skinny_gemm(L->type, L->w, L->n_in, L->n_out, xb, y, ldy, T, b->stream);
+    /* column-major view: y^T (n_out x T, ld ldy) = W (n_in x n_out)^T . x^T (n_in x T) */
+    const float one = 1.0f, zero = 0.0f;
+    const cudaDataType t = L->type == DT_F16 ? CUDA_R_16F : CUDA_R_16BF;
+    cublasStatus_t s = cublasGemmEx(b->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)L->n_out, T, (int)L->n_in, &one, L->w, t,
+                                    (int)L->n_in, xb, t, (int)L->n_in, &zero, y, CUDA_R_32F, (int)ldy,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return s == CUBLAS_STATUS_SUCCESS ? 0 : (int)cudaErrorUnknown;
+}
+
+int cu_linear_forward(struct cuda_backend *b, const struct cu_linear *L, const void *x, float *y, int64_t ldy, int T)
+{
+    if (!is_dense(L))
+        return cuda_quant_matmul(L->type, L->w, L->n_in, L->n_out, (const float *)x, y + L->col, ldy, T, b->d.qmm_ws,
+                                 b->d.qmm_ws_bytes, b->cublas, b->stream);
+    const void *xb = x;
+    if (b->w.act != L->type) {
+        int e = cuda_convert_f32(b->d.cast, L->type, (const float *)x, (int64_t)T * L->n_in, b->stream);
+        if (e) return e;
+        xb = b->d.cast;
+    }
+    enum cu_linear_kernel k = T <= CU_TUNED_TOKENS ? (enum cu_linear_kernel)L->kern[T] : CU_LK_CUBLAS;
+    if (k == CU_LK_FIXED) k = fixed_choice(L, T);
+    if (!can_run(k, L, xb, T)) k = CU_LK_CUBLAS;
+    return run_dense(b, k, L, xb, y + L->col, ldy, T);
+}
+
+/* ---- the start-up measurement --------------------------------------------------------- */
+
+/* Every linear of the model on this rank, with the output buffer, its row pitch and the
+ * most rows a step gives it. */
+struct site {
+    struct cu_linear *L;
+    float *y;
+    int64_t ldy;
+    int max_rows;
+};
+
+static int collect_sites(struct cuda_backend *b, struct site *out)
+{
+    const struct model_config *c = &b->m->cfg;
+    const int64_t qkv_dim = (int64_t)(b->nh + 2 * b->nkv) * c->head_dim;
+    int n = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        struct cu_layer *cl = &b->w.layers[l];
+        for (int i = 0; i < cl->n_qkv; i++) out[n++] = (struct site){ &cl->qkv[i], b->d.qkv, qkv_dim, b->Tmax };
+        out[n++] = (struct site){ &cl->o, b->d.delta, c->dim, b->Tmax };
+        for (int i = 0; i < cl->n_gate_up; i++) out[n++] = (struct site){ &cl->gate_up[i], b->d.gu, 2 * b->ffn, b->Tmax };
+        out[n++] = (struct site){ &cl->down, b->d.delta, c->dim, b->Tmax };
+    }
+    if (b->rank == 0) out[n++] = (struct site){ &b->w.output, b->d.logits, c->vocab_size, b->Lmax };
+    return n;
+}
+
+/* Sites measured together: the same matrix shape and row limit (an LM head of a layer
+ * matrix's shape is measured on its own, as its output buffer holds fewer rows). */
+static bool same_group(const struct site *a, const struct site *c)
+{
+    return a->L->type == c->L->type && a->L->n_in == c->L->n_in && a->L->n_out == c->L->n_out &&
+           a->max_rows == c->max_rows;
+}
+
+/* Mean time of one call of kernel k on T rows, over `reps` calls cycling through the
+ * group's matrices (ms), or a negative value when a call fails. */
+static float time_kernel(struct cuda_backend *b, enum cu_linear_kernel k, const struct site *group, int n, int T,
+                         const void *xb, cudaEvent_t e0, cudaEvent_t e1)
+{
+    const int reps = 8;
+    if (run_dense(b, k, group[0].L, xb, group[0].y, group[0].ldy, T)) return -1.0f; /* warm-up */
+    if (cudaEventRecord(e0, b->stream)) return -1.0f;
+    for (int i = 0; i < reps; i++) {
+        const struct site *s = &group[(i + 1) % n];
+        if (run_dense(b, k, s->L, xb, s->y, s->ldy, T)) return -1.0f;
+    }
+    float ms = -1.0f;
+    if (cudaEventRecord(e1, b->stream) || cudaEventSynchronize(e1) || cudaEventElapsedTime(&ms, e0, e1)) return -1.0f;
+    return ms / (float)reps;
+}
+
+/* "T1 gemv, T2-8 skinny, T9-16 cublas" for the log. */
+static void describe(const struct cu_linear *L, int max_t, char *buf, size_t len)
+{
+    size_t o = 0;
+    buf[0] = 0;
+    for (int t = 1; t <= max_t && o < len; t++) {
+        int e = t;
+        while (e < max_t && L->kern[e + 1] == L->kern[t]) e++;
+        const char *sep = o ? ", " : "", *name = kernel_names[L->kern[t]];
+        if (e > t) o += (size_t)snprintf(buf + o, len - o, "%sT%d-%d %s", sep, t, e, name);
+        else o += (size_t)snprintf(buf + o, len - o, "%sT%d %s", sep, t, name);
+        t = e;
+    }
+}
+
+/* Measures one shape's candidates at each row count and stores the winners in every
+ * matrix of the shape. */
+static int tune_group(struct cuda_backend *b, struct site *group, int n, char *err, size_t errlen)
+{
+    struct cu_linear *L0 = group[0].L;
+    const void *xb = b->w.act == L0->type ? b->d.act : b->d.cast;
+    int max_t = group[0].max_rows < CU_TUNED_TOKENS ? group[0].max_rows : CU_TUNED_TOKENS;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    cudaError_t e;
+    if ((e = cudaEventCreate(&e0)) || (e = cudaEventCreate(&e1))) {
+        if (e0) cudaEventDestroy(e0);
+        return cu_error(b, false, e, err, errlen, "creating the timing events");
+    }
+    int rc = 0;
+    for (int T = 1; T <= max_t && !rc; T++) {
+        float best[CU_LK_COUNT];
+        for (int k = 0; k < CU_LK_COUNT; k++) best[k] = -1.0f;
+        for (int round = 0; round < 2 && !rc; round++)
+            for (int k = CU_LK_CUBLAS; k < CU_LK_COUNT; k++) {
+                if (!can_run((enum cu_linear_kernel)k, L0, xb, T)) continue;
+                const float ms = time_kernel(b, (enum cu_linear_kernel)k, group, n, T, xb, e0, e1);
+                if (ms < 0) {
+                    rc = cu_error(b, false, (int)cudaGetLastError(), err, errlen,
+                                  "timing the %s kernel for a %lld x %lld matrix", kernel_names[k],
+                                  (long long)L0->n_in, (long long)L0->n_out);
+                    break;
+                }
+                if (best[k] < 0 || ms < best[k]) best[k] = ms;
+            }
+        int win = CU_LK_CUBLAS;
+        for (int k = CU_LK_CUBLAS; k < CU_LK_COUNT; k++)
+            if (best[k] >= 0 && best[k] < best[win]) win = k;
+        for (int i = 0; i < n; i++) group[i].L->kern[T] = (uint8_t)win;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return rc;
+}
+
+int cu_linear_plan(struct cuda_backend *b, char *err, size_t errlen)
+{
+    const char *env = getenv("TESSERA_CUDA_LINEAR");
+#ifdef TESSERA_EMU
+    const char *mode = env && *env ? env : "fixed";
+#else
+    const char *mode = env && *env ? env : "tune";
+#endif
+    if (strcmp(mode, "tune") && strcmp(mode, "fixed") && strcmp(mode, "cublas"))
+        return err_set(err, errlen, ERR_INVALID, "cuda: TESSERA_CUDA_LINEAR=%s: expected tune, fixed or cublas", mode);
+    const struct model_config *c = &b->m->cfg;
+    struct site *sites = (struct site *)malloc(sizeof *sites * (size_t)(7 * c->n_layers + 1));
+    struct site *group = (struct site *)malloc(sizeof *group * (size_t)(7 * c->n_layers + 1));
+    bool *done = (bool *)calloc((size_t)(7 * c->n_layers + 1), 1);
+    if (!sites || !group || !done) {
+        free(sites);
+        free(group);
+        free(done);
+        return err_set(err, errlen, ERR_NOMEM, "cuda: out of host memory");
+    }
+    const int ns = collect_sites(b, sites);
+    int rc = 0;
+    for (int i = 0; i < ns && !rc; i++) {
+        if (done[i] || !is_dense(sites[i].L)) continue;
+        int n = 0;
+        for (int j = i; j < ns; j++)
+            if (!done[j] && same_group(&sites[i], &sites[j])) {
+                group[n++] = sites[j];
+                done[j] = true;
+            }
+        const enum cu_linear_kernel forced = !strcmp(mode, "cublas") ? CU_LK_CUBLAS : CU_LK_FIXED;
+        if (strcmp(mode, "tune")) {
+            for (int j = 0; j < n; j++) memset(group[j].L->kern, forced, sizeof group[j].L->kern);
+        } else if ((rc = tune_group(b, group, n, err, errlen))) {
+            break;
+        }
+        if (!strcmp(mode, "tune")) {
+            char buf[256];
+            const int max_t = group[0].max_rows < CU_TUNED_TOKENS ? group[0].max_rows : CU_TUNED_TOKENS;
+            describe(group[0].L, max_t, buf, sizeof buf);
+            LOG_INFO("cuda", "device %d: %s %lld x %lld (%d matri%s): %s", b->device, dtype_name(group[0].L->type),
+                     (long long)group[0].L->n_in, (long long)group[0].L->n_out, n, n == 1 ? "x" : "ces", buf);
+        }
+    }
+    if (!rc && strcmp(mode, "tune")) LOG_INFO("cuda", "device %d: linear kernels: %s (TESSERA_CUDA_LINEAR)", b->device, mode);
+    free(sites);
+    free(group);
+    free(done);
+    return rc;
+}
