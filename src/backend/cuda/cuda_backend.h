@@ -44,7 +44,7 @@ struct cublasContext;
 
 /* One linear layer on the device: y[t][col + o] = sum_i W[o][i] x[t][i], o < n_out. */
 /* The kernels an F16/BF16 linear can run on (linear.cu): chosen per row count at start-up. */
-enum cu_linear_kernel { CU_LK_FIXED = 0 /* linear.cu's fixed rule */, CU_LK_CUBLAS, CU_LK_GEMV, CU_LK_SKINNY, CU_LK_COUNT };
+enum cu_linear_kernel { CU_LK_CUBLAS = 0, CU_LK_GEMV, CU_LK_SKINNY, CU_LK_COUNT };
 #define CU_TUNED_TOKENS 16 /* row counts with a measured choice; more rows: cuBLAS */
 
 struct cu_linear {
@@ -296,7 +296,6 @@ int cu_linear_forward(struct cuda_backend *b, const struct cu_linear *L, const v
 int cu_linear_plan(struct cuda_backend *b, char *err, size_t errlen);
 
 /* ---- forward.cu ----------------------------------------------------------------------- */
-
 
 /* Enqueues the forward on b->stream, reading the fixed step inputs (b->d) and writing
  * b->d.logits[0, L). Returns 0 or a CUDA error with *where naming the kernel and layer

@@ -51,7 +51,7 @@ struct cu_shape cu_decode_graph_shape(const struct cuda_backend *b, int rows)
     return (struct cu_shape){ rows, rows, rows, true, b->cfg.max_model_len, cu_decode_partition(rows) };
 }
 
-/* tessera_cuda_profile_forward's event after one kernel (lib.cu): the events past
+/* tessera_cuda_profile_forward's event after one kernel (profile.cu): the events past
  * prof_cap are not recorded. */
 static int prof_mark(struct cuda_backend *b, const char *name)
 {

@@ -38,7 +38,7 @@ extern "C" {
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const kernel_names[] = { "fixed", "cublas", "gemv", "skinny" };
+static const char *const kernel_names[CU_LK_COUNT] = { "cublas", "gemv", "skinny" };
 
 static bool is_dense(const struct cu_linear *L) { return L->type == DT_F16 || L->type == DT_BF16; }
 
@@ -54,7 +54,7 @@ static bool can_run(enum cu_linear_kernel k, const struct cu_linear *L, const vo
     }
 }
 
-/* The fixed rule (TESSERA_CUDA_LINEAR=fixed, and kern[] entries nobody measured). */
+/* The fixed rule (TESSERA_CUDA_LINEAR=fixed). */
 static enum cu_linear_kernel fixed_choice(const struct cu_linear *L, int T)
 {
     if (L->n_in < 1024) return CU_LK_CUBLAS;
@@ -88,7 +88,6 @@ int cu_linear_forward(struct cuda_backend *b, const struct cu_linear *L, const v
         xb = b->d.cast;
     }
     enum cu_linear_kernel k = T <= CU_TUNED_TOKENS ? (enum cu_linear_kernel)L->kern[T] : CU_LK_CUBLAS;
-    if (k == CU_LK_FIXED) k = fixed_choice(L, T);
     if (!can_run(k, L, xb, T)) k = CU_LK_CUBLAS;
     return run_dense(b, k, L, xb, y + L->col, ldy, T);
 }
@@ -199,20 +198,32 @@ static int tune_group(struct cuda_backend *b, struct site *group, int n, char *e
     return rc;
 }
 
-int cu_linear_plan(struct cuda_backend *b, char *err, size_t errlen)
+enum plan_mode { PLAN_TUNE, PLAN_FIXED, PLAN_CUBLAS };
+
+/* TESSERA_CUDA_LINEAR, or the build's default; -1 for an unknown value. */
+static int read_plan_mode(const char **name)
 {
     const char *env = getenv("TESSERA_CUDA_LINEAR");
 #ifdef TESSERA_EMU
-    const char *mode = env && *env ? env : "fixed";
+    *name = env && *env ? env : "fixed";
 #else
-    const char *mode = env && *env ? env : "tune";
+    *name = env && *env ? env : "tune";
 #endif
-    if (strcmp(mode, "tune") && strcmp(mode, "fixed") && strcmp(mode, "cublas"))
-        return err_set(err, errlen, ERR_INVALID, "cuda: TESSERA_CUDA_LINEAR=%s: expected tune, fixed or cublas", mode);
-    const struct model_config *c = &b->m->cfg;
-    struct site *sites = (struct site *)malloc(sizeof *sites * (size_t)(7 * c->n_layers + 1));
-    struct site *group = (struct site *)malloc(sizeof *group * (size_t)(7 * c->n_layers + 1));
-    bool *done = (bool *)calloc((size_t)(7 * c->n_layers + 1), 1);
+    if (!strcmp(*name, "tune")) return PLAN_TUNE;
+    if (!strcmp(*name, "fixed")) return PLAN_FIXED;
+    return !strcmp(*name, "cublas") ? PLAN_CUBLAS : -1;
+}
+
+int cu_linear_plan(struct cuda_backend *b, char *err, size_t errlen)
+{
+    const char *name;
+    const int mode = read_plan_mode(&name);
+    if (mode < 0)
+        return err_set(err, errlen, ERR_INVALID, "cuda: TESSERA_CUDA_LINEAR=%s: expected tune, fixed or cublas", name);
+    const size_t max_sites = 7 * (size_t)b->m->cfg.n_layers + 1; /* <= 3 QKV + O + 2 gate/up + down per layer */
+    struct site *sites = (struct site *)malloc(sizeof *sites * max_sites);
+    struct site *group = (struct site *)malloc(sizeof *group * max_sites);
+    bool *done = (bool *)calloc(max_sites, 1);
     if (!sites || !group || !done) {
         free(sites);
         free(group);
@@ -229,21 +240,20 @@ int cu_linear_plan(struct cuda_backend *b, char *err, size_t errlen)
                 group[n++] = sites[j];
                 done[j] = true;
             }
-        const enum cu_linear_kernel forced = !strcmp(mode, "cublas") ? CU_LK_CUBLAS : CU_LK_FIXED;
-        if (strcmp(mode, "tune")) {
-            for (int j = 0; j < n; j++) memset(group[j].L->kern, forced, sizeof group[j].L->kern);
-        } else if ((rc = tune_group(b, group, n, err, errlen))) {
-            break;
+        if (mode == PLAN_TUNE) {
+            if ((rc = tune_group(b, group, n, err, errlen))) break;
+        } else {
+            for (int j = 0; j < n; j++)
+                for (int T = 1; T <= CU_TUNED_TOKENS; T++)
+                    group[j].L->kern[T] = (uint8_t)(mode == PLAN_FIXED ? fixed_choice(group[j].L, T) : CU_LK_CUBLAS);
         }
-        if (!strcmp(mode, "tune")) {
-            char buf[256];
-            const int max_t = group[0].max_rows < CU_TUNED_TOKENS ? group[0].max_rows : CU_TUNED_TOKENS;
-            describe(group[0].L, max_t, buf, sizeof buf);
-            LOG_INFO("cuda", "device %d: %s %lld x %lld (%d matri%s): %s", b->device, dtype_name(group[0].L->type),
-                     (long long)group[0].L->n_in, (long long)group[0].L->n_out, n, n == 1 ? "x" : "ces", buf);
-        }
+        char buf[256];
+        const int max_t = group[0].max_rows < CU_TUNED_TOKENS ? group[0].max_rows : CU_TUNED_TOKENS;
+        describe(group[0].L, max_t, buf, sizeof buf);
+        LOG_INFO("cuda", "device %d: %s %lld x %lld (%d matri%s, TESSERA_CUDA_LINEAR=%s): %s", b->device,
+                 dtype_name(group[0].L->type), (long long)group[0].L->n_in, (long long)group[0].L->n_out, n,
+                 n == 1 ? "x" : "ces", name, buf);
     }
-    if (!rc && strcmp(mode, "tune")) LOG_INFO("cuda", "device %d: linear kernels: %s (TESSERA_CUDA_LINEAR)", b->device, mode);
     free(sites);
     free(group);
     free(done);

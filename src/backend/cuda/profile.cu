@@ -88,8 +88,9 @@ extern "C" int tessera_cuda_profile_forward(void *impl, int reps, struct tessera
     double total = 0;
     if (!b->prof_ev || !b->prof_name) rc = err_set(err, errlen, ERR_NOMEM, "cuda: out of host memory");
     if (!rc && (e = cudaEventCreate(&ev0))) rc = cu_error(b, false, e, err, errlen, "profile: creating events");
-    for (; !rc && made < cap; made++)
+    while (!rc && made < cap)
         if ((e = cudaEventCreate(&b->prof_ev[made]))) rc = cu_error(b, false, e, err, errlen, "profile: creating events");
+        else made++;
     b->prof_cap = cap;
     for (int r = 0; r < reps && !rc; r++) rc = profile_once(b, ev0, rows, &n, max_rows, &total, err, errlen);
     for (int i = 0; i < made; i++) cudaEventDestroy(b->prof_ev[i]);
