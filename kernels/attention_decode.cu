@@ -169,6 +169,7 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
                         int max_blocks_per_seq, int n_heads, int group, int hgroups, int max_ctx,
                         int part, int nparts, float qk_scale, float v_fac)
 {
+    ts_pdl_launch_dependents(); /* a pdl launch after this one may be scheduled now */
     typedef typename kv_traits<KV>::compute_t T;
     constexpr int TILE = ad_tile<HD>::value;
     constexpr int ESZ = kv_traits<KV>::esize;
@@ -441,6 +442,7 @@ attention_decode_reduce_kernel(void *__restrict__ out,            /* [num_seqs][
                                const int32_t *__restrict__ seq_lens, /* [num_seqs] */
                                int num_seqs, int n_heads, int max_ctx, int part, int nparts)
 {
+    ts_pdl_launch_dependents(); /* a pdl launch after this one may be scheduled now */
     const int lane = threadIdx.x & 31;
     const int64_t sh = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
     if (sh >= (int64_t)num_seqs * n_heads) return;

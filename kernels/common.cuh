@@ -16,6 +16,9 @@
  *       `kernel` is a plain name or a function-pointer variable; a template instance
  *       goes through a local variable (auto *k = my_kernel<float, 4>; TS_LAUNCH(k, ...)),
  *       because the preprocessor would split its template arguments.
+ *   TS_LAUNCH_PDL(kernel, grid, block, smem, stream, pdl, args...)
+ *       the same, launched with programmatic stream serialization when pdl != 0
+ *       (cudaLaunchKernelEx; see ts_pdl_wait below).
  *   TS_SHARED(type, name, dims)        a static __shared__ variable:
  *       TS_SHARED(float, red, [32]);   TS_SHARED(float, tile, [64][65]);   TS_SHARED(int, n, );
  *   TS_DYNAMIC_SHARED(type, name)      the launch's dynamic shared memory as `type *name`
@@ -46,10 +49,12 @@
 /* ---- launch and shared memory ----------------------------------------------------------- */
 
 #ifdef TESSERA_EMU
-#define TS_LAUNCH(kernel, grid, block, smem, stream, ...)                                        \
+#define TS_LAUNCH_PDL(kernel, grid, block, smem, stream, pdl, ...)                               \
     emu_launch((const void *)(kernel), #kernel, __FILE__, __LINE__, dim3(grid), dim3(block),      \
-               (size_t)(smem), (stream),                                                         \
+               (size_t)(smem), (stream), (pdl) != 0,                                             \
                [=, ts_args_ = std::make_tuple(__VA_ARGS__)]() { std::apply(kernel, ts_args_); })
+#define TS_LAUNCH(kernel, grid, block, smem, stream, ...)                                        \
+    TS_LAUNCH_PDL(kernel, grid, block, smem, stream, 0, __VA_ARGS__)
 #define TS_SHARED(type, name, dims)                                                              \
     typedef type ts_shared_t_##name dims;                                                        \
     static const char ts_shared_site_##name = 0;                                                 \
@@ -59,6 +64,26 @@
 #else
 #define TS_LAUNCH(kernel, grid, block, smem, stream, ...)                                        \
     kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+#define TS_LAUNCH_PDL(kernel, grid, block, smem, stream, pdl, ...)                               \
+    ts_launch_pdl((kernel), dim3(grid), dim3(block), (size_t)(smem), (stream), (pdl) != 0, __VA_ARGS__)
+/* cudaLaunchKernelEx with programmatic stream serialization when pdl (its error, as any
+ * launch's, is left for cudaGetLastError()). */
+template <typename... P, typename... A>
+static inline void ts_launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                 bool pdl, A &&...args)
+{
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<A &&>(args)...);
+}
 #define TS_SHARED(type, name, dims) __shared__ type name dims
 #define TS_DYNAMIC_SHARED(type, name)                                                            \
     extern __shared__ __align__(16) unsigned char ts_dynamic_smem_[];                            \
@@ -70,6 +95,32 @@
 #define TS_LAUNCH_RESULT() ((int)cudaGetLastError())
 
 #define TS_FULL_MASK 0xffffffffu
+
+/* ---- programmatic dependent launch (sm_90+) --------------------------------------------- */
+
+/* A kernel launched with TS_LAUNCH_PDL(..., pdl = 1, ...) may start while the previous
+ * kernel on its stream still runs (once every block of that kernel has started or called
+ * ts_pdl_launch_dependents()). Before it reads anything an earlier kernel writes, or writes
+ * anything an earlier kernel reads, every thread calls ts_pdl_wait(), which returns when
+ * the previous grid has finished and its writes are visible. What it does before that is
+ * limited to data no kernel of the step writes (weights). Both are no-ops on a grid
+ * launched without pdl and below sm_90; the emulator checks that every thread of a pdl
+ * launch waited. */
+__device__ __forceinline__ void ts_pdl_wait()
+{
+#if defined(TESSERA_EMU) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
+    cudaGridDependencySynchronize();
+#endif
+}
+
+/* Lets the next kernel on the stream, if launched with pdl, be scheduled now (it still
+ * waits in ts_pdl_wait for this grid to finish). */
+__device__ __forceinline__ void ts_pdl_launch_dependents()
+{
+#if defined(TESSERA_EMU) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
+    cudaTriggerProgrammaticLaunchCompletion();
+#endif
+}
 
 static inline unsigned ts_div_up(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 

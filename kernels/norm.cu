@@ -44,6 +44,7 @@ rmsnorm_residual_kernel(OutT *__restrict__ out,             // [num_rows][dim]
                         const float *__restrict__ w,         // [dim]
                         int dim, float eps)
 {
+    ts_pdl_launch_dependents(); /* a pdl launch after this one may be scheduled now */
     TS_SHARED(float, red, [32]);
     const int64_t base = (int64_t)blockIdx.x * dim;
     const int nvec = dim >> 2;
@@ -104,6 +105,7 @@ rmsnorm_residual_generic_kernel(OutT *__restrict__ out,         // [num_rows][di
                                 const float *__restrict__ w,     // [dim]
                                 int dim, float eps)
 {
+    ts_pdl_launch_dependents(); /* a pdl launch after this one may be scheduled now */
     TS_SHARED(float, red, [32]);
     const int64_t base = (int64_t)blockIdx.x * dim;
     float ss = 0.0f;

@@ -47,10 +47,29 @@ struct alignas(128) sk_smem {
 };
 static_assert(sizeof(float) * SK_ROWS * SK_TOKENS <= sizeof(sk_tiles::w), "the epilogue reuses w");
 
+/* A lane's 16-byte chunks of the SK_UNROLL chunks j0, j0 + SK_WARPS, ... of rows 0..nrows-1
+ * of m ([rows][nc] chunks); zero past them. RO: through the read-only path (weights only:
+ * with pdl the previous kernel writes x while this one has started). */
+template <bool RO>
+__device__ __forceinline__ void sk_load(uint4 (&v)[SK_UNROLL][SK_LOADS], const uint4 *m, int nrows, int64_t nc,
+                                        int64_t j0, int cl, int lane)
+{
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+    for (int u = 0; u < SK_UNROLL; u++) {
+        const int64_t c = (j0 + SK_WARPS * u) * (SK_K / 8) + cl;
+#pragma unroll
+        for (int i = 0; i < SK_LOADS; i++) {
+            const int r = (lane >> 3) + 4 * i;
+            v[u][i] = c < nc && r < nrows ? (RO ? __ldg(m + r * nc + c) : m[r * nc + c]) : zero;
+        }
+    }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(SK_THREADS)
 skinny_gemm_kernel(const uint4 *__restrict__ w, // [n_out][nc] chunks of 8 elements
-                   const uint4 *__restrict__ x, // [nt][nc]
+                   const uint4 *x,              // [nt][nc]: written by the previous kernel (pdl)
                    int64_t nc, int64_t n_out, int nt,
                    float *__restrict__ y, int64_t ldy)
 {
@@ -69,20 +88,17 @@ skinny_gemm_kernel(const uint4 *__restrict__ w, // [n_out][nc] chunks of 8 eleme
 
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
     wmma::fill_fragment(acc, 0.0f);
-    /* lane's i-th load of a chunk: row (lane + 32 i) / 8, 16-byte column (lane % 8) */
+    /* lane's i-th load of a chunk: row (lane + 32 i) / 8, 16-byte column (lane % 8). The
+     * first chunks' weights are loaded before waiting for the previous kernel (a pdl launch:
+     * the weights are no kernel's output), the activations after; the next chunks' both at
+     * the end of each pass. */
     const int cl = lane & 7;
+    uint4 wv[SK_UNROLL][SK_LOADS], xv[SK_UNROLL][SK_LOADS];
+    sk_load<true>(wv, w + row0 * nc, nr, nc, warp, cl, lane);
+    ts_pdl_launch_dependents();
+    ts_pdl_wait();
+    sk_load<false>(xv, x, nt, nc, warp, cl, lane);
     for (int64_t j0 = warp; j0 < nchunks; j0 += SK_WARPS * SK_UNROLL) {
-        uint4 wv[SK_UNROLL][SK_LOADS], xv[SK_UNROLL][SK_LOADS];
-#pragma unroll
-        for (int u = 0; u < SK_UNROLL; u++) {
-            const int64_t c = (j0 + SK_WARPS * u) * (SK_K / 8) + cl;
-#pragma unroll
-            for (int i = 0; i < SK_LOADS; i++) {
-                const int r = (lane >> 3) + 4 * i;
-                wv[u][i] = c < nc && r < nr ? __ldg(w + (row0 + r) * nc + c) : zero;
-                xv[u][i] = c < nc && r < nt ? __ldg(x + r * nc + c) : zero;
-            }
-        }
 #pragma unroll
         for (int u = 0; u < SK_UNROLL; u++) {
             if (j0 + SK_WARPS * u >= nchunks) break; /* warp-uniform */
@@ -103,6 +119,8 @@ skinny_gemm_kernel(const uint4 *__restrict__ w, // [n_out][nc] chunks of 8 eleme
             }
             __syncwarp(); /* the tiles are rewritten by the next chunk */
         }
+        sk_load<true>(wv, w + row0 * nc, nr, nc, j0 + SK_WARPS * SK_UNROLL, cl, lane);
+        sk_load<false>(xv, x, nt, nc, j0 + SK_WARPS * SK_UNROLL, cl, lane);
     }
     /* each warp's 16 x 16 sums (row-major: row r, token t), then the 8 warps' in order */
     float *part = reinterpret_cast<float *>(&tl.w[0][0]);
@@ -121,20 +139,20 @@ static_assert(SK_THREADS == SK_ROWS * SK_TOKENS, "one thread per output of the e
 
 template <typename T>
 static int launch_skinny(const void *w, int64_t n_in, int64_t n_out, const void *x, float *y, int64_t ldy, int nt,
-                         cudaStream_t stream)
+                         int pdl, cudaStream_t stream)
 {
     auto k = skinny_gemm_kernel<T>;
-    TS_LAUNCH(k, ts_div_up((size_t)n_out, SK_ROWS), SK_THREADS, 0, stream, static_cast<const uint4 *>(w),
+    TS_LAUNCH_PDL(k, ts_div_up((size_t)n_out, SK_ROWS), SK_THREADS, 0, stream, pdl, static_cast<const uint4 *>(w),
               static_cast<const uint4 *>(x), n_in / 8, n_out, nt, y, ldy);
     return TS_LAUNCH_RESULT();
 }
 
 extern "C" int cuda_skinny_gemm(enum dtype type, const void *w, int64_t n_in, int64_t n_out, const void *x, float *y,
-                                int64_t ldy, int num_tokens, cudaStream_t stream)
+                                int64_t ldy, int num_tokens, int pdl, cudaStream_t stream)
 {
     if (!dense_linear_args_ok(type, w, n_in, n_out, x, y, ldy, num_tokens, SKINNY_GEMM_MAX_TOKENS))
         return (int)cudaErrorInvalidValue;
     if (n_out == 0) return 0;
-    if (type == DT_BF16) return launch_skinny<__nv_bfloat16>(w, n_in, n_out, x, y, ldy, num_tokens, stream);
-    return launch_skinny<__half>(w, n_in, n_out, x, y, ldy, num_tokens, stream);
+    if (type == DT_BF16) return launch_skinny<__nv_bfloat16>(w, n_in, n_out, x, y, ldy, num_tokens, pdl, stream);
+    return launch_skinny<__half>(w, n_in, n_out, x, y, ldy, num_tokens, pdl, stream);
 }

@@ -12,8 +12,11 @@
  * w: [n_out][n_in] of `type` (DT_F16 or DT_BF16); x: [num_tokens][n_in] of the same type;
  * y: F32, row t at y + t * ldy (ldy >= n_out). All device pointers. Takes num_tokens
  * 1..SKINNY_GEMM_MAX_TOKENS, n_in a multiple of 8 and w, x 16-byte aligned
- * (dense_linear_args_ok in dense_gemv.h); anything else is cudaErrorInvalidValue. Enqueues on `stream`, allocates nothing, returns the launch's
- * cudaError_t as an int (0 = success). Deterministic: the same inputs give the same bits.
+ * (dense_linear_args_ok in dense_gemv.h); anything else is cudaErrorInvalidValue. pdl != 0
+ * launches it as dense_gemv.h's does (programmatic dependent launch: its first weight loads
+ * overlap the end of the previous kernel on the stream). Enqueues on `stream`, allocates
+ * nothing, returns the launch's cudaError_t as an int (0 = success). Deterministic: the same
+ * inputs give the same bits.
  */
 #ifndef TESSERA_KERNELS_SKINNY_GEMM_H
 #define TESSERA_KERNELS_SKINNY_GEMM_H
@@ -30,7 +33,7 @@ extern "C" {
 #define SKINNY_GEMM_MAX_TOKENS 16
 
 int cuda_skinny_gemm(enum dtype type, const void *w, int64_t n_in, int64_t n_out, const void *x, float *y,
-                     int64_t ldy, int num_tokens, cudaStream_t stream);
+                     int64_t ldy, int num_tokens, int pdl, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

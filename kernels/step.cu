@@ -134,6 +134,7 @@ template <typename OutT>
 __global__ void __launch_bounds__(STEP_THREADS) convert_f32_kernel(OutT *__restrict__ out, const float *__restrict__ in,
                                                                    int64_t n)
 {
+    ts_pdl_launch_dependents(); /* a pdl launch after this one may be scheduled now */
     const int64_t v = (int64_t)blockIdx.x * STEP_THREADS + threadIdx.x;
     if (4 * v + 3 < n) {
         float4 x = reinterpret_cast<const float4 *>(in)[v];

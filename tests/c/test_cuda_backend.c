@@ -1058,9 +1058,10 @@ static void test_dummy(void)
 }
 
 /* linear.cu's kernel choice for F16/BF16 matrices: TESSERA_CUDA_LINEAR=tune (the default on
- * a GPU: each matrix shape's GEMV, skinny GEMM and cuBLAS timed at start-up for 1..16 rows,
- * whichever wins) and =cublas keep the CPU's results; an unknown value is refused at
- * create, naming the accepted ones. A small llama config (hidden 128, vocab 512), so the
+ * a GPU: each matrix shape's GEMV, skinny GEMM (each also as a pdl launch) and cuBLAS timed
+ * at start-up for 1..16 rows, whichever wins) and =cublas keep the CPU's results; an
+ * unknown value of it or of TESSERA_CUDA_PDL is refused at create, naming the accepted
+ * ones. A small llama config (hidden 128, vocab 512), so the
  * measurement's few thousand kernel calls take seconds under the emulator. */
 static void test_linear_modes(void)
 {
@@ -1090,6 +1091,12 @@ static void test_linear_modes(void)
         CHECK(g_create(m, &c, &ops, &impl, &info, err, sizeof err) == ERR_INVALID &&
                   strstr(err, "TESSERA_CUDA_LINEAR=fastest") && strstr(err, "tune, fixed or cublas"),
               "an unknown TESSERA_CUDA_LINEAR: %s", err);
+        unsetenv("TESSERA_CUDA_LINEAR");
+        setenv("TESSERA_CUDA_PDL", "yes", 1);
+        CHECK(g_create(m, &c, &ops, &impl, &info, err, sizeof err) == ERR_INVALID &&
+                  strstr(err, "TESSERA_CUDA_PDL=yes") && strstr(err, "on or off"),
+              "an unknown TESSERA_CUDA_PDL: %s", err);
+        unsetenv("TESSERA_CUDA_PDL");
         model_free(m);
     }
     if (was) setenv("TESSERA_CUDA_LINEAR", saved, 1);

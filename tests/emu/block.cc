@@ -68,6 +68,7 @@ struct worker {
     uint3 tid[1024];
     emu_site where[1024]; /* barrier or warp op a thread waits at */
     int wait_kind[1024];  /* barrier kind */
+    bool dep_waited[1024]; /* called cudaGridDependencySynchronize() (checked for pdl launches) */
     const char *wait_name[1024]; /* barrier or warp op name */
     uint32_t queue[1024];
     unsigned qhead = 0, qtail = 0;
@@ -487,6 +488,7 @@ static void run_block(worker *w, const launch &L, uint64_t bidx)
     for (unsigned i = 0; i < n; i++) {
         w->tid[i] = make_uint3(i % bx, i / bx % by, i / (bx * by));
         w->st[i] = T_RUN;
+        w->dep_waited[i] = false;
     }
     for (unsigned wi = 0; wi < (n + 31) / 32; wi++) {
         warp_rec *wr = &w->warps[wi];
@@ -527,6 +529,10 @@ static void thread_exit(thread_rec *t)
     unsigned lane = t->index & 31;
     warp_rec *wr = &w->warps[t->index / 32];
     unsigned bit = 1u << lane;
+    if (w->L->pdl && !w->dep_waited[t->index])
+        fail("a thread of a grid launched with programmatic stream serialization (TS_LAUNCH_PDL) exited without "
+             "calling cudaGridDependencySynchronize(): on a GPU it may run before the previous kernel on the "
+             "stream has finished");
     w->st[t->index] = T_DONE;
     wr->live &= ~bit;
     for (int k = 0; k < wr->nopen; k++) {
@@ -541,6 +547,13 @@ static void thread_exit(thread_rec *t)
 /* ---- barriers --------------------------------------------------------------------------- */
 
 } // namespace emu
+
+void cudaGridDependencySynchronize(void)
+{
+    using namespace emu;
+    thread_rec *t = current_thread("cudaGridDependencySynchronize()");
+    t->w->dep_waited[t->index] = true;
+}
 
 int emu_barrier(emu_site site, int kind, int pred)
 {

@@ -110,7 +110,16 @@ static constexpr int warpSize = 32;
  * cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, n), at most
  * 227 KiB) runs nothing and sets the error cudaGetLastError() returns. Any host thread. */
 void emu_launch(const void *func, const char *name, const char *file, int line, dim3 grid, dim3 block,
-                size_t smem, cudaStream_t stream, std::function<void()> body);
+                size_t smem, cudaStream_t stream, bool pdl, std::function<void()> body);
+
+/* Programmatic dependent launch (sm_90). Grids run one after another here, so the
+ * dependency is always resolved: cudaGridDependencySynchronize() only records that the
+ * calling thread got there, and every thread of a grid launched with pdl (TS_LAUNCH_PDL)
+ * must, before it exits: a thread that does not could, on a GPU, read its predecessor's
+ * output before that grid has finished, so the emulator aborts naming the kernel.
+ * cudaTriggerProgrammaticLaunchCompletion() does nothing. Kernel code only. */
+void cudaGridDependencySynchronize(void);
+static inline void cudaTriggerProgrammaticLaunchCompletion(void) {}
 
 /* The current block's copy of the static __shared__ variable identified by `site`: the
  * first thread of the block to get here allocates it (aligned, filled with 0xFF bytes);

@@ -145,6 +145,7 @@ struct launch {
     size_t smem_limit; /* static + dynamic bytes allowed for this kernel */
     uint64_t seed;
     bool fault;        /* TESSERA_EMU_FAULT: set the sticky error instead of running */
+    bool pdl;          /* launched with programmatic stream serialization (TS_LAUNCH_PDL) */
 };
 /* Runs every block of the grid and returns when all are done (block.cc). */
 void run_grid(const launch &L);

@@ -51,7 +51,7 @@ enum { SMEM_DEFAULT = 48 * 1024, SMEM_OPTIN = 232448 };
 using namespace emu;
 
 void emu_launch(const void *func, const char *name, const char *file, int line, dim3 grid, dim3 block,
-                size_t smem, cudaStream_t stream, std::function<void()> body)
+                size_t smem, cudaStream_t stream, bool pdl, std::function<void()> body)
 {
     if (cudaError_t sticky = sticky_error()) {
         set_error(sticky);
@@ -92,6 +92,7 @@ void emu_launch(const void *func, const char *name, const char *file, int line, 
     L->smem_limit = fa.opted_in ? SMEM_OPTIN : SMEM_DEFAULT;
     L->seed = emu_get_seed();
     L->fault = fault_requested(name);
+    L->pdl = pdl;
     if (L->fault) warn("launch of %s at %s:%d: TESSERA_EMU_FAULT: it will fault when it runs", name, file, line);
     cudaError_t e = enqueue(stream, op{ [L] {
                                            if (L->fault) set_sticky_error(cudaErrorIllegalAddress);

@@ -1,7 +1,8 @@
 /* test_emu_runtime.cu — the emulator's runtime: atomics across blocks running in parallel,
  * allocations (poison, accounting, bounds-checked copies), streams and events (order,
  * real asynchrony, the legacy stream's implicit synchronisation), graphs (capture records,
- * replays read current contents, a sync during capture invalidates it), device identity.
+ * replays read current contents, a sync during capture invalidates it), device identity,
+ * programmatic dependent launches (the wait every thread of a pdl grid must reach).
  */
 #include "kernels/common.cuh"
 #include "tests/emu/emu_test.h"
@@ -171,6 +172,101 @@ __global__ void add_kernel(const float *a, float *b, int n)
 {
     int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     if (i < n) b[i] += a[i];
+}
+
+/* ---- programmatic dependent launch ------------------------------------------------------ */
+
+/* b[i] = a[i] + 1, waiting for the previous grid first (what TS_LAUNCH_PDL requires). */
+__global__ void pdl_add_kernel(const float *a, float *b, int n)
+{
+    ts_pdl_launch_dependents();
+    ts_pdl_wait();
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) b[i] = a[i] + 1.0f;
+}
+
+/* The same, but thread 5 of each block returns before waiting. */
+__global__ void pdl_early_exit_kernel(const float *a, float *b, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (threadIdx.x == 5) return;
+    ts_pdl_wait();
+    if (i < n) b[i] = a[i] + 1.0f;
+}
+
+/* A chain of pdl launches, eager and captured, computes what plain launches do; a wait in a
+ * grid launched without pdl is allowed (it returns at once on a GPU too); a pdl grid with a
+ * thread that exits without waiting aborts, naming the kernel, eager or replayed. */
+static void test_pdl_launches(void)
+{
+    const int n = 1000;
+    float *a, *b;
+    cudaMalloc((void **)&a, n * sizeof(float));
+    cudaMalloc((void **)&b, n * sizeof(float));
+    cudaStream_t s;
+    EMU_CHECK_CUDA(cudaStreamCreate(&s));
+    for (int graph = 0; graph < 2; graph++) {
+        cudaGraph_t g = nullptr;
+        cudaGraphExec_t ge = nullptr;
+        TS_LAUNCH(fill_kernel, 4, 256, 0, s, a, 0.0f, n);
+        if (graph) EMU_CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        TS_LAUNCH_PDL(pdl_add_kernel, 4, 256, 0, s, 1, a, b, n);
+        TS_LAUNCH_PDL(pdl_add_kernel, 4, 256, 0, s, 1, b, a, n);
+        TS_LAUNCH_PDL(pdl_add_kernel, 4, 256, 0, s, 0, a, b, n);
+        EMU_CHECK_CUDA(cudaGetLastError());
+        if (graph) {
+            EMU_CHECK_CUDA(cudaStreamEndCapture(s, &g));
+            EMU_CHECK_CUDA(cudaGraphInstantiate(&ge, g, 0));
+            EMU_CHECK_CUDA(cudaGraphLaunch(ge, s));
+        }
+        EMU_CHECK_CUDA(cudaStreamSynchronize(s));
+        std::vector<float> h(n);
+        cudaMemcpy(h.data(), b, n * sizeof(float), cudaMemcpyDeviceToHost);
+        bool ok = true;
+        for (float v : h) ok = ok && v == 3.0f;
+        CHECK(ok, "%s pdl chain: b[0] = %g, want 3", graph ? "captured" : "eager", h[0]);
+        if (graph) {
+            cudaGraphExecDestroy(ge);
+            cudaGraphDestroy(g);
+        }
+    }
+    cudaStreamDestroy(s);
+    cudaFree(a);
+    cudaFree(b);
+
+    for (int graph = 0; graph < 2; graph++) {
+        emu_child r = emu_run_child([graph] {
+            float *a, *b;
+            cudaMalloc((void **)&a, 64 * sizeof(float));
+            cudaMalloc((void **)&b, 64 * sizeof(float));
+            cudaStream_t s;
+            cudaStreamCreate(&s);
+            cudaGraph_t g;
+            cudaGraphExec_t ge;
+            if (graph) cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+            TS_LAUNCH_PDL(pdl_early_exit_kernel, 2, 32, 0, s, 1, a, b, 64);
+            if (graph) {
+                cudaStreamEndCapture(s, &g);
+                cudaGraphInstantiate(&ge, g, 0);
+                cudaGraphLaunch(ge, s);
+            }
+            cudaStreamSynchronize(s);
+        });
+        CHECK(emu_died_by_abort(r), "%s: child did not abort (signal %d, exit %d)", graph ? "graph" : "eager", r.sig,
+              r.exit_code);
+        CHECK(emu_err_has(r, "exited without calling cudaGridDependencySynchronize()"), "no pdl message");
+        CHECK(emu_err_has(r, "pdl_early_exit_kernel"), "kernel name missing");
+        CHECK(emu_err_has(r, "thread (5,0,0)"), "thread missing");
+    }
+    /* the same kernel launched without pdl may skip the wait */
+    emu_child r = emu_run_child([] {
+        float *a, *b;
+        cudaMalloc((void **)&a, 64 * sizeof(float));
+        cudaMalloc((void **)&b, 64 * sizeof(float));
+        TS_LAUNCH(pdl_early_exit_kernel, 2, 32, 0, 0, a, b, 64);
+        cudaDeviceSynchronize();
+    });
+    CHECK(!r.signaled && r.exit_code == 0, "a plain launch without the wait failed: %s", r.err.c_str());
 }
 
 static void test_async_copy_reads_pinned_when_it_runs(void)
@@ -559,6 +655,7 @@ int main(void)
     RUN(test_graph_capture_fork_join);
     RUN(test_capture_modes_across_threads);
     RUN(test_device_properties);
+    RUN(test_pdl_launches);
     RUN(test_injected_fault_is_sticky); /* last: the fault is sticky */
     return test_summary();
 }

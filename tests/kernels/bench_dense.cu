@@ -1,7 +1,7 @@
 /* bench_dense.cu — the decode steps' linears on BF16 weights at Qwen2.5-7B shapes, our GEMV
  * (kernels/dense_gemv.cu, up to 8 tokens) and skinny tensor-core GEMM
- * (kernels/skinny_gemm.cu) beside cuBLAS's GEMM on the same buffers, at 1, 2, 4, 8 and 16
- * tokens:
+ * (kernels/skinny_gemm.cu), each also launched with pdl (programmatic dependent launch:
+ * rows *_pdl), beside cuBLAS's GEMM on the same buffers, at 1, 2, 4, 8 and 16 tokens:
  * n_in x n_out = 3584 x 37888 (fused gate/up), 18944 x 3584 (down), 3584 x 4608 (fused
  * QKV) and 3584 x 152064 (the LM head). Memory-bound: bytes = weights + x + y, against the
  * copy bandwidth; the weights rotate through enough copies to exceed the L2, so every call
@@ -20,8 +20,8 @@
 
 static void bench_pair(struct kbench *b, cublasHandle_t h, int64_t n_in, int64_t n_out, int nt)
 {
-    const bool gemv = nt <= DENSE_GEMV_MAX_TOKENS && (!b->filter || strstr("dense_gemv", b->filter)),
-               skinny = !b->filter || strstr("skinny_gemm", b->filter),
+    const bool gemv = nt <= DENSE_GEMV_MAX_TOKENS && (!b->filter || strstr("dense_gemv_pdl", b->filter)),
+               skinny = !b->filter || strstr("skinny_gemm_pdl", b->filter),
                theirs = !b->filter || strstr("cublas_gemv", b->filter);
     if (!gemv && !skinny && !theirs) return;
     const size_t wbytes = (size_t)n_in * n_out * 2;
@@ -34,17 +34,19 @@ static void bench_pair(struct kbench *b, cublasHandle_t h, int64_t n_in, int64_t
     char shape[64];
     snprintf(shape, sizeof shape, "BF16 T=%d %lldx%lld", nt, (long long)n_in, (long long)n_out);
     int it = 0;
-    if (gemv) {
+    /* each of ours twice: launched plainly, then with pdl (back to back, each call's first
+     * weight loads overlap the previous call's end) */
+    for (int pdl = 0; pdl < 2 && gemv; pdl++) {
         double s = kbench_time(b, [&] {
-            KB_CHECK(cuda_dense_gemv(DT_BF16, w[it++ % w.size()], n_in, n_out, x, y, n_out, nt, b->stream));
+            KB_CHECK(cuda_dense_gemv(DT_BF16, w[it++ % w.size()], n_in, n_out, x, y, n_out, nt, pdl, b->stream));
         });
-        kbench_row(b, "dense_gemv", shape, s, bytes, flops, KB_MEMORY);
+        kbench_row(b, pdl ? "dense_gemv_pdl" : "dense_gemv", shape, s, bytes, flops, KB_MEMORY);
     }
-    if (skinny) {
+    for (int pdl = 0; pdl < 2 && skinny; pdl++) {
         double s = kbench_time(b, [&] {
-            KB_CHECK(cuda_skinny_gemm(DT_BF16, w[it++ % w.size()], n_in, n_out, x, y, n_out, nt, b->stream));
+            KB_CHECK(cuda_skinny_gemm(DT_BF16, w[it++ % w.size()], n_in, n_out, x, y, n_out, nt, pdl, b->stream));
         });
-        kbench_row(b, "skinny_gemm", shape, s, bytes, flops, KB_MEMORY);
+        kbench_row(b, pdl ? "skinny_gemm_pdl" : "skinny_gemm", shape, s, bytes, flops, KB_MEMORY);
     }
     if (theirs) {
         const float one = 1.0f, zero = 0.0f;

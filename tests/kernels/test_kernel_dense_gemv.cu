@@ -6,7 +6,10 @@
  * MLP widths: two and ten passes of 8 chunks per lane), n_out from 1 to 4608 (a partial
  * last CTA), y a column slice of wider rows (ldy > n_out: the columns beside it must stay
  * untouched); the invalid arguments. Output poisoned before each call, guards checked on
- * every buffer after it.
+ * every buffer after it. Every other case is a programmatic dependent launch (pdl = 1)
+ * right after the kernel that writes its x (cuda_convert_f32 from F32, x poisoned before):
+ * under the emulator every thread must wait for the previous grid (it checks that); on a
+ * GPU a kernel that read x before waiting would read the poison.
  */
 #include "ktest.h"
 
@@ -15,9 +18,11 @@ extern "C" {
 }
 #include "kernels/dense_gemv.h"
 #include "kernels/skinny_gemm.h"
+#include "kernels/step.h"
 
 /* The kernels share one signature and contract; each is tested up to its token limit. */
-typedef int (*dense_fn)(enum dtype, const void *, int64_t, int64_t, const void *, float *, int64_t, int, cudaStream_t);
+typedef int (*dense_fn)(enum dtype, const void *, int64_t, int64_t, const void *, float *, int64_t, int, int,
+                        cudaStream_t);
 struct dense_kernel {
     const char *name;
     dense_fn fn;
@@ -29,7 +34,8 @@ static const struct dense_kernel kernels[] = { { "dense_gemv", cuda_dense_gemv, 
 /* Inputs are 16-bit values widened exactly, so the GPU and the twin add the same F32
  * products in another order: |error| <= n_in * 2^-24 * sum |w x| (~1e-5 here: y ~ N(0, 1)),
  * so KTOL_F32's 1e-4. */
-static void gemv_case(const struct dense_kernel &k, enum dtype type, int nt, int64_t n_in, int64_t n_out, int64_t pad, uint64_t seed)
+static void gemv_case(const struct dense_kernel &k, enum dtype type, int nt, int64_t n_in, int64_t n_out, int64_t pad,
+                      int pdl, uint64_t seed)
 {
     const int64_t ldy = n_out + pad;
     ktest_rng r(seed);
@@ -46,15 +52,21 @@ static void gemv_case(const struct dense_kernel &k, enum dtype type, int nt, int
     cpu_matmul_ref(&wt, xw.data(), ref.data(), nt);
 
     kbuf<uint16_t> d_w(wh.size()), d_x(xh.size());
-    kbuf<float> d_y((size_t)(nt * ldy));
+    kbuf<float> d_y((size_t)(nt * ldy)), d_xf(xf.size());
     d_w.upload(wh);
     d_x.upload(xh);
-    char what[96];
-    snprintf(what, sizeof what, "%s %s T=%d %lldx%lld ldy=%lld", k.name, bf ? "bf16" : "f16", nt, (long long)n_in,
-             (long long)n_out, (long long)ldy);
+    d_xf.upload(xf);
+    char what[112];
+    snprintf(what, sizeof what, "%s %s T=%d %lldx%lld ldy=%lld%s", k.name, bf ? "bf16" : "f16", nt, (long long)n_in,
+             (long long)n_out, (long long)ldy, pdl ? " pdl" : "");
     KTEST_SEEDS(s) {
         d_y.poison();
-        int rc = k.fn(type, d_w.ptr, n_in, n_out, d_x.ptr, d_y.ptr, ldy, nt, 0);
+        if (pdl) {
+            d_x.poison();
+            int rc = cuda_convert_f32(d_x.ptr, type, d_xf.ptr, (int64_t)xf.size(), 0);
+            CHECK(rc == 0, "%s: converting x returned %d", what, rc);
+        }
+        int rc = k.fn(type, d_w.ptr, n_in, n_out, d_x.ptr, d_y.ptr, ldy, nt, pdl, 0);
         CHECK(rc == 0, "%s: returned %d", what, rc);
         std::vector<float> got = d_y.download(), body((size_t)(nt * n_out));
         bool beside_ok = true;
@@ -80,7 +92,8 @@ static void test_dense_gemv(void)
                 for (int nt = 1; nt <= k.max_tokens; nt++) {
                     /* the two largest shapes at a few token counts only (emulator time) */
                     if ((sh[0] * sh[1] > 1 << 20) && nt != 1 && nt != 3 && nt != 8 && nt != 16) continue;
-                    gemv_case(k, type, nt, sh[0], sh[1], nt % 2 ? 0 : 5, seed++);
+                    gemv_case(k, type, nt, sh[0], sh[1], nt % 2 ? 0 : 5, (int)((seed >> 1) & 1), seed);
+                    seed++;
                 }
 }
 
@@ -96,10 +109,10 @@ static void test_dense_gemv_invalid(void)
             { DT_F16, 64, 4, 1, 1, "misaligned w, x" },
         };
         for (const auto &b : bad) {
-            int rc = k.fn(b.type, d_w.ptr + b.shift, b.n_in, 4, d_x.ptr + b.shift, d_y.ptr, b.ldy, b.nt, 0);
+            int rc = k.fn(b.type, d_w.ptr + b.shift, b.n_in, 4, d_x.ptr + b.shift, d_y.ptr, b.ldy, b.nt, 0, 0);
             CHECK(rc == (int)cudaErrorInvalidValue, "%s: %s: %d", k.name, b.what, rc);
         }
-        CHECK(k.fn(DT_BF16, d_w.ptr, 64, 0, d_x.ptr, d_y.ptr, 0, 1, 0) == 0, "%s: no rows", k.name);
+        CHECK(k.fn(DT_BF16, d_w.ptr, 64, 0, d_x.ptr, d_y.ptr, 0, 1, 1, 0) == 0, "%s: no rows", k.name);
     }
     for (float v : d_y.download()) CHECK(isnan(v), "a rejected or empty call wrote the output");
     CHECK_GUARD(d_y);

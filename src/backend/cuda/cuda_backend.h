@@ -43,8 +43,9 @@ extern "C" {
 struct cublasContext;
 
 /* One linear layer on the device: y[t][col + o] = sum_i W[o][i] x[t][i], o < n_out. */
-/* The kernels an F16/BF16 linear can run on (linear.cu): chosen per row count at start-up. */
-enum cu_linear_kernel { CU_LK_CUBLAS = 0, CU_LK_GEMV, CU_LK_SKINNY, CU_LK_COUNT };
+/* The kernels an F16/BF16 linear can run on (linear.cu): chosen per row count at start-up.
+ * *_PDL: the same kernel launched with programmatic stream serialization (sm_90+). */
+enum cu_linear_kernel { CU_LK_CUBLAS = 0, CU_LK_GEMV, CU_LK_SKINNY, CU_LK_GEMV_PDL, CU_LK_SKINNY_PDL, CU_LK_COUNT };
 #define CU_TUNED_TOKENS 16 /* row counts with a measured choice; more rows: cuBLAS */
 
 struct cu_linear {

@@ -13,12 +13,20 @@
  * the L2), two rounds, best round kept. The choice is stored in each cu_linear's kern[]
  * and used by every later step and captured graph; start-up logs it.
  *
+ * On sm_90+ our two kernels are also candidates as programmatic dependent launches
+ * ("gemv+pdl", "skinny+pdl"; common.cuh, ts_pdl_wait): the GPU may start one while the
+ * kernel before it (a norm, the attention, SiLU·mul: they let dependents launch as soon as
+ * they start) finishes, and its first weight loads overlap that kernel's end, which hides
+ * most of a launch's ramp-up in a step of ~250 small kernels. The timing runs the calls
+ * back to back, so a launch's overlap with the previous call counts, as in a step.
+ *
  * TESSERA_CUDA_LINEAR (environment) overrides the measurement:
  *   tune   measure (the default on a GPU);
- *   fixed  GEMV for 1 row, skinny GEMM for 2-16 rows, of 1024+ inputs; cuBLAS otherwise
- *          (the default under the CUDA-on-CPU emulator, where timings mean nothing and
- *          short rows cost the emulator a fiber per idle thread);
+ *   fixed  GEMV for 1 row, skinny GEMM for 2-16 rows, of 1024+ inputs, both with pdl on
+ *          sm_90+; cuBLAS otherwise (the default under the CUDA-on-CPU emulator, where
+ *          timings mean nothing and short rows cost the emulator a fiber per idle thread);
  *   cublas cuBLAS for every dense matrix (the comparison baseline).
+ * TESSERA_CUDA_PDL=off leaves the pdl launches out of every mode (on: the default).
  */
 #include "backend/cuda/cuda_backend.h"
 
@@ -38,9 +46,11 @@ extern "C" {
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const kernel_names[CU_LK_COUNT] = { "cublas", "gemv", "skinny" };
+static const char *const kernel_names[CU_LK_COUNT] = { "cublas", "gemv", "skinny", "gemv+pdl", "skinny+pdl" };
 
 static bool is_dense(const struct cu_linear *L) { return L->type == DT_F16 || L->type == DT_BF16; }
+
+static bool is_pdl(enum cu_linear_kernel k) { return k == CU_LK_GEMV_PDL || k == CU_LK_SKINNY_PDL; }
 
 /* Whether kernel k can compute L for T rows from xb (16-byte alignment, row limits). */
 static bool can_run(enum cu_linear_kernel k, const struct cu_linear *L, const void *xb, int T)
@@ -48,25 +58,31 @@ static bool can_run(enum cu_linear_kernel k, const struct cu_linear *L, const vo
     const bool aligned = L->n_in % 8 == 0 && ((uintptr_t)L->w | (uintptr_t)xb) % 16 == 0;
     switch (k) {
     case CU_LK_CUBLAS: return true;
-    case CU_LK_GEMV: return aligned && T <= DENSE_GEMV_MAX_TOKENS;
-    case CU_LK_SKINNY: return aligned && T <= SKINNY_GEMM_MAX_TOKENS;
+    case CU_LK_GEMV:
+    case CU_LK_GEMV_PDL: return aligned && T <= DENSE_GEMV_MAX_TOKENS;
+    case CU_LK_SKINNY:
+    case CU_LK_SKINNY_PDL: return aligned && T <= SKINNY_GEMM_MAX_TOKENS;
     default: return false;
     }
 }
 
-/* The fixed rule (TESSERA_CUDA_LINEAR=fixed). */
-static enum cu_linear_kernel fixed_choice(const struct cu_linear *L, int T)
+/* The fixed rule (TESSERA_CUDA_LINEAR=fixed); pdl: the device takes programmatic launches. */
+static enum cu_linear_kernel fixed_choice(const struct cu_linear *L, int T, bool pdl)
 {
-    if (L->n_in < 1024) return CU_LK_CUBLAS;
-    return T == 1 ? CU_LK_GEMV : T <= SKINNY_GEMM_MAX_TOKENS ? CU_LK_SKINNY : CU_LK_CUBLAS;
+    if (L->n_in < 1024 || T > SKINNY_GEMM_MAX_TOKENS) return CU_LK_CUBLAS;
+    if (T == 1) return pdl ? CU_LK_GEMV_PDL : CU_LK_GEMV;
+    return pdl ? CU_LK_SKINNY_PDL : CU_LK_SKINNY;
 }
 
 /* y[:, o] = xb @ W^T with kernel k; xb in the weight's type. */
 static int run_dense(struct cuda_backend *b, enum cu_linear_kernel k, const struct cu_linear *L, const void *xb,
                      float *y, int64_t ldy, int T)
 {
-    if (k == CU_LK_GEMV) return cuda_dense_gemv(L->type, L->w, L->n_in, L->n_out, xb, y, ldy, T, b->stream);
-    if (k == CU_LK_SKINNY) return cuda_skinny_gemm(L->type, L->w, L->n_in, L->n_out, xb, y, ldy, T, b->stream);
+    const int pdl = is_pdl(k);
+    if (k == CU_LK_GEMV || k == CU_LK_GEMV_PDL)
+        return cuda_dense_gemv(L->type, L->w, L->n_in, L->n_out, xb, y, ldy, T, pdl, b->stream);
+    if (k == CU_LK_SKINNY || k == CU_LK_SKINNY_PDL)
+        return cuda_skinny_gemm(L->type, L->w, L->n_in, L->n_out, xb, y, ldy, T, pdl, b->stream);
     /* column-major view: y^T (n_out x T, ld ldy) = W (n_in x n_out)^T . x^T (n_in x T) */
     const float one = 1.0f, zero = 0.0f;
     const cudaDataType t = L->type == DT_F16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -161,7 +177,7 @@ static void describe(const struct cu_linear *L, int max_t, char *buf, size_t len
 
 /* Measures one shape's candidates at each row count and stores the winners in every
  * matrix of the shape. */
-static int tune_group(struct cuda_backend *b, struct site *group, int n, char *err, size_t errlen)
+static int tune_group(struct cuda_backend *b, struct site *group, int n, bool pdl, char *err, size_t errlen)
 {
     struct cu_linear *L0 = group[0].L;
     const void *xb = b->w.act == L0->type ? b->d.act : b->d.cast;
@@ -178,7 +194,8 @@ static int tune_group(struct cuda_backend *b, struct site *group, int n, char *e
         for (int k = 0; k < CU_LK_COUNT; k++) best[k] = -1.0f;
         for (int round = 0; round < 2 && !rc; round++)
             for (int k = CU_LK_CUBLAS; k < CU_LK_COUNT; k++) {
-                if (!can_run((enum cu_linear_kernel)k, L0, xb, T)) continue;
+                if (!can_run((enum cu_linear_kernel)k, L0, xb, T) || (!pdl && is_pdl((enum cu_linear_kernel)k)))
+                    continue;
                 const float ms = time_kernel(b, (enum cu_linear_kernel)k, group, n, T, xb, e0, e1);
                 if (ms < 0) {
                     rc = cu_error(b, false, (int)cudaGetLastError(), err, errlen,
@@ -220,6 +237,16 @@ int cu_linear_plan(struct cuda_backend *b, char *err, size_t errlen)
     const int mode = read_plan_mode(&name);
     if (mode < 0)
         return err_set(err, errlen, ERR_INVALID, "cuda: TESSERA_CUDA_LINEAR=%s: expected tune, fixed or cublas", name);
+    /* programmatic dependent launch: Hopper and later, unless TESSERA_CUDA_PDL=off */
+    const char *pdl_env = getenv("TESSERA_CUDA_PDL");
+    if (pdl_env && *pdl_env && strcmp(pdl_env, "on") && strcmp(pdl_env, "off"))
+        return err_set(err, errlen, ERR_INVALID, "cuda: TESSERA_CUDA_PDL=%s: expected on or off", pdl_env);
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, b->device)) {
+        (void)cudaGetLastError();
+        major = 0;
+    }
+    const bool pdl = major >= 9 && !(pdl_env && !strcmp(pdl_env, "off"));
     const size_t max_sites = 7 * (size_t)b->m->cfg.n_layers + 1; /* <= 3 QKV + O + 2 gate/up + down per layer */
     struct site *sites = (struct site *)malloc(sizeof *sites * max_sites);
     struct site *group = (struct site *)malloc(sizeof *group * max_sites);
@@ -241,11 +268,12 @@ int cu_linear_plan(struct cuda_backend *b, char *err, size_t errlen)
                 done[j] = true;
             }
         if (mode == PLAN_TUNE) {
-            if ((rc = tune_group(b, group, n, err, errlen))) break;
+            if ((rc = tune_group(b, group, n, pdl, err, errlen))) break;
         } else {
             for (int j = 0; j < n; j++)
                 for (int T = 1; T <= CU_TUNED_TOKENS; T++)
-                    group[j].L->kern[T] = (uint8_t)(mode == PLAN_FIXED ? fixed_choice(group[j].L, T) : CU_LK_CUBLAS);
+                    group[j].L->kern[T] =
+                        (uint8_t)(mode == PLAN_FIXED ? fixed_choice(group[j].L, T, pdl) : CU_LK_CUBLAS);
         }
         char buf[256];
         const int max_t = group[0].max_rows < CU_TUNED_TOKENS ? group[0].max_rows : CU_TUNED_TOKENS;
