@@ -31,6 +31,7 @@ silu_mul_rows_kernel(OutT *__restrict__ out,        // [num_tokens][ffn]
                      int64_t in_stride, int ffn)
 {
     ts_pdl_launch_dependents(); /* a pdl launch after this one may be scheduled now */
+    ts_pdl_wait();              /* launched with pdl: the previous kernel has finished */
     const int64_t t = blockIdx.x;
     const int nvec = ffn >> 2;
     const float4 *g4 = reinterpret_cast<const float4 *>(gate + t * in_stride);
@@ -64,6 +65,7 @@ silu_mul_rows_generic_kernel(OutT *__restrict__ out,        // [num_tokens][ffn]
                              int64_t in_stride, int ffn)
 {
     ts_pdl_launch_dependents(); /* a pdl launch after this one may be scheduled now */
+    ts_pdl_wait();              /* launched with pdl: the previous kernel has finished */
     const int64_t t = blockIdx.x;
     const int i0 = blockIdx.y * SILU_CHUNK + threadIdx.x;
 #pragma unroll
@@ -75,29 +77,29 @@ silu_mul_rows_generic_kernel(OutT *__restrict__ out,        // [num_tokens][ffn]
 
 template <typename OutT>
 static int launch_silu_mul_rows(OutT *out, const float *gate, const float *up, int64_t in_stride, int num_tokens,
-                                int ffn, cudaStream_t stream)
+                                int ffn, int pdl, cudaStream_t stream)
 {
     const dim3 grid(num_tokens, ts_div_up(ffn, SILU_CHUNK));
     if (ffn % 4 == 0 && in_stride % 4 == 0 && ts_aligned(gate, 16) && ts_aligned(up, 16) &&
         ts_aligned(out, 4 * sizeof(OutT))) {
         auto k = silu_mul_rows_kernel<OutT>;
-        TS_LAUNCH(k, grid, SILU_THREADS, 0, stream, out, gate, up, in_stride, ffn);
+        TS_LAUNCH_PDL(k, grid, SILU_THREADS, 0, stream, pdl, out, gate, up, in_stride, ffn);
     } else {
         auto k = silu_mul_rows_generic_kernel<OutT>;
-        TS_LAUNCH(k, grid, SILU_THREADS, 0, stream, out, gate, up, in_stride, ffn);
+        TS_LAUNCH_PDL(k, grid, SILU_THREADS, 0, stream, pdl, out, gate, up, in_stride, ffn);
     }
     return TS_LAUNCH_RESULT();
 }
 
 extern "C" int cuda_silu_mul_rows(void *out, enum dtype out_dtype, const float *gate, const float *up,
-                                  int64_t in_stride, int num_tokens, int ffn, cudaStream_t stream)
+                                  int64_t in_stride, int num_tokens, int ffn, int pdl, cudaStream_t stream)
 {
     if (!out || !gate || !up || num_tokens < 0 || ffn < 0 || in_stride < ffn) return (int)cudaErrorInvalidValue;
     if (num_tokens == 0 || ffn == 0) return 0;
     switch (out_dtype) {
-    case DT_F32: return launch_silu_mul_rows((float *)out, gate, up, in_stride, num_tokens, ffn, stream);
-    case DT_F16: return launch_silu_mul_rows((__half *)out, gate, up, in_stride, num_tokens, ffn, stream);
-    case DT_BF16: return launch_silu_mul_rows((__nv_bfloat16 *)out, gate, up, in_stride, num_tokens, ffn, stream);
+    case DT_F32: return launch_silu_mul_rows((float *)out, gate, up, in_stride, num_tokens, ffn, pdl, stream);
+    case DT_F16: return launch_silu_mul_rows((__half *)out, gate, up, in_stride, num_tokens, ffn, pdl, stream);
+    case DT_BF16: return launch_silu_mul_rows((__nv_bfloat16 *)out, gate, up, in_stride, num_tokens, ffn, pdl, stream);
     default: return (int)cudaErrorInvalidValue;
     }
 }

@@ -4,6 +4,9 @@
  * All pointers are device pointers; the launcher enqueues on `stream`, allocates nothing
  * and returns the launch's cudaError_t as an int (0 = success; cudaErrorInvalidValue for an
  * unsupported dtype or shape). Any host thread that owns the stream may call it.
+ * pdl != 0 launches the kernel with programmatic stream serialization (common.cuh,
+ * ts_pdl_wait): on sm_90+ it may be scheduled while the previous kernel on the stream
+ * finishes, and waits for it before touching memory; 0 is an ordinary launch.
  */
 #ifndef TESSERA_KERNELS_ACTIVATION_H
 #define TESSERA_KERNELS_ACTIVATION_H
@@ -27,7 +30,7 @@ extern "C" {
  *   gate: [num_tokens][in_stride] F32 (first ffn of each row used)
  *   up:   [num_tokens][in_stride] F32 (first ffn of each row used) */
 int cuda_silu_mul_rows(void *out, enum dtype out_dtype, const float *gate, const float *up,
-                       int64_t in_stride, int num_tokens, int ffn, cudaStream_t stream);
+                       int64_t in_stride, int num_tokens, int ffn, int pdl, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -170,6 +170,7 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
                         int part, int nparts, float qk_scale, float v_fac)
 {
     ts_pdl_launch_dependents(); /* a pdl launch after this one may be scheduled now */
+    ts_pdl_wait();              /* launched with pdl: the previous kernel has finished */
     typedef typename kv_traits<KV>::compute_t T;
     constexpr int TILE = ad_tile<HD>::value;
     constexpr int ESZ = kv_traits<KV>::esize;
@@ -443,6 +444,7 @@ attention_decode_reduce_kernel(void *__restrict__ out,            /* [num_seqs][
                                int num_seqs, int n_heads, int max_ctx, int part, int nparts)
 {
     ts_pdl_launch_dependents(); /* a pdl launch after this one may be scheduled now */
+    ts_pdl_wait();              /* launched with pdl: the previous kernel has finished */
     const int lane = threadIdx.x & 31;
     const int64_t sh = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
     if (sh >= (int64_t)num_seqs * n_heads) return;
@@ -536,7 +538,7 @@ extern "C" int cuda_attention_decode(void *out, enum dtype out_dtype, const floa
                                      const struct kv_layer *kv,
                                      const int32_t *seq_lens, const int32_t *block_tables, int max_blocks_per_seq,
                                      int num_seqs, int n_heads, float scale, int max_seq_len, int partition_size,
-                                     void *workspace, size_t workspace_bytes, cudaStream_t stream)
+                                     void *workspace, size_t workspace_bytes, int pdl, cudaStream_t stream)
 {
     if (num_seqs == 0) return cudaSuccess;
     if (!out || !q || !kv || !kv->data || !seq_lens || !block_tables || num_seqs < 0 || num_seqs > 65535 ||
@@ -599,15 +601,15 @@ extern "C" int cuda_attention_decode(void *out, enum dtype out_dtype, const floa
     }
     const int max_ctx = max_seq_len;
     dim3 grid((unsigned)nparts, (unsigned)(kv->n_kv_heads * hgroups), (unsigned)num_seqs);
-    TS_LAUNCH(k, grid, AD_THREADS, 0, stream, out, (int)out_dtype, ws_o, ws_ml, q, q_stride, (const uint8_t *)kv->data,
-              kv->n_kv_heads, bs_log2, seq_lens, block_tables, max_blocks_per_seq, n_heads, group, hgroups, max_ctx,
-              part, nparts, qk_scale, v_fac);
+    TS_LAUNCH_PDL(k, grid, AD_THREADS, 0, stream, pdl, out, (int)out_dtype, ws_o, ws_ml, q, q_stride,
+                  (const uint8_t *)kv->data, kv->n_kv_heads, bs_log2, seq_lens, block_tables, max_blocks_per_seq,
+                  n_heads, group, hgroups, max_ctx, part, nparts, qk_scale, v_fac);
     if (nparts > 1) {
         int e = TS_LAUNCH_RESULT();
         if (e != 0) return e;
         unsigned blocks = ts_div_up((size_t)num_seqs * n_heads, 4);
-        TS_LAUNCH(red, blocks, 128, 0, stream, out, (int)out_dtype, ws_o, ws_ml, seq_lens, num_seqs, n_heads,
-                  max_ctx, part, nparts);
+        TS_LAUNCH_PDL(red, blocks, 128, 0, stream, pdl, out, (int)out_dtype, ws_o, ws_ml, seq_lens, num_seqs,
+                      n_heads, max_ctx, part, nparts);
     }
     return TS_LAUNCH_RESULT();
 }

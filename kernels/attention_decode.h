@@ -55,6 +55,8 @@ size_t cuda_attention_decode_workspace_size(int num_seqs, int n_heads, int head_
  *                 from the context length and the multiprocessor count
  *   workspace:    device memory, 16-byte aligned, >= cuda_attention_decode_workspace_size()
  *                 bytes (may be NULL when that is 0); scratch, overwritten
+ *   pdl:          non-zero: both kernels are programmatic dependent launches (common.cuh,
+ *                 ts_pdl_wait)
  * All pointers except kv are device pointers. Asynchronous on stream; returns 0 or a
  * cudaError_t (cudaErrorInvalidValue for unsupported shapes, dtypes or a short
  * workspace). Safe to capture in a CUDA graph (no allocation, no synchronisation). */
@@ -62,7 +64,7 @@ int cuda_attention_decode(void *out, enum dtype out_dtype, const float *q, int64
                           const struct kv_layer *kv, const int32_t *seq_lens,
                           const int32_t *block_tables, int max_blocks_per_seq, int num_seqs,
                           int n_heads, float scale, int max_seq_len, int partition_size,
-                          void *workspace, size_t workspace_bytes, cudaStream_t stream);
+                          void *workspace, size_t workspace_bytes, int pdl, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

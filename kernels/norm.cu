@@ -45,6 +45,7 @@ rmsnorm_residual_kernel(OutT *__restrict__ out,             // [num_rows][dim]
                         int dim, float eps)
 {
     ts_pdl_launch_dependents(); /* a pdl launch after this one may be scheduled now */
+    ts_pdl_wait();              /* launched with pdl: the previous kernel has finished */
     TS_SHARED(float, red, [32]);
     const int64_t base = (int64_t)blockIdx.x * dim;
     const int nvec = dim >> 2;
@@ -106,6 +107,7 @@ rmsnorm_residual_generic_kernel(OutT *__restrict__ out,         // [num_rows][di
                                 int dim, float eps)
 {
     ts_pdl_launch_dependents(); /* a pdl launch after this one may be scheduled now */
+    ts_pdl_wait();              /* launched with pdl: the previous kernel has finished */
     TS_SHARED(float, red, [32]);
     const int64_t base = (int64_t)blockIdx.x * dim;
     float ss = 0.0f;
@@ -125,13 +127,13 @@ rmsnorm_residual_generic_kernel(OutT *__restrict__ out,         // [num_rows][di
 
 template <typename OutT>
 static int launch_rmsnorm_residual(OutT *out, float *residual, const float *delta, const float *w,
-                                   int num_rows, int dim, float eps, cudaStream_t stream)
+                                   int num_rows, int dim, float eps, int pdl, cudaStream_t stream)
 {
     bool fast = dim % 4 == 0 && dim <= RMS_MAX_DIM && ts_aligned(residual, 16) &&
                 (!delta || ts_aligned(delta, 16)) && ts_aligned(w, 16) && ts_aligned(out, 4 * sizeof(OutT));
     if (!fast) {
         auto k = rmsnorm_residual_generic_kernel<OutT>;
-        TS_LAUNCH(k, num_rows, RMS_GENERIC_THREADS, 0, stream, out, residual, delta, w, dim, eps);
+        TS_LAUNCH_PDL(k, num_rows, RMS_GENERIC_THREADS, 0, stream, pdl, out, residual, delta, w, dim, eps);
         return TS_LAUNCH_RESULT();
     }
     int nvec = dim / 4;
@@ -140,17 +142,17 @@ static int launch_rmsnorm_residual(OutT *out, float *residual, const float *delt
     switch (vpt) {
     case 1: {
         auto k = rmsnorm_residual_kernel<OutT, 1>;
-        TS_LAUNCH(k, num_rows, threads, 0, stream, out, residual, delta, w, dim, eps);
+        TS_LAUNCH_PDL(k, num_rows, threads, 0, stream, pdl, out, residual, delta, w, dim, eps);
         break;
     }
     case 2: {
         auto k = rmsnorm_residual_kernel<OutT, 2>;
-        TS_LAUNCH(k, num_rows, threads, 0, stream, out, residual, delta, w, dim, eps);
+        TS_LAUNCH_PDL(k, num_rows, threads, 0, stream, pdl, out, residual, delta, w, dim, eps);
         break;
     }
     default: {
         auto k = rmsnorm_residual_kernel<OutT, RMS_MAX_VPT>;
-        TS_LAUNCH(k, num_rows, threads, 0, stream, out, residual, delta, w, dim, eps);
+        TS_LAUNCH_PDL(k, num_rows, threads, 0, stream, pdl, out, residual, delta, w, dim, eps);
         break;
     }
     }
@@ -158,17 +160,17 @@ static int launch_rmsnorm_residual(OutT *out, float *residual, const float *delt
 }
 
 extern "C" int cuda_rmsnorm_residual(void *out, enum dtype out_dtype, float *residual, const float *delta,
-                                     const float *w, int num_rows, int dim, float eps, cudaStream_t stream)
+                                     const float *w, int num_rows, int dim, float eps, int pdl, cudaStream_t stream)
 {
     if (num_rows < 0 || dim < 1 || !out || !residual || !w) return (int)cudaErrorInvalidValue;
     if (num_rows == 0) return 0;
     switch (out_dtype) {
     case DT_F32:
-        return launch_rmsnorm_residual((float *)out, residual, delta, w, num_rows, dim, eps, stream);
+        return launch_rmsnorm_residual((float *)out, residual, delta, w, num_rows, dim, eps, pdl, stream);
     case DT_F16:
-        return launch_rmsnorm_residual((__half *)out, residual, delta, w, num_rows, dim, eps, stream);
+        return launch_rmsnorm_residual((__half *)out, residual, delta, w, num_rows, dim, eps, pdl, stream);
     case DT_BF16:
-        return launch_rmsnorm_residual((__nv_bfloat16 *)out, residual, delta, w, num_rows, dim, eps, stream);
+        return launch_rmsnorm_residual((__nv_bfloat16 *)out, residual, delta, w, num_rows, dim, eps, pdl, stream);
     default:
         return (int)cudaErrorInvalidValue;
     }
@@ -217,6 +219,8 @@ head_rmsnorm_kernel(float *__restrict__ qkv,          // [num_tokens][row_stride
                     const float *__restrict__ k_norm, // [head_dim]
                     int num_tokens, int n_heads, int n_kv_heads, float eps)
 {
+    ts_pdl_launch_dependents(); /* a pdl launch after this one may be scheduled now */
+    ts_pdl_wait();              /* launched with pdl: the previous kernel has finished */
     constexpr int HD = EPL * 32;
     const int lane = threadIdx.x & 31;
     const int heads = n_heads + n_kv_heads;
@@ -241,7 +245,7 @@ head_rmsnorm_kernel(float *__restrict__ qkv,          // [num_tokens][row_stride
 }
 
 extern "C" int cuda_head_rmsnorm(float *qkv, int64_t row_stride, const float *q_norm, const float *k_norm,
-                                 int num_tokens, int n_heads, int n_kv_heads, int head_dim, float eps,
+                                 int num_tokens, int n_heads, int n_kv_heads, int head_dim, float eps, int pdl,
                                  cudaStream_t stream)
 {
     if (num_tokens < 0 || n_heads < 0 || n_kv_heads < 0 || !qkv || !q_norm || !k_norm)
@@ -255,20 +259,20 @@ extern "C" int cuda_head_rmsnorm(float *qkv, int64_t row_stride, const float *q_
     switch (head_dim) {
     case 64: {
         auto k = head_rmsnorm_kernel<2>;
-        TS_LAUNCH(k, grid, HEAD_NORM_WARPS * 32, 0, stream, qkv, row_stride, q_norm, k_norm, num_tokens, n_heads,
-                  n_kv_heads, eps);
+        TS_LAUNCH_PDL(k, grid, HEAD_NORM_WARPS * 32, 0, stream, pdl, qkv, row_stride, q_norm, k_norm, num_tokens,
+                      n_heads, n_kv_heads, eps);
         break;
     }
     case 128: {
         auto k = head_rmsnorm_kernel<4>;
-        TS_LAUNCH(k, grid, HEAD_NORM_WARPS * 32, 0, stream, qkv, row_stride, q_norm, k_norm, num_tokens, n_heads,
-                  n_kv_heads, eps);
+        TS_LAUNCH_PDL(k, grid, HEAD_NORM_WARPS * 32, 0, stream, pdl, qkv, row_stride, q_norm, k_norm, num_tokens,
+                      n_heads, n_kv_heads, eps);
         break;
     }
     case 256: {
         auto k = head_rmsnorm_kernel<8>;
-        TS_LAUNCH(k, grid, HEAD_NORM_WARPS * 32, 0, stream, qkv, row_stride, q_norm, k_norm, num_tokens, n_heads,
-                  n_kv_heads, eps);
+        TS_LAUNCH_PDL(k, grid, HEAD_NORM_WARPS * 32, 0, stream, pdl, qkv, row_stride, q_norm, k_norm, num_tokens,
+                      n_heads, n_kv_heads, eps);
         break;
     }
     default:

@@ -5,6 +5,9 @@
  * All pointers are device pointers; launchers enqueue on `stream`, allocate nothing and
  * return the launch's cudaError_t as an int (0 = success; cudaErrorInvalidValue for an
  * unsupported dtype or shape). Any host thread that owns the stream may call them.
+ * pdl != 0 launches the kernels with programmatic stream serialization (common.cuh,
+ * ts_pdl_wait): on sm_90+ they may be scheduled while the previous kernel on the stream
+ * finishes, and wait for it before touching memory; 0 is an ordinary launch.
  */
 #ifndef TESSERA_KERNELS_NORM_H
 #define TESSERA_KERNELS_NORM_H
@@ -29,7 +32,7 @@ extern "C" {
  *   delta:    [num_rows][dim] F32 (the previous linear layer's output) or NULL
  *   w:        [dim] F32 */
 int cuda_rmsnorm_residual(void *out, enum dtype out_dtype, float *residual, const float *delta,
-                          const float *w, int num_rows, int dim, float eps, cudaStream_t stream);
+                          const float *w, int num_rows, int dim, float eps, int pdl, cudaStream_t stream);
 
 /* Qwen3's q/k norm, in place on the fused QKV buffer: every q head of every token is
  * RMS-normalised over head_dim with q_norm, every k head with k_norm; v is untouched.
@@ -38,7 +41,7 @@ int cuda_rmsnorm_residual(void *out, enum dtype out_dtype, float *residual, cons
  *           k heads [n_kv_heads][head_dim] (then v, untouched)
  *   q_norm: [head_dim] F32,  k_norm: [head_dim] F32 */
 int cuda_head_rmsnorm(float *qkv, int64_t row_stride, const float *q_norm, const float *k_norm,
-                      int num_tokens, int n_heads, int n_kv_heads, int head_dim, float eps,
+                      int num_tokens, int n_heads, int n_kv_heads, int head_dim, float eps, int pdl,
                       cudaStream_t stream);
 
 #ifdef __cplusplus

@@ -84,6 +84,8 @@ rope_kv_write_kernel(float *__restrict__ q_out,               // [num_tokens][n_
                      float mscale, int n_heads, int n_kv_heads, int head_dim, int block_size,
                      float k_scale, float v_scale, int heads_per_cta)
 {
+    ts_pdl_launch_dependents(); /* a pdl launch after this one may be scheduled now */
+    ts_pdl_wait();              /* launched with pdl: the previous kernel has finished */
     const int tph = head_dim >> 3; /* threads per head */
     const int g = threadIdx.x % tph;
     const int lane_head = threadIdx.x / tph;
@@ -153,7 +155,7 @@ rope_kv_write_kernel(float *__restrict__ q_out,               // [num_tokens][n_
 extern "C" int cuda_rope_kv_write(float *q_out, const struct kv_layer *kv, const float *qkv, int64_t row_stride,
                                   const float *qkv_bias, const int32_t *positions, const int64_t *slot_mapping,
                                   const float *inv_freq, float mscale, enum rope_layout layout, int num_tokens,
-                                  int n_heads, cudaStream_t stream)
+                                  int n_heads, int pdl, cudaStream_t stream)
 {
     if (!kv || !q_out || !qkv || !positions || !slot_mapping || !inv_freq || num_tokens < 0 || n_heads < 0)
         return (int)cudaErrorInvalidValue;
@@ -190,7 +192,8 @@ extern "C" int cuda_rope_kv_write(float *q_out, const struct kv_layer *kv, const
     default: return (int)cudaErrorInvalidValue;
     }
 #undef ROPE_PICK
-    TS_LAUNCH(k, grid, ROPE_THREADS, 0, stream, q_out, kv->data, qkv, row_stride, qkv_bias, positions, slot_mapping,
-              inv_freq, mscale, n_heads, nkv, hd, kv->block_size, kv->k_scale, kv->v_scale, heads_per_cta);
+    TS_LAUNCH_PDL(k, grid, ROPE_THREADS, 0, stream, pdl, q_out, kv->data, qkv, row_stride, qkv_bias, positions,
+                  slot_mapping, inv_freq, mscale, n_heads, nkv, hd, kv->block_size, kv->k_scale, kv->v_scale,
+                  heads_per_cta);
     return TS_LAUNCH_RESULT();
 }

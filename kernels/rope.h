@@ -39,11 +39,12 @@ extern "C" {
  *   qkv_bias:     [(n_heads + 2 * n_kv_heads) * head_dim] F32 or NULL (Qwen2)
  *   positions:    [num_tokens] int32
  *   slot_mapping: [num_tokens] int64, slot = block * block_size + offset, -1 = padding
- *   inv_freq:     [head_dim / 2] F32, from rope_inv_freq (util/rope.h) */
+ *   inv_freq:     [head_dim / 2] F32, from rope_inv_freq (util/rope.h)
+ *   pdl:          non-zero: a programmatic dependent launch (common.cuh, ts_pdl_wait) */
 int cuda_rope_kv_write(float *q_out, const struct kv_layer *kv, const float *qkv, int64_t row_stride,
                        const float *qkv_bias, const int32_t *positions, const int64_t *slot_mapping,
                        const float *inv_freq, float mscale, enum rope_layout layout, int num_tokens,
-                       int n_heads, cudaStream_t stream);
+                       int n_heads, int pdl, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

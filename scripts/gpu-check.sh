@@ -343,12 +343,13 @@ else
     step8() { awk '$1 == "decode" && $3 == "batch" && $4 == "8" && $5 != "/" { print $5 }' "$1" 2>/dev/null; }
     row "Qwen2.5-7B dummy: linear kernels chosen vs cuBLAS only" "$st" \
         "batch 1 $(step1 "$OUT/bench-cuda-qwen7b.txt") vs $(step1 "$OUT/bench-cuda-qwen7b-cublas.txt") ms, batch 8 $(step8 "$OUT/bench-cuda-qwen7b.txt") vs $(step8 "$OUT/bench-cuda-qwen7b-cublas.txt") ms"
-    # the same choice without programmatic dependent launches (TESSERA_CUDA_PDL=off)
+    # without programmatic dependent launches (TESSERA_CUDA_PDL=off: every kernel launched
+    # plainly, no pdl candidates for the linears)
     TESSERA_CUDA_PDL=off TESSERA_CUDA_LIB=build/libtessera-cuda.so timeout 240 build/tests/tool_bench_cuda \
         "$QWEN_DIR" --dummy --kv-cache-dtype bf16 --max-num-seqs 8 --steps 32 \
         >"$OUT/bench-cuda-qwen7b-nopdl.txt" 2>"$OUT/bench-cuda-qwen7b-nopdl.log"
     if [ -n "$(step1 "$OUT/bench-cuda-qwen7b-nopdl.txt")" ]; then st=INFO; else st=FAIL; fi
-    row "Qwen2.5-7B dummy: linear kernels with pdl vs without" "$st" \
+    row "Qwen2.5-7B dummy: pdl launches vs none" "$st" \
         "batch 1 $(step1 "$OUT/bench-cuda-qwen7b.txt") vs $(step1 "$OUT/bench-cuda-qwen7b-nopdl.txt") ms, batch 8 $(step8 "$OUT/bench-cuda-qwen7b.txt") vs $(step8 "$OUT/bench-cuda-qwen7b-nopdl.txt") ms"
     if [ "${SKIP_SERVING:-0}" = 1 ]; then
         row "bench_serving (Qwen2.5-7B dummy)" SKIP "SKIP_SERVING=1"

@@ -26,7 +26,7 @@ static void bench_rmsnorm(struct kbench *b, int T, int dim)
     float *w = (float *)kbench_alloc_filled((size_t)dim * 4, 0);
     void *out = kbench_alloc_filled((size_t)T * dim * 2, 0);
     double s = kbench_time(b, [&] {
-        KB_CHECK(cuda_rmsnorm_residual(out, DT_BF16, res, delta, w, T, dim, 1e-6f, b->stream));
+        KB_CHECK(cuda_rmsnorm_residual(out, DT_BF16, res, delta, w, T, dim, 1e-6f, 0, b->stream));
     });
     char shape[64];
     snprintf(shape, sizeof shape, "T=%d d=%d bf16 out", T, dim);
@@ -43,7 +43,7 @@ static void bench_head_rmsnorm(struct kbench *b, int T, int nh, int nkv, int hd)
     const int64_t stride = (int64_t)(nh + 2 * nkv) * hd;
     float *qkv = (float *)kbench_alloc_filled((size_t)T * stride * 4, 0), *qn = (float *)kbench_alloc_filled(hd * 4, 0), *kn = (float *)kbench_alloc_filled(hd * 4, 0);
     double s = kbench_time(b, [&] {
-        KB_CHECK(cuda_head_rmsnorm(qkv, stride, qn, kn, T, nh, nkv, hd, 1e-6f, b->stream));
+        KB_CHECK(cuda_head_rmsnorm(qkv, stride, qn, kn, T, nh, nkv, hd, 1e-6f, 0, b->stream));
     });
     char shape[64];
     snprintf(shape, sizeof shape, "T=%d %dq+%dk x %d", T, nh, nkv, hd);
@@ -84,7 +84,7 @@ static void bench_rope(struct kbench *b, int T, int nh, int nkv, int hd, enum kv
     KB_CHECK(cudaMemcpy(slots, hs.data(), T * 8, cudaMemcpyHostToDevice));
     KB_CHECK(cudaMemcpy(inv, hinv.data(), hd / 2 * 4, cudaMemcpyHostToDevice));
     double s = kbench_time(b, [&] {
-        KB_CHECK(cuda_rope_kv_write(q, &kv, qkv, stride, bias, pos, slots, inv, 1.0f, ROPE_NEOX, T, nh, b->stream));
+        KB_CHECK(cuda_rope_kv_write(q, &kv, qkv, stride, bias, pos, slots, inv, 1.0f, ROPE_NEOX, T, nh, 0, b->stream));
     });
     char shape[64];
     snprintf(shape, sizeof shape, "T=%d %d/%d x %d, %s kv", T, nh, nkv, hd, kv_dtype_name(kvt));
@@ -106,7 +106,7 @@ static void bench_silu(struct kbench *b, int T, int ffn)
     float *gu = (float *)kbench_alloc_filled((size_t)T * 2 * ffn * 4, 0);
     void *out = kbench_alloc_filled((size_t)T * ffn * 2, 0);
     double s = kbench_time(b, [&] {
-        KB_CHECK(cuda_silu_mul_rows(out, DT_BF16, gu, gu + ffn, 2 * (int64_t)ffn, T, ffn, b->stream));
+        KB_CHECK(cuda_silu_mul_rows(out, DT_BF16, gu, gu + ffn, 2 * (int64_t)ffn, T, ffn, 0, b->stream));
     });
     char shape[64];
     snprintf(shape, sizeof shape, "T=%d ffn=%d bf16 out", T, ffn);

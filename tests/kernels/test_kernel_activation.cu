@@ -56,7 +56,7 @@ static void silu_case(int T, int ffn, enum dtype dt, bool fused, int pad, int sh
              fused ? "fused" : "separate", pad, shift);
     KTEST_SEEDS(s) {
         d_out.poison();
-        rc = cuda_silu_mul_rows(d_out.ptr + shift * es, dt, d_gate, d_up, stride, T, ffn, 0);
+        rc = cuda_silu_mul_rows(d_out.ptr + shift * es, dt, d_gate, d_up, stride, T, ffn, (s + T) & 1, 0);
         CHECK(rc == 0, "%s: cuda_silu_mul_rows returned %d", what, rc);
         std::vector<unsigned char> got = d_out.download();
         std::vector<unsigned char> body(got.begin() + shift * es, got.end());
@@ -97,11 +97,11 @@ static void test_silu_mul_generic(void)
 static void test_silu_mul_invalid(void)
 {
     kbuf<float> d_in(128), d_out(64);
-    int rc = cuda_silu_mul_rows(d_out.ptr, DT_Q4_K, d_in.ptr, d_in.ptr + 64, 128, 1, 64, 0);
+    int rc = cuda_silu_mul_rows(d_out.ptr, DT_Q4_K, d_in.ptr, d_in.ptr + 64, 128, 1, 64, 0, 0);
     CHECK(rc == (int)cudaErrorInvalidValue, "Q4_K output: %d", rc);
-    rc = cuda_silu_mul_rows(d_out.ptr, DT_F32, d_in.ptr, d_in.ptr + 64, 32, 1, 64, 0);
+    rc = cuda_silu_mul_rows(d_out.ptr, DT_F32, d_in.ptr, d_in.ptr + 64, 32, 1, 64, 0, 0);
     CHECK(rc == (int)cudaErrorInvalidValue, "in_stride < ffn: %d", rc);
-    rc = cuda_silu_mul_rows(d_out.ptr, DT_F32, d_in.ptr, d_in.ptr + 64, 128, 0, 64, 0);
+    rc = cuda_silu_mul_rows(d_out.ptr, DT_F32, d_in.ptr, d_in.ptr + 64, 128, 0, 64, 1, 0);
     CHECK(rc == 0, "zero tokens: %d", rc);
     std::vector<float> o = d_out.download();
     for (float v : o) CHECK(isnan(v), "a rejected or empty call wrote the output");

@@ -111,7 +111,8 @@ static void run_case(const ad_case &c, uint64_t seed)
         d_out.poison();
         d_ws.poison();
         int rc = cuda_attention_decode(d_out.ptr, c.out, d_q.ptr, q_stride, &kv, d_lens.ptr, d_bt.ptr, max_blocks,
-                                       num_seqs, nh, scale, max_seq_len, c.partition_size, d_ws.ptr, ws_bytes, 0);
+                                       num_seqs, nh, scale, max_seq_len, c.partition_size, d_ws.ptr, ws_bytes,
+                                       (s + num_seqs) & 1, 0);
         CHECK(rc == 0, "%s: cuda_attention_decode returned %d", what, rc);
         const std::vector<float> got = ktest_out_to_float(d_out.download(), c.out, (size_t)num_seqs * nh * hd);
         CHECK_CLOSE_ARRAYS(what, got.data(), ref.data(), got.size(), tol_for(kvt, c.out));
@@ -249,7 +250,7 @@ static void test_invalid(void)
     auto call = [&](const struct kv_layer &k, enum dtype od, const float *qp, int64_t qs, int nh, int ns, int maxlen,
                     int part, size_t wsb) {
         return cuda_attention_decode(out.ptr, od, qp, qs, &k, meta.ptr, meta.ptr + 2, 2, ns, nh, 0.1f, maxlen, part,
-                                     ws.ptr, wsb, 0);
+                                     ws.ptr, wsb, 0, 0);
     };
     const int inval = (int)cudaErrorInvalidValue;
     struct kv_layer k = kv;

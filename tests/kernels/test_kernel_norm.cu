@@ -59,7 +59,7 @@ static void rms_case(int rows, int dim, enum dtype dt, bool with_delta, int shif
         KCHECK_CUDA(cudaMemcpy(d_res.ptr + shift, res.data(), n * 4, cudaMemcpyHostToDevice));
         KCHECK_CUDA(cudaMemcpy(d_del.ptr + shift, del.data(), n * 4, cudaMemcpyHostToDevice));
         rc = cuda_rmsnorm_residual(d_out.ptr + shift * es, dt, d_res.ptr + shift,
-                                   with_delta ? d_del.ptr + shift : NULL, d_w.ptr, rows, dim, EPS, 0);
+                                   with_delta ? d_del.ptr + shift : NULL, d_w.ptr, rows, dim, EPS, (s + rows) & 1, 0);
         CHECK(rc == 0, "cuda_rmsnorm_residual returned %d", rc);
         std::vector<float> got_res = d_res.download();
         std::vector<unsigned char> got_out = d_out.download();
@@ -111,11 +111,11 @@ static void test_rmsnorm_residual_generic(void)
 static void test_rmsnorm_residual_invalid(void)
 {
     kbuf<float> d_res(64), d_w(64), d_out(64);
-    int rc = cuda_rmsnorm_residual(d_out.ptr, DT_Q8_0, d_res.ptr, NULL, d_w.ptr, 1, 64, EPS, 0);
+    int rc = cuda_rmsnorm_residual(d_out.ptr, DT_Q8_0, d_res.ptr, NULL, d_w.ptr, 1, 64, EPS, 0, 0);
     CHECK(rc == (int)cudaErrorInvalidValue, "Q8_0 output: %d", rc);
-    rc = cuda_rmsnorm_residual(d_out.ptr, DT_F32, d_res.ptr, NULL, d_w.ptr, 1, 0, EPS, 0);
+    rc = cuda_rmsnorm_residual(d_out.ptr, DT_F32, d_res.ptr, NULL, d_w.ptr, 1, 0, EPS, 0, 0);
     CHECK(rc == (int)cudaErrorInvalidValue, "dim 0: %d", rc);
-    rc = cuda_rmsnorm_residual(d_out.ptr, DT_F32, d_res.ptr, NULL, d_w.ptr, 0, 64, EPS, 0);
+    rc = cuda_rmsnorm_residual(d_out.ptr, DT_F32, d_res.ptr, NULL, d_w.ptr, 0, 64, EPS, 1, 0);
     CHECK(rc == 0, "zero rows: %d", rc);
     std::vector<float> o = d_out.download();
     for (float v : o) CHECK(isnan(v), "a rejected or empty call wrote the output");
@@ -141,7 +141,7 @@ static void head_case(int T, int nh, int nkv, int hd, int pad, uint64_t seed)
     d_kn.upload(kn);
     KTEST_SEEDS(s) {
         d_x.upload(x);
-        rc = cuda_head_rmsnorm(d_x.ptr, stride, d_qn.ptr, d_kn.ptr, T, nh, nkv, hd, EPS, 0);
+        rc = cuda_head_rmsnorm(d_x.ptr, stride, d_qn.ptr, d_kn.ptr, T, nh, nkv, hd, EPS, (s + T) & 1, 0);
         CHECK(rc == 0, "cuda_head_rmsnorm returned %d", rc);
         std::vector<float> got = d_x.download();
         char what[96];
@@ -176,9 +176,9 @@ static void test_head_rmsnorm(void)
 static void test_head_rmsnorm_invalid(void)
 {
     kbuf<float> d_x(4 * 80 * 3), d_n(80);
-    int rc = cuda_head_rmsnorm(d_x.ptr, 4 * 80, d_n.ptr, d_n.ptr, 3, 2, 1, 80, EPS, 0);
+    int rc = cuda_head_rmsnorm(d_x.ptr, 4 * 80, d_n.ptr, d_n.ptr, 3, 2, 1, 80, EPS, 0, 0);
     CHECK(rc == (int)cudaErrorInvalidValue, "head_dim 80: %d", rc);
-    rc = cuda_head_rmsnorm(d_x.ptr, 4 * 64 + 2, d_n.ptr, d_n.ptr, 3, 2, 1, 64, EPS, 0);
+    rc = cuda_head_rmsnorm(d_x.ptr, 4 * 64 + 2, d_n.ptr, d_n.ptr, 3, 2, 1, 64, EPS, 0, 0);
     CHECK(rc == (int)cudaErrorInvalidValue, "row_stride %% 4 != 0: %d", rc);
     std::vector<float> o = d_x.download();
     for (float v : o) CHECK(isnan(v), "a rejected call wrote the buffer");

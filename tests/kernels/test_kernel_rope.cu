@@ -192,7 +192,7 @@ static void run_case(const rope_case &c, uint64_t seed)
         d_q.poison();
         d_pool.poison();
         rc = cuda_rope_kv_write(d_q.ptr, &kv_dev, d_qkv.ptr, stride, c.bias ? d_bias.ptr : NULL, d_pos.ptr,
-                                d_slots.ptr, d_inv.ptr, c.mscale, c.layout, c.T, c.nh, 0);
+                                d_slots.ptr, d_inv.ptr, c.mscale, c.layout, c.T, c.nh, (s + c.T) & 1, 0);
         CHECK(rc == 0, "%s: cuda_rope_kv_write returned %d", what, rc);
         std::vector<float> q = d_q.download();
         std::vector<unsigned char> pool = d_pool.download();
@@ -250,18 +250,18 @@ static void test_rope_kv_write_invalid(void)
     struct kv_layer bad = kv;
     bad.head_dim = 36; /* not a multiple of 8 */
     int rc = cuda_rope_kv_write(d_q.ptr, &bad, d_qkv.ptr, 4 * 36, NULL, d_pos.ptr, d_slots.ptr, d_inv.ptr, 1.0f,
-                                ROPE_NEOX, T, nh, 0);
+                                ROPE_NEOX, T, nh, 0, 0);
     CHECK(rc == (int)cudaErrorInvalidValue, "head_dim 36: %d", rc);
     rc = cuda_rope_kv_write(d_q.ptr, &kv, d_qkv.ptr, 4 * 64 - 2, NULL, d_pos.ptr, d_slots.ptr, d_inv.ptr, 1.0f,
-                            ROPE_NEOX, T, nh, 0);
+                            ROPE_NEOX, T, nh, 0, 0);
     CHECK(rc == (int)cudaErrorInvalidValue, "short row_stride: %d", rc);
     /* (an out-of-range kv dtype or layout also fails in the launcher's switch default, but
      * forming one is undefined behaviour in C++, which UBSan rejects in `make asan`) */
     rc = cuda_rope_kv_write(d_q.ptr, &kv, d_qkv.ptr, 4 * 64, NULL, d_pos.ptr, d_slots.ptr, d_inv.ptr + 1, 1.0f,
-                            ROPE_NEOX, T, nh, 0);
+                            ROPE_NEOX, T, nh, 0, 0);
     CHECK(rc == (int)cudaErrorInvalidValue, "unaligned inv_freq: %d", rc);
     rc = cuda_rope_kv_write(d_q.ptr, &kv, d_qkv.ptr, 4 * 64, NULL, d_pos.ptr, d_slots.ptr, d_inv.ptr, 1.0f,
-                            ROPE_NEOX, 0, nh, 0);
+                            ROPE_NEOX, 0, nh, 1, 0);
     CHECK(rc == 0, "zero tokens: %d", rc);
     std::vector<float> q = d_q.download();
     for (float v : q) CHECK(isnan(v), "a rejected or empty call wrote q_out");

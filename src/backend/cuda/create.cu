@@ -493,6 +493,11 @@ static int setup_rank(struct cuda_backend *b, void *arg, char *err, size_t errle
         return err_set(err, errlen, ERR_IO, "cuda: cublasSetStream failed");
     LOG_INFO("cuda", "device %d: %s, %d SMs, %.1f GiB free of %.1f GiB", b->device, b->info.device,
              prop.multiProcessorCount, (double)b->free0 / GIB, (double)b->total / GIB);
+    /* programmatic dependent launch (kernels/common.cuh): Hopper and later */
+    const char *pdl_env = getenv("TESSERA_CUDA_PDL");
+    if (pdl_env && *pdl_env && strcmp(pdl_env, "on") && strcmp(pdl_env, "off"))
+        return err_set(err, errlen, ERR_INVALID, "cuda: TESSERA_CUDA_PDL=%s: expected on or off", pdl_env);
+    b->pdl = prop.major >= 9 && !(pdl_env && !strcmp(pdl_env, "off"));
 
     /* KV dtype: auto = the model's 16-bit type (BF16 unless its matrices are F16) */
     b->info.kv_dtype = !cfg->kv_dtype_auto ? cfg->kv_dtype

@@ -178,6 +178,8 @@ struct cuda_backend {
     int fit_blocks;                 /* KV blocks this rank's budget holds (create) */
     char fit_msg[768];              /* why not even one max_model_len sequence fits, or "" */
     cudaStream_t stream;
+    bool pdl;                       /* the forward's kernels are programmatic dependent launches
+                                       (sm_90+ unless TESSERA_CUDA_PDL=off; create) */
     struct cublasContext *cublas;
     cudaEvent_t ev_done;            /* end of the step in flight (no timing) */
     cudaEvent_t ev_start[2], ev_end[2]; /* step boundaries, alternating, for the idle figure */

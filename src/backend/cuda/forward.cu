@@ -70,6 +70,7 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
     const int64_t qd = (int64_t)nh * hd, qkv_dim = (int64_t)(nh + 2 * nkv) * hd, ffn = b->ffn;
     const float eps = c->rms_eps, scale = 1.0f / sqrtf((float)hd);
     cudaStream_t st = b->stream;
+    const int pdl = b->pdl; /* the kernels below may start while the one before them finishes */
     int e;
     /* each kernel: its name for errors (and, while profiling, an event after it) */
 #define STEP(name, call)                                                                       \
@@ -85,28 +86,30 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
         const struct cu_layer *cl = &b->w.layers[l];
         *layer = l;
         STEP("rmsnorm_residual (attention)",
-             cuda_rmsnorm_residual(d->act, adt, d->x, l ? d->delta : NULL, cl->attn_norm, T, dim, eps, st));
+             cuda_rmsnorm_residual(d->act, adt, d->x, l ? d->delta : NULL, cl->attn_norm, T, dim, eps, pdl, st));
         for (int i = 0; i < cl->n_qkv; i++)
             STEP("QKV projection", cu_linear_forward(b, &cl->qkv[i], d->act, d->qkv, qkv_dim, T));
         if (cl->q_norm)
-            STEP("head_rmsnorm", cuda_head_rmsnorm(d->qkv, qkv_dim, cl->q_norm, cl->k_norm, T, nh, nkv, hd, eps, st));
+            STEP("head_rmsnorm",
+                 cuda_head_rmsnorm(d->qkv, qkv_dim, cl->q_norm, cl->k_norm, T, nh, nkv, hd, eps, pdl, st));
         STEP("rope_kv_write", cuda_rope_kv_write(d->q, &b->kv[l], d->qkv, qkv_dim, cl->qkv_bias, d->positions, d->slots,
-                                                 b->w.inv_freq, 1.0f, c->rope_layout, T, nh, st));
+                                                 b->w.inv_freq, 1.0f, c->rope_layout, T, nh, pdl, st));
         if (sh->decode)
             STEP("attention_decode",
                  cuda_attention_decode(d->act, adt, d->q, qd, &b->kv[l], d->seq_lens, d->block_tables, b->max_blocks,
                                        sh->S, nh, scale, sh->max_seq_len, sh->partition, d->att_ws, d->att_ws_bytes,
-                                       st));
+                                       pdl, st));
         else
             STEP("attention_prefill", cuda_attention_prefill(d->act, adt, d->q, qd, &b->kv[l], d->query_start,
                                                              d->seq_lens, d->block_tables, b->max_blocks, sh->S, T, nh,
                                                              scale, st));
         STEP("attention output projection", cu_linear_forward(b, &cl->o, d->act, d->delta, dim, T));
         STEP("all-reduce (attention)", cu_all_reduce(b, d->delta, (size_t)T * dim));
-        STEP("rmsnorm_residual (MLP)", cuda_rmsnorm_residual(d->act, adt, d->x, d->delta, cl->ffn_norm, T, dim, eps, st));
+        STEP("rmsnorm_residual (MLP)",
+             cuda_rmsnorm_residual(d->act, adt, d->x, d->delta, cl->ffn_norm, T, dim, eps, pdl, st));
         for (int i = 0; i < cl->n_gate_up; i++)
             STEP("gate/up projection", cu_linear_forward(b, &cl->gate_up[i], d->act, d->gu, 2 * ffn, T));
-        STEP("silu_mul", cuda_silu_mul_rows(d->act, adt, d->gu, d->gu + ffn, 2 * ffn, T, (int)ffn, st));
+        STEP("silu_mul", cuda_silu_mul_rows(d->act, adt, d->gu, d->gu + ffn, 2 * ffn, T, (int)ffn, pdl, st));
         STEP("down projection", cu_linear_forward(b, &cl->down, d->act, d->delta, dim, T));
         STEP("all-reduce (MLP)", cu_all_reduce(b, d->delta, (size_t)T * dim));
     }
@@ -115,7 +118,8 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
     /* the last layer's x += delta and the final norm, on the logits rows only */
     STEP("gather logits rows", cuda_gather_rows(d->xl, d->x, dim, d->logits_idx, sh->L, st));
     STEP("gather logits rows", cuda_gather_rows(d->dl, d->delta, dim, d->logits_idx, sh->L, st));
-    STEP("final rmsnorm", cuda_rmsnorm_residual(d->xln, adt, d->xl, d->dl, b->w.output_norm, sh->L, dim, eps, st));
+    STEP("final rmsnorm",
+         cuda_rmsnorm_residual(d->xln, adt, d->xl, d->dl, b->w.output_norm, sh->L, dim, eps, pdl, st));
     STEP("LM head", cu_linear_forward(b, &b->w.output, d->xln, d->logits, c->vocab_size, sh->L));
 #undef STEP
     return 0;

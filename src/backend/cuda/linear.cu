@@ -13,12 +13,13 @@
  * the L2), two rounds, best round kept. The choice is stored in each cu_linear's kern[]
  * and used by every later step and captured graph; start-up logs it.
  *
- * On sm_90+ our two kernels are also candidates as programmatic dependent launches
- * ("gemv+pdl", "skinny+pdl"; common.cuh, ts_pdl_wait): the GPU may start one while the
- * kernel before it (a norm, the attention, SiLU·mul: they let dependents launch as soon as
- * they start) finishes, and its first weight loads overlap that kernel's end, which hides
- * most of a launch's ramp-up in a step of ~250 small kernels. The timing runs the calls
- * back to back, so a launch's overlap with the previous call counts, as in a step.
+ * With b->pdl (sm_90+) our two kernels are also candidates as programmatic dependent
+ * launches ("gemv+pdl", "skinny+pdl"; common.cuh, ts_pdl_wait): the GPU may start one
+ * while the kernel before it (a norm, the attention, SiLU·mul: they let dependents launch
+ * as soon as they start) finishes, and its first weight loads overlap that kernel's end,
+ * which hides most of a launch's ramp-up in a step of ~250 small kernels. The timing runs
+ * the calls back to back, so a launch's overlap with the previous call counts, as in a
+ * step.
  *
  * TESSERA_CUDA_LINEAR (environment) overrides the measurement:
  *   tune   measure (the default on a GPU);
@@ -26,7 +27,7 @@
  *          sm_90+; cuBLAS otherwise (the default under the CUDA-on-CPU emulator, where
  *          timings mean nothing and short rows cost the emulator a fiber per idle thread);
  *   cublas cuBLAS for every dense matrix (the comparison baseline).
- * TESSERA_CUDA_PDL=off leaves the pdl launches out of every mode (on: the default).
+ * With b->pdl off (TESSERA_CUDA_PDL=off, or a GPU before sm_90) there are no pdl candidates.
  */
 #include "backend/cuda/cuda_backend.h"
 
@@ -237,16 +238,7 @@ int cu_linear_plan(struct cuda_backend *b, char *err, size_t errlen)
     const int mode = read_plan_mode(&name);
     if (mode < 0)
         return err_set(err, errlen, ERR_INVALID, "cuda: TESSERA_CUDA_LINEAR=%s: expected tune, fixed or cublas", name);
-    /* programmatic dependent launch: Hopper and later, unless TESSERA_CUDA_PDL=off */
-    const char *pdl_env = getenv("TESSERA_CUDA_PDL");
-    if (pdl_env && *pdl_env && strcmp(pdl_env, "on") && strcmp(pdl_env, "off"))
-        return err_set(err, errlen, ERR_INVALID, "cuda: TESSERA_CUDA_PDL=%s: expected on or off", pdl_env);
-    int major = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, b->device)) {
-        (void)cudaGetLastError();
-        major = 0;
-    }
-    const bool pdl = major >= 9 && !(pdl_env && !strcmp(pdl_env, "off"));
+    const bool pdl = b->pdl;
     const size_t max_sites = 7 * (size_t)b->m->cfg.n_layers + 1; /* <= 3 QKV + O + 2 gate/up + down per layer */
     struct site *sites = (struct site *)malloc(sizeof *sites * max_sites);
     struct site *group = (struct site *)malloc(sizeof *group * max_sites);
