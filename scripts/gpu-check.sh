@@ -268,6 +268,17 @@ else
     if TESSERA_CUDA_TEST_LIB=build/libtessera-cuda.so timeout 600 build/tests/test_cuda_backend \
             >"$OUT/test_cuda_backend.log" 2>&1; then st=PASS; else st=FAIL; fi
     row "test_cuda_backend (on the GPU)" "$st" "$(tail -n 1 "$OUT/test_cuda_backend.log") ($(( $(date +%s) - s ))s)$SMOL_NOTE"
+    # programmatic dependent launches are on by default (sm_90+): if the test fails with
+    # them and passes without, say so and run the rest of the check without them, so one
+    # fault does not cost every figure of the run
+    if [ "$st" = FAIL ] && [ "${TESSERA_CUDA_PDL:-on}" != off ]; then
+        if TESSERA_CUDA_PDL=off TESSERA_CUDA_TEST_LIB=build/libtessera-cuda.so timeout 600 \
+                build/tests/test_cuda_backend >"$OUT/test_cuda_backend-nopdl.log" 2>&1; then
+            row "pdl launches (TESSERA_CUDA_PDL=on)" FAIL \
+                "test_cuda_backend passes only with TESSERA_CUDA_PDL=off; the rest runs without pdl"
+            export TESSERA_CUDA_PDL=off
+        fi
+    fi
 
     # 1b. constrained decoding on the GPU: the sampling kernel applies the grammar masks
     # (SmolLM2: choices, a schema, a regex, json_object next to free sequences)

@@ -1092,11 +1092,15 @@ static void test_linear_modes(void)
                   strstr(err, "TESSERA_CUDA_LINEAR=fastest") && strstr(err, "tune, fixed or cublas"),
               "an unknown TESSERA_CUDA_LINEAR: %s", err);
         unsetenv("TESSERA_CUDA_LINEAR");
+        const char *pdl_was = getenv("TESSERA_CUDA_PDL");
+        char pdl_saved[16];
+        snprintf(pdl_saved, sizeof pdl_saved, "%s", pdl_was ? pdl_was : "");
         setenv("TESSERA_CUDA_PDL", "yes", 1);
         CHECK(g_create(m, &c, &ops, &impl, &info, err, sizeof err) == ERR_INVALID &&
                   strstr(err, "TESSERA_CUDA_PDL=yes") && strstr(err, "on or off"),
               "an unknown TESSERA_CUDA_PDL: %s", err);
-        unsetenv("TESSERA_CUDA_PDL");
+        if (pdl_was) setenv("TESSERA_CUDA_PDL", pdl_saved, 1);
+        else unsetenv("TESSERA_CUDA_PDL");
         model_free(m);
     }
     if (was) setenv("TESSERA_CUDA_LINEAR", saved, 1);
