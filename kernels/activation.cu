@@ -30,8 +30,7 @@ silu_mul_rows_kernel(OutT *__restrict__ out,        // [num_tokens][ffn]
                      const float *__restrict__ up,   // [num_tokens][in_stride]
                      int64_t in_stride, int ffn)
 {
-    ts_pdl_launch_dependents(); /* a pdl launch after this one may be scheduled now */
-    ts_pdl_wait();              /* launched with pdl: the previous kernel has finished */
+    ts_pdl_begin();
     const int64_t t = blockIdx.x;
     const int nvec = ffn >> 2;
     const float4 *g4 = reinterpret_cast<const float4 *>(gate + t * in_stride);
@@ -64,8 +63,7 @@ silu_mul_rows_generic_kernel(OutT *__restrict__ out,        // [num_tokens][ffn]
                              const float *__restrict__ up,   // [num_tokens][in_stride]
                              int64_t in_stride, int ffn)
 {
-    ts_pdl_launch_dependents(); /* a pdl launch after this one may be scheduled now */
-    ts_pdl_wait();              /* launched with pdl: the previous kernel has finished */
+    ts_pdl_begin();
     const int64_t t = blockIdx.x;
     const int i0 = blockIdx.y * SILU_CHUNK + threadIdx.x;
 #pragma unroll

@@ -169,8 +169,7 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
                         int max_blocks_per_seq, int n_heads, int group, int hgroups, int max_ctx,
                         int part, int nparts, float qk_scale, float v_fac)
 {
-    ts_pdl_launch_dependents(); /* a pdl launch after this one may be scheduled now */
-    ts_pdl_wait();              /* launched with pdl: the previous kernel has finished */
+    ts_pdl_begin();
     typedef typename kv_traits<KV>::compute_t T;
     constexpr int TILE = ad_tile<HD>::value;
     constexpr int ESZ = kv_traits<KV>::esize;
@@ -443,8 +442,7 @@ attention_decode_reduce_kernel(void *__restrict__ out,            /* [num_seqs][
                                const int32_t *__restrict__ seq_lens, /* [num_seqs] */
                                int num_seqs, int n_heads, int max_ctx, int part, int nparts)
 {
-    ts_pdl_launch_dependents(); /* a pdl launch after this one may be scheduled now */
-    ts_pdl_wait();              /* launched with pdl: the previous kernel has finished */
+    ts_pdl_begin();
     const int lane = threadIdx.x & 31;
     const int64_t sh = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
     if (sh >= (int64_t)num_seqs * n_heads) return;

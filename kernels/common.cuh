@@ -122,6 +122,14 @@ __device__ __forceinline__ void ts_pdl_launch_dependents()
 #endif
 }
 
+/* The first statement of a kernel whose every input may come from the kernel before it:
+ * lets a pdl launch after it be scheduled, then waits for the one before it. */
+__device__ __forceinline__ void ts_pdl_begin()
+{
+    ts_pdl_launch_dependents();
+    ts_pdl_wait();
+}
+
 static inline unsigned ts_div_up(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 
 /* ---- warp and block reductions ---------------------------------------------------------- */

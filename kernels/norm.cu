@@ -44,8 +44,7 @@ rmsnorm_residual_kernel(OutT *__restrict__ out,             // [num_rows][dim]
                         const float *__restrict__ w,         // [dim]
                         int dim, float eps)
 {
-    ts_pdl_launch_dependents(); /* a pdl launch after this one may be scheduled now */
-    ts_pdl_wait();              /* launched with pdl: the previous kernel has finished */
+    ts_pdl_begin();
     TS_SHARED(float, red, [32]);
     const int64_t base = (int64_t)blockIdx.x * dim;
     const int nvec = dim >> 2;
@@ -106,8 +105,7 @@ rmsnorm_residual_generic_kernel(OutT *__restrict__ out,         // [num_rows][di
                                 const float *__restrict__ w,     // [dim]
                                 int dim, float eps)
 {
-    ts_pdl_launch_dependents(); /* a pdl launch after this one may be scheduled now */
-    ts_pdl_wait();              /* launched with pdl: the previous kernel has finished */
+    ts_pdl_begin();
     TS_SHARED(float, red, [32]);
     const int64_t base = (int64_t)blockIdx.x * dim;
     float ss = 0.0f;
@@ -219,8 +217,7 @@ head_rmsnorm_kernel(float *__restrict__ qkv,          // [num_tokens][row_stride
                     const float *__restrict__ k_norm, // [head_dim]
                     int num_tokens, int n_heads, int n_kv_heads, float eps)
 {
-    ts_pdl_launch_dependents(); /* a pdl launch after this one may be scheduled now */
-    ts_pdl_wait();              /* launched with pdl: the previous kernel has finished */
+    ts_pdl_begin();
     constexpr int HD = EPL * 32;
     const int lane = threadIdx.x & 31;
     const int heads = n_heads + n_kv_heads;

@@ -84,8 +84,7 @@ rope_kv_write_kernel(float *__restrict__ q_out,               // [num_tokens][n_
                      float mscale, int n_heads, int n_kv_heads, int head_dim, int block_size,
                      float k_scale, float v_scale, int heads_per_cta)
 {
-    ts_pdl_launch_dependents(); /* a pdl launch after this one may be scheduled now */
-    ts_pdl_wait();              /* launched with pdl: the previous kernel has finished */
+    ts_pdl_begin();
     const int tph = head_dim >> 3; /* threads per head */
     const int g = threadIdx.x % tph;
     const int lane_head = threadIdx.x / tph;

@@ -178,7 +178,7 @@ static void describe(const struct cu_linear *L, int max_t, char *buf, size_t len
 
 /* Measures one shape's candidates at each row count and stores the winners in every
  * matrix of the shape. */
-static int tune_group(struct cuda_backend *b, struct site *group, int n, bool pdl, char *err, size_t errlen)
+static int tune_group(struct cuda_backend *b, struct site *group, int n, char *err, size_t errlen)
 {
     struct cu_linear *L0 = group[0].L;
     const void *xb = b->w.act == L0->type ? b->d.act : b->d.cast;
@@ -195,7 +195,7 @@ static int tune_group(struct cuda_backend *b, struct site *group, int n, bool pd
         for (int k = 0; k < CU_LK_COUNT; k++) best[k] = -1.0f;
         for (int round = 0; round < 2 && !rc; round++)
             for (int k = CU_LK_CUBLAS; k < CU_LK_COUNT; k++) {
-                if (!can_run((enum cu_linear_kernel)k, L0, xb, T) || (!pdl && is_pdl((enum cu_linear_kernel)k)))
+                if (!can_run((enum cu_linear_kernel)k, L0, xb, T) || (!b->pdl && is_pdl((enum cu_linear_kernel)k)))
                     continue;
                 const float ms = time_kernel(b, (enum cu_linear_kernel)k, group, n, T, xb, e0, e1);
                 if (ms < 0) {
@@ -238,7 +238,6 @@ int cu_linear_plan(struct cuda_backend *b, char *err, size_t errlen)
     const int mode = read_plan_mode(&name);
     if (mode < 0)
         return err_set(err, errlen, ERR_INVALID, "cuda: TESSERA_CUDA_LINEAR=%s: expected tune, fixed or cublas", name);
-    const bool pdl = b->pdl;
     const size_t max_sites = 7 * (size_t)b->m->cfg.n_layers + 1; /* <= 3 QKV + O + 2 gate/up + down per layer */
     struct site *sites = (struct site *)malloc(sizeof *sites * max_sites);
     struct site *group = (struct site *)malloc(sizeof *group * max_sites);
@@ -260,12 +259,12 @@ int cu_linear_plan(struct cuda_backend *b, char *err, size_t errlen)
                 done[j] = true;
             }
         if (mode == PLAN_TUNE) {
-            if ((rc = tune_group(b, group, n, pdl, err, errlen))) break;
+            if ((rc = tune_group(b, group, n, err, errlen))) break;
         } else {
             for (int j = 0; j < n; j++)
                 for (int T = 1; T <= CU_TUNED_TOKENS; T++)
                     group[j].L->kern[T] =
-                        (uint8_t)(mode == PLAN_FIXED ? fixed_choice(group[j].L, T, pdl) : CU_LK_CUBLAS);
+                        (uint8_t)(mode == PLAN_FIXED ? fixed_choice(group[j].L, T, b->pdl) : CU_LK_CUBLAS);
         }
         char buf[256];
         const int max_t = group[0].max_rows < CU_TUNED_TOKENS ? group[0].max_rows : CU_TUNED_TOKENS;
