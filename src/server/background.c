@@ -34,6 +34,7 @@ struct bg_job {
     bg_abort_fn abort;
     void *ud;
     bool cancelled, deleted;
+    bool finished;                   /* bg_finish ran: too late to cancel */
     struct waiter *waiters;
     char *final;                     /* bg_finish's object, for the waiters */
     const struct bg_follower_ops *ops; /* streamed; NULL: not */
@@ -183,6 +184,7 @@ int bg_finish(struct bg_registry *r, const char *id, bg_final_fn final, void *ud
     if (j) {
         free(j->final);
         j->final = obj;
+        j->finished = true;
     }
     pthread_mutex_unlock(&r->mu);
     if (!j) free(obj);
@@ -220,6 +222,9 @@ int bg_cancel(struct bg_registry *r, const char *id, bg_wait_fn wait, void *wd)
     *w = (struct waiter){ .wait = wait, .wd = wd };
     pthread_mutex_lock(&r->mu);
     struct bg_job *j = *find(r, id);
+    /* after bg_finish the final object is stored: the caller answers from the store,
+     * exactly as after bg_end (a completed response cannot be cancelled any more) */
+    if (j && j->finished) j = NULL;
     if (j) {
         w->next = j->waiters;
         j->waiters = w;

@@ -83,8 +83,8 @@ int bg_finish(struct bg_registry *r, const char *id, bg_final_fn final, void *ud
 void bg_end(struct bg_registry *r, const char *id);
 
 /* id is running: marks it cancelled, aborts it, and queues wait(wd, final object) for its
- * end; returns 0. ERR_NOT_FOUND when id is not running (the caller looks at the store);
- * ERR_NOMEM. Any thread. */
+ * end; returns 0. ERR_NOT_FOUND when id is not running or bg_finish already stored its
+ * final object (the caller looks at the store); ERR_NOMEM. Any thread. */
 int bg_cancel(struct bg_registry *r, const char *id, bg_wait_fn wait, void *wd);
 /* Deletes id's stored object; if id is running, it is aborted and stores nothing more.
  * Returns 0, or ERR_NOT_FOUND (neither stored nor running). Any thread. */

@@ -127,6 +127,16 @@ static void test_cancel(void)
     CHECK(atomic_load(&w1.calls) == 1 && atomic_load(&w2.calls) == 1, "both waiters answered");
     CHECK(!strcmp(w1.got, "{\"status\":\"cancelled\"}") && !strcmp(w2.got, w1.got), "with the final: %s", w1.got);
     CHECK(!strcmp(stored(s, "resp_c", buf, sizeof buf), w1.got), "which is stored");
+    /* a cancel between the end's two halves (final stored, not yet unregistered) is too
+     * late, as one after the end: left to the caller, no abort, no waiter */
+    struct fake_job k = { 0 };
+    struct fake_waiter w3 = { 0 };
+    CHECK(bg_start(r, "resp_f", "{\"status\":\"queued\"}", "[]", fake_abort, &k, NULL, NULL) == 0, "start f");
+    CHECK(bg_finish(r, "resp_f", fake_final, &k, "[]") == 0, "finish f");
+    CHECK(bg_cancel(r, "resp_f", fake_wait, &w3) == ERR_NOT_FOUND, "a cancel after the final is stored");
+    bg_end(r, "resp_f");
+    CHECK(atomic_load(&k.aborts) == 0 && atomic_load(&w3.calls) == 0 && !k.cancelled_seen, "not cancelled");
+    CHECK(!strcmp(stored(s, "resp_f", buf, sizeof buf), "{\"status\":\"completed\"}"), "completed: %s", buf);
     bg_free(r);
     resp_store_free(s);
 }
