@@ -4,7 +4,8 @@
 # kernel test on the real GPU (the same tests `make test` runs on the CPU emulator),
 # compute-sanitizer memcheck and racecheck over them where the machine supports it, the
 # kernel benchmarks against the copy-bandwidth and cuBLAS ceilings measured in the same
-# run, and `tessera devices`; then the CUDA backend: its end-to-end test against the CPU
+# run, Nsight Compute's counters for the decode attention and the GEMVs (where ncu can read
+# them), and `tessera devices`; then the CUDA backend: its end-to-end test against the CPU
 # forward on the GPU, `tessera serve --device cuda` with SmolLM2 (greedy text the CPU's,
 # parting only at near-ties; a scored prompt's logprobs the CPU's), speculative decoding's
 # scheduler test on the GPU, and Qwen2.5-7B with
@@ -22,7 +23,7 @@
 #   scripts/gpu-check.sh [OUTDIR]        (logs go to OUTDIR, default build/gpu-check)
 #
 # Environment: ARCHS (nvcc -gencode flags; default Hopper sm_90a only, for build time),
-# JOBS (make -j, default nproc), SKIP_SANITIZER=1, SANITIZER_TIMEOUT (s per test, 120),
+# JOBS (make -j, default nproc), SKIP_NCU=1, NCU_TIMEOUT (s per profile, 90), SKIP_SANITIZER=1, SANITIZER_TIMEOUT (s per test, 120),
 # SANITIZER_TOOLS (default "memcheck racecheck"),
 # SKIP_BACKEND=1 (kernel rows only), SKIP_SERVING=1 (no bench_serving runs), SERVING_PROMPTS (bench_serving requests per KV dtype,
 # default 256), PORT (default 8765),
@@ -163,6 +164,53 @@ if build/tessera-kernel-bench >"$OUT/kernel-bench.txt" 2>&1; then
     row "kernel bench" PASS "$(grep -c '%' "$OUT/kernel-bench.txt") rows"
 else
     row "kernel bench" FAIL "see $OUT/kernel-bench.txt"
+fi
+
+# ---- Nsight Compute: where the key kernels' time goes -------------------------------------------
+# The bench again with --once (one launch per row, in the table's order), under ncu with the
+# hardware counters: each kernel's DRAM and SM throughput, occupancy, issue-slot use and its
+# largest warp stall reasons (scripts/ncu-table.py), for the decode attention (every row:
+# BF16 and FP8 at S=64 ctx=2048 first), the dense GEMV at one token (gate/up, down, QKV and
+# the LM head; each plainly, then with pdl), the skinny GEMM at 8 tokens (rows 25-32 of its
+# launches) and the Q8_0 / Q4_K GEMVs at one token. ncu replays each launch with cold caches
+# (its default cache control), so the rows read their weights from HBM. SKIP_NCU=1 skips it;
+# where ncu cannot read the counters (some virtual machines), the first profile says so (a
+# SKIP row) and the rest is skipped. NCU_TIMEOUT: seconds per profile (90).
+NCU=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)}
+NCU_STALLS=$(for s in long_scoreboard short_scoreboard mio_throttle barrier math_pipe_throttle wait lg_throttle \
+                      not_selected; do printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' "$s"; done)
+NCU_METRICS="gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,${NCU_STALLS%,}"
+# ncu_profile NAME KERNEL_REGEX SKIP COUNT BENCH_FILTER: $OUT/ncu-NAME.{ncu-rep,csv,txt,log};
+# the metrics above, or ncu's standard sections if this ncu refuses one of them.
+ncu_profile() {
+    local rep="$OUT/ncu-$1" how
+    for how in metrics sections; do
+        local what=(--metrics "$NCU_METRICS")
+        [ "$how" = sections ] && what=(--section SpeedOfLight --section LaunchStats --section Occupancy)
+        timeout "${NCU_TIMEOUT:-90}" "$NCU" --clock-control none "${what[@]}" -k "regex:$2" --launch-skip "$3" \
+            --launch-count "$4" -f -o "$rep" build/tessera-kernel-bench --once --filter "$5" >"$rep.log" 2>&1 &&
+            "$NCU" --import "$rep.ncu-rep" --csv --page raw >"$rep.csv" 2>>"$rep.log" &&
+            python3 scripts/ncu-table.py "$rep.csv" >"$rep.txt" 2>>"$rep.log" && return 0
+        grep -qiE 'LibraryNotLoaded|ERR_NVGPUCTRPERM|not supported|permission' "$rep.log" && return 2
+    done
+    return 1
+}
+if [ "${SKIP_NCU:-0}" = 1 ] || [ -z "$NCU" ] || [ ! -x build/tessera-kernel-bench ]; then
+    row "ncu kernel profiles" SKIP "SKIP_NCU=1, no ncu, or no kernel bench"
+else
+    for spec in "attention_decode attention_decode_kernel 0 9 attention_decode" \
+                "dense_gemv_t1 dense_gemv_kernel 0 8 dense_gemv" \
+                "skinny_gemm_t8 skinny_gemm_kernel 24 8 skinny_gemm" \
+                "quant_gemv_t1 quant_gemv_kernel 0 4 qmm_gemv"; do
+        read -r name regex skip count filter <<<"$spec"
+        ncu_profile "$name" "$regex" "$skip" "$count" "$filter"
+        case $? in
+            0) row "ncu $name" PASS "$(python3 scripts/ncu-table.py "$OUT/ncu-$name.csv" --summary 90)" ;;
+            2) row "ncu kernel profiles" SKIP "ncu cannot read the counters here: $(grep -m1 -iE 'error' "$OUT/ncu-$name.log" | cut -c1-60)"
+               break ;;
+            *) row "ncu $name" FAIL "$(grep -m1 -iE 'error|fail' "$OUT/ncu-$name.log" | cut -c1-80)" ;;
+        esac
+    done
 fi
 
 # ---- the CUDA backend --------------------------------------------------------------------------
@@ -429,6 +477,9 @@ done
 echo
 echo "---- kernel bench ----"
 cat "$OUT/kernel-bench.txt"
+for f in "$OUT"/ncu-*.txt; do
+    [ -f "$f" ] && { echo; echo "---- $(basename "$f" .txt) (Nsight Compute; warps stalled per issued instruction) ----"; cat "$f"; }
+done
 echo
 echo "---- ptxas (sm_90a) ----"
 grep -E '^sm_90a|with spills' "$OUT/ptxas.txt" | sort -u | head -n 60

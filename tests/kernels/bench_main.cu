@@ -1,7 +1,10 @@
 /* bench_main.cu — main() of the kernel benchmark: ceilings first, then every registered
  * family (tests/kernels/bench_<family>.cu), one table.
  *
- *   build/tessera-kernel-bench [--tiny] [--filter NAME]
+ *   build/tessera-kernel-bench [--tiny] [--once] [--filter NAME]
+ *
+ * --once launches each measured call exactly once (no warm-up, no loop), so a profiler
+ * run (scripts/gpu-check.sh's ncu stage) sees one launch per row, in the table's order.
  *
  * Ceilings measured in the same run: device-to-device copy bandwidth (cudaMemcpyAsync of
  * 1 GiB, counting bytes read + written) and cuBLAS BF16 GEMM (8192^3, fp32 accumulate).
@@ -47,7 +50,7 @@ void *kbench_alloc_filled(size_t n, int byte)
 
 double kbench_time(struct kbench *b, const std::function<void()> &launch)
 {
-    int warm = b->tiny ? 1 : 3, iters = b->tiny ? 1 : 20;
+    int warm = b->once ? 0 : b->tiny ? 1 : 3, iters = b->once || b->tiny ? 1 : 20;
     for (int i = 0; i < warm; i++) launch();
     cudaEvent_t e0, e1;
     KB_CHECK(cudaEventCreate(&e0));
@@ -124,9 +127,10 @@ int main(int argc, char **argv)
 #endif
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tiny")) b.tiny = true;
+        else if (!strcmp(argv[i], "--once")) b.once = true;
         else if (!strcmp(argv[i], "--filter") && i + 1 < argc) b.filter = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--tiny] [--filter NAME]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--tiny] [--once] [--filter NAME]\n", argv[0]);
             return 2;
         }
     }
@@ -144,6 +148,7 @@ int main(int argc, char **argv)
     );
     printf("ceilings: device-to-device copy %.1f GB/s (read + write), cuBLAS BF16 GEMM %.1f TFLOP/s\n",
            b.copy_gbs, b.gemm_tflops);
+    if (b.once) printf("--once: one cold launch per row (for a profiler); the times and ratios are not benchmarks\n");
     std::vector<kbench_entry> all = registry();
     std::sort(all.begin(), all.end(), [](const kbench_entry &x, const kbench_entry &y) {
         return strcmp(x.name, y.name) < 0;

@@ -33,6 +33,8 @@ enum kbench_bound { KB_MEMORY, KB_COMPUTE };
 struct kbench {
     cudaStream_t stream;
     bool tiny;            /* emulator or --tiny: smallest shapes, one timed iteration */
+    bool once;            /* --once: one launch per row, no warm-up (for a profiler, whose
+                             launch counts then map to rows); the times are one cold call */
     const char *filter;   /* only functions/rows whose name contains this (NULL: all) */
     double copy_gbs;      /* measured device-to-device copy bandwidth, GB/s (read + write) */
     double gemm_tflops;   /* measured cuBLAS BF16 GEMM rate, TFLOP/s */
@@ -40,7 +42,7 @@ struct kbench {
 };
 
 /* Mean seconds per call of launch() over a timed loop (after warm-up), by CUDA events on
- * b->stream. */
+ * b->stream; b->once: exactly one call. */
 double kbench_time(struct kbench *b, const std::function<void()> &launch);
 
 /* Prints one row: bytes moved and flops done by one call. The ratio column is against

@@ -120,3 +120,18 @@ def test_kernel_bench_runs_under_emulator():
                    "rmsnorm+residual", "head_rmsnorm", "rope+kv_write", "silu_mul", "sampling", "dense_gemv",
                    "skinny_gemm", "cublas_gemv", "dense_gemv_pdl", "skinny_gemm_pdl"):
         assert family in rows, f"no bench row for {family}: {sorted(set(rows))}"
+
+
+def test_kernel_bench_once_under_emulator():
+    """--once (the GPU check's profiler runs): one launch per row, said so in the output, and
+    --filter keeps only the family asked for."""
+    tool = BUILD / "tests" / "tool_kernel_bench_emu"
+    assert tool.exists(), f"{tool} not built"
+    r = subprocess.run([str(tool), "--once", "--filter", "attention_decode"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "--once: one cold launch per row" in r.stdout
+    rows = [line.split()[0] for line in r.stdout.splitlines() if "(of " in line]
+    assert rows and set(rows) == {"attention_decode"}, rows
+    bad = subprocess.run([str(tool), "--bogus"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--once" in bad.stderr
