@@ -21,8 +21,6 @@
 #define SILU_VPT 2 /* float4 of gate (and of up) per thread */
 #define SILU_CHUNK (SILU_THREADS * SILU_VPT * 4) /* elements of a row per CTA */
 
-__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
-
 template <typename OutT>
 __global__ void __launch_bounds__(SILU_THREADS)
 silu_mul_rows_kernel(OutT *__restrict__ out,        // [num_tokens][ffn]
@@ -48,8 +46,8 @@ silu_mul_rows_kernel(OutT *__restrict__ out,        // [num_tokens][ffn]
     for (int j = 0; j < SILU_VPT; j++) {
         int i = i0 + j * SILU_THREADS;
         if (i < nvec) {
-            float4 o = make_float4(silu_mul(g[j].x, u[j].x), silu_mul(g[j].y, u[j].y), silu_mul(g[j].z, u[j].z),
-                                   silu_mul(g[j].w, u[j].w));
+            float4 o = make_float4(ts_silu_mul(g[j].x, u[j].x), ts_silu_mul(g[j].y, u[j].y),
+                                   ts_silu_mul(g[j].z, u[j].z), ts_silu_mul(g[j].w, u[j].w));
             ts_store4(out + t * ffn + 4 * (int64_t)i, o);
         }
     }
@@ -69,7 +67,7 @@ silu_mul_rows_generic_kernel(OutT *__restrict__ out,        // [num_tokens][ffn]
 #pragma unroll
     for (int j = 0; j < SILU_CHUNK / SILU_THREADS; j++) {
         int i = i0 + j * SILU_THREADS;
-        if (i < ffn) out[t * ffn + i] = ts_from_float<OutT>(silu_mul(gate[t * in_stride + i], up[t * in_stride + i]));
+        if (i < ffn) out[t * ffn + i] = ts_from_float<OutT>(ts_silu_mul(gate[t * in_stride + i], up[t * in_stride + i]));
     }
 }
 

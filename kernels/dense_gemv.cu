@@ -23,6 +23,12 @@
  * (rows x tokens per thread) are reduced by butterfly shuffles within each warp, then
  * warp 0 adds the 8 warps' results from shared memory in a fixed order (deterministic) and
  * lane r * NT + t stores row r, token t.
+ *
+ * cuda_dense_gemv_silu runs the same kernel (SILU = true) over the fused gate | up matrix
+ * with each CTA's four rows taken as two gate rows and their two up rows (rows j and
+ * ffn + j are one weight row apart in memory as any two rows are: each is its own 4 KiB
+ * passes), so lane p * NT + t holds gate p and lane (p + 2) * NT + t its up row; one
+ * shuffle brings them together and lanes p * NT + t write silu(gate) * up.
  */
 #include "kernels/common.cuh"
 #include "kernels/quant.cuh"
@@ -44,31 +50,51 @@ template <int DT> __device__ __forceinline__ float gemv_elem(const uint4 &c, int
     return qs_f16(h);
 }
 
+/* p[i] = v in dtype dt (DT_F32, DT_F16 or DT_BF16; round to nearest even). */
+__device__ __forceinline__ void gemv_store1(void *p, int dt, int64_t i, float v)
+{
+    if (dt == DT_F32) static_cast<float *>(p)[i] = v;
+    else if (dt == DT_F16) static_cast<__half *>(p)[i] = ts_from_float<__half>(v);
+    else static_cast<__nv_bfloat16 *>(p)[i] = ts_from_float<__nv_bfloat16>(v);
+}
+
 /* The GEMV_ROWS rows' chunks of the GEMV_UNROLL columns c0, c0 + GEMV_THREADS, ...; zero
- * past the matrix (rows past nr, columns past nc). */
+ * past the matrix (rows past nr, columns past nc). Row r is row0 + r; with SILU, rows 2
+ * and 3 are hi0 and hi0 + 1 (the up rows) and nr counts the pairs. */
+template <bool SILU>
 __device__ __forceinline__ void gemv_load(uint4 (&wv)[GEMV_UNROLL][GEMV_ROWS], const uint4 *__restrict__ w,
-                                          int64_t row0, int nr, int64_t nc, int64_t c0)
+                                          int64_t row0, int64_t hi0, int nr, int64_t nc, int64_t c0)
 {
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
     for (int u = 0; u < GEMV_UNROLL; u++) {
         const int64_t c = c0 + GEMV_THREADS * u;
 #pragma unroll
-        for (int r = 0; r < GEMV_ROWS; r++) wv[u][r] = c < nc && r < nr ? __ldg(w + (row0 + r) * nc + c) : zero;
+        for (int r = 0; r < GEMV_ROWS; r++) {
+            const int64_t row = SILU && r >= 2 ? hi0 + (r - 2) : row0 + r;
+            wv[u][r] = c < nc && (SILU ? (r & 1) : r) < nr ? __ldg(w + row * nc + c) : zero;
+        }
     }
 }
 
-template <int DT, int NT>
+/* SILU = false: y[t][row0 + r] for the CTA's GEMV_ROWS consecutive rows, row0 = 4 blockIdx.x.
+ * SILU = true (cuda_dense_gemv_silu): w is a fused gate | up matrix of 2 n_out rows; the CTA
+ * takes gate rows g0, g0 + 1 and their up rows n_out + g0, n_out + g0 + 1 (g0 = 2
+ * blockIdx.x), sums each row exactly as the plain kernel does, and writes
+ * act[t][g0 + p] = silu(gate) * up in act_dtype (nothing to y). */
+template <int DT, int NT, bool SILU>
 __global__ void __launch_bounds__(GEMV_THREADS)
-dense_gemv_kernel(const uint4 *__restrict__ w, // [n_out][nc] chunks of 8 elements
+dense_gemv_kernel(const uint4 *__restrict__ w, // [n_out (SILU: 2 n_out)][nc] chunks of 8 elements
                   const uint4 *x,              // [NT][nc]: written by the previous kernel (pdl)
                   int64_t nc, int64_t n_out,
-                  float *__restrict__ y, int64_t ldy)
+                  float *__restrict__ y, int64_t ldy, // !SILU: [NT][ldy] F32
+                  void *__restrict__ act, int act_dtype) // SILU: [NT][n_out] of act_dtype
 {
     TS_SHARED(float, part, [GEMV_WARPS][GEMV_ROWS * NT]);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int64_t row0 = (int64_t)blockIdx.x * GEMV_ROWS;
-    const int nr = n_out - row0 < GEMV_ROWS ? (int)(n_out - row0) : GEMV_ROWS;
+    constexpr int OUT_ROWS = SILU ? GEMV_ROWS / 2 : GEMV_ROWS; /* output columns per CTA */
+    const int64_t row0 = (int64_t)blockIdx.x * OUT_ROWS, hi0 = n_out + row0;
+    const int nr = n_out - row0 < OUT_ROWS ? (int)(n_out - row0) : OUT_ROWS;
     float acc[GEMV_ROWS][NT];
 #pragma unroll
     for (int r = 0; r < GEMV_ROWS; r++)
@@ -77,7 +103,7 @@ dense_gemv_kernel(const uint4 *__restrict__ w, // [n_out][nc] chunks of 8 elemen
     /* The first columns' weights are loaded before waiting for the previous kernel (a pdl
      * launch: the weights are no kernel's output), the rest at the end of each pass. */
     uint4 wv[GEMV_UNROLL][GEMV_ROWS];
-    gemv_load(wv, w, row0, nr, nc, tid);
+    gemv_load<SILU>(wv, w, row0, hi0, nr, nc, tid);
     ts_pdl_launch_dependents();
     ts_pdl_wait();
     for (int64_t c0 = tid; c0 < nc; c0 += GEMV_THREADS * GEMV_UNROLL) {
@@ -97,7 +123,7 @@ dense_gemv_kernel(const uint4 *__restrict__ w, // [n_out][nc] chunks of 8 elemen
                     for (int e = 0; e < 8; e++) acc[r][t] = fmaf(gemv_elem<DT>(wv[u][r], e), xv[e], acc[r][t]);
             }
         }
-        gemv_load(wv, w, row0, nr, nc, c0 + GEMV_THREADS * GEMV_UNROLL);
+        gemv_load<SILU>(wv, w, row0, hi0, nr, nc, c0 + GEMV_THREADS * GEMV_UNROLL);
     }
     /* each warp's partial sums, then warp 0 adds the 8 warps' in a fixed order */
 #pragma unroll
@@ -108,39 +134,55 @@ dense_gemv_kernel(const uint4 *__restrict__ w, // [n_out][nc] chunks of 8 elemen
             if (lane == 0) part[warp][r * NT + t] = v;
         }
     __syncthreads();
-    if (warp == 0 && lane < GEMV_ROWS * NT) {
-        const int r = lane / NT, t = lane - r * NT;
-        float v = 0.0f;
+    if (warp != 0) return;
+    const int r = lane / NT, t = lane - r * NT; /* lane r * NT + t: row r, token t */
+    float v = 0.0f;
+    if (lane < GEMV_ROWS * NT)
 #pragma unroll
         for (int i = 0; i < GEMV_WARPS; i++) v += part[i][lane];
-        if (r < nr) y[t * ldy + row0 + r] = v;
+    if constexpr (SILU) {
+        /* gate row p (lane p * NT + t) meets its up row p + 2 (lane (p + 2) * NT + t) */
+        const float up = __shfl_down_sync(0xffffffffu, v, 2 * NT);
+        if (lane < 2 * NT && r < nr) gemv_store1(act, act_dtype, t * n_out + row0 + r, ts_silu_mul(v, up));
+    } else {
+        if (lane < GEMV_ROWS * NT && r < nr) y[t * ldy + row0 + r] = v;
     }
 }
 
-template <int DT, int NT>
-static int launch_gemv(const void *w, int64_t n_in, int64_t n_out, const void *x, float *y, int64_t ldy,
-                       int pdl, cudaStream_t stream)
+/* One launch of dense_gemv_kernel<DT, NT, SILU>: n_out / GEMV_ROWS CTAs (SILU: n_out / 2). */
+template <int DT, int NT, bool SILU>
+static int launch_gemv(const void *w, int64_t n_in, int64_t n_out, const void *x, float *y, int64_t ldy, void *act,
+                       int act_dtype, int pdl, cudaStream_t stream)
 {
-    auto k = dense_gemv_kernel<DT, NT>;
-    TS_LAUNCH_PDL(k, ts_div_up((size_t)n_out, GEMV_ROWS), GEMV_THREADS, 0, stream, pdl, static_cast<const uint4 *>(w),
-              static_cast<const uint4 *>(x), n_in / 8, n_out, y, ldy);
+    auto k = dense_gemv_kernel<DT, NT, SILU>;
+    TS_LAUNCH_PDL(k, ts_div_up((size_t)n_out, SILU ? GEMV_ROWS / 2 : GEMV_ROWS), GEMV_THREADS, 0, stream, pdl,
+                  static_cast<const uint4 *>(w), static_cast<const uint4 *>(x), n_in / 8, n_out, y, ldy, act,
+                  act_dtype);
     return TS_LAUNCH_RESULT();
 }
 
-template <int DT>
-static int dispatch_tokens(const void *w, int64_t n_in, int64_t n_out, const void *x, float *y, int64_t ldy, int T,
-                           int pdl, cudaStream_t stream)
+template <int DT, bool SILU>
+static int dispatch_tokens(const void *w, int64_t n_in, int64_t n_out, const void *x, float *y, int64_t ldy,
+                           void *act, int act_dtype, int T, int pdl, cudaStream_t stream)
 {
     switch (T) {
-    case 1: return launch_gemv<DT, 1>(w, n_in, n_out, x, y, ldy, pdl, stream);
-    case 2: return launch_gemv<DT, 2>(w, n_in, n_out, x, y, ldy, pdl, stream);
-    case 3: return launch_gemv<DT, 3>(w, n_in, n_out, x, y, ldy, pdl, stream);
-    case 4: return launch_gemv<DT, 4>(w, n_in, n_out, x, y, ldy, pdl, stream);
-    case 5: return launch_gemv<DT, 5>(w, n_in, n_out, x, y, ldy, pdl, stream);
-    case 6: return launch_gemv<DT, 6>(w, n_in, n_out, x, y, ldy, pdl, stream);
-    case 7: return launch_gemv<DT, 7>(w, n_in, n_out, x, y, ldy, pdl, stream);
-    default: return launch_gemv<DT, 8>(w, n_in, n_out, x, y, ldy, pdl, stream);
+    case 1: return launch_gemv<DT, 1, SILU>(w, n_in, n_out, x, y, ldy, act, act_dtype, pdl, stream);
+    case 2: return launch_gemv<DT, 2, SILU>(w, n_in, n_out, x, y, ldy, act, act_dtype, pdl, stream);
+    case 3: return launch_gemv<DT, 3, SILU>(w, n_in, n_out, x, y, ldy, act, act_dtype, pdl, stream);
+    case 4: return launch_gemv<DT, 4, SILU>(w, n_in, n_out, x, y, ldy, act, act_dtype, pdl, stream);
+    case 5: return launch_gemv<DT, 5, SILU>(w, n_in, n_out, x, y, ldy, act, act_dtype, pdl, stream);
+    case 6: return launch_gemv<DT, 6, SILU>(w, n_in, n_out, x, y, ldy, act, act_dtype, pdl, stream);
+    case 7: return launch_gemv<DT, 7, SILU>(w, n_in, n_out, x, y, ldy, act, act_dtype, pdl, stream);
+    default: return launch_gemv<DT, 8, SILU>(w, n_in, n_out, x, y, ldy, act, act_dtype, pdl, stream);
     }
+}
+
+template <bool SILU>
+static int dispatch_type(enum dtype type, const void *w, int64_t n_in, int64_t n_out, const void *x, float *y,
+                         int64_t ldy, void *act, int act_dtype, int T, int pdl, cudaStream_t stream)
+{
+    if (type == DT_BF16) return dispatch_tokens<DT_BF16, SILU>(w, n_in, n_out, x, y, ldy, act, act_dtype, T, pdl, stream);
+    return dispatch_tokens<DT_F16, SILU>(w, n_in, n_out, x, y, ldy, act, act_dtype, T, pdl, stream);
 }
 
 extern "C" int cuda_dense_gemv(enum dtype type, const void *w, int64_t n_in, int64_t n_out, const void *x, float *y,
@@ -149,6 +191,17 @@ extern "C" int cuda_dense_gemv(enum dtype type, const void *w, int64_t n_in, int
     if (!dense_linear_args_ok(type, w, n_in, n_out, x, y, ldy, num_tokens, DENSE_GEMV_MAX_TOKENS))
         return (int)cudaErrorInvalidValue;
     if (n_out == 0) return 0;
-    if (type == DT_BF16) return dispatch_tokens<DT_BF16>(w, n_in, n_out, x, y, ldy, num_tokens, pdl, stream);
-    return dispatch_tokens<DT_F16>(w, n_in, n_out, x, y, ldy, num_tokens, pdl, stream);
+    return dispatch_type<false>(type, w, n_in, n_out, x, y, ldy, NULL, DT_F32, num_tokens, pdl, stream);
+}
+
+extern "C" int cuda_dense_gemv_silu(enum dtype type, const void *w, int64_t n_in, int64_t ffn, const void *x,
+                                    void *act, enum dtype act_dtype, int num_tokens, int pdl, cudaStream_t stream)
+{
+    /* the argument checks of a plain GEMV of the 2 ffn rows into a [num_tokens][2 ffn] output */
+    if (!dense_linear_args_ok(type, w, n_in, 2 * ffn, x, (const float *)act, 2 * ffn, num_tokens,
+                              DENSE_GEMV_MAX_TOKENS) ||
+        (act_dtype != DT_F32 && act_dtype != DT_F16 && act_dtype != DT_BF16))
+        return (int)cudaErrorInvalidValue;
+    if (ffn == 0) return 0;
+    return dispatch_type<true>(type, w, n_in, ffn, x, NULL, 0, act, (int)act_dtype, num_tokens, pdl, stream);
 }

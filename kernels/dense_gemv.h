@@ -43,6 +43,17 @@ static inline int dense_linear_args_ok(enum dtype type, const void *w, int64_t n
 int cuda_dense_gemv(enum dtype type, const void *w, int64_t n_in, int64_t n_out, const void *x, float *y,
                     int64_t ldy, int num_tokens, int pdl, cudaStream_t stream);
 
+/* The MLP's gate/up projection and its SiLU·mul in one kernel (the decode step's
+ *     act[t][j] = silu(g) * u,  g = sum_i W[j][i] x[t][i],  u = sum_i W[ffn + j][i] x[t][i]
+ * for j < ffn): w is the fused [2 ffn][n_in] gate | up matrix (gate rows first), act
+ * [num_tokens][ffn] of act_dtype (DT_F32, DT_F16 or DT_BF16). Bit for bit
+ * cuda_dense_gemv of w into a [num_tokens][2 ffn] buffer followed by cuda_silu_mul_rows
+ * (kernels/activation.h) of its halves: each row is summed in the same order and the
+ * activation is the same F32 expression, rounded once, but the gate/up rows never go to
+ * memory and there is one launch fewer. Same argument rules and pdl as cuda_dense_gemv. */
+int cuda_dense_gemv_silu(enum dtype type, const void *w, int64_t n_in, int64_t ffn, const void *x, void *act,
+                         enum dtype act_dtype, int num_tokens, int pdl, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,6 @@
 /* rowwise.cuh — vector stores shared by the row-wise kernel families (norm.cu, rope.cu,
- * activation.cu). Private to kernels/: included after common.cuh.
+ * activation.cu; dense_gemv.cu's SiLU epilogue). Private to kernels/: included after
+ * common.cuh.
  *
  * The row-wise kernels compute in F32 four consecutive elements at a time (one float4
  * load) and write them in the output's element type with one vector store: 16 bytes for
@@ -42,6 +43,10 @@ __device__ __forceinline__ void ts_store4_e4m3(uint8_t *p, float4 v, float scale
                  ((unsigned)ts_float_to_e4m3(v.w / scale) << 24);
     *reinterpret_cast<unsigned *>(p) = c;
 }
+
+/* SiLU·mul of one element, in F32: gate / (1 + exp(-gate)) * up. One definition for the
+ * activation kernel and the GEMV that fuses it (dense_gemv.cu), so both round alike. */
+__device__ __forceinline__ float ts_silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 /* True when p is aligned to `bytes` (a power of two). */
 static inline bool ts_aligned(const void *p, size_t bytes) { return ((uintptr_t)p & (bytes - 1)) == 0; }

@@ -1005,26 +1005,46 @@ static void write_file(const char *dir, const char *name, const char *text)
     }
 }
 
-/* A config-only model directory (--load-format dummy) with the given config.json, loaded
- * and run on the backend against the CPU: the same greedy tokens (near-ties excepted) and
- * logits within BF16's bounds. Sequence s generates 6 + s tokens, so the decode batches
- * shrink from 8 rows to 1 (graph buckets 8, 4, 2, 1). */
-static void dummy_run(const char *what, const char *config)
+/* A config-only model directory (--load-format dummy) holding config, loaded (NULL on
+ * failure, reported); dir (a buffer of DUMMY_DIR bytes) gets its path for dummy_unload. */
+#define DUMMY_DIR 40
+static struct model *dummy_load(const char *what, const char *config, char *dir)
 {
-    char dir[] = "/tmp/tessera_cuda_dummy_XXXXXX";
+    snprintf(dir, DUMMY_DIR, "/tmp/tessera_cuda_dummy_XXXXXX");
     if (!mkdtemp(dir)) {
         CHECK(0, "mkdtemp");
-        return;
+        dir[0] = 0;
+        return NULL;
     }
     write_file(dir, "config.json", config);
     char err[ERR_BUF];
     struct model *m = NULL;
     int rc = model_load(dir, MODEL_LOAD_DUMMY | MODEL_LOAD_NO_TOKENIZER, &m, err, sizeof err);
     CHECK(rc == 0, "%s: dummy load: %s", what, err);
-    if (!rc) {
+    return rc ? NULL : m;
+}
+
+static void dummy_unload(struct model *m, const char *dir)
+{
+    model_free(m);
+    if (!dir[0]) return;
+    char p[1100];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    unlink(p);
+    rmdir(dir);
+}
+
+/* A dummy model of the given config.json run on the backend against the CPU: the same
+ * greedy tokens (near-ties excepted) and logits within BF16's bounds. Sequence s generates
+ * 6 + s tokens, so the decode batches shrink from 8 rows to 1 (graph buckets 8, 4, 2, 1). */
+static void dummy_run(const char *what, const char *config)
+{
+    char dir[DUMMY_DIR], err[ERR_BUF];
+    struct model *m = dummy_load(what, config, dir);
+    if (m) {
         struct side sd;
         struct opts o = opts_default(KV_BF16);
-        rc = side_open(&sd, m, &o, err, sizeof err);
+        int rc = side_open(&sd, m, &o, err, sizeof err);
         CHECK(rc == 0, "%s on the backend: %s", what, err);
         if (!rc) {
             struct genspec g = { 6, 1, false, 1, false, true };
@@ -1037,25 +1057,20 @@ static void dummy_run(const char *what, const char *config)
         }
         side_close(&sd);
     }
-    model_free(m);
-    char p[1100];
-    snprintf(p, sizeof p, "%s/config.json", dir);
-    unlink(p);
-    rmdir(dir);
+    dummy_unload(m, dir);
 }
 
 /* A qwen2 config of hidden 1024 (8 heads x 128): its decode steps take the dense kernels of
  * linear.cu's fixed rule (rows of 1024+ inputs, which the tiny models' 64- and 256-wide
  * rows leave to cuBLAS): the skinny GEMM for 2-8 rows, the GEMV for 1. */
-static void test_dummy(void)
-{
-    dummy_run("dummy qwen2 (BF16)",
-              "{\"architectures\": [\"Qwen2ForCausalLM\"], \"model_type\": \"qwen2\", \"hidden_size\": 1024,"
-              " \"intermediate_size\": 2048, \"num_hidden_layers\": 2, \"num_attention_heads\": 8,"
-              " \"num_key_value_heads\": 2, \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6,"
-              " \"rope_theta\": 1000000.0, \"tie_word_embeddings\": false, \"vocab_size\": 1000,"
-              " \"torch_dtype\": \"bfloat16\"}");
-}
+static const char dummy_qwen2_1024[] =
+    "{\"architectures\": [\"Qwen2ForCausalLM\"], \"model_type\": \"qwen2\", \"hidden_size\": 1024,"
+    " \"intermediate_size\": 2048, \"num_hidden_layers\": 2, \"num_attention_heads\": 8,"
+    " \"num_key_value_heads\": 2, \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-6,"
+    " \"rope_theta\": 1000000.0, \"tie_word_embeddings\": false, \"vocab_size\": 1000,"
+    " \"torch_dtype\": \"bfloat16\"}";
+
+static void test_dummy(void) { dummy_run("dummy qwen2 (BF16)", dummy_qwen2_1024); }
 
 /* linear.cu's kernel choice for F16/BF16 matrices: TESSERA_CUDA_LINEAR=tune (the default on
  * a GPU: each matrix shape's GEMV, skinny GEMM (each also as a pdl launch) and cuBLAS timed
@@ -1112,12 +1127,14 @@ static void test_linear_modes(void)
 /* A 3-token prefill, then one decode step naming its token; with `profile`, the prefill's
  * forward is profiled in between (refused before the first step and while one is in
  * flight). The decode step's token and top logprobs go to *out. */
-static void profile_run(const struct model *m, bool profile, struct backend_token *out)
+static void profile_run(const struct model *m, bool profile, int tp, struct backend_token *out,
+                        struct tessera_cuda_profile_row *drows, int *dn)
 {
     char err[ERR_BUF];
     struct side sd;
     struct opts o = opts_default(KV_BF16);
     o.cpu = false;
+    o.tp = tp;
     memset(out, 0, sizeof *out);
     if (side_open(&sd, m, &o, err, sizeof err)) {
         CHECK(0, "profile: %s", err);
@@ -1162,6 +1179,10 @@ static void profile_run(const struct model *m, bool profile, struct backend_toke
     struct batch d = { 1, 1, t2, p2, s2, q2, l2, bt, MB, 1, li2 };
     CHECK(ops->submit(sd.impl, &d, smp, err, sizeof err) == 0 && ops->wait(sd.impl, out, err, sizeof err) == 0,
           "the decode step: %s", err);
+    if (drows) {
+        *dn = g_profile(sd.impl, 1, drows, 32, &fwd, err, sizeof err);
+        CHECK(*dn > 0, "profile of the decode step: %d: %s", *dn, err);
+    }
     sampler_free(g);
     side_close(&sd);
 }
@@ -1175,12 +1196,87 @@ static void test_profile(void)
     struct model *m = load_model("testmodels/llama3-tiny-hd64", true, MODEL_LOAD_NO_TOKENIZER);
     if (!m) return;
     struct backend_token a, b;
-    profile_run(m, true, &a);
-    profile_run(m, false, &b);
+    profile_run(m, true, 1, &a, NULL, NULL);
+    profile_run(m, false, 1, &b, NULL, NULL);
     CHECK(a.token == b.token && !memcmp(&a.logprob, &b.logprob, sizeof a.logprob) && a.n_top == b.n_top &&
               !memcmp(a.top_logprobs, b.top_logprobs, sizeof a.top_logprobs),
           "the step after a profile: token %d (%.9g) vs %d (%.9g)", a.token, a.logprob, b.token, b.logprob);
     model_free(m);
+}
+
+/* Calls of kernel `name` in a profile's rows (0 when absent). */
+static int profile_calls(const struct tessera_cuda_profile_row *rows, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(rows[i].name, name)) return rows[i].calls;
+    return 0;
+}
+
+/* The gate/up projection fused with its SiLU·mul (linear.cu, cu_gate_up_fused): a
+ * one-row decode step of a model whose gate/up matrix the fixed rule gives the GEMV runs
+ * it as one kernel per layer (its profile names no silu_mul), with the token and logprobs
+ * bit for bit those of TESSERA_CUDA_FUSE=off (two kernels), on one GPU and on two; another
+ * value is refused. */
+static void test_fused_mlp(void)
+{
+    char dir[DUMMY_DIR], err[ERR_BUF];
+    struct model *m = dummy_load("fused MLP", dummy_qwen2_1024, dir);
+    const char *was = getenv("TESSERA_CUDA_FUSE"), *lin_was = getenv("TESSERA_CUDA_LINEAR");
+    char saved[16], lin_saved[16];
+    snprintf(saved, sizeof saved, "%s", was ? was : "");
+    snprintf(lin_saved, sizeof lin_saved, "%s", lin_was ? lin_was : "");
+    setenv("TESSERA_CUDA_LINEAR", "fixed", 1); /* the GEMV for one row on a GPU too, where tune may not pick it */
+    if (m) {
+        struct backend_token tok[2];
+        struct tessera_cuda_profile_row rows[2][32];
+        int n[2] = { 0, 0 };
+        for (int off = 0; off < 2; off++) {
+            setenv("TESSERA_CUDA_FUSE", off ? "off" : "on", 1);
+            profile_run(m, false, 1, &tok[off], rows[off], &n[off]);
+        }
+        const int L = m->cfg.n_layers;
+        const char *fused = "gate/up projection + silu_mul";
+        CHECK(profile_calls(rows[0], n[0], fused) == L && profile_calls(rows[0], n[0], "silu_mul") == 0 &&
+                  profile_calls(rows[0], n[0], "gate/up projection") == 0,
+              "fused: %d fused calls for %d layers, %d silu_mul", profile_calls(rows[0], n[0], fused), L,
+              profile_calls(rows[0], n[0], "silu_mul"));
+        CHECK(profile_calls(rows[1], n[1], fused) == 0 && profile_calls(rows[1], n[1], "silu_mul") == L &&
+                  profile_calls(rows[1], n[1], "gate/up projection") == L,
+              "TESSERA_CUDA_FUSE=off: %d fused calls, %d silu_mul", profile_calls(rows[1], n[1], fused),
+              profile_calls(rows[1], n[1], "silu_mul"));
+        CHECK(tok[0].token == tok[1].token && !memcmp(&tok[0].logprob, &tok[1].logprob, sizeof tok[0].logprob) &&
+                  tok[0].n_top == tok[1].n_top && !memcmp(tok[0].top_logprobs, tok[1].top_logprobs,
+                                                          sizeof tok[0].top_logprobs),
+              "fused vs not: token %d (%.9g) vs %d (%.9g)", tok[0].token, tok[0].logprob, tok[1].token,
+              tok[1].logprob);
+        /* tensor parallel: each GPU's gate | up share (2 x ffn / 2 rows) fused the same way */
+        if (g_device_count(NULL, 0) >= 2) {
+            struct backend_token tp[2];
+            for (int off = 0; off < 2; off++) {
+                setenv("TESSERA_CUDA_FUSE", off ? "off" : "on", 1);
+                profile_run(m, false, 2, &tp[off], NULL, NULL);
+            }
+            CHECK(tp[0].token == tp[1].token && !memcmp(&tp[0].logprob, &tp[1].logprob, sizeof tp[0].logprob) &&
+                      !memcmp(tp[0].top_logprobs, tp[1].top_logprobs, sizeof tp[0].top_logprobs),
+                  "2 GPUs, fused vs not: token %d (%.9g) vs %d (%.9g)", tp[0].token, tp[0].logprob, tp[1].token,
+                  tp[1].logprob);
+        }
+        setenv("TESSERA_CUDA_FUSE", "maybe", 1);
+        struct backend_config c;
+        const struct backend_ops *ops;
+        void *impl;
+        struct backend_info info;
+        struct opts o = opts_default(KV_BF16);
+        backend_cfg(&c, &o);
+        CHECK(g_create(m, &c, &ops, &impl, &info, err, sizeof err) == ERR_INVALID &&
+                  strstr(err, "TESSERA_CUDA_FUSE=maybe") && strstr(err, "on or off"),
+              "an unknown TESSERA_CUDA_FUSE: %s", err);
+    }
+    if (was) setenv("TESSERA_CUDA_FUSE", saved, 1);
+    else unsetenv("TESSERA_CUDA_FUSE");
+    if (lin_was) setenv("TESSERA_CUDA_LINEAR", lin_saved, 1);
+    else unsetenv("TESSERA_CUDA_LINEAR");
+    dummy_unload(m, dir);
 }
 
 /* ---- scoring rows ------------------------------------------------------------------------ */
@@ -1467,6 +1563,7 @@ int main(int argc, char **argv)
     T(test_dummy);
     T(test_linear_modes);
     T(test_profile);
+    T(test_fused_mlp);
     T(test_scoring);
     T(test_tensor_parallel_limits);
     T(test_tensor_parallel);

@@ -6,9 +6,13 @@
  * QKV) and 3584 x 152064 (the LM head). Memory-bound: bytes = weights + x + y, against the
  * copy bandwidth; the weights rotate through enough copies to exceed the L2, so every call
  * streams them from HBM. b->tiny (emulator): small shapes, one pass, to prove it runs.
+ * Rows dense_gemv_silu / dense_gemv+silu_mul: the gate/up GEMV fused with its SiLU·mul
+ * (cuda_dense_gemv_silu, what the backend runs where the GEMV computes gate/up) against
+ * the two kernels it replaces, both as pdl launches; bytes = weights + x + the BF16 output.
  */
 #include "kbench.h"
 
+#include "kernels/activation.h"
 #include "kernels/dense_gemv.h"
 #include "kernels/skinny_gemm.h"
 
@@ -63,6 +67,36 @@ static void bench_pair(struct kbench *b, cublasHandle_t h, int64_t n_in, int64_t
     cudaFree(y);
 }
 
+/* The fused gate/up GEMV + SiLU·mul and the two-kernel path, nt tokens of a dim x 2 ffn
+ * gate | up matrix. */
+static void bench_gate_up_silu(struct kbench *b, int64_t dim, int64_t ffn, int nt)
+{
+    if (b->filter && !strstr("dense_gemv_silu", b->filter) && !strstr("dense_gemv+silu_mul", b->filter)) return;
+    const size_t wbytes = (size_t)dim * 2 * ffn * 2;
+    const int nc = b->tiny ? 1 : (int)(((size_t)256 << 20) / wbytes + 1);
+    std::vector<void *> w(nc > 8 ? 8 : nc);
+    for (void *&p : w) p = kbench_alloc_filled(wbytes, 0x11);
+    void *x = kbench_alloc_filled((size_t)nt * dim * 2, 0x11), *act = kbench_alloc_filled((size_t)nt * ffn * 2, 0);
+    float *gu = (float *)kbench_alloc_filled((size_t)nt * 2 * ffn * 4, 0x11);
+    const double bytes = (double)wbytes + 2.0 * nt * dim + 2.0 * nt * ffn, flops = 2.0 * nt * dim * 2 * ffn;
+    char shape[64];
+    snprintf(shape, sizeof shape, "BF16 T=%d %lldx2x%lld pdl", nt, (long long)dim, (long long)ffn);
+    int it = 0;
+    double s = kbench_time(b, [&] {
+        KB_CHECK(cuda_dense_gemv_silu(DT_BF16, w[it++ % w.size()], dim, ffn, x, act, DT_BF16, nt, 1, b->stream));
+    });
+    kbench_row(b, "dense_gemv_silu", shape, s, bytes, flops, KB_MEMORY);
+    s = kbench_time(b, [&] {
+        KB_CHECK(cuda_dense_gemv(DT_BF16, w[it++ % w.size()], dim, 2 * ffn, x, gu, 2 * ffn, nt, 1, b->stream));
+        KB_CHECK(cuda_silu_mul_rows(act, DT_BF16, gu, gu + ffn, 2 * ffn, nt, (int)ffn, 1, b->stream));
+    });
+    kbench_row(b, "dense_gemv+silu_mul", shape, s, bytes, flops, KB_MEMORY);
+    for (void *p : w) cudaFree(p);
+    cudaFree(x);
+    cudaFree(act);
+    cudaFree(gu);
+}
+
 static void bench_dense(struct kbench *b)
 {
     const int64_t dim = b->tiny ? 256 : 3584, ffn = b->tiny ? 512 : 18944, vocab = b->tiny ? 64 : 152064,
@@ -75,6 +109,7 @@ static void bench_dense(struct kbench *b)
         bench_pair(b, h, dim, qkv, nt);
         bench_pair(b, h, dim, vocab, nt);
     }
+    for (int nt : { 1, 2, 4, 8 }) bench_gate_up_silu(b, dim, ffn, nt);
     cublasDestroy(h);
 }
 KBENCH_REGISTER(bench_dense);

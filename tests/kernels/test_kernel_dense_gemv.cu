@@ -10,12 +10,18 @@
  * right after the kernel that writes its x (cuda_convert_f32 from F32, x poisoned before):
  * under the emulator every thread must wait for the previous grid (it checks that); on a
  * GPU a kernel that read x before waiting would read the poison.
+ * cuda_dense_gemv_silu (gate/up and SiLU·mul in one kernel): bit for bit the two-kernel
+ * path it replaces (cuda_dense_gemv into a [T][2 ffn] buffer, then cuda_silu_mul_rows),
+ * every output dtype, odd ffn (the last CTA with one pair), and within the output dtype's
+ * rounding of the CPU twins (cpu_matmul_ref, cpu_silu_mul_rows).
  */
 #include "ktest.h"
 
 extern "C" {
+#include "backend/cpu/ops_fused.h"
 #include "backend/cpu/quant.h"
 }
+#include "kernels/activation.h"
 #include "kernels/dense_gemv.h"
 #include "kernels/skinny_gemm.h"
 #include "kernels/step.h"
@@ -97,6 +103,102 @@ static void test_dense_gemv(void)
                 }
 }
 
+static size_t act_size(enum dtype t) { return t == DT_F32 ? 4 : 2; }
+
+static std::vector<float> act_to_f32(const std::vector<uint8_t> &b, enum dtype t, size_t n)
+{
+    std::vector<float> out(n);
+    if (t == DT_F32) memcpy(out.data(), b.data(), 4 * n);
+    else {
+        std::vector<uint16_t> h(n);
+        memcpy(h.data(), b.data(), 2 * n);
+        out = t == DT_F16 ? ktest_from_f16(h.data(), n) : ktest_from_bf16(h.data(), n);
+    }
+    return out;
+}
+
+static void silu_case(enum dtype type, enum dtype adt, int nt, int64_t n_in, int64_t ffn, int pdl, uint64_t seed)
+{
+    ktest_rng r(seed);
+    std::vector<float> wf((size_t)(n_in * 2 * ffn)), xf((size_t)(nt * n_in));
+    r.fill_normal(wf.data(), wf.size(), 2.0f / sqrtf((float)n_in)); /* gate ~ N(0, 4): SiLU's both sides */
+    r.fill_normal(xf.data(), xf.size(), 1.0f);
+    const bool bf = type == DT_BF16;
+    std::vector<uint16_t> wh = bf ? ktest_to_bf16(wf.data(), wf.size()) : ktest_to_f16(wf.data(), wf.size());
+    std::vector<uint16_t> xh = bf ? ktest_to_bf16(xf.data(), xf.size()) : ktest_to_f16(xf.data(), xf.size());
+    std::vector<float> xw = bf ? ktest_from_bf16(xh.data(), xh.size()) : ktest_from_f16(xh.data(), xh.size());
+
+    /* the CPU twins: the matmul, then SiLU·mul into adt, widened back for the comparison */
+    struct tensor wt = ktest_matrix(type, n_in, 2 * ffn, wh.data(), wh.size() * 2);
+    std::vector<float> gu((size_t)(nt * 2 * ffn));
+    cpu_matmul_ref(&wt, xw.data(), gu.data(), nt);
+    const size_t n = (size_t)(nt * ffn);
+    std::vector<uint8_t> refb(n * act_size(adt));
+    cpu_silu_mul_rows(refb.data(), adt, gu.data(), gu.data() + ffn, 2 * ffn, nt, (int)ffn);
+    const std::vector<float> ref = act_to_f32(refb, adt, n);
+
+    kbuf<uint16_t> d_w(wh.size()), d_x(xh.size());
+    kbuf<float> d_xf(xf.size()), d_gu((size_t)(nt * 2 * ffn));
+    kbuf<uint8_t> d_act(n * act_size(adt)), d_two(n * act_size(adt));
+    d_w.upload(wh);
+    d_x.upload(xh);
+    d_xf.upload(xf);
+    char what[112];
+    snprintf(what, sizeof what, "dense_gemv_silu %s->%s T=%d %lldx2x%lld%s", bf ? "bf16" : "f16", dtype_name(adt), nt,
+             (long long)n_in, (long long)ffn, pdl ? " pdl" : "");
+    KTEST_SEEDS(s) {
+        d_act.poison();
+        d_two.poison();
+        if (pdl) {
+            d_x.poison();
+            int rc = cuda_convert_f32(d_x.ptr, type, d_xf.ptr, (int64_t)xf.size(), 0);
+            CHECK(rc == 0, "%s: converting x returned %d", what, rc);
+        }
+        int rc = cuda_dense_gemv_silu(type, d_w.ptr, n_in, ffn, d_x.ptr, d_act.ptr, adt, nt, pdl, 0);
+        CHECK(rc == 0, "%s: returned %d", what, rc);
+        /* the two kernels it replaces */
+        rc = cuda_dense_gemv(type, d_w.ptr, n_in, 2 * ffn, d_x.ptr, d_gu.ptr, 2 * ffn, nt, 0, 0);
+        rc = rc ? rc : cuda_silu_mul_rows(d_two.ptr, adt, d_gu.ptr, d_gu.ptr + ffn, 2 * ffn, nt, (int)ffn, 0, 0);
+        CHECK(rc == 0, "%s: the two-kernel path returned %d", what, rc);
+        const std::vector<uint8_t> got = d_act.download(), two = d_two.download();
+        CHECK(got == two, "%s: differs from gemv + silu_mul", what);
+        const std::vector<float> gotf = act_to_f32(got, adt, n);
+        CHECK_CLOSE_ARRAYS(what, gotf.data(), ref.data(), n,
+                           adt == DT_F32 ? KTOL_F32 : adt == DT_F16 ? KTOL_F16 : KTOL_BF16);
+        CHECK_GUARD(d_w);
+        CHECK_GUARD(d_x);
+        CHECK_GUARD(d_act);
+    }
+}
+
+static void test_dense_gemv_silu(void)
+{
+    static const int64_t shapes[][2] = { { 8, 1 }, { 64, 37 }, { 1000, 9 }, { 3584, 24 }, { 256, 1001 } };
+    uint64_t seed = 900;
+    for (enum dtype type : { DT_BF16, DT_F16 })
+        for (const auto &sh : shapes)
+            for (int nt = 1; nt <= DENSE_GEMV_MAX_TOKENS; nt++) {
+                if (sh[0] * sh[1] > 1 << 16 && nt != 1 && nt != 2 && nt != 8) continue; /* emulator time */
+                const enum dtype adt = seed % 3 == 0 ? DT_F32 : seed % 3 == 1 ? DT_F16 : DT_BF16;
+                silu_case(type, adt, nt, sh[0], sh[1], (int)((seed >> 1) & 1), seed);
+                seed++;
+            }
+    /* invalid: an activation dtype it cannot write, no output, a misaligned x */
+    kbuf<uint16_t> d_w(2 * 4 * 64 + 8), d_x(64 + 8);
+    kbuf<float> d_act(4);
+    CHECK(cuda_dense_gemv_silu(DT_BF16, d_w.ptr, 64, 4, d_x.ptr, d_act.ptr, DT_Q8_0, 1, 0, 0) ==
+              (int)cudaErrorInvalidValue, "Q8_0 activations accepted");
+    CHECK(cuda_dense_gemv_silu(DT_BF16, d_w.ptr, 64, 4, d_x.ptr, NULL, DT_F32, 1, 0, 0) == (int)cudaErrorInvalidValue,
+          "no output accepted");
+    CHECK(cuda_dense_gemv_silu(DT_BF16, d_w.ptr, 64, 4, d_x.ptr + 1, d_act.ptr, DT_F32, 1, 0, 0) ==
+              (int)cudaErrorInvalidValue, "misaligned x accepted");
+    CHECK(cuda_dense_gemv_silu(DT_F32, d_w.ptr, 64, 4, d_x.ptr, d_act.ptr, DT_F32, 1, 0, 0) ==
+              (int)cudaErrorInvalidValue, "F32 weights accepted");
+    CHECK(cuda_dense_gemv_silu(DT_BF16, d_w.ptr, 64, 0, d_x.ptr, d_act.ptr, DT_F32, 1, 0, 0) == 0, "no columns");
+    for (float v : d_act.download()) CHECK(isnan(v), "a rejected or empty call wrote the output");
+    CHECK_GUARD(d_act);
+}
+
 static void test_dense_gemv_invalid(void)
 {
     kbuf<uint16_t> d_w(64 * 4 + 8), d_x(SKINNY_GEMM_MAX_TOKENS * 64 + 8);
@@ -122,5 +224,6 @@ int main(void)
 {
     RUN(test_dense_gemv);
     RUN(test_dense_gemv_invalid);
+    RUN(test_dense_gemv_silu);
     return test_summary();
 }

@@ -498,6 +498,11 @@ static int setup_rank(struct cuda_backend *b, void *arg, char *err, size_t errle
     if (pdl_env && *pdl_env && strcmp(pdl_env, "on") && strcmp(pdl_env, "off"))
         return err_set(err, errlen, ERR_INVALID, "cuda: TESSERA_CUDA_PDL=%s: expected on or off", pdl_env);
     b->pdl = prop.major >= 9 && !(pdl_env && !strcmp(pdl_env, "off"));
+    /* fused kernels (linear.cu, cu_gate_up_fused) */
+    const char *fuse_env = getenv("TESSERA_CUDA_FUSE");
+    if (fuse_env && *fuse_env && strcmp(fuse_env, "on") && strcmp(fuse_env, "off"))
+        return err_set(err, errlen, ERR_INVALID, "cuda: TESSERA_CUDA_FUSE=%s: expected on or off", fuse_env);
+    b->fuse = !(fuse_env && !strcmp(fuse_env, "off"));
 
     /* KV dtype: auto = the model's 16-bit type (BF16 unless its matrices are F16) */
     b->info.kv_dtype = !cfg->kv_dtype_auto ? cfg->kv_dtype

@@ -180,6 +180,8 @@ struct cuda_backend {
     cudaStream_t stream;
     bool pdl;                       /* the forward's kernels are programmatic dependent launches
                                        (sm_90+ unless TESSERA_CUDA_PDL=off; create) */
+    bool fuse;                      /* fused kernels where the plan allows (cu_gate_up_fused;
+                                       unless TESSERA_CUDA_FUSE=off; create) */
     struct cublasContext *cublas;
     cudaEvent_t ev_done;            /* end of the step in flight (no timing) */
     cudaEvent_t ev_start[2], ev_end[2]; /* step boundaries, alternating, for the idle figure */
@@ -292,6 +294,16 @@ int cu_weights_load(struct cuda_backend *b, char *err, size_t errlen);
  * rows (b->w.act; F32 for quantized weights, converted into bufs.cast for a dense matrix of
  * an F32-act model). Quantized: cuda_quant_matmul; F16/BF16: the kernel L->kern[T] names. */
 int cu_linear_forward(struct cuda_backend *b, const struct cu_linear *L, const void *x, float *y, int64_t ldy, int T);
+
+/* Whether layer cl's gate/up projection for T rows runs as one kernel with its SiLU·mul
+ * (cuda_dense_gemv_silu): b->fuse, one dense gate | up matrix, and the GEMV chosen for T
+ * rows. The fused kernel streams the same weights as that GEMV and saves the SiLU·mul
+ * launch and the gate/up rows' round trip through memory, bit for bit the same act. */
+bool cu_gate_up_fused(const struct cuda_backend *b, const struct cu_layer *cl, const void *x, int T);
+
+/* act[t][j] = silu(gate) * up of layer cl's gate/up projection of x, T rows, in b->w.act
+ * (act must not be x); only where cu_gate_up_fused. */
+int cu_gate_up_silu(struct cuda_backend *b, const struct cu_layer *cl, const void *x, void *act, int T);
 
 /* Chooses the kernel of every F16/BF16 linear for 1..16 rows (TESSERA_CUDA_LINEAR: tune =
  * time the candidates on this GPU, the default; fixed; cublas), after the weights and step

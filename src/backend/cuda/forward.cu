@@ -13,7 +13,9 @@
  *                                                            else cuda_attention_prefill
  *     delta = act @ Wo
  *     act = rmsnorm(x += delta)
- *     gu = act @ [Wg|Wu] ; act = silu(g) * u                 cuda_silu_mul_rows
+ *     gu = act @ [Wg|Wu] ; act = silu(g) * u                 cuda_silu_mul_rows (where the GEMV computes
+ *                                                            gate/up: one kernel, cuda_dense_gemv_silu,
+ *                                                            its rows in gu's memory; cu_gate_up_fused)
  *     delta = act @ Wd
  *   logits rows only: xl = x[rows] + delta[rows] (gathered), rmsnorm, @ Wout
  *
@@ -107,10 +109,16 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
         STEP("all-reduce (attention)", cu_all_reduce(b, d->delta, (size_t)T * dim));
         STEP("rmsnorm_residual (MLP)",
              cuda_rmsnorm_residual(d->act, adt, d->x, d->delta, cl->ffn_norm, T, dim, eps, pdl, st));
-        for (int i = 0; i < cl->n_gate_up; i++)
-            STEP("gate/up projection", cu_linear_forward(b, &cl->gate_up[i], d->act, d->gu, 2 * ffn, T));
-        STEP("silu_mul", cuda_silu_mul_rows(d->act, adt, d->gu, d->gu + ffn, 2 * ffn, T, (int)ffn, pdl, st));
-        STEP("down projection", cu_linear_forward(b, &cl->down, d->act, d->delta, dim, T));
+        void *mlp = d->act; /* the SiLU·mul rows the down projection reads */
+        if (cu_gate_up_fused(b, cl, d->act, T)) {
+            mlp = d->gu; /* not d->act, the kernel's input; gu holds [T][ffn] of any act dtype */
+            STEP("gate/up projection + silu_mul", cu_gate_up_silu(b, cl, d->act, mlp, T));
+        } else {
+            for (int i = 0; i < cl->n_gate_up; i++)
+                STEP("gate/up projection", cu_linear_forward(b, &cl->gate_up[i], d->act, d->gu, 2 * ffn, T));
+            STEP("silu_mul", cuda_silu_mul_rows(d->act, adt, d->gu, d->gu + ffn, 2 * ffn, T, (int)ffn, pdl, st));
+        }
+        STEP("down projection", cu_linear_forward(b, &cl->down, mlp, d->delta, dim, T));
         STEP("all-reduce (MLP)", cu_all_reduce(b, d->delta, (size_t)T * dim));
     }
     *layer = -1;

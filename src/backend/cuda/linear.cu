@@ -93,20 +93,51 @@ static int run_dense(struct cuda_backend *b, enum cu_linear_kernel k, const stru
     return s == CUBLAS_STATUS_SUCCESS ? 0 : (int)cudaErrorUnknown;
 }
 
+/* The input a dense L's kernel reads: the activation rows x when they are in L's type, else
+ * their 16-bit copy in bufs.cast (dense_input converts them). */
+static const void *dense_x(const struct cuda_backend *b, const struct cu_linear *L, const void *x)
+{
+    return b->w.act == L->type ? x : b->d.cast;
+}
+
+/* dense_x(b, L, x) for T rows, converting them into bufs.cast first where needed. */
+static int dense_input(struct cuda_backend *b, const struct cu_linear *L, const void *x, int T, const void **xb)
+{
+    *xb = dense_x(b, L, x);
+    return *xb == x ? 0 : cuda_convert_f32(b->d.cast, L->type, (const float *)x, (int64_t)T * L->n_in, b->stream);
+}
+
 int cu_linear_forward(struct cuda_backend *b, const struct cu_linear *L, const void *x, float *y, int64_t ldy, int T)
 {
     if (!is_dense(L))
         return cuda_quant_matmul(L->type, L->w, L->n_in, L->n_out, (const float *)x, y + L->col, ldy, T, b->d.qmm_ws,
                                  b->d.qmm_ws_bytes, b->cublas, b->stream);
-    const void *xb = x;
-    if (b->w.act != L->type) {
-        int e = cuda_convert_f32(b->d.cast, L->type, (const float *)x, (int64_t)T * L->n_in, b->stream);
-        if (e) return e;
-        xb = b->d.cast;
-    }
+    const void *xb;
+    int e = dense_input(b, L, x, T, &xb);
+    if (e) return e;
     enum cu_linear_kernel k = T <= CU_TUNED_TOKENS ? (enum cu_linear_kernel)L->kern[T] : CU_LK_CUBLAS;
     if (!can_run(k, L, xb, T)) k = CU_LK_CUBLAS;
     return run_dense(b, k, L, xb, y + L->col, ldy, T);
+}
+
+bool cu_gate_up_fused(const struct cuda_backend *b, const struct cu_layer *cl, const void *x, int T)
+{
+    const struct cu_linear *L = &cl->gate_up[0];
+    if (!b->fuse || cl->n_gate_up != 1 || !is_dense(L) || L->col != 0 || L->n_out != 2 * b->ffn ||
+        T > CU_TUNED_TOKENS)
+        return false;
+    const enum cu_linear_kernel k = (enum cu_linear_kernel)L->kern[T];
+    return (k == CU_LK_GEMV || k == CU_LK_GEMV_PDL) && can_run(k, L, dense_x(b, L, x), T);
+}
+
+int cu_gate_up_silu(struct cuda_backend *b, const struct cu_layer *cl, const void *x, void *act, int T)
+{
+    const struct cu_linear *L = &cl->gate_up[0];
+    const void *xb;
+    int e = dense_input(b, L, x, T, &xb);
+    if (e) return e;
+    return cuda_dense_gemv_silu(L->type, L->w, L->n_in, b->ffn, xb, act, b->w.act, T,
+                                L->kern[T] == CU_LK_GEMV_PDL, b->stream);
 }
 
 /* ---- the start-up measurement --------------------------------------------------------- */
