@@ -50,14 +50,6 @@ template <int DT> __device__ __forceinline__ float gemv_elem(const uint4 &c, int
     return qs_f16(h);
 }
 
-/* p[i] = v in dtype dt (DT_F32, DT_F16 or DT_BF16; round to nearest even). */
-__device__ __forceinline__ void gemv_store1(void *p, int dt, int64_t i, float v)
-{
-    if (dt == DT_F32) static_cast<float *>(p)[i] = v;
-    else if (dt == DT_F16) static_cast<__half *>(p)[i] = ts_from_float<__half>(v);
-    else static_cast<__nv_bfloat16 *>(p)[i] = ts_from_float<__nv_bfloat16>(v);
-}
-
 /* The GEMV_ROWS rows' chunks of the GEMV_UNROLL columns c0, c0 + GEMV_THREADS, ...; zero
  * past the matrix (rows past nr, columns past nc). Row r is row0 + r; with SILU, rows 2
  * and 3 are hi0 and hi0 + 1 (the up rows) and nr counts the pairs. */
@@ -143,7 +135,7 @@ dense_gemv_kernel(const uint4 *__restrict__ w, // [n_out (SILU: 2 n_out)][nc] ch
     if constexpr (SILU) {
         /* gate row p (lane p * NT + t) meets its up row p + 2 (lane (p + 2) * NT + t) */
         const float up = __shfl_down_sync(0xffffffffu, v, 2 * NT);
-        if (lane < 2 * NT && r < nr) gemv_store1(act, act_dtype, t * n_out + row0 + r, ts_silu_mul(v, up));
+        if (lane < 2 * NT && r < nr) ts_store1(act, act_dtype, t * n_out + row0 + r, ts_silu_mul(v, up));
     } else {
         if (lane < GEMV_ROWS * NT && r < nr) y[t * ldy + row0 + r] = v;
     }
@@ -197,10 +189,7 @@ extern "C" int cuda_dense_gemv(enum dtype type, const void *w, int64_t n_in, int
 extern "C" int cuda_dense_gemv_silu(enum dtype type, const void *w, int64_t n_in, int64_t ffn, const void *x,
                                     void *act, enum dtype act_dtype, int num_tokens, int pdl, cudaStream_t stream)
 {
-    /* the argument checks of a plain GEMV of the 2 ffn rows into a [num_tokens][2 ffn] output */
-    if (!dense_linear_args_ok(type, w, n_in, 2 * ffn, x, (const float *)act, 2 * ffn, num_tokens,
-                              DENSE_GEMV_MAX_TOKENS) ||
-        (act_dtype != DT_F32 && act_dtype != DT_F16 && act_dtype != DT_BF16))
+    if (!dense_silu_args_ok(type, w, n_in, ffn, x, act, act_dtype, num_tokens, DENSE_GEMV_MAX_TOKENS))
         return (int)cudaErrorInvalidValue;
     if (ffn == 0) return 0;
     return dispatch_type<true>(type, w, n_in, ffn, x, NULL, 0, act, (int)act_dtype, num_tokens, pdl, stream);

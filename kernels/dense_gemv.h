@@ -40,6 +40,16 @@ static inline int dense_linear_args_ok(enum dtype type, const void *w, int64_t n
            ldy >= n_out && num_tokens >= 1 && num_tokens <= max_tokens && ((uintptr_t)w | (uintptr_t)x) % 16 == 0;
 }
 
+/* The arguments of the fused gate/up + SiLU·mul kernels (cuda_dense_gemv_silu below and
+ * skinny_gemm.h's): those of a plain call over the 2 ffn rows into a [num_tokens][2 ffn]
+ * output, and an activation dtype of F32, F16 or BF16. */
+static inline int dense_silu_args_ok(enum dtype type, const void *w, int64_t n_in, int64_t ffn, const void *x,
+                                     const void *act, enum dtype act_dtype, int num_tokens, int max_tokens)
+{
+    return dense_linear_args_ok(type, w, n_in, 2 * ffn, x, (const float *)act, 2 * ffn, num_tokens, max_tokens) &&
+           (act_dtype == DT_F32 || act_dtype == DT_F16 || act_dtype == DT_BF16);
+}
+
 int cuda_dense_gemv(enum dtype type, const void *w, int64_t n_in, int64_t n_out, const void *x, float *y,
                     int64_t ldy, int num_tokens, int pdl, cudaStream_t stream);
 

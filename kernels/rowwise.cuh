@@ -1,5 +1,5 @@
 /* rowwise.cuh — vector stores shared by the row-wise kernel families (norm.cu, rope.cu,
- * activation.cu; dense_gemv.cu's SiLU epilogue). Private to kernels/: included after
+ * activation.cu; the dense GEMV's and skinny GEMM's SiLU epilogues). Private to kernels/: included after
  * common.cuh.
  *
  * The row-wise kernels compute in F32 four consecutive elements at a time (one float4
@@ -11,6 +11,8 @@
 #define TESSERA_KERNELS_ROWWISE_CUH
 
 #include "kernels/common.cuh"
+
+#include "util/tensor.h"
 
 /* Two 16-bit codes in one word, a in the low half (the lower address). */
 __device__ __forceinline__ unsigned ts_pack16(unsigned short a, unsigned short b)
@@ -47,6 +49,15 @@ __device__ __forceinline__ void ts_store4_e4m3(uint8_t *p, float4 v, float scale
 /* SiLU·mul of one element, in F32: gate / (1 + exp(-gate)) * up. One definition for the
  * activation kernel and the GEMV that fuses it (dense_gemv.cu), so both round alike. */
 __device__ __forceinline__ float ts_silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+/* p[i] = v in dtype dt (DT_F32, DT_F16 or DT_BF16; round to nearest even): one output of
+ * the GEMV kernels' fused SiLU epilogues. */
+__device__ __forceinline__ void ts_store1(void *p, int dt, int64_t i, float v)
+{
+    if (dt == DT_F32) static_cast<float *>(p)[i] = v;
+    else if (dt == DT_F16) static_cast<__half *>(p)[i] = ts_from_float<__half>(v);
+    else static_cast<__nv_bfloat16 *>(p)[i] = ts_from_float<__nv_bfloat16>(v);
+}
 
 /* True when p is aligned to `bytes` (a power of two). */
 static inline bool ts_aligned(const void *p, size_t bytes) { return ((uintptr_t)p & (bytes - 1)) == 0; }

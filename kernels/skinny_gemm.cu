@@ -21,6 +21,7 @@
  * 8 warps' values in a fixed order (deterministic) and stores row r, token t.
  */
 #include "kernels/common.cuh"
+#include "kernels/rowwise.cuh"
 
 #include "kernels/dense_gemv.h"
 #include "kernels/skinny_gemm.h"
@@ -49,10 +50,12 @@ static_assert(sizeof(float) * SK_ROWS * SK_TOKENS <= sizeof(sk_tiles::w), "the e
 
 /* A lane's 16-byte chunks of the SK_UNROLL chunks j0, j0 + SK_WARPS, ... of rows 0..nrows-1
  * of m ([rows][nc] chunks); zero past them. RO: through the read-only path (weights only:
- * with pdl the previous kernel writes x while this one has started). */
-template <bool RO>
+ * with pdl the previous kernel writes x while this one has started). SILU (weights of the
+ * fused SiLU kernel): rows 8..15 are rows 0..7 of hi, the up rows, and nrows counts the
+ * row pairs. */
+template <bool RO, bool SILU = false>
 __device__ __forceinline__ void sk_load(uint4 (&v)[SK_UNROLL][SK_LOADS], const uint4 *m, int nrows, int64_t nc,
-                                        int64_t j0, int cl, int lane)
+                                        int64_t j0, int cl, int lane, const uint4 *hi = nullptr)
 {
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
@@ -61,24 +64,33 @@ __device__ __forceinline__ void sk_load(uint4 (&v)[SK_UNROLL][SK_LOADS], const u
 #pragma unroll
         for (int i = 0; i < SK_LOADS; i++) {
             const int r = (lane >> 3) + 4 * i;
-            v[u][i] = c < nc && r < nrows ? (RO ? __ldg(m + r * nc + c) : m[r * nc + c]) : zero;
+            const uint4 *p = SILU && r >= SK_ROWS / 2 ? hi + (r - SK_ROWS / 2) * nc : m + r * nc;
+            v[u][i] = c < nc && (SILU ? r % (SK_ROWS / 2) : r) < nrows ? (RO ? __ldg(p + c) : p[c]) : zero;
         }
     }
 }
 
-template <typename T>
+/* SILU = false: y[t][row0 + r] for the CTA's SK_ROWS consecutive rows. SILU = true
+ * (cuda_skinny_gemm_silu): w is a fused gate | up matrix of 2 n_out rows; the CTA's 16
+ * rows are gate rows g0..g0+7 and their up rows n_out + g0.., each summed exactly as the
+ * plain kernel sums it, and thread (r, t) of the first half writes
+ * act[t][g0 + r] = silu(gate) * up in act_dtype (nothing to y). */
+template <typename T, bool SILU>
 __global__ void __launch_bounds__(SK_THREADS)
-skinny_gemm_kernel(const uint4 *__restrict__ w, // [n_out][nc] chunks of 8 elements
+skinny_gemm_kernel(const uint4 *__restrict__ w, // [n_out (SILU: 2 n_out)][nc] chunks of 8 elements
                    const uint4 *x,              // [nt][nc]: written by the previous kernel (pdl)
                    int64_t nc, int64_t n_out, int nt,
-                   float *__restrict__ y, int64_t ldy)
+                   float *__restrict__ y, int64_t ldy,    // !SILU: [nt][ldy] F32
+                   void *__restrict__ act, int act_dtype) // SILU: [nt][n_out] of act_dtype
 {
     TS_SHARED(sk_smem, sm, );
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int64_t row0 = (int64_t)blockIdx.x * SK_ROWS;
-    const int nr = n_out - row0 < SK_ROWS ? (int)(n_out - row0) : SK_ROWS;
+    constexpr int OUT_ROWS = SILU ? SK_ROWS / 2 : SK_ROWS; /* output columns per CTA */
+    const int64_t row0 = (int64_t)blockIdx.x * OUT_ROWS;
+    const int nr = n_out - row0 < OUT_ROWS ? (int)(n_out - row0) : OUT_ROWS;
     const int64_t nchunks = (nc + SK_K / 8 - 1) / (SK_K / 8);
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    const uint4 *wlo = w + row0 * nc, *whi = SILU ? w + (n_out + row0) * nc : nullptr;
     sk_tiles &tl = sm.warp[warp];
     const T *tw = reinterpret_cast<const T *>(&tl.w[0][0]), *tx = reinterpret_cast<const T *>(&tl.x[0][0]);
 
@@ -94,7 +106,7 @@ skinny_gemm_kernel(const uint4 *__restrict__ w, // [n_out][nc] chunks of 8 eleme
      * the end of each pass. */
     const int cl = lane & 7;
     uint4 wv[SK_UNROLL][SK_LOADS], xv[SK_UNROLL][SK_LOADS];
-    sk_load<true>(wv, w + row0 * nc, nr, nc, warp, cl, lane);
+    sk_load<true, SILU>(wv, wlo, nr, nc, warp, cl, lane, whi);
     ts_pdl_launch_dependents();
     ts_pdl_wait();
     sk_load<false>(xv, x, nt, nc, warp, cl, lane);
@@ -119,7 +131,7 @@ skinny_gemm_kernel(const uint4 *__restrict__ w, // [n_out][nc] chunks of 8 eleme
             }
             __syncwarp(); /* the tiles are rewritten by the next chunk */
         }
-        sk_load<true>(wv, w + row0 * nc, nr, nc, j0 + SK_WARPS * SK_UNROLL, cl, lane);
+        sk_load<true, SILU>(wv, wlo, nr, nc, j0 + SK_WARPS * SK_UNROLL, cl, lane, whi);
         sk_load<false>(xv, x, nt, nc, j0 + SK_WARPS * SK_UNROLL, cl, lane);
     }
     /* each warp's 16 x 16 sums (row-major: row r, token t), then the 8 warps' in order */
@@ -127,23 +139,32 @@ skinny_gemm_kernel(const uint4 *__restrict__ w, // [n_out][nc] chunks of 8 eleme
     wmma::store_matrix_sync(part, acc, SK_TOKENS, wmma::mem_row_major);
     __syncthreads();
     const int r = tid / SK_TOKENS, t = tid % SK_TOKENS;
-    if (r < nr && t < nt) {
+    /* the sum of output (row q, token t) of the 8 warps, in a fixed order */
+    auto sum = [&](int q) {
         float v = 0.0f;
 #pragma unroll
-        for (int i = 0; i < SK_WARPS; i++) v += reinterpret_cast<const float *>(&sm.warp[i].w[0][0])[tid];
-        y[t * ldy + row0 + r] = v;
+        for (int i = 0; i < SK_WARPS; i++) v += reinterpret_cast<const float *>(&sm.warp[i].w[0][0])[q * SK_TOKENS + t];
+        return v;
+    };
+    if (r < nr && t < nt) {
+        if constexpr (SILU) /* r < nr <= 8: gate row r; its up row is r + 8 */
+            ts_store1(act, act_dtype, t * n_out + row0 + r, ts_silu_mul(sum(r), sum(r + SK_ROWS / 2)));
+        else
+            y[t * ldy + row0 + r] = sum(r);
     }
 }
 
 static_assert(SK_THREADS == SK_ROWS * SK_TOKENS, "one thread per output of the epilogue");
 
-template <typename T>
-static int launch_skinny(const void *w, int64_t n_in, int64_t n_out, const void *x, float *y, int64_t ldy, int nt,
-                         int pdl, cudaStream_t stream)
+/* One launch of skinny_gemm_kernel<T, SILU>: n_out / 16 CTAs (SILU: n_out / 8). */
+template <typename T, bool SILU>
+static int launch_skinny(const void *w, int64_t n_in, int64_t n_out, const void *x, float *y, int64_t ldy, void *act,
+                         int act_dtype, int nt, int pdl, cudaStream_t stream)
 {
-    auto k = skinny_gemm_kernel<T>;
-    TS_LAUNCH_PDL(k, ts_div_up((size_t)n_out, SK_ROWS), SK_THREADS, 0, stream, pdl, static_cast<const uint4 *>(w),
-              static_cast<const uint4 *>(x), n_in / 8, n_out, nt, y, ldy);
+    auto k = skinny_gemm_kernel<T, SILU>;
+    TS_LAUNCH_PDL(k, ts_div_up((size_t)n_out, SILU ? SK_ROWS / 2 : SK_ROWS), SK_THREADS, 0, stream, pdl,
+                  static_cast<const uint4 *>(w), static_cast<const uint4 *>(x), n_in / 8, n_out, nt, y, ldy, act,
+                  act_dtype);
     return TS_LAUNCH_RESULT();
 }
 
@@ -153,6 +174,18 @@ extern "C" int cuda_skinny_gemm(enum dtype type, const void *w, int64_t n_in, in
     if (!dense_linear_args_ok(type, w, n_in, n_out, x, y, ldy, num_tokens, SKINNY_GEMM_MAX_TOKENS))
         return (int)cudaErrorInvalidValue;
     if (n_out == 0) return 0;
-    if (type == DT_BF16) return launch_skinny<__nv_bfloat16>(w, n_in, n_out, x, y, ldy, num_tokens, pdl, stream);
-    return launch_skinny<__half>(w, n_in, n_out, x, y, ldy, num_tokens, pdl, stream);
+    if (type == DT_BF16)
+        return launch_skinny<__nv_bfloat16, false>(w, n_in, n_out, x, y, ldy, NULL, DT_F32, num_tokens, pdl, stream);
+    return launch_skinny<__half, false>(w, n_in, n_out, x, y, ldy, NULL, DT_F32, num_tokens, pdl, stream);
+}
+
+extern "C" int cuda_skinny_gemm_silu(enum dtype type, const void *w, int64_t n_in, int64_t ffn, const void *x,
+                                     void *act, enum dtype act_dtype, int num_tokens, int pdl, cudaStream_t stream)
+{
+    if (!dense_silu_args_ok(type, w, n_in, ffn, x, act, act_dtype, num_tokens, SKINNY_GEMM_MAX_TOKENS))
+        return (int)cudaErrorInvalidValue;
+    if (ffn == 0) return 0;
+    if (type == DT_BF16)
+        return launch_skinny<__nv_bfloat16, true>(w, n_in, ffn, x, NULL, 0, act, act_dtype, num_tokens, pdl, stream);
+    return launch_skinny<__half, true>(w, n_in, ffn, x, NULL, 0, act, act_dtype, num_tokens, pdl, stream);
 }

@@ -35,6 +35,13 @@ extern "C" {
 int cuda_skinny_gemm(enum dtype type, const void *w, int64_t n_in, int64_t n_out, const void *x, float *y,
                      int64_t ldy, int num_tokens, int pdl, cudaStream_t stream);
 
+/* The MLP's gate/up projection and its SiLU·mul in one kernel, as dense_gemv.h's
+ * cuda_dense_gemv_silu (the same arguments, 1..SKINNY_GEMM_MAX_TOKENS rows): bit for bit
+ * cuda_skinny_gemm of the fused [2 ffn][n_in] gate | up matrix followed by
+ * cuda_silu_mul_rows. Each CTA takes 8 gate rows and their 8 up rows as its 16. */
+int cuda_skinny_gemm_silu(enum dtype type, const void *w, int64_t n_in, int64_t ffn, const void *x, void *act,
+                          enum dtype act_dtype, int num_tokens, int pdl, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1124,12 +1124,14 @@ static void test_linear_modes(void)
 
 /* ---- the forward profile ---------------------------------------------------------------- */
 
-/* A 3-token prefill, then one decode step naming its token; with `profile`, the prefill's
- * forward is profiled in between (refused before the first step and while one is in
- * flight). The decode step's token and top logprobs go to *out. */
-static void profile_run(const struct model *m, bool profile, int tp, struct backend_token *out,
-                        struct tessera_cuda_profile_row *drows, int *dn)
+/* A 3-token prefill, then one decode step naming its token, on tp GPUs. With prows
+ * (32 rows), the prefill's forward is profiled in between (refused before the first step
+ * and while one is in flight) into prows / *pn; with drows, the decode step's after it.
+ * The decode step's token and top logprobs go to *out. */
+static void profile_run(const struct model *m, int tp, struct backend_token *out, struct tessera_cuda_profile_row *prows,
+                        int *pn, struct tessera_cuda_profile_row *drows, int *dn)
 {
+    const bool profile = prows != NULL;
     char err[ERR_BUF];
     struct side sd;
     struct opts o = opts_default(KV_BF16);
@@ -1150,7 +1152,7 @@ static void profile_run(const struct model *m, bool profile, int tp, struct back
             li[1] = { 2 };
     int64_t slot[3] = { 48, 49, 50 };
     struct batch b = { 3, 1, tok, pos, slot, qs, lens, bt, MB, 1, li };
-    struct tessera_cuda_profile_row rows[32];
+    struct tessera_cuda_profile_row scratch[32], *rows = prows ? prows : scratch;
     double fwd = 0;
     const struct backend_ops *ops = sd.ops;
     if (profile)
@@ -1159,7 +1161,7 @@ static void profile_run(const struct model *m, bool profile, int tp, struct back
     if (profile) CHECK(g_profile(sd.impl, 1, rows, 32, &fwd, err, sizeof err) == ERR_BUSY, "profile in flight: %s", err);
     CHECK(ops->wait(sd.impl, tok_out, err, sizeof err) == 0, "prefill: %s", err);
     if (profile) {
-        const int n = g_profile(sd.impl, 3, rows, 32, &fwd, err, sizeof err);
+        const int n = *pn = g_profile(sd.impl, 3, rows, 32, &fwd, err, sizeof err);
         CHECK(n > 0, "profile: %d: %s", n, err);
         double sum = 0;
         int qkv = 0, lm = 0;
@@ -1196,8 +1198,10 @@ static void test_profile(void)
     struct model *m = load_model("testmodels/llama3-tiny-hd64", true, MODEL_LOAD_NO_TOKENIZER);
     if (!m) return;
     struct backend_token a, b;
-    profile_run(m, true, 1, &a, NULL, NULL);
-    profile_run(m, false, 1, &b, NULL, NULL);
+    struct tessera_cuda_profile_row rows[32];
+    int n = 0;
+    profile_run(m, 1, &a, rows, &n, NULL, NULL);
+    profile_run(m, 1, &b, NULL, NULL, NULL, NULL);
     CHECK(a.token == b.token && !memcmp(&a.logprob, &b.logprob, sizeof a.logprob) && a.n_top == b.n_top &&
               !memcmp(a.top_logprobs, b.top_logprobs, sizeof a.top_logprobs),
           "the step after a profile: token %d (%.9g) vs %d (%.9g)", a.token, a.logprob, b.token, b.logprob);
@@ -1212,10 +1216,11 @@ static int profile_calls(const struct tessera_cuda_profile_row *rows, int n, con
     return 0;
 }
 
-/* The gate/up projection fused with its SiLU·mul (linear.cu, cu_gate_up_fused): a
- * one-row decode step of a model whose gate/up matrix the fixed rule gives the GEMV runs
- * it as one kernel per layer (its profile names no silu_mul), with the token and logprobs
- * bit for bit those of TESSERA_CUDA_FUSE=off (two kernels), on one GPU and on two; another
+/* The gate/up projection fused with its SiLU·mul (linear.cu, cu_gate_up_fused): with the
+ * fixed rule, a model of 1024-wide rows runs a 3-token prefill's gate/up on the skinny
+ * GEMM and a one-row decode step's on the GEMV, each as one kernel per layer with its
+ * SiLU·mul (their profiles name no silu_mul), and the decode token and logprobs are bit for
+ * bit those of TESSERA_CUDA_FUSE=off (two kernels each), on one GPU and on two; another
  * value is refused. */
 static void test_fused_mlp(void)
 {
@@ -1228,22 +1233,26 @@ static void test_fused_mlp(void)
     setenv("TESSERA_CUDA_LINEAR", "fixed", 1); /* the GEMV for one row on a GPU too, where tune may not pick it */
     if (m) {
         struct backend_token tok[2];
-        struct tessera_cuda_profile_row rows[2][32];
-        int n[2] = { 0, 0 };
+        /* [fused, not][prefill (3 rows: the skinny GEMM), decode (1 row: the GEMV)] */
+        struct tessera_cuda_profile_row rows[2][2][32];
+        int n[2][2] = { { 0, 0 }, { 0, 0 } };
         for (int off = 0; off < 2; off++) {
             setenv("TESSERA_CUDA_FUSE", off ? "off" : "on", 1);
-            profile_run(m, false, 1, &tok[off], rows[off], &n[off]);
+            profile_run(m, 1, &tok[off], rows[off][0], &n[off][0], rows[off][1], &n[off][1]);
         }
         const int L = m->cfg.n_layers;
-        const char *fused = "gate/up projection + silu_mul";
-        CHECK(profile_calls(rows[0], n[0], fused) == L && profile_calls(rows[0], n[0], "silu_mul") == 0 &&
-                  profile_calls(rows[0], n[0], "gate/up projection") == 0,
-              "fused: %d fused calls for %d layers, %d silu_mul", profile_calls(rows[0], n[0], fused), L,
-              profile_calls(rows[0], n[0], "silu_mul"));
-        CHECK(profile_calls(rows[1], n[1], fused) == 0 && profile_calls(rows[1], n[1], "silu_mul") == L &&
-                  profile_calls(rows[1], n[1], "gate/up projection") == L,
-              "TESSERA_CUDA_FUSE=off: %d fused calls, %d silu_mul", profile_calls(rows[1], n[1], fused),
-              profile_calls(rows[1], n[1], "silu_mul"));
+        const char *fused = "gate/up projection + silu_mul", *step[2] = { "prefill", "decode" };
+        for (int i = 0; i < 2; i++) {
+            const struct tessera_cuda_profile_row *on = rows[0][i], *off = rows[1][i];
+            CHECK(profile_calls(on, n[0][i], fused) == L && profile_calls(on, n[0][i], "silu_mul") == 0 &&
+                      profile_calls(on, n[0][i], "gate/up projection") == 0,
+                  "fused %s: %d fused calls for %d layers, %d silu_mul", step[i], profile_calls(on, n[0][i], fused), L,
+                  profile_calls(on, n[0][i], "silu_mul"));
+            CHECK(profile_calls(off, n[1][i], fused) == 0 && profile_calls(off, n[1][i], "silu_mul") == L &&
+                      profile_calls(off, n[1][i], "gate/up projection") == L,
+                  "TESSERA_CUDA_FUSE=off %s: %d fused calls, %d silu_mul", step[i],
+                  profile_calls(off, n[1][i], fused), profile_calls(off, n[1][i], "silu_mul"));
+        }
         CHECK(tok[0].token == tok[1].token && !memcmp(&tok[0].logprob, &tok[1].logprob, sizeof tok[0].logprob) &&
                   tok[0].n_top == tok[1].n_top && !memcmp(tok[0].top_logprobs, tok[1].top_logprobs,
                                                           sizeof tok[0].top_logprobs),
@@ -1254,7 +1263,7 @@ static void test_fused_mlp(void)
             struct backend_token tp[2];
             for (int off = 0; off < 2; off++) {
                 setenv("TESSERA_CUDA_FUSE", off ? "off" : "on", 1);
-                profile_run(m, false, 2, &tp[off], NULL, NULL);
+                profile_run(m, 2, &tp[off], NULL, NULL, NULL, NULL);
             }
             CHECK(tp[0].token == tp[1].token && !memcmp(&tp[0].logprob, &tp[1].logprob, sizeof tp[0].logprob) &&
                       !memcmp(tp[0].top_logprobs, tp[1].top_logprobs, sizeof tp[0].top_logprobs),

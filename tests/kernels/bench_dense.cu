@@ -6,9 +6,10 @@
  * QKV) and 3584 x 152064 (the LM head). Memory-bound: bytes = weights + x + y, against the
  * copy bandwidth; the weights rotate through enough copies to exceed the L2, so every call
  * streams them from HBM. b->tiny (emulator): small shapes, one pass, to prove it runs.
- * Rows dense_gemv_silu / dense_gemv+silu_mul: the gate/up GEMV fused with its SiLU·mul
- * (cuda_dense_gemv_silu, what the backend runs where the GEMV computes gate/up) against
- * the two kernels it replaces, both as pdl launches; bytes = weights + x + the BF16 output.
+ * Rows dense_gemv_silu / dense_gemv+silu_mul and skinny_gemm_silu / skinny_gemm+silu_mul:
+ * the gate/up GEMV or skinny GEMM fused with its SiLU·mul (what the backend runs where one
+ * of them computes gate/up) against the two kernels it replaces, all as pdl launches, at
+ * 1-16 tokens; bytes = weights + x + the BF16 output.
  */
 #include "kbench.h"
 
@@ -71,7 +72,8 @@ static void bench_pair(struct kbench *b, cublasHandle_t h, int64_t n_in, int64_t
  * gate | up matrix. */
 static void bench_gate_up_silu(struct kbench *b, int64_t dim, int64_t ffn, int nt)
 {
-    if (b->filter && !strstr("dense_gemv_silu", b->filter) && !strstr("dense_gemv+silu_mul", b->filter)) return;
+    if (b->filter && !strstr("dense_gemv_silu dense_gemv+silu_mul skinny_gemm_silu skinny_gemm+silu_mul", b->filter))
+        return;
     const size_t wbytes = (size_t)dim * 2 * ffn * 2;
     const int nc = b->tiny ? 1 : (int)(((size_t)256 << 20) / wbytes + 1);
     std::vector<void *> w(nc > 8 ? 8 : nc);
@@ -82,15 +84,27 @@ static void bench_gate_up_silu(struct kbench *b, int64_t dim, int64_t ffn, int n
     char shape[64];
     snprintf(shape, sizeof shape, "BF16 T=%d %lldx2x%lld pdl", nt, (long long)dim, (long long)ffn);
     int it = 0;
-    double s = kbench_time(b, [&] {
-        KB_CHECK(cuda_dense_gemv_silu(DT_BF16, w[it++ % w.size()], dim, ffn, x, act, DT_BF16, nt, 1, b->stream));
-    });
-    kbench_row(b, "dense_gemv_silu", shape, s, bytes, flops, KB_MEMORY);
-    s = kbench_time(b, [&] {
-        KB_CHECK(cuda_dense_gemv(DT_BF16, w[it++ % w.size()], dim, 2 * ffn, x, gu, 2 * ffn, nt, 1, b->stream));
-        KB_CHECK(cuda_silu_mul_rows(act, DT_BF16, gu, gu + ffn, 2 * ffn, nt, (int)ffn, 1, b->stream));
-    });
-    kbench_row(b, "dense_gemv+silu_mul", shape, s, bytes, flops, KB_MEMORY);
+    typedef int (*silu_fn)(enum dtype, const void *, int64_t, int64_t, const void *, void *, enum dtype, int, int,
+                           cudaStream_t);
+    typedef int (*plain_fn)(enum dtype, const void *, int64_t, int64_t, const void *, float *, int64_t, int, int,
+                            cudaStream_t);
+    const struct { const char *fused, *two; silu_fn f; plain_fn p; bool ok; } kinds[] = {
+        { "dense_gemv_silu", "dense_gemv+silu_mul", cuda_dense_gemv_silu, cuda_dense_gemv,
+          nt <= DENSE_GEMV_MAX_TOKENS },
+        { "skinny_gemm_silu", "skinny_gemm+silu_mul", cuda_skinny_gemm_silu, cuda_skinny_gemm, true },
+    };
+    for (const auto &k : kinds) {
+        if (!k.ok) continue;
+        double s = kbench_time(b, [&] {
+            KB_CHECK(k.f(DT_BF16, w[it++ % w.size()], dim, ffn, x, act, DT_BF16, nt, 1, b->stream));
+        });
+        kbench_row(b, k.fused, shape, s, bytes, flops, KB_MEMORY);
+        s = kbench_time(b, [&] {
+            KB_CHECK(k.p(DT_BF16, w[it++ % w.size()], dim, 2 * ffn, x, gu, 2 * ffn, nt, 1, b->stream));
+            KB_CHECK(cuda_silu_mul_rows(act, DT_BF16, gu, gu + ffn, 2 * ffn, nt, (int)ffn, 1, b->stream));
+        });
+        kbench_row(b, k.two, shape, s, bytes, flops, KB_MEMORY);
+    }
     for (void *p : w) cudaFree(p);
     cudaFree(x);
     cudaFree(act);
@@ -109,7 +123,7 @@ static void bench_dense(struct kbench *b)
         bench_pair(b, h, dim, qkv, nt);
         bench_pair(b, h, dim, vocab, nt);
     }
-    for (int nt : { 1, 2, 4, 8 }) bench_gate_up_silu(b, dim, ffn, nt);
+    for (int nt : { 1, 2, 4, 8, 16 }) bench_gate_up_silu(b, dim, ffn, nt);
     cublasDestroy(h);
 }
 KBENCH_REGISTER(bench_dense);

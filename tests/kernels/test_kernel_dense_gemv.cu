@@ -10,8 +10,9 @@
  * right after the kernel that writes its x (cuda_convert_f32 from F32, x poisoned before):
  * under the emulator every thread must wait for the previous grid (it checks that); on a
  * GPU a kernel that read x before waiting would read the poison.
- * cuda_dense_gemv_silu (gate/up and SiLU·mul in one kernel): bit for bit the two-kernel
- * path it replaces (cuda_dense_gemv into a [T][2 ffn] buffer, then cuda_silu_mul_rows),
+ * cuda_dense_gemv_silu and cuda_skinny_gemm_silu (gate/up and SiLU·mul in one kernel): bit
+ * for bit the two-kernel path each replaces (its plain kernel into a [T][2 ffn] buffer,
+ * then cuda_silu_mul_rows),
  * every output dtype, odd ffn (the last CTA with one pair), and within the output dtype's
  * rounding of the CPU twins (cpu_matmul_ref, cpu_silu_mul_rows).
  */
@@ -36,6 +37,15 @@ struct dense_kernel {
 };
 static const struct dense_kernel kernels[] = { { "dense_gemv", cuda_dense_gemv, DENSE_GEMV_MAX_TOKENS },
                                                { "skinny_gemm", cuda_skinny_gemm, SKINNY_GEMM_MAX_TOKENS } };
+
+/* Before a pdl launch: x poisoned, then written again from its F32 copy by the kernel the
+ * launch follows (cuda_convert_f32), so a kernel that read x before waiting reads NaN. */
+static void rewrite_x(kbuf<uint16_t> &d_x, const kbuf<float> &d_xf, enum dtype type, const char *what)
+{
+    d_x.poison();
+    int rc = cuda_convert_f32(d_x.ptr, type, d_xf.ptr, (int64_t)d_xf.n, 0);
+    CHECK(rc == 0, "%s: converting x returned %d", what, rc);
+}
 
 /* Inputs are 16-bit values widened exactly, so the GPU and the twin add the same F32
  * products in another order: |error| <= n_in * 2^-24 * sum |w x| (~1e-5 here: y ~ N(0, 1)),
@@ -67,11 +77,7 @@ static void gemv_case(const struct dense_kernel &k, enum dtype type, int nt, int
              (long long)n_out, (long long)ldy, pdl ? " pdl" : "");
     KTEST_SEEDS(s) {
         d_y.poison();
-        if (pdl) {
-            d_x.poison();
-            int rc = cuda_convert_f32(d_x.ptr, type, d_xf.ptr, (int64_t)xf.size(), 0);
-            CHECK(rc == 0, "%s: converting x returned %d", what, rc);
-        }
+        if (pdl) rewrite_x(d_x, d_xf, type, what);
         int rc = k.fn(type, d_w.ptr, n_in, n_out, d_x.ptr, d_y.ptr, ldy, nt, pdl, 0);
         CHECK(rc == 0, "%s: returned %d", what, rc);
         std::vector<float> got = d_y.download(), body((size_t)(nt * n_out));
@@ -117,7 +123,22 @@ static std::vector<float> act_to_f32(const std::vector<uint8_t> &b, enum dtype t
     return out;
 }
 
-static void silu_case(enum dtype type, enum dtype adt, int nt, int64_t n_in, int64_t ffn, int pdl, uint64_t seed)
+/* The fused gate/up + SiLU·mul kernels and the plain kernel each replaces. */
+typedef int (*silu_fn)(enum dtype, const void *, int64_t, int64_t, const void *, void *, enum dtype, int, int,
+                       cudaStream_t);
+struct silu_kernel {
+    const char *name;
+    silu_fn fn;
+    dense_fn plain;
+    int max_tokens;
+};
+static const struct silu_kernel silu_kernels[] = {
+    { "dense_gemv_silu", cuda_dense_gemv_silu, cuda_dense_gemv, DENSE_GEMV_MAX_TOKENS },
+    { "skinny_gemm_silu", cuda_skinny_gemm_silu, cuda_skinny_gemm, SKINNY_GEMM_MAX_TOKENS }
+};
+
+static void silu_case(const struct silu_kernel &k, enum dtype type, enum dtype adt, int nt, int64_t n_in, int64_t ffn,
+                      int pdl, uint64_t seed)
 {
     ktest_rng r(seed);
     std::vector<float> wf((size_t)(n_in * 2 * ffn)), xf((size_t)(nt * n_in));
@@ -144,24 +165,20 @@ static void silu_case(enum dtype type, enum dtype adt, int nt, int64_t n_in, int
     d_x.upload(xh);
     d_xf.upload(xf);
     char what[112];
-    snprintf(what, sizeof what, "dense_gemv_silu %s->%s T=%d %lldx2x%lld%s", bf ? "bf16" : "f16", dtype_name(adt), nt,
+    snprintf(what, sizeof what, "%s %s->%s T=%d %lldx2x%lld%s", k.name, bf ? "bf16" : "f16", dtype_name(adt), nt,
              (long long)n_in, (long long)ffn, pdl ? " pdl" : "");
     KTEST_SEEDS(s) {
         d_act.poison();
         d_two.poison();
-        if (pdl) {
-            d_x.poison();
-            int rc = cuda_convert_f32(d_x.ptr, type, d_xf.ptr, (int64_t)xf.size(), 0);
-            CHECK(rc == 0, "%s: converting x returned %d", what, rc);
-        }
-        int rc = cuda_dense_gemv_silu(type, d_w.ptr, n_in, ffn, d_x.ptr, d_act.ptr, adt, nt, pdl, 0);
+        if (pdl) rewrite_x(d_x, d_xf, type, what);
+        int rc = k.fn(type, d_w.ptr, n_in, ffn, d_x.ptr, d_act.ptr, adt, nt, pdl, 0);
         CHECK(rc == 0, "%s: returned %d", what, rc);
         /* the two kernels it replaces */
-        rc = cuda_dense_gemv(type, d_w.ptr, n_in, 2 * ffn, d_x.ptr, d_gu.ptr, 2 * ffn, nt, 0, 0);
+        rc = k.plain(type, d_w.ptr, n_in, 2 * ffn, d_x.ptr, d_gu.ptr, 2 * ffn, nt, 0, 0);
         rc = rc ? rc : cuda_silu_mul_rows(d_two.ptr, adt, d_gu.ptr, d_gu.ptr + ffn, 2 * ffn, nt, (int)ffn, 0, 0);
         CHECK(rc == 0, "%s: the two-kernel path returned %d", what, rc);
         const std::vector<uint8_t> got = d_act.download(), two = d_two.download();
-        CHECK(got == two, "%s: differs from gemv + silu_mul", what);
+        CHECK(got == two, "%s: differs from the plain kernel + silu_mul", what);
         const std::vector<float> gotf = act_to_f32(got, adt, n);
         CHECK_CLOSE_ARRAYS(what, gotf.data(), ref.data(), n,
                            adt == DT_F32 ? KTOL_F32 : adt == DT_F16 ? KTOL_F16 : KTOL_BF16);
@@ -175,26 +192,31 @@ static void test_dense_gemv_silu(void)
 {
     static const int64_t shapes[][2] = { { 8, 1 }, { 64, 37 }, { 1000, 9 }, { 3584, 24 }, { 256, 1001 } };
     uint64_t seed = 900;
-    for (enum dtype type : { DT_BF16, DT_F16 })
-        for (const auto &sh : shapes)
-            for (int nt = 1; nt <= DENSE_GEMV_MAX_TOKENS; nt++) {
-                if (sh[0] * sh[1] > 1 << 16 && nt != 1 && nt != 2 && nt != 8) continue; /* emulator time */
-                const enum dtype adt = seed % 3 == 0 ? DT_F32 : seed % 3 == 1 ? DT_F16 : DT_BF16;
-                silu_case(type, adt, nt, sh[0], sh[1], (int)((seed >> 1) & 1), seed);
-                seed++;
-            }
-    /* invalid: an activation dtype it cannot write, no output, a misaligned x */
-    kbuf<uint16_t> d_w(2 * 4 * 64 + 8), d_x(64 + 8);
-    kbuf<float> d_act(4);
-    CHECK(cuda_dense_gemv_silu(DT_BF16, d_w.ptr, 64, 4, d_x.ptr, d_act.ptr, DT_Q8_0, 1, 0, 0) ==
-              (int)cudaErrorInvalidValue, "Q8_0 activations accepted");
-    CHECK(cuda_dense_gemv_silu(DT_BF16, d_w.ptr, 64, 4, d_x.ptr, NULL, DT_F32, 1, 0, 0) == (int)cudaErrorInvalidValue,
-          "no output accepted");
-    CHECK(cuda_dense_gemv_silu(DT_BF16, d_w.ptr, 64, 4, d_x.ptr + 1, d_act.ptr, DT_F32, 1, 0, 0) ==
-              (int)cudaErrorInvalidValue, "misaligned x accepted");
-    CHECK(cuda_dense_gemv_silu(DT_F32, d_w.ptr, 64, 4, d_x.ptr, d_act.ptr, DT_F32, 1, 0, 0) ==
-              (int)cudaErrorInvalidValue, "F32 weights accepted");
-    CHECK(cuda_dense_gemv_silu(DT_BF16, d_w.ptr, 64, 0, d_x.ptr, d_act.ptr, DT_F32, 1, 0, 0) == 0, "no columns");
+    for (const auto &k : silu_kernels)
+        for (enum dtype type : { DT_BF16, DT_F16 })
+            for (const auto &sh : shapes)
+                for (int nt = 1; nt <= k.max_tokens; nt++) {
+                    if ((sh[0] * sh[1] > 1 << 16 || nt > 8) && nt != 1 && nt != 2 && nt != 8 && nt != 16)
+                        continue; /* emulator time */
+                    const enum dtype adt = seed % 3 == 0 ? DT_F32 : seed % 3 == 1 ? DT_F16 : DT_BF16;
+                    silu_case(k, type, adt, nt, sh[0], sh[1], (int)((seed >> 1) & 1), seed);
+                    seed++;
+                }
+    /* invalid: an activation dtype it cannot write, no output, a misaligned x, F32 weights,
+     * too many tokens */
+    kbuf<uint16_t> d_w(2 * 4 * 64 + 8), d_x(SKINNY_GEMM_MAX_TOKENS * 64 + 8);
+    kbuf<float> d_act(SKINNY_GEMM_MAX_TOKENS * 4);
+    const int inval = (int)cudaErrorInvalidValue;
+    for (const auto &k : silu_kernels) {
+        CHECK(k.fn(DT_BF16, d_w.ptr, 64, 4, d_x.ptr, d_act.ptr, DT_Q8_0, 1, 0, 0) == inval, "%s: Q8_0 output", k.name);
+        CHECK(k.fn(DT_BF16, d_w.ptr, 64, 4, d_x.ptr, NULL, DT_F32, 1, 0, 0) == inval, "%s: no output", k.name);
+        CHECK(k.fn(DT_BF16, d_w.ptr, 64, 4, d_x.ptr + 1, d_act.ptr, DT_F32, 1, 0, 0) == inval, "%s: misaligned x",
+              k.name);
+        CHECK(k.fn(DT_F32, d_w.ptr, 64, 4, d_x.ptr, d_act.ptr, DT_F32, 1, 0, 0) == inval, "%s: F32 weights", k.name);
+        CHECK(k.fn(DT_BF16, d_w.ptr, 64, 4, d_x.ptr, d_act.ptr, DT_F32, k.max_tokens + 1, 0, 0) == inval,
+              "%s: too many tokens", k.name);
+        CHECK(k.fn(DT_BF16, d_w.ptr, 64, 0, d_x.ptr, d_act.ptr, DT_F32, 1, 0, 0) == 0, "%s: no columns", k.name);
+    }
     for (float v : d_act.download()) CHECK(isnan(v), "a rejected or empty call wrote the output");
     CHECK_GUARD(d_act);
 }

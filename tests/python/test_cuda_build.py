@@ -119,7 +119,7 @@ def test_kernel_bench_runs_under_emulator():
     for family in ("attention_decode", "attention_prefill", "qmm_gemv", "qmm_bf16", "embedding",
                    "rmsnorm+residual", "head_rmsnorm", "rope+kv_write", "silu_mul", "sampling", "dense_gemv",
                    "skinny_gemm", "cublas_gemv", "dense_gemv_pdl", "skinny_gemm_pdl", "dense_gemv_silu",
-                   "dense_gemv+silu_mul"):
+                   "dense_gemv+silu_mul", "skinny_gemm_silu", "skinny_gemm+silu_mul"):
         assert family in rows, f"no bench row for {family}: {sorted(set(rows))}"
 
 

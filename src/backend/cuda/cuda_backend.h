@@ -296,9 +296,10 @@ int cu_weights_load(struct cuda_backend *b, char *err, size_t errlen);
 int cu_linear_forward(struct cuda_backend *b, const struct cu_linear *L, const void *x, float *y, int64_t ldy, int T);
 
 /* Whether layer cl's gate/up projection for T rows runs as one kernel with its SiLU·mul
- * (cuda_dense_gemv_silu): b->fuse, one dense gate | up matrix, and the GEMV chosen for T
- * rows. The fused kernel streams the same weights as that GEMV and saves the SiLU·mul
- * launch and the gate/up rows' round trip through memory, bit for bit the same act. */
+ * (cuda_dense_gemv_silu / cuda_skinny_gemm_silu): b->fuse, one dense gate | up matrix, and
+ * our GEMV or skinny GEMM chosen for T rows (not cuBLAS). The fused kernel streams the
+ * same weights as the chosen one and saves the SiLU·mul launch and the gate/up rows' round
+ * trip through memory, bit for bit the same act. */
 bool cu_gate_up_fused(const struct cuda_backend *b, const struct cu_layer *cl, const void *x, int T);
 
 /* act[t][j] = silu(gate) * up of layer cl's gate/up projection of x, T rows, in b->w.act

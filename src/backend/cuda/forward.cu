@@ -13,8 +13,8 @@
  *                                                            else cuda_attention_prefill
  *     delta = act @ Wo
  *     act = rmsnorm(x += delta)
- *     gu = act @ [Wg|Wu] ; act = silu(g) * u                 cuda_silu_mul_rows (where the GEMV computes
- *                                                            gate/up: one kernel, cuda_dense_gemv_silu,
+ *     gu = act @ [Wg|Wu] ; act = silu(g) * u                 cuda_silu_mul_rows (where our GEMV or skinny
+ *                                                            GEMM computes gate/up: one kernel, *_silu,
  *                                                            its rows in gu's memory; cu_gate_up_fused)
  *     delta = act @ Wd
  *   logits rows only: xl = x[rows] + delta[rows] (gathered), rmsnorm, @ Wout

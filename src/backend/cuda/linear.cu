@@ -127,7 +127,7 @@ bool cu_gate_up_fused(const struct cuda_backend *b, const struct cu_layer *cl, c
         T > CU_TUNED_TOKENS)
         return false;
     const enum cu_linear_kernel k = (enum cu_linear_kernel)L->kern[T];
-    return (k == CU_LK_GEMV || k == CU_LK_GEMV_PDL) && can_run(k, L, dense_x(b, L, x), T);
+    return k != CU_LK_CUBLAS && can_run(k, L, dense_x(b, L, x), T);
 }
 
 int cu_gate_up_silu(struct cuda_backend *b, const struct cu_layer *cl, const void *x, void *act, int T)
@@ -136,8 +136,10 @@ int cu_gate_up_silu(struct cuda_backend *b, const struct cu_layer *cl, const voi
     const void *xb;
     int e = dense_input(b, L, x, T, &xb);
     if (e) return e;
-    return cuda_dense_gemv_silu(L->type, L->w, L->n_in, b->ffn, xb, act, b->w.act, T,
-                                L->kern[T] == CU_LK_GEMV_PDL, b->stream);
+    const enum cu_linear_kernel k = (enum cu_linear_kernel)L->kern[T];
+    if (k == CU_LK_GEMV || k == CU_LK_GEMV_PDL)
+        return cuda_dense_gemv_silu(L->type, L->w, L->n_in, b->ffn, xb, act, b->w.act, T, is_pdl(k), b->stream);
+    return cuda_skinny_gemm_silu(L->type, L->w, L->n_in, b->ffn, xb, act, b->w.act, T, is_pdl(k), b->stream);
 }
 
 /* ---- the start-up measurement --------------------------------------------------------- */
