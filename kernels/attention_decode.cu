@@ -34,14 +34,18 @@
  *     p = 2^(s - m) <= 256 is used as is, so rescaling is rare.
  *   - O += P V on tensor cores, P split into hi + lo like Q; each warp owns a slice of
  *     head_dim columns of O (its accumulator fragments), so no cross-warp reduction.
- * Split-K (flash-decoding): with few (sequence, kv head) pairs and long contexts the
- * context is cut into partitions of partition_size positions, one thread block each;
- * each writes its unnormalised O, m and l to the workspace and
- * attention_decode_reduce_kernel (one warp per (sequence, query head)) combines them:
+ * Split-K (flash-decoding): with few (sequence, kv head) pairs the context is cut into
+ * partitions, one thread block each; each writes its unnormalised O, m and l to the
+ * workspace and attention_decode_reduce_kernel (one thread block per (sequence, query
+ * head), its warps taking every fourth partition) combines them:
  *   out = sum_p 2^(m_p - M) O_p / sum_p 2^(m_p - M) l_p,  M = max_p m_p.
- * A sequence whose context fits one partition is written directly by its block and
- * skipped by the reduce. The automatic partition size fills one wave of resident blocks
- * (ad_auto_partition).
+ * Each sequence is split on its own (ad_split_of): into as many equal partitions of at
+ * least partition_size positions as its context holds, at most max_partitions (the grid's
+ * x dimension). The automatic cap fills one wave of resident blocks (ad_wave_partitions):
+ * a decode step's few sequences otherwise leave most multiprocessors idle while a handful
+ * of blocks walk their contexts tile after tile, each tile a memory round trip. A sequence
+ * whose context fits one partition is written directly by its block and skipped by the
+ * reduce.
  *
  * CPU twin: cpu_paged_attention (src/backend/cpu/ops.c) over the same pool bytes.
  */
@@ -57,7 +61,7 @@ constexpr int AD_THREADS = 128;
 constexpr int AD_WARPS = AD_THREADS / 32;
 constexpr int AD_ROWS = 16;             /* query heads per thread block: the wmma M dimension */
 constexpr int AD_BLOCKS_PER_SM = 4;     /* resident blocks per SM: __launch_bounds__ caps registers at 128 */
-constexpr int AD_MIN_PART = 256;        /* smallest automatic partition (bounds the workspace) */
+constexpr int AD_MIN_PART = 64;         /* smallest automatic partition: one tile at head_dim 128 */
 constexpr float AD_RESCALE_LOG2 = 8.0f; /* raise a row's reference max only past 2^8 */
 constexpr float AD_LOG2E = 1.4426950408889634f;
 
@@ -99,7 +103,24 @@ template <typename T, int HD, int TILE> struct alignas(128) ad_smem {
     int flag[AD_WARPS];
 };
 
-__device__ __forceinline__ int ad_imin(int a, int b) { return a < b ? a : b; }
+__host__ __device__ __forceinline__ int ad_imin(int a, int b) { return a < b ? a : b; }
+
+/* How one sequence of ctx positions is split: n partitions of size positions each (the
+ * last one shorter), n = min(ceil(ctx / part), nparts), the sizes equal and rounded up to
+ * 64 positions (16 when part is not a multiple of 64), n recounted after the rounding.
+ * The attention kernel and the reduce agree through this one function. */
+struct ad_split {
+    int n, size;
+};
+__host__ __device__ __forceinline__ ad_split ad_split_of(int ctx, int part, int nparts)
+{
+    if (ctx <= 0) return ad_split{ 0, part };
+    int n = ad_imin((ctx + part - 1) / part, nparts);
+    const int gran = part % 64 == 0 ? 64 : 16;
+    int size = (ctx + n - 1) / n;
+    size = (size + gran - 1) / gran * gran;
+    return ad_split{ (ctx + size - 1) / size, size };
+}
 
 /* Two e4m3 codes (bits 0-7 and 16-23 of x) -> two f16 holding value * 2^-8: sign to bit
  * 15, exponent and mantissa shifted into f16 position (subnormals map to subnormals). */
@@ -194,9 +215,9 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
     const int nrows = ad_imin(AD_ROWS, group - hg * AD_ROWS);
 
     const int ctx = ad_imin(seq_lens[s], max_ctx);
-    const int np_s = ctx > 0 ? (ctx + part - 1) / part : 0;
-    if (pidx >= (np_s > 0 ? np_s : 1)) return; /* an empty partition: nothing to do */
-    const bool direct = np_s <= 1;              /* this block writes out itself */
+    const ad_split split = ad_split_of(ctx, part, nparts);
+    if (pidx >= (split.n > 0 ? split.n : 1)) return; /* an empty partition: nothing to do */
+    const bool direct = split.n <= 1;                 /* this block writes out itself */
 
     if (ctx <= 0) { /* batch padding: all-zero output */
         for (int i = tid; i < nrows * (HD / 4); i += AD_THREADS) {
@@ -205,26 +226,9 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
         }
         return;
     }
-    const int p_start = pidx * part;
-    const int p_end = ad_imin(p_start + part, ctx);
+    const int p_start = pidx * split.size;
+    const int p_end = ad_imin(p_start + split.size, ctx);
     const int ntiles = (p_end - p_start + TILE - 1) / TILE;
-
-    /* ---- Q: rows h0 .. h0 + nrows, split into hi + lo 16-bit terms, zero rows after (the
-     * first barrier of the tile loop publishes them) ---- */
-    for (int i = tid; i < AD_ROWS * (HD / 4); i += AD_THREADS) {
-        int r = i / (HD / 4), c = 4 * (i % (HD / 4));
-        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (r < nrows) x = *(const float4 *)(q + s * q_stride + (int64_t)(h0 + r) * HD + c);
-        T *hi = &sm.q[0][r][c], *lo = &sm.q[1][r][c];
-        const float xs[4] = { x.x, x.y, x.z, x.w };
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            T h = ts_from_float<T>(xs[e]);
-            hi[e] = h;
-            lo[e] = ts_from_float<T>(xs[e] - ts_to_float<T>(h));
-        }
-    }
-
     /* ---- pool addressing: chunk j of this thread is row (tid + j * 128) / CPR of a tile ---- */
     const int32_t *bt = block_tables + (int64_t)s * max_blocks_per_seq;
     const int bs_mask = (1 << bs_log2) - 1;
@@ -280,8 +284,25 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
         l_part[k] = 0.0f;
     }
 
+    /* the first tile's loads go out before Q is read, so their latencies overlap */
     load_tile(0, 0, rk);
     if (DEEP) load_tile(0, 1, rv);
+
+    /* ---- Q: rows h0 .. h0 + nrows, split into hi + lo 16-bit terms, zero rows after (the
+     * first barrier of the tile loop publishes them) ---- */
+    for (int i = tid; i < AD_ROWS * (HD / 4); i += AD_THREADS) {
+        int r = i / (HD / 4), c = 4 * (i % (HD / 4));
+        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (r < nrows) x = *(const float4 *)(q + s * q_stride + (int64_t)(h0 + r) * HD + c);
+        T *hi = &sm.q[0][r][c], *lo = &sm.q[1][r][c];
+        const float xs[4] = { x.x, x.y, x.z, x.w };
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            T h = ts_from_float<T>(xs[e]);
+            hi[e] = h;
+            lo[e] = ts_from_float<T>(xs[e] - ts_to_float<T>(h));
+        }
+    }
 
     for (int it = 0; it < ntiles; it++) {
         const int t0 = p_start + it * TILE;
@@ -432,22 +453,25 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
 }
 
 /* Combines the partitions of every (sequence, query head) whose context spans more than
- * one; one warp each, 4 per block, 4 head_dim columns per lane. */
+ * one: one thread block each. Every warp finds M and sum_p 2^(m_p - M) l_p over all the
+ * partitions (the same values in each warp), then sums 2^(m_p - M) O_p over every fourth
+ * partition, 4 head_dim columns per lane; the four warps' sums are added in shared memory
+ * in a fixed order. */
 template <int HD>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(AD_THREADS)
 attention_decode_reduce_kernel(void *__restrict__ out,            /* [num_seqs][n_heads][HD] of out_dtype */
                                int out_dtype,
                                const float *__restrict__ ws_o,    /* [num_seqs][n_heads][nparts][HD] */
                                const float2 *__restrict__ ws_ml,  /* [num_seqs][n_heads][nparts] */
                                const int32_t *__restrict__ seq_lens, /* [num_seqs] */
-                               int num_seqs, int n_heads, int max_ctx, int part, int nparts)
+                               int n_heads, int max_ctx, int part, int nparts)
 {
     ts_pdl_begin();
-    const int lane = threadIdx.x & 31;
-    const int64_t sh = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
-    if (sh >= (int64_t)num_seqs * n_heads) return;
+    TS_SHARED(float4, acc_sm, [AD_WARPS][HD / 4]);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t sh = blockIdx.x; /* (sequence, query head) */
     const int ctx = ad_imin(seq_lens[sh / n_heads], max_ctx);
-    const int np_s = ctx > 0 ? (ctx + part - 1) / part : 0;
+    const int np_s = ad_split_of(ctx, part, nparts).n;
     if (np_s <= 1) return; /* written by the attention kernel */
     const float2 *ml = ws_ml + sh * nparts;
     float mx = -INFINITY;
@@ -459,7 +483,8 @@ attention_decode_reduce_kernel(void *__restrict__ out,            /* [num_seqs][
     const float4 *o = (const float4 *)(ws_o + sh * nparts * HD);
     for (int c4 = lane; c4 < HD / 4; c4 += 32) {
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int p = 0; p < np_s; p++) {
+#pragma unroll 4
+        for (int p = warp; p < np_s; p += AD_WARPS) {
             const float w = exp2f(ml[p].x - mx);
             const float4 v = o[(int64_t)p * (HD / 4) + c4];
             acc.x += w * v.x;
@@ -467,8 +492,20 @@ attention_decode_reduce_kernel(void *__restrict__ out,            /* [num_seqs][
             acc.z += w * v.z;
             acc.w += w * v.w;
         }
-        ad_store4(out, out_dtype, sh * HD + 4 * c4,
-                  make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+        acc_sm[warp][c4] = acc;
+    }
+    __syncthreads();
+    for (int c4 = threadIdx.x; c4 < HD / 4; c4 += AD_THREADS) {
+        float4 acc = acc_sm[0][c4];
+#pragma unroll
+        for (int w = 1; w < AD_WARPS; w++) {
+            const float4 v = acc_sm[w][c4];
+            acc.x += v.x;
+            acc.y += v.y;
+            acc.z += v.z;
+            acc.w += v.w;
+        }
+        ad_store4(out, out_dtype, sh * HD + 4 * c4, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
     }
 }
 
@@ -478,7 +515,7 @@ namespace {
 
 typedef void (*ad_kernel_fn)(void *, int, float *, float2 *, const float *, int64_t, const uint8_t *, int, int,
                              const int32_t *, const int32_t *, int, int, int, int, int, int, int, float, float);
-typedef void (*ad_reduce_fn)(void *, int, const float *, const float2 *, const int32_t *, int, int, int, int, int);
+typedef void (*ad_reduce_fn)(void *, int, const float *, const float2 *, const int32_t *, int, int, int, int);
 
 template <typename KV> ad_kernel_fn ad_pick(int head_dim)
 {
@@ -500,48 +537,50 @@ ad_reduce_fn ad_pick_reduce(int head_dim)
     }
 }
 
-int ad_partitions(int max_seq_len, int part) { return max_seq_len <= 0 ? 1 : (max_seq_len + part - 1) / part; }
-
-/* Positions per partition when the caller leaves it to us. base_blocks thread blocks
- * exist without splitting (sequences x kv heads x head groups). The kernel is bound by
- * memory latency and bandwidth, so what matters is how many blocks run at once, each with
- * one tile of loads in flight: AD_BLOCKS_PER_SM per multiprocessor fit (registers), and
- * blocks that all fit progress at the same rate whatever SM they landed on. So the context
- * is split into as many partitions as still fit one wave of resident blocks (at least
- * AD_MIN_PART positions each, rounded to 64); a grid that already fills or overflows the
- * GPU stays unsplit. Tune on a GPU with the bench's forced-partition rows. */
-int ad_auto_partition(int base_blocks, int max_seq_len, int num_sms)
+/* The grid's partitions per sequence: enough for the longest context, at most the cap. */
+int ad_partitions(int max_seq_len, int part, int max_partitions)
 {
-    const int whole = max_seq_len <= 16 ? 16 : (max_seq_len + 15) / 16 * 16;
-    int64_t n = (int64_t)AD_BLOCKS_PER_SM * num_sms / base_blocks;
-    const int64_t cap = (max_seq_len + AD_MIN_PART - 1) / AD_MIN_PART;
-    if (n > cap) n = cap;
-    if (n <= 1) return whole;
-    const int64_t part = (max_seq_len + n - 1) / n;
-    return (int)((part + 63) / 64 * 64);
+    const int n = max_seq_len <= 0 ? 1 : (max_seq_len + part - 1) / part;
+    return max_partitions > 0 && max_partitions < n ? max_partitions : n;
 }
+
+int ad_hgroups(int n_heads, int n_kv_heads) { return (n_heads / n_kv_heads + AD_ROWS - 1) / AD_ROWS; }
 
 } /* namespace */
 
 extern "C" size_t cuda_attention_decode_workspace_size(int num_seqs, int n_heads, int head_dim, int max_seq_len,
-                                                       int partition_size)
+                                                       int partition_size, int max_partitions)
 {
-    if (num_seqs <= 0 || n_heads <= 0 || head_dim <= 0 || max_seq_len <= 0 || partition_size < 0) return 0;
-    const int np = ad_partitions(max_seq_len, partition_size > 0 ? partition_size : AD_MIN_PART);
+    if (num_seqs <= 0 || n_heads <= 0 || head_dim <= 0 || max_seq_len <= 0 || partition_size < 0 ||
+        max_partitions < 0)
+        return 0;
+    const int np = ad_partitions(max_seq_len, partition_size > 0 ? partition_size : AD_MIN_PART, max_partitions);
     if (np <= 1) return 0;
     return (size_t)num_seqs * (size_t)n_heads * (size_t)np * (size_t)(head_dim + 2) * sizeof(float);
+}
+
+/* Blocks that all fit progress at the same rate whatever multiprocessor they landed on, so
+ * the partitions that help are those that still fit one wave of resident blocks
+ * (AD_BLOCKS_PER_SM per multiprocessor, from the register cap); a grid that fills the GPU
+ * unsplit stays unsplit. */
+extern "C" int cuda_attention_decode_max_partitions(int num_seqs, int n_heads, int n_kv_heads, int num_sms)
+{
+    if (num_seqs <= 0 || n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || num_sms <= 0) return 1;
+    const int64_t base = (int64_t)num_seqs * n_kv_heads * ad_hgroups(n_heads, n_kv_heads);
+    const int64_t n = (int64_t)AD_BLOCKS_PER_SM * num_sms / base;
+    return n < 1 ? 1 : n > 65535 ? 65535 : (int)n;
 }
 
 extern "C" int cuda_attention_decode(void *out, enum dtype out_dtype, const float *q, int64_t q_stride,
                                      const struct kv_layer *kv,
                                      const int32_t *seq_lens, const int32_t *block_tables, int max_blocks_per_seq,
                                      int num_seqs, int n_heads, float scale, int max_seq_len, int partition_size,
-                                     void *workspace, size_t workspace_bytes, int pdl, cudaStream_t stream)
+                                     int max_partitions, void *workspace, size_t workspace_bytes, int pdl, cudaStream_t stream)
 {
     if (num_seqs == 0) return cudaSuccess;
     if (!out || !q || !kv || !kv->data || !seq_lens || !block_tables || num_seqs < 0 || num_seqs > 65535 ||
         n_heads <= 0 || kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads != 0 || max_seq_len < 0 ||
-        partition_size < 0 || partition_size % 16 != 0 || max_blocks_per_seq <= 0 ||
+        partition_size < 0 || partition_size % 16 != 0 || max_partitions < 0 || max_blocks_per_seq <= 0 ||
         q_stride < (int64_t)n_heads * kv->head_dim || q_stride % 4 != 0 || ((uintptr_t)q & 15) != 0 ||
         ((uintptr_t)out & 15) != 0 || ((uintptr_t)kv->data & 15) != 0)
         return cudaErrorInvalidValue;
@@ -576,17 +615,18 @@ extern "C" int cuda_attention_decode(void *out, enum dtype out_dtype, const floa
     const int64_t esize = kv->dtype == KV_FP8_E4M3 ? 1 : 2;
     if ((int64_t)kv->n_kv_heads * bs * kv->head_dim * esize > INT32_MAX / 2)
         return cudaErrorInvalidValue; /* the kernel addresses within a block in 32 bits */
-    const int group = n_heads / kv->n_kv_heads, hgroups = (group + AD_ROWS - 1) / AD_ROWS;
+    const int group = n_heads / kv->n_kv_heads, hgroups = ad_hgroups(n_heads, kv->n_kv_heads);
     if ((int64_t)kv->n_kv_heads * hgroups > 65535) return cudaErrorInvalidValue;
-    int part = partition_size;
-    if (part == 0) {
+    const int part = partition_size > 0 ? partition_size : AD_MIN_PART;
+    int cap = max_partitions;
+    if (cap == 0) {
         int dev = 0, sms = 0;
         cudaError_t e = cudaGetDevice(&dev);
         if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
         if (e != cudaSuccess) return (int)e;
-        part = ad_auto_partition(num_seqs * kv->n_kv_heads * hgroups, max_seq_len, sms);
+        cap = cuda_attention_decode_max_partitions(num_seqs, n_heads, kv->n_kv_heads, sms);
     }
-    const int nparts = ad_partitions(max_seq_len, part);
+    const int nparts = ad_partitions(max_seq_len, part, cap);
     float *ws_o = nullptr;
     float2 *ws_ml = nullptr;
     if (nparts > 1) {
@@ -605,9 +645,8 @@ extern "C" int cuda_attention_decode(void *out, enum dtype out_dtype, const floa
     if (nparts > 1) {
         int e = TS_LAUNCH_RESULT();
         if (e != 0) return e;
-        unsigned blocks = ts_div_up((size_t)num_seqs * n_heads, 4);
-        TS_LAUNCH_PDL(red, blocks, 128, 0, stream, pdl, out, (int)out_dtype, ws_o, ws_ml, seq_lens, num_seqs,
-                      n_heads, max_ctx, part, nparts);
+        TS_LAUNCH_PDL(red, (unsigned)(num_seqs * n_heads), AD_THREADS, 0, stream, pdl, out, (int)out_dtype, ws_o,
+                      ws_ml, seq_lens, n_heads, max_ctx, part, nparts);
     }
     return TS_LAUNCH_RESULT();
 }

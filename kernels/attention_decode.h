@@ -30,11 +30,17 @@ extern "C" {
 #include "util/tensor.h"
 
 /* Bytes of workspace cuda_attention_decode needs for a batch of at most num_seqs
- * sequences whose seq_lens are all <= max_seq_len, with the same partition_size argument
- * (0 = automatic). An upper bound for every partition count the launcher can choose, so
- * a backend sizes it once for its largest batch and context. 0 when no split can happen. */
+ * sequences whose seq_lens are all <= max_seq_len, with the same partition_size and
+ * max_partitions arguments (0 = automatic). An upper bound for every partition count the
+ * launcher can choose, so a backend sizes it once for its largest batch and context.
+ * 0 when no split can happen. */
 size_t cuda_attention_decode_workspace_size(int num_seqs, int n_heads, int head_dim,
-                                            int max_seq_len, int partition_size);
+                                            int max_seq_len, int partition_size, int max_partitions);
+
+/* The automatic max_partitions for num_seqs sequences on a device of num_sms
+ * multiprocessors: as many partitions per sequence as still fit one wave of resident
+ * thread blocks (>= 1). A caller that captures graphs computes it once per batch size. */
+int cuda_attention_decode_max_partitions(int num_seqs, int n_heads, int n_kv_heads, int num_sms);
 
 /* Decode attention over the paged KV pool (the new token's K/V already written there).
  *   out:          [num_seqs][n_heads][head_dim] of out_dtype (DT_F32, DT_F16, DT_BF16),
@@ -51,8 +57,13 @@ size_t cuda_attention_decode_workspace_size(int num_seqs, int n_heads, int head_
  *                 block_size) are never read
  *   scale:        usually 1 / sqrt(head_dim)
  *   max_seq_len:  host-side bound on every seq_lens[s] (chooses the partitioning)
- *   partition_size: context positions per thread block, a multiple of 16; 0 picks one
- *                 from the context length and the multiprocessor count
+ *   partition_size: the fewest context positions per thread block, a multiple of 16
+ *                 (0: 64); max_partitions: the most thread blocks per sequence and kv
+ *                 head (0: cuda_attention_decode_max_partitions for this device). Each
+ *                 sequence is split on its own into n = min(ceil(seq_lens[s] /
+ *                 partition_size), P) partitions of equal size (rounded up to 64
+ *                 positions, 16 if partition_size is not a multiple of 64), where
+ *                 P = min(ceil(max_seq_len / partition_size), max_partitions)
  *   workspace:    device memory, 16-byte aligned, >= cuda_attention_decode_workspace_size()
  *                 bytes (may be NULL when that is 0); scratch, overwritten
  *   pdl:          non-zero: both kernels are programmatic dependent launches (common.cuh,
@@ -64,7 +75,7 @@ int cuda_attention_decode(void *out, enum dtype out_dtype, const float *q, int64
                           const struct kv_layer *kv, const int32_t *seq_lens,
                           const int32_t *block_tables, int max_blocks_per_seq, int num_seqs,
                           int n_heads, float scale, int max_seq_len, int partition_size,
-                          void *workspace, size_t workspace_bytes, int pdl, cudaStream_t stream);
+                          int max_partitions, void *workspace, size_t workspace_bytes, int pdl, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -12,8 +12,9 @@
 # --load-format dummy: decode step times at batch 1 / 8 / 64 / 256, the TTFT of one
 # 1,024-token prompt, GPU idle between steps, the batch-1 and batch-8 forwards kernel by
 # kernel (tool_bench_cuda --profile), the dense linears' start-up kernel choice against
-# cuBLAS only (TESSERA_CUDA_LINEAR=cublas) and without programmatic dependent launches
-# (TESSERA_CUDA_PDL=off), and
+# cuBLAS only (TESSERA_CUDA_LINEAR=cublas), without programmatic dependent launches
+# (TESSERA_CUDA_PDL=off) and with the decode attention's earlier fixed split
+# (TESSERA_CUDA_DECODE_SPLIT=fixed), and
 # scripts/bench_serving.py at 256 concurrent requests with BF16 and FP8 KV; on a machine
 # with 2 or more GPUs, the same model with --tensor-parallel-size 2 (greedy text = one
 # GPU's, serving throughput). Prints one
@@ -410,6 +411,14 @@ else
     if [ -n "$(step1 "$OUT/bench-cuda-qwen7b-nopdl.txt")" ]; then st=INFO; else st=FAIL; fi
     row "Qwen2.5-7B dummy: pdl launches vs none" "$st" \
         "batch 1 $(step1 "$OUT/bench-cuda-qwen7b.txt") vs $(step1 "$OUT/bench-cuda-qwen7b-nopdl.txt") ms, batch 8 $(step8 "$OUT/bench-cuda-qwen7b.txt") vs $(step8 "$OUT/bench-cuda-qwen7b-nopdl.txt") ms"
+    # the decode attention's split (src/backend/cuda/forward.cu, cu_decode_split): partitions
+    # of 64+ positions filling one wave of blocks, against the fixed 512-position rule before
+    TESSERA_CUDA_DECODE_SPLIT=fixed TESSERA_CUDA_LIB=build/libtessera-cuda.so timeout 240 build/tests/tool_bench_cuda \
+        "$QWEN_DIR" --dummy --kv-cache-dtype bf16 --max-num-seqs 8 --steps 32 \
+        >"$OUT/bench-cuda-qwen7b-fixedsplit.txt" 2>"$OUT/bench-cuda-qwen7b-fixedsplit.log"
+    if [ -n "$(step1 "$OUT/bench-cuda-qwen7b-fixedsplit.txt")" ]; then st=INFO; else st=FAIL; fi
+    row "Qwen2.5-7B dummy: decode split by wave vs fixed" "$st" \
+        "batch 1 $(step1 "$OUT/bench-cuda-qwen7b.txt") vs $(step1 "$OUT/bench-cuda-qwen7b-fixedsplit.txt") ms, batch 8 $(step8 "$OUT/bench-cuda-qwen7b.txt") vs $(step8 "$OUT/bench-cuda-qwen7b-fixedsplit.txt") ms"
     if [ "${SKIP_SERVING:-0}" = 1 ]; then
         row "bench_serving (Qwen2.5-7B dummy)" SKIP "SKIP_SERVING=1"
     elif [ -f "$QWEN_DIR/tokenizer.json" ]; then

@@ -6,7 +6,11 @@
  *   S=64 ctx=2048          the issue's target: >= 80% of copy bandwidth with a BF16 cache,
  *                          and the FP8 cache in <= 0.6x the BF16 time (printed after the rows)
  *   part=512, nosplit      the same batch with the partitioning forced (automatic: two
- *                          partitions of 1024), to tune ad_auto_partition on a real GPU
+ *                          partitions of 1024), to tune the automatic cap on a real GPU
+ *   S=1 / S=8 ctx=1024     the batch-1 and batch-8 decode steps' shapes (tool_bench_cuda's
+ *                          context): automatic (16 partitions of 64 positions) against
+ *                          "part=512" (fixed: the backend's split before the automatic cap,
+ *                          TESSERA_CUDA_DECODE_SPLIT=fixed)
  *   S=8 ctx=4096, S=1 ctx=32768   few sequences, long contexts: split-K must fill the GPU
  *   S=256 ctx=512          many short contexts
  * Blocks are interleaved across sequences (a pool after some churn), not contiguous.
@@ -20,6 +24,7 @@ extern "C" {
 #include "util/kv_dtype.h"
 }
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +34,7 @@ extern "C" {
 static double bench_one(struct kbench *b, const char *label, int num_seqs, int ctx, int partition,
                         enum kv_dtype kvt)
 {
+    const int max_partitions = partition ? INT_MAX : 0; /* a forced partition size is not capped */
     const int nh = b->tiny ? 7 : 28, nkv = b->tiny ? 1 : 4, hd = 128, bs = 16;
     const int max_blocks = (ctx + bs - 1) / bs, num_blocks = num_seqs * max_blocks;
     std::vector<int32_t> meta((size_t)num_seqs + (size_t)num_blocks);
@@ -49,11 +55,11 @@ static double bench_one(struct kbench *b, const char *label, int num_seqs, int c
     kv.k_scale = kv.v_scale = 1.0f;
     float *q = (float *)kbench_alloc_filled((size_t)num_seqs * nh * hd * 4, 0x3c);
     void *out = kbench_alloc_filled((size_t)num_seqs * nh * hd * 2, 0x3c);
-    const size_t ws_bytes = cuda_attention_decode_workspace_size(num_seqs, nh, hd, ctx, partition);
+    const size_t ws_bytes = cuda_attention_decode_workspace_size(num_seqs, nh, hd, ctx, partition, max_partitions);
     void *ws = kbench_alloc_filled(ws_bytes, 0x3c);
     double s = kbench_time(b, [&] {
         KB_CHECK(cuda_attention_decode(out, DT_BF16, q, (int64_t)nh * hd, &kv, d_meta, d_meta + num_seqs, max_blocks,
-                                     num_seqs, nh, 0.08838835f, ctx, partition, ws, ws_bytes, 0,
+                                       num_seqs, nh, 0.08838835f, ctx, partition, max_partitions, ws, ws_bytes, 0,
                                        b->stream));
     });
     double bytes = (double)num_seqs * ctx * nkv * 2.0 * hd * kv_dtype_size(kvt) + (double)num_seqs * nh * hd * (4 + 2);
@@ -84,10 +90,18 @@ static void bench_attention_decode(struct kbench *b)
     bench_one(b, "S=64 ctx=2048 part=512", 64, 2048, 512, KV_BF16);
     bench_one(b, "S=64 ctx=2048 nosplit", 64, 2048, 2048, KV_BF16);
     bench_one(b, "S=64 ctx=2048 part=512", 64, 2048, 512, KV_FP8_E4M3);
+    const double s1 = bench_one(b, "S=1 ctx=1024", 1, 1024, 0, KV_BF16);
+    const double s1f = bench_one(b, "S=1 ctx=1024 part=512", 1, 1024, 512, KV_BF16);
+    const double s8 = bench_one(b, "S=8 ctx=1024", 8, 1024, 0, KV_BF16);
+    const double s8f = bench_one(b, "S=8 ctx=1024 part=512", 8, 1024, 512, KV_BF16);
+    bench_one(b, "S=8 ctx=1024", 8, 1024, 0, KV_FP8_E4M3);
     bench_one(b, "S=8 ctx=4096", 8, 4096, 0, KV_BF16);
     bench_one(b, "S=1 ctx=32768", 1, 32768, 0, KV_BF16);
     bench_one(b, "S=1 ctx=32768", 1, 32768, 0, KV_FP8_E4M3);
     bench_one(b, "S=256 ctx=512", 256, 512, 0, KV_BF16);
     printf("attention_decode fp8/bf16 time at S=64 ctx=2048: %.2f (target <= 0.60)\n", t8 / t16);
+    printf("attention_decode automatic/fixed-512 split time at ctx=1024: S=1 %.2f, S=8 %.2f "
+           "(x 28 layers: %.0f / %.0f us per step saved)\n",
+           s1 / s1f, s8 / s8f, 28e6 * (s1f - s1), 28e6 * (s8f - s8));
 }
 KBENCH_REGISTER(bench_attention_decode);

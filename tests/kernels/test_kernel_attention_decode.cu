@@ -11,8 +11,10 @@
  * thread blocks per kv head); head_dim 96; q read in place from a fused QKV row; a
  * max_seq_len far above the real contexts (empty partitions); Qwen2.5-7B's 28 heads over 4
  * kv heads (BF16, FP8; split automatically); scores that climb past the kernel's
- * lazy-rescale threshold tile after tile (the O rescale path), split and unsplit; invalid
- * arguments. Block tables are a random permutation of the pool; every cache slot no
+ * lazy-rescale threshold tile after tile (the O rescale path), split and unsplit;
+ * per-sequence splits under caps of 1, 2, 3 partitions and none (one grid holding
+ * sequences split 1 to 5 ways), and the batch-1 / batch-8 decode steps' shapes split
+ * automatically; invalid arguments. Block tables are a random permutation of the pool; every cache slot no
  * sequence owns (whole blocks, the tail of each last block, table entries past a
  * sequence's blocks, which point at NaN blocks) holds NaN, so reading one fails. */
 #include "ktest_paged.h"
@@ -28,10 +30,11 @@ struct ad_case {
     enum kv_dtype kvt;
     enum dtype out;
     std::vector<int> seq_lens;
-    int partition_size; /* 0: automatic */
+    int partition_size; /* the smallest partition; 0: automatic (64) */
     int extra_max;      /* max_seq_len = max(seq_lens) + extra_max */
     bool fused_q;       /* q read from a [S][(n_heads + 2 n_kv_heads) head_dim] buffer */
     bool climbing;      /* scores rise along the context: forces O rescales */
+    int max_partitions; /* 0: automatic (one wave of resident blocks) */
 };
 
 /* Bounds. The kernel feeds the tensor cores Q and the probabilities P as two 16-bit terms
@@ -82,7 +85,8 @@ static void run_case(const ad_case &c, uint64_t seed)
             q_dense[(size_t)s * nh * hd + i] = x;
         }
 
-    const size_t ws_bytes = cuda_attention_decode_workspace_size(num_seqs, nh, hd, max_seq_len, c.partition_size);
+    const size_t ws_bytes =
+        cuda_attention_decode_workspace_size(num_seqs, nh, hd, max_seq_len, c.partition_size, c.max_partitions);
     kbuf<unsigned char> d_pool(pool.size()), d_out((size_t)num_seqs * nh * hd * ktest_act_size(c.out));
     kbuf<unsigned char> d_ws(std::max<size_t>(ws_bytes, 16));
     kbuf<float> d_q(q.size());
@@ -105,13 +109,14 @@ static void run_case(const ad_case &c, uint64_t seed)
         ktest_attention_ref(hkv, q_dense.data(), qstart, seq_lens, bt, max_blocks, num_seqs, nh, scale);
 
     char what[200];
-    snprintf(what, sizeof what, "%s (hd %d, %d/%d heads, bs %d, kv %s, out %s, partition %d)", c.name, hd, nh, nkv,
-             bs, kv_dtype_name(kvt), ktest_act_name(c.out), c.partition_size);
+    snprintf(what, sizeof what, "%s (hd %d, %d/%d heads, bs %d, kv %s, out %s, partition %d, max %d)", c.name, hd, nh,
+             nkv, bs, kv_dtype_name(kvt), ktest_act_name(c.out), c.partition_size, c.max_partitions);
     KTEST_SEEDS(s) {
         d_out.poison();
         d_ws.poison();
         int rc = cuda_attention_decode(d_out.ptr, c.out, d_q.ptr, q_stride, &kv, d_lens.ptr, d_bt.ptr, max_blocks,
-                                       num_seqs, nh, scale, max_seq_len, c.partition_size, d_ws.ptr, ws_bytes,
+                                       num_seqs, nh, scale, max_seq_len, c.partition_size, c.max_partitions,
+                                       d_ws.ptr, ws_bytes,
                                        (s + num_seqs) & 1, 0);
         CHECK(rc == 0, "%s: cuda_attention_decode returned %d", what, rc);
         const std::vector<float> got = ktest_out_to_float(d_out.download(), c.out, (size_t)num_seqs * nh * hd);
@@ -149,7 +154,7 @@ static void test_shapes(void)
             for (int gi = 0; gi < 4; gi++, n++) {
                 const int g = groups[gi], nkv = g == 1 ? 3 : g == 8 ? 1 : 2;
                 ad_case c = { "shapes", hds[hi], g * nkv, nkv, gi % 2 ? 32 : 16, kvts[ki], outs[n % 3],
-                              { 1, 15, 16, 17, 100 }, parts[(gi + hi + ki) % 4], 0, false, false };
+                              { 1, 15, 16, 17, 100 }, parts[(gi + hi + ki) % 4], 0, false, false, 0 };
                 run_case(c, 0x6100 + n);
             }
 }
@@ -158,10 +163,10 @@ static void test_shapes(void)
 static void test_long_context(void)
 {
     const ad_case cases[] = {
-        { "2100 positions, auto split", 128, 7, 1, 16, KV_BF16, DT_F32, { 2100 }, 0, 0, false, false },
-        { "2100 positions, one partition", 128, 7, 1, 16, KV_BF16, DT_F32, { 2100 }, 2112, 0, false, false },
-        { "2049 + 700, fp8, auto split", 128, 8, 1, 32, KV_FP8_E4M3, DT_BF16, { 2049, 700 }, 0, 0, false, false },
-        { "2049 + 700, f16, auto split", 64, 3, 1, 16, KV_F16, DT_F16, { 700, 2049 }, 0, 0, false, false },
+        { "2100 positions, auto split", 128, 7, 1, 16, KV_BF16, DT_F32, { 2100 }, 0, 0, false, false, 0 },
+        { "2100 positions, one partition", 128, 7, 1, 16, KV_BF16, DT_F32, { 2100 }, 2112, 0, false, false, 0 },
+        { "2049 + 700, fp8, auto split", 128, 8, 1, 32, KV_FP8_E4M3, DT_BF16, { 2049, 700 }, 0, 0, false, false, 0 },
+        { "2049 + 700, f16, auto split", 64, 3, 1, 16, KV_F16, DT_F16, { 700, 2049 }, 0, 0, false, false, 0 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(cases[i], 0x6200 + i);
 }
@@ -176,8 +181,8 @@ static void test_many_sequences(void)
         lens2[i] = 1 + rng.below(70);
     }
     const ad_case cases[] = {
-        { "64 sequences", 64, 8, 1, 16, KV_F16, DT_F16, lens, 0, 0, false, false },
-        { "64 sequences, split", 64, 3, 1, 32, KV_BF16, DT_F32, lens2, 16, 0, false, false },
+        { "64 sequences", 64, 8, 1, 16, KV_F16, DT_F16, lens, 0, 0, false, false, 0 },
+        { "64 sequences, split", 64, 3, 1, 32, KV_BF16, DT_F32, lens2, 16, 0, false, false, 0 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(cases[i], 0x6310 + i);
 }
@@ -186,19 +191,19 @@ static void test_many_sequences(void)
 static void test_layouts(void)
 {
     const ad_case cases[] = {
-        { "padding rows", 64, 4, 2, 16, KV_F16, DT_F32, { 0, 5, 0, 33 }, 0, 0, false, false },
-        { "padding rows, split", 128, 7, 1, 32, KV_FP8_E4M3, DT_F16, { 0, 70, 0, 1 }, 16, 0, false, false },
-        { "all padding", 64, 2, 1, 16, KV_BF16, DT_BF16, { 0, 0 }, 0, 0, false, false },
-        { "group of 20 heads", 64, 20, 1, 16, KV_F16, DT_F32, { 37, 1 }, 0, 0, false, false },
-        { "group of 16 heads, split", 64, 32, 2, 32, KV_BF16, DT_F32, { 50 }, 16, 0, false, false },
-        { "head_dim 96", 96, 4, 2, 16, KV_F16, DT_F32, { 23, 70 }, 0, 0, false, false },
-        { "head_dim 96, fp8, split", 96, 3, 1, 32, KV_FP8_E4M3, DT_BF16, { 90 }, 32, 0, false, false },
-        { "fused q", 128, 6, 2, 16, KV_BF16, DT_F32, { 17, 40 }, 0, 0, true, false },
-        { "fused q, split", 64, 7, 1, 16, KV_F16, DT_F16, { 80 }, 32, 0, true, false },
-        { "max_seq_len slack, split", 64, 3, 1, 16, KV_F16, DT_F32, { 17, 100 }, 32, 200, false, false },
-        { "max_seq_len slack, auto", 128, 8, 1, 16, KV_FP8_E4M3, DT_F32, { 3, 60 }, 0, 1000, false, false },
-        { "Qwen2.5-7B heads", 128, 28, 4, 16, KV_BF16, DT_BF16, { 1, 300, 777 }, 0, 0, false, false },
-        { "Qwen2.5-7B heads, fp8", 128, 28, 4, 16, KV_FP8_E4M3, DT_F32, { 513, 2 }, 0, 0, false, false },
+        { "padding rows", 64, 4, 2, 16, KV_F16, DT_F32, { 0, 5, 0, 33 }, 0, 0, false, false, 0 },
+        { "padding rows, split", 128, 7, 1, 32, KV_FP8_E4M3, DT_F16, { 0, 70, 0, 1 }, 16, 0, false, false, 0 },
+        { "all padding", 64, 2, 1, 16, KV_BF16, DT_BF16, { 0, 0 }, 0, 0, false, false, 0 },
+        { "group of 20 heads", 64, 20, 1, 16, KV_F16, DT_F32, { 37, 1 }, 0, 0, false, false, 0 },
+        { "group of 16 heads, split", 64, 32, 2, 32, KV_BF16, DT_F32, { 50 }, 16, 0, false, false, 0 },
+        { "head_dim 96", 96, 4, 2, 16, KV_F16, DT_F32, { 23, 70 }, 0, 0, false, false, 0 },
+        { "head_dim 96, fp8, split", 96, 3, 1, 32, KV_FP8_E4M3, DT_BF16, { 90 }, 32, 0, false, false, 0 },
+        { "fused q", 128, 6, 2, 16, KV_BF16, DT_F32, { 17, 40 }, 0, 0, true, false, 0 },
+        { "fused q, split", 64, 7, 1, 16, KV_F16, DT_F16, { 80 }, 32, 0, true, false, 0 },
+        { "max_seq_len slack, split", 64, 3, 1, 16, KV_F16, DT_F32, { 17, 100 }, 32, 200, false, false, 0 },
+        { "max_seq_len slack, auto", 128, 8, 1, 16, KV_FP8_E4M3, DT_F32, { 3, 60 }, 0, 1000, false, false, 0 },
+        { "Qwen2.5-7B heads", 128, 28, 4, 16, KV_BF16, DT_BF16, { 1, 300, 777 }, 0, 0, false, false, 0 },
+        { "Qwen2.5-7B heads, fp8", 128, 28, 4, 16, KV_FP8_E4M3, DT_F32, { 513, 2 }, 0, 0, false, false, 0 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(cases[i], 0x6400 + i);
 }
@@ -206,11 +211,34 @@ static void test_layouts(void)
 static void test_rescale(void)
 {
     const ad_case cases[] = {
-        { "climbing scores", 64, 2, 2, 16, KV_F16, DT_F32, { 300 }, 0, 0, false, true },
-        { "climbing scores, split", 64, 7, 1, 32, KV_BF16, DT_F32, { 300, 130 }, 128, 0, false, true },
-        { "climbing scores, fp8", 128, 3, 1, 16, KV_FP8_E4M3, DT_F32, { 200 }, 0, 0, false, true },
+        { "climbing scores", 64, 2, 2, 16, KV_F16, DT_F32, { 300 }, 0, 0, false, true, 0 },
+        { "climbing scores, split", 64, 7, 1, 32, KV_BF16, DT_F32, { 300, 130 }, 128, 0, false, true, 0 },
+        { "climbing scores, fp8", 128, 3, 1, 16, KV_FP8_E4M3, DT_F32, { 200 }, 0, 0, false, true, 0 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(cases[i], 0x6500 + i);
+}
+
+/* Per-sequence splits: each context cut into equal partitions of at least partition_size
+ * positions, at most max_partitions of them (the grid's width), the sizes rounded up to 64
+ * (16 when partition_size is not a multiple of 64); contexts of every length in one batch,
+ * so one grid holds sequences split 1, 2, ... ways. The decode step's shapes: one and eight
+ * sequences of ~1,024 positions over Qwen2.5-7B's heads, split automatically (16 partitions
+ * of 64: one tile each). */
+static void test_split(void)
+{
+    const ad_case cases[] = {
+        { "cap 3", 64, 7, 1, 16, KV_BF16, DT_F32, { 100, 1, 47, 200, 16 }, 16, 0, false, false, 3 },
+        { "cap 2, fp8", 128, 8, 1, 32, KV_FP8_E4M3, DT_BF16, { 129, 700, 64, 65 }, 64, 0, false, false, 2 },
+        { "cap 1: unsplit", 128, 4, 2, 16, KV_F16, DT_F32, { 2100, 3 }, 64, 0, false, false, 1 },
+        { "no cap, 16 per partition", 64, 3, 1, 16, KV_F16, DT_F16, { 300, 31 }, 16, 0, false, false, 1 << 30 },
+        { "partitions of 64, uneven", 128, 7, 1, 16, KV_BF16, DT_F32, { 1000, 1100, 65, 64, 63 }, 64, 0, false,
+          false, 0 },
+        { "batch 1, 1,024 positions", 128, 28, 4, 16, KV_BF16, DT_BF16, { 1030 }, 0, 0, false, false, 0 },
+        { "batch 8, ~1,024 positions, fp8", 128, 28, 4, 16, KV_FP8_E4M3, DT_BF16,
+          { 1030, 1024, 1000, 1090, 1, 640, 1031, 1029 }, 0, 0, false, false, 0 },
+        { "climbing, split by 64", 64, 7, 1, 32, KV_BF16, DT_F32, { 300, 130 }, 64, 0, false, true, 0 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(cases[i], 0x6600 + i);
 }
 
 /* The workspace bound covers every choice the launcher can make, and is 0 when nothing
@@ -218,15 +246,30 @@ static void test_rescale(void)
  * refuses a short workspace, so a bound below its need fails those cases.) */
 static void test_workspace_size(void)
 {
-    CHECK(cuda_attention_decode_workspace_size(8, 28, 128, 256, 0) == 0, "256 positions cannot split");
-    CHECK(cuda_attention_decode_workspace_size(8, 28, 128, 0, 0) == 0, "an empty context cannot split");
-    CHECK(cuda_attention_decode_workspace_size(8, 28, 128, 32, 32) == 0, "one forced partition");
-    CHECK(cuda_attention_decode_workspace_size(2, 4, 64, 100, 16) == (size_t)2 * 4 * 7 * 66 * 4,
-          "forced partitions of 16: %zu", cuda_attention_decode_workspace_size(2, 4, 64, 100, 16));
-    size_t a = cuda_attention_decode_workspace_size(64, 28, 128, 32768, 0);
-    size_t b = cuda_attention_decode_workspace_size(64, 28, 128, 2048, 0);
-    size_t c = cuda_attention_decode_workspace_size(1, 28, 128, 32768, 0);
+    CHECK(cuda_attention_decode_workspace_size(8, 28, 128, 64, 0, 0) == 0, "64 positions cannot split");
+    CHECK(cuda_attention_decode_workspace_size(8, 28, 128, 0, 0, 0) == 0, "an empty context cannot split");
+    CHECK(cuda_attention_decode_workspace_size(8, 28, 128, 32, 32, 0) == 0, "one forced partition");
+    CHECK(cuda_attention_decode_workspace_size(8, 28, 128, 4096, 0, 1) == 0, "a cap of one partition");
+    CHECK(cuda_attention_decode_workspace_size(2, 4, 64, 100, 16, 0) == (size_t)2 * 4 * 7 * 66 * 4,
+          "forced partitions of 16: %zu", cuda_attention_decode_workspace_size(2, 4, 64, 100, 16, 0));
+    CHECK(cuda_attention_decode_workspace_size(2, 4, 64, 100, 16, 3) == (size_t)2 * 4 * 3 * 66 * 4,
+          "partitions of 16, at most 3: %zu", cuda_attention_decode_workspace_size(2, 4, 64, 100, 16, 3));
+    CHECK(cuda_attention_decode_workspace_size(2, 4, 64, 100, 16, -1) == 0, "a negative cap sized");
+    size_t a = cuda_attention_decode_workspace_size(64, 28, 128, 32768, 0, 0);
+    size_t b = cuda_attention_decode_workspace_size(64, 28, 128, 2048, 0, 0);
+    size_t c = cuda_attention_decode_workspace_size(1, 28, 128, 32768, 0, 0);
     CHECK(a >= b && a >= c && c > 0, "not monotone: %zu %zu %zu", a, b, c);
+    /* the automatic cap: 4 resident blocks per multiprocessor over (sequences x kv heads x
+       head groups of up to 16) */
+    CHECK(cuda_attention_decode_max_partitions(1, 28, 4, 132) == 132, "batch 1: %d",
+          cuda_attention_decode_max_partitions(1, 28, 4, 132));
+    CHECK(cuda_attention_decode_max_partitions(8, 28, 4, 132) == 16, "batch 8");
+    CHECK(cuda_attention_decode_max_partitions(64, 28, 4, 132) == 2, "batch 64");
+    CHECK(cuda_attention_decode_max_partitions(256, 28, 4, 132) == 1, "batch 256");
+    CHECK(cuda_attention_decode_max_partitions(1, 64, 2, 132) == 132, "two head groups: %d",
+          cuda_attention_decode_max_partitions(1, 64, 2, 132));
+    CHECK(cuda_attention_decode_max_partitions(1, 28, 3, 132) == 1, "28 heads over 3 kv heads");
+    CHECK(cuda_attention_decode_max_partitions(1, 28, 4, 0) == 1, "no multiprocessors");
 }
 
 /* Unsupported shapes and types are refused before any launch; zero sequences is a no-op. */
@@ -248,9 +291,9 @@ static void test_invalid(void)
     kv.head_dim = 128;
     kv.k_scale = kv.v_scale = 1.0f;
     auto call = [&](const struct kv_layer &k, enum dtype od, const float *qp, int64_t qs, int nh, int ns, int maxlen,
-                    int part, size_t wsb) {
+                    int part, size_t wsb, int maxp = 0) {
         return cuda_attention_decode(out.ptr, od, qp, qs, &k, meta.ptr, meta.ptr + 2, 2, ns, nh, 0.1f, maxlen, part,
-                                     ws.ptr, wsb, 0, 0);
+                                     maxp, ws.ptr, wsb, 0, 0);
     };
     const int inval = (int)cudaErrorInvalidValue;
     struct kv_layer k = kv;
@@ -277,6 +320,7 @@ static void test_invalid(void)
     CHECK(call(kv, DT_F32, q.ptr, 258, 2, 1, 16, 0, 0) == inval, "q_stride not a multiple of 4 accepted");
     CHECK(call(kv, DT_F32, q.ptr + 1, 256, 2, 1, 16, 0, 0) == inval, "unaligned q accepted");
     CHECK(call(kv, DT_F32, q.ptr, 256, 2, 1, 16, 24, 0) == inval, "partition_size 24 accepted");
+    CHECK(call(kv, DT_F32, q.ptr, 256, 2, 1, 16, 0, 0, -1) == inval, "max_partitions -1 accepted");
     CHECK(call(kv, DT_F32, q.ptr, 256, 2, 1, 33, 0, 0) == inval, "max_seq_len past the block table accepted");
     CHECK(call(kv, DT_F32, q.ptr, 256, 2, 1, 32, 16, 100) == inval, "a short workspace accepted");
     CHECK(cudaGetLastError() == cudaSuccess, "a refused call left an error behind");
@@ -302,6 +346,7 @@ int main(void)
     RUN(test_many_sequences);
     RUN(test_layouts);
     RUN(test_rescale);
+    RUN(test_split);
     RUN(test_workspace_size);
     RUN(test_invalid);
     return test_summary();

@@ -290,8 +290,9 @@ static int alloc_buffers(struct cuda_backend *b, char *err, size_t errlen)
     }
     size_t aws = 0;
     for (int rows = 1; rows <= b->Smax; rows++) {
-        size_t s = cuda_attention_decode_workspace_size(rows, b->nh, c->head_dim, b->cfg.max_model_len,
-                                                        cu_decode_partition(rows));
+        int part, maxp;
+        cu_decode_split(b, rows, &part, &maxp);
+        size_t s = cuda_attention_decode_workspace_size(rows, b->nh, c->head_dim, b->cfg.max_model_len, part, maxp);
         if (s > aws) aws = s;
     }
     d->qmm_ws_bytes = qws;
@@ -503,6 +504,13 @@ static int setup_rank(struct cuda_backend *b, void *arg, char *err, size_t errle
     if (fuse_env && *fuse_env && strcmp(fuse_env, "on") && strcmp(fuse_env, "off"))
         return err_set(err, errlen, ERR_INVALID, "cuda: TESSERA_CUDA_FUSE=%s: expected on or off", fuse_env);
     b->fuse = !(fuse_env && !strcmp(fuse_env, "off"));
+    /* the decode attention's split (forward.cu, cu_decode_split) */
+    const char *split_env = getenv("TESSERA_CUDA_DECODE_SPLIT");
+    if (split_env && *split_env && strcmp(split_env, "wave") && strcmp(split_env, "fixed"))
+        return err_set(err, errlen, ERR_INVALID, "cuda: TESSERA_CUDA_DECODE_SPLIT=%s: expected wave or fixed",
+                       split_env);
+    b->split_fixed = split_env && !strcmp(split_env, "fixed");
+    b->num_sms = prop.multiProcessorCount;
 
     /* KV dtype: auto = the model's 16-bit type (BF16 unless its matrices are F16) */
     b->info.kv_dtype = !cfg->kv_dtype_auto ? cfg->kv_dtype

@@ -127,7 +127,7 @@ struct cu_shape {
     int T, S, L;
     bool decode;
     int max_seq_len;
-    int partition; /* decode: cu_decode_partition of the graph bucket (or of T past the last) */
+    int partition, max_partitions; /* decode: the attention's split (cu_decode_split) */
 };
 
 struct cu_graph {
@@ -182,6 +182,8 @@ struct cuda_backend {
                                        (sm_90+ unless TESSERA_CUDA_PDL=off; create) */
     bool fuse;                      /* fused kernels where the plan allows (cu_gate_up_fused;
                                        unless TESSERA_CUDA_FUSE=off; create) */
+    bool split_fixed;               /* TESSERA_CUDA_DECODE_SPLIT=fixed (cu_decode_split; create) */
+    int num_sms;                    /* the device's multiprocessors (create) */
     struct cublasContext *cublas;
     cudaEvent_t ev_done;            /* end of the step in flight (no timing) */
     cudaEvent_t ev_start[2], ev_end[2]; /* step boundaries, alternating, for the idle figure */
@@ -322,10 +324,14 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
  * records it as the last step's shape when it replays the graph). */
 struct cu_shape cu_decode_graph_shape(const struct cuda_backend *b, int rows);
 
-/* Context positions per decode-attention partition for a decode step of `rows` rows
- * (the graph bucket, or the row count of an eager step past the largest bucket). Graphs
- * and eager steps use the same value for the same bucket, so their tokens are equal. */
-int cu_decode_partition(int rows);
+/* The decode attention's split (kernels/attention_decode.h: partition_size,
+ * max_partitions) for a decode step of `rows` rows: partitions of at least 64 positions,
+ * as many per sequence as fill one wave of resident thread blocks at the rows' batch
+ * bucket (1, 2, 4, then multiples of 8), so a graph and an eager step of the same bucket
+ * split every context alike and their tokens are equal. TESSERA_CUDA_DECODE_SPLIT=fixed:
+ * the earlier rule, partitions of 512 / 1024 / 2048 positions for up to 8 / 64 / more
+ * rows, as many as the context needs. */
+void cu_decode_split(const struct cuda_backend *b, int rows, int *partition, int *max_partitions);
 
 /* ---- submit.cu ------------------------------------------------------------------------ */
 

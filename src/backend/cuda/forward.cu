@@ -30,6 +30,7 @@
  */
 #include "backend/cuda/cuda_backend.h"
 
+#include <limits.h>
 #include <math.h>
 
 #include "kernels/activation.h"
@@ -40,17 +41,23 @@
 #include "kernels/rope.h"
 #include "kernels/step.h"
 
-int cu_decode_partition(int rows)
+void cu_decode_split(const struct cuda_backend *b, int rows, int *partition, int *max_partitions)
 {
-    /* Few rows: split long contexts finely so a handful of sequences still fill the GPU.
-     * Many rows already fill it; larger partitions keep the grid (which a graph sizes
-     * for max_model_len) from being mostly empty blocks. */
-    return rows <= 8 ? 512 : rows <= 64 ? 1024 : 2048;
+    if (b->split_fixed) {
+        *partition = rows <= 8 ? 512 : rows <= 64 ? 1024 : 2048;
+        *max_partitions = INT_MAX;
+        return;
+    }
+    const int bucket = rows <= 2 ? rows : rows <= 4 ? 4 : (rows + 7) / 8 * 8;
+    *partition = 64;
+    *max_partitions = cuda_attention_decode_max_partitions(bucket, b->nh, b->nkv, b->num_sms);
 }
 
 struct cu_shape cu_decode_graph_shape(const struct cuda_backend *b, int rows)
 {
-    return (struct cu_shape){ rows, rows, rows, true, b->cfg.max_model_len, cu_decode_partition(rows) };
+    struct cu_shape sh = { rows, rows, rows, true, b->cfg.max_model_len, 0, 0 };
+    cu_decode_split(b, rows, &sh.partition, &sh.max_partitions);
+    return sh;
 }
 
 /* tessera_cuda_profile_forward's event after one kernel (profile.cu): the events past
@@ -99,7 +106,7 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
         if (sh->decode)
             STEP("attention_decode",
                  cuda_attention_decode(d->act, adt, d->q, qd, &b->kv[l], d->seq_lens, d->block_tables, b->max_blocks,
-                                       sh->S, nh, scale, sh->max_seq_len, sh->partition, d->att_ws, d->att_ws_bytes,
+                                       sh->S, nh, scale, sh->max_seq_len, sh->partition, sh->max_partitions, d->att_ws, d->att_ws_bytes,
                                        pdl, st));
         else
             STEP("attention_prefill", cuda_attention_prefill(d->act, adt, d->q, qd, &b->kv[l], d->query_start,

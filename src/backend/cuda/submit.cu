@@ -320,7 +320,8 @@ static int enqueue(struct cuda_backend *b, const struct batch *bt, const struct 
             return cu_error(b, true, e, err, errlen, "step %ld: launching the CUDA graph of batch %d", b->step_no,
                             g->batch);
     } else {
-        const struct cu_shape sh = { T, S, L, decode, max_len, decode ? cu_decode_partition(T) : 0 };
+        struct cu_shape sh = { T, S, L, decode, max_len, 0, 0 };
+        if (decode) cu_decode_split(b, T, &sh.partition, &sh.max_partitions);
         b->last_shape = sh;
         b->has_last_shape = true;
         const char *where = "";
