@@ -392,33 +392,26 @@ else
     step1() { awk '$1 == "decode" && $3 == "batch" && $4 == "1" { print $5 }' "$1" 2>/dev/null; }
     row "Qwen2.5-7B dummy -q q8_0: batch-1 step" "$st" \
         "$(step1 "$OUT/bench-cuda-qwen7b-q8_0.txt") ms vs BF16 $(step1 "$OUT/bench-cuda-qwen7b.txt") ms, $(( $(date +%s) - s ))s"
-    # the dense linears' start-up choice (src/backend/cuda/linear.cu) against cuBLAS alone,
-    # side by side in this run: batches 1 and 8
-    s=$(date +%s)
-    TESSERA_CUDA_LINEAR=cublas TESSERA_CUDA_LIB=build/libtessera-cuda.so timeout 240 build/tests/tool_bench_cuda \
-        "$QWEN_DIR" --dummy --kv-cache-dtype bf16 --max-num-seqs 8 --steps 32 \
-        >"$OUT/bench-cuda-qwen7b-cublas.txt" 2>"$OUT/bench-cuda-qwen7b-cublas.log"
-    # (the tool exits 1 on a missed target; the row needs only its step times)
-    if [ -n "$(step1 "$OUT/bench-cuda-qwen7b-cublas.txt")" ]; then st=INFO; else st=FAIL; fi
     step8() { awk '$1 == "decode" && $3 == "batch" && $4 == "8" && $5 != "/" { print $5 }' "$1" 2>/dev/null; }
-    row "Qwen2.5-7B dummy: linear kernels chosen vs cuBLAS only" "$st" \
-        "batch 1 $(step1 "$OUT/bench-cuda-qwen7b.txt") vs $(step1 "$OUT/bench-cuda-qwen7b-cublas.txt") ms, batch 8 $(step8 "$OUT/bench-cuda-qwen7b.txt") vs $(step8 "$OUT/bench-cuda-qwen7b-cublas.txt") ms"
-    # without programmatic dependent launches (TESSERA_CUDA_PDL=off: every kernel launched
-    # plainly, no pdl candidates for the linears)
-    TESSERA_CUDA_PDL=off TESSERA_CUDA_LIB=build/libtessera-cuda.so timeout 240 build/tests/tool_bench_cuda \
-        "$QWEN_DIR" --dummy --kv-cache-dtype bf16 --max-num-seqs 8 --steps 32 \
-        >"$OUT/bench-cuda-qwen7b-nopdl.txt" 2>"$OUT/bench-cuda-qwen7b-nopdl.log"
-    if [ -n "$(step1 "$OUT/bench-cuda-qwen7b-nopdl.txt")" ]; then st=INFO; else st=FAIL; fi
-    row "Qwen2.5-7B dummy: pdl launches vs none" "$st" \
-        "batch 1 $(step1 "$OUT/bench-cuda-qwen7b.txt") vs $(step1 "$OUT/bench-cuda-qwen7b-nopdl.txt") ms, batch 8 $(step8 "$OUT/bench-cuda-qwen7b.txt") vs $(step8 "$OUT/bench-cuda-qwen7b-nopdl.txt") ms"
+    # baseline NAME "LABEL" VAR=VALUE: the batch-1 and batch-8 steps again with one setting
+    # changed, side by side with the main run's (the tool exits 1 on a missed target; the
+    # row needs only its step times)
+    baseline() {
+        local f="$OUT/bench-cuda-qwen7b-$1.txt"
+        env "$3" TESSERA_CUDA_LIB=build/libtessera-cuda.so timeout 240 build/tests/tool_bench_cuda \
+            "$QWEN_DIR" --dummy --kv-cache-dtype bf16 --max-num-seqs 8 --steps 32 >"$f" 2>"${f%.txt}.log"
+        if [ -n "$(step1 "$f")" ]; then st=INFO; else st=FAIL; fi
+        row "Qwen2.5-7B dummy: $2" "$st" \
+            "batch 1 $(step1 "$OUT/bench-cuda-qwen7b.txt") vs $(step1 "$f") ms, batch 8 $(step8 "$OUT/bench-cuda-qwen7b.txt") vs $(step8 "$f") ms"
+    }
+    # the dense linears' start-up choice (src/backend/cuda/linear.cu) against cuBLAS alone
+    baseline cublas "linear kernels chosen vs cuBLAS only" TESSERA_CUDA_LINEAR=cublas
+    # without programmatic dependent launches (every kernel launched plainly, no pdl
+    # candidates for the linears)
+    baseline nopdl "pdl launches vs none" TESSERA_CUDA_PDL=off
     # the decode attention's split (src/backend/cuda/forward.cu, cu_decode_split): partitions
     # of 64+ positions filling one wave of blocks, against the fixed 512-position rule before
-    TESSERA_CUDA_DECODE_SPLIT=fixed TESSERA_CUDA_LIB=build/libtessera-cuda.so timeout 240 build/tests/tool_bench_cuda \
-        "$QWEN_DIR" --dummy --kv-cache-dtype bf16 --max-num-seqs 8 --steps 32 \
-        >"$OUT/bench-cuda-qwen7b-fixedsplit.txt" 2>"$OUT/bench-cuda-qwen7b-fixedsplit.log"
-    if [ -n "$(step1 "$OUT/bench-cuda-qwen7b-fixedsplit.txt")" ]; then st=INFO; else st=FAIL; fi
-    row "Qwen2.5-7B dummy: decode split by wave vs fixed" "$st" \
-        "batch 1 $(step1 "$OUT/bench-cuda-qwen7b.txt") vs $(step1 "$OUT/bench-cuda-qwen7b-fixedsplit.txt") ms, batch 8 $(step8 "$OUT/bench-cuda-qwen7b.txt") vs $(step8 "$OUT/bench-cuda-qwen7b-fixedsplit.txt") ms"
+    baseline fixedsplit "decode split by wave vs fixed" TESSERA_CUDA_DECODE_SPLIT=fixed
     if [ "${SKIP_SERVING:-0}" = 1 ]; then
         row "bench_serving (Qwen2.5-7B dummy)" SKIP "SKIP_SERVING=1"
     elif [ -f "$QWEN_DIR/tokenizer.json" ]; then

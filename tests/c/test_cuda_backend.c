@@ -1072,6 +1072,50 @@ static const char dummy_qwen2_1024[] =
 
 static void test_dummy(void) { dummy_run("dummy qwen2 (BF16)", dummy_qwen2_1024); }
 
+/* An environment variable's value before a test changed it, to put back (env_restore). */
+struct env_saved {
+    const char *name;
+    bool set;
+    char value[64];
+};
+
+static struct env_saved env_save(const char *name)
+{
+    struct env_saved e = { name, false, "" };
+    const char *v = getenv(name);
+    if (v) {
+        e.set = true;
+        snprintf(e.value, sizeof e.value, "%s", v);
+    }
+    return e;
+}
+
+static void env_restore(const struct env_saved *e)
+{
+    if (e->set) setenv(e->name, e->value, 1);
+    else unsetenv(e->name);
+}
+
+/* With name=value set, creating a backend for m fails with ERR_INVALID, naming the
+ * setting and the accepted values; the variable is put back after. */
+static void expect_env_refused(const struct model *m, const char *name, const char *value, const char *accepted)
+{
+    struct env_saved was = env_save(name);
+    setenv(name, value, 1);
+    struct backend_config c;
+    const struct backend_ops *ops;
+    void *impl;
+    struct backend_info info;
+    struct opts o = opts_default(KV_BF16);
+    char err[ERR_BUF], setting[128];
+    backend_cfg(&c, &o);
+    snprintf(setting, sizeof setting, "%s=%s", name, value);
+    CHECK(g_create(m, &c, &ops, &impl, &info, err, sizeof err) == ERR_INVALID && strstr(err, setting) &&
+              strstr(err, accepted),
+          "an unknown %s: %s", name, err);
+    env_restore(&was);
+}
+
 /* linear.cu's kernel choice for F16/BF16 matrices: TESSERA_CUDA_LINEAR=tune (the default on
  * a GPU: each matrix shape's GEMV, skinny GEMM (each also as a pdl launch) and cuBLAS timed
  * at start-up for 1..16 rows, whichever wins) and =cublas keep the CPU's results; an
@@ -1086,40 +1130,18 @@ static void test_linear_modes(void)
         " \"num_key_value_heads\": 1, \"max_position_embeddings\": 4096, \"rms_norm_eps\": 1e-5,"
         " \"rope_theta\": 500000.0, \"tie_word_embeddings\": true, \"vocab_size\": 512,"
         " \"torch_dtype\": \"bfloat16\"}";
-    const char *was = getenv("TESSERA_CUDA_LINEAR");
-    char saved[32];
-    snprintf(saved, sizeof saved, "%s", was ? was : "");
+    struct env_saved was = env_save("TESSERA_CUDA_LINEAR");
     setenv("TESSERA_CUDA_LINEAR", "tune", 1);
     dummy_run("TESSERA_CUDA_LINEAR=tune", config);
     setenv("TESSERA_CUDA_LINEAR", "cublas", 1);
     dummy_run("TESSERA_CUDA_LINEAR=cublas", config);
-    setenv("TESSERA_CUDA_LINEAR", "fastest", 1);
+    env_restore(&was);
     struct model *m = load_model("testmodels/llama3-tiny-hd64", true, MODEL_LOAD_NO_TOKENIZER);
     if (m) {
-        struct backend_config c;
-        const struct backend_ops *ops;
-        void *impl;
-        struct backend_info info;
-        struct opts o = opts_default(KV_BF16);
-        char err[ERR_BUF];
-        backend_cfg(&c, &o);
-        CHECK(g_create(m, &c, &ops, &impl, &info, err, sizeof err) == ERR_INVALID &&
-                  strstr(err, "TESSERA_CUDA_LINEAR=fastest") && strstr(err, "tune, fixed or cublas"),
-              "an unknown TESSERA_CUDA_LINEAR: %s", err);
-        unsetenv("TESSERA_CUDA_LINEAR");
-        const char *pdl_was = getenv("TESSERA_CUDA_PDL");
-        char pdl_saved[16];
-        snprintf(pdl_saved, sizeof pdl_saved, "%s", pdl_was ? pdl_was : "");
-        setenv("TESSERA_CUDA_PDL", "yes", 1);
-        CHECK(g_create(m, &c, &ops, &impl, &info, err, sizeof err) == ERR_INVALID &&
-                  strstr(err, "TESSERA_CUDA_PDL=yes") && strstr(err, "on or off"),
-              "an unknown TESSERA_CUDA_PDL: %s", err);
-        if (pdl_was) setenv("TESSERA_CUDA_PDL", pdl_saved, 1);
-        else unsetenv("TESSERA_CUDA_PDL");
+        expect_env_refused(m, "TESSERA_CUDA_LINEAR", "fastest", "tune, fixed or cublas");
+        expect_env_refused(m, "TESSERA_CUDA_PDL", "yes", "on or off");
         model_free(m);
     }
-    if (was) setenv("TESSERA_CUDA_LINEAR", saved, 1);
-    else unsetenv("TESSERA_CUDA_LINEAR");
 }
 
 /* ---- the forward profile ---------------------------------------------------------------- */
@@ -1224,12 +1246,9 @@ static int profile_calls(const struct tessera_cuda_profile_row *rows, int n, con
  * value is refused. */
 static void test_fused_mlp(void)
 {
-    char dir[DUMMY_DIR], err[ERR_BUF];
+    char dir[DUMMY_DIR];
     struct model *m = dummy_load("fused MLP", dummy_qwen2_1024, dir);
-    const char *was = getenv("TESSERA_CUDA_FUSE"), *lin_was = getenv("TESSERA_CUDA_LINEAR");
-    char saved[16], lin_saved[16];
-    snprintf(saved, sizeof saved, "%s", was ? was : "");
-    snprintf(lin_saved, sizeof lin_saved, "%s", lin_was ? lin_was : "");
+    struct env_saved was = env_save("TESSERA_CUDA_FUSE"), lin_was = env_save("TESSERA_CUDA_LINEAR");
     setenv("TESSERA_CUDA_LINEAR", "fixed", 1); /* the GEMV for one row on a GPU too, where tune may not pick it */
     if (m) {
         struct backend_token tok[2];
@@ -1270,21 +1289,10 @@ static void test_fused_mlp(void)
                   "2 GPUs, fused vs not: token %d (%.9g) vs %d (%.9g)", tp[0].token, tp[0].logprob, tp[1].token,
                   tp[1].logprob);
         }
-        setenv("TESSERA_CUDA_FUSE", "maybe", 1);
-        struct backend_config c;
-        const struct backend_ops *ops;
-        void *impl;
-        struct backend_info info;
-        struct opts o = opts_default(KV_BF16);
-        backend_cfg(&c, &o);
-        CHECK(g_create(m, &c, &ops, &impl, &info, err, sizeof err) == ERR_INVALID &&
-                  strstr(err, "TESSERA_CUDA_FUSE=maybe") && strstr(err, "on or off"),
-              "an unknown TESSERA_CUDA_FUSE: %s", err);
+        expect_env_refused(m, "TESSERA_CUDA_FUSE", "maybe", "on or off");
     }
-    if (was) setenv("TESSERA_CUDA_FUSE", saved, 1);
-    else unsetenv("TESSERA_CUDA_FUSE");
-    if (lin_was) setenv("TESSERA_CUDA_LINEAR", lin_saved, 1);
-    else unsetenv("TESSERA_CUDA_LINEAR");
+    env_restore(&was);
+    env_restore(&lin_was);
     dummy_unload(m, dir);
 }
 
@@ -1378,9 +1386,7 @@ static void test_decode_split(void)
 {
     struct model *m = load_model("testmodels/llama3-tiny-hd64", true, MODEL_LOAD_NO_TOKENIZER);
     if (!m) return;
-    const char *was = getenv("TESSERA_CUDA_DECODE_SPLIT");
-    char saved[16];
-    snprintf(saved, sizeof saved, "%s", was ? was : "");
+    struct env_saved was = env_save("TESSERA_CUDA_DECODE_SPLIT");
     static struct backend_token r[3][SPLIT_STEPS][SPLIT_SEQS]; /* graphs, eager, fixed */
     unsetenv("TESSERA_CUDA_DECODE_SPLIT");
     int rc = split_run(m, false, r[0]) || split_run(m, true, r[1]);
@@ -1406,19 +1412,8 @@ static void test_decode_split(void)
         }
     printf("    decode split: %d rows, graphs = eager bit for bit %d, fixed split within 1e-2 %d (max |d| %.2g)\n", n,
            same, close, dmax);
-    setenv("TESSERA_CUDA_DECODE_SPLIT", "sometimes", 1);
-    struct backend_config c;
-    const struct backend_ops *ops;
-    void *impl;
-    struct backend_info info;
-    struct opts o = opts_default(KV_BF16);
-    char err[ERR_BUF];
-    backend_cfg(&c, &o);
-    CHECK(g_create(m, &c, &ops, &impl, &info, err, sizeof err) == ERR_INVALID &&
-              strstr(err, "TESSERA_CUDA_DECODE_SPLIT=sometimes") && strstr(err, "wave or fixed"),
-          "an unknown TESSERA_CUDA_DECODE_SPLIT: %s", err);
-    if (was) setenv("TESSERA_CUDA_DECODE_SPLIT", saved, 1);
-    else unsetenv("TESSERA_CUDA_DECODE_SPLIT");
+    env_restore(&was);
+    expect_env_refused(m, "TESSERA_CUDA_DECODE_SPLIT", "sometimes", "wave or fixed");
     model_free(m);
 }
 
