@@ -39,9 +39,10 @@
  * workspace and attention_decode_reduce_kernel (one thread block per (sequence, query
  * head), its warps taking every fourth partition) combines them:
  *   out = sum_p 2^(m_p - M) O_p / sum_p 2^(m_p - M) l_p,  M = max_p m_p.
- * Each sequence is split on its own (ad_split_of): into as many equal partitions of at
- * least partition_size positions as its context holds, at most max_partitions (the grid's
- * x dimension). The automatic cap fills one wave of resident blocks (ad_wave_partitions):
+ * Each sequence is split on its own (ad_split_of): into the partitions of partition_size
+ * positions its context needs, at most max_partitions of them (the grid's x dimension;
+ * past the cap the partitions grow), all of one size. The automatic cap fills one wave of
+ * resident blocks (cuda_attention_decode_max_partitions):
  * a decode step's few sequences otherwise leave most multiprocessors idle while a handful
  * of blocks walk their contexts tile after tile, each tile a memory round trip. A sequence
  * whose context fits one partition is written directly by its block and skipped by the

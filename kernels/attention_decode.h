@@ -57,12 +57,13 @@ int cuda_attention_decode_max_partitions(int num_seqs, int n_heads, int n_kv_hea
  *                 block_size) are never read
  *   scale:        usually 1 / sqrt(head_dim)
  *   max_seq_len:  host-side bound on every seq_lens[s] (chooses the partitioning)
- *   partition_size: the fewest context positions per thread block, a multiple of 16
- *                 (0: 64); max_partitions: the most thread blocks per sequence and kv
- *                 head (0: cuda_attention_decode_max_partitions for this device). Each
+ *   partition_size: context positions per thread block, a multiple of 16 (0: 64);
+ *                 max_partitions: the most thread blocks per sequence, kv head and head
+ *                 group (0: cuda_attention_decode_max_partitions for this device). Each
  *                 sequence is split on its own into n = min(ceil(seq_lens[s] /
- *                 partition_size), P) partitions of equal size (rounded up to 64
- *                 positions, 16 if partition_size is not a multiple of 64), where
+ *                 partition_size), P) partitions of one size, ceil(seq_lens[s] / n)
+ *                 rounded up to 64 positions (16 if partition_size is not a multiple of
+ *                 64): at most partition_size unless the cap binds, where
  *                 P = min(ceil(max_seq_len / partition_size), max_partitions)
  *   workspace:    device memory, 16-byte aligned, >= cuda_attention_decode_workspace_size()
  *                 bytes (may be NULL when that is 0); scratch, overwritten

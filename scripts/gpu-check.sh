@@ -410,7 +410,7 @@ else
     # candidates for the linears)
     baseline nopdl "pdl launches vs none" TESSERA_CUDA_PDL=off
     # the decode attention's split (src/backend/cuda/forward.cu, cu_decode_split): partitions
-    # of 64+ positions filling one wave of blocks, against the fixed 512-position rule before
+    # of 64 positions, at most one wave of blocks, against the fixed 512-position rule before
     baseline fixedsplit "decode split by wave vs fixed" TESSERA_CUDA_DECODE_SPLIT=fixed
     if [ "${SKIP_SERVING:-0}" = 1 ]; then
         row "bench_serving (Qwen2.5-7B dummy)" SKIP "SKIP_SERVING=1"

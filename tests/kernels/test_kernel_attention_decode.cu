@@ -30,7 +30,7 @@ struct ad_case {
     enum kv_dtype kvt;
     enum dtype out;
     std::vector<int> seq_lens;
-    int partition_size; /* the smallest partition; 0: automatic (64) */
+    int partition_size; /* positions per partition (more past the cap); 0: automatic (64) */
     int extra_max;      /* max_seq_len = max(seq_lens) + extra_max */
     bool fused_q;       /* q read from a [S][(n_heads + 2 n_kv_heads) head_dim] buffer */
     bool climbing;      /* scores rise along the context: forces O rescales */
@@ -218,8 +218,8 @@ static void test_rescale(void)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(cases[i], 0x6500 + i);
 }
 
-/* Per-sequence splits: each context cut into equal partitions of at least partition_size
- * positions, at most max_partitions of them (the grid's width), the sizes rounded up to 64
+/* Per-sequence splits: each context cut into the partitions of partition_size positions it
+ * needs, at most max_partitions of them (the grid's width), all of one size rounded up to 64
  * (16 when partition_size is not a multiple of 64); contexts of every length in one batch,
  * so one grid holds sequences split 1, 2, ... ways. The decode step's shapes: one and eight
  * sequences of ~1,024 positions over Qwen2.5-7B's heads, split automatically (16 partitions

@@ -325,8 +325,8 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
 struct cu_shape cu_decode_graph_shape(const struct cuda_backend *b, int rows);
 
 /* The decode attention's split (kernels/attention_decode.h: partition_size,
- * max_partitions) for a decode step of `rows` rows: partitions of at least 64 positions,
- * as many per sequence as fill one wave of resident thread blocks at the rows' batch
+ * max_partitions) for a decode step of `rows` rows: partitions of 64 positions (longer
+ * when a long context meets the cap), as many per sequence as fill one wave of resident thread blocks at the rows' batch
  * bucket (1, 2, 4, then multiples of 8), so a graph and an eager step of the same bucket
  * split every context alike and their tokens are equal. TESSERA_CUDA_DECODE_SPLIT=fixed:
  * the earlier rule, partitions of 512 / 1024 / 2048 positions for up to 8 / 64 / more
