@@ -89,6 +89,14 @@ int packed_weights_create(struct packed_weights **out, const struct model_weight
         }
         struct pack_pass pp = { .tp = tp };
         for_each_slot(p, pack_slot, &pp);
+        /* Reading a matrix whose pages were released (a second forward state packing the
+         * same model) faults them back, and Linux may map the whole page-cache folio
+         * around a fault at once (up to 2 MiB with large folios; measured on a 6.18
+         * kernel: one fault just past a released range mapped 128 of its pages back),
+         * reaching into the matrix released just before it. Every source is released
+         * once more now that nothing is read after it (already counted in p->released). */
+        for (int i = 0; i < p->n_packed; i++)
+            for (int k = 0; k < p->w.n_maps; k++) map_release(p->w.maps[k], p->views[i].data, p->views[i].nbytes);
     }
     *out = p;
     return 0;

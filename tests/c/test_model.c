@@ -265,11 +265,16 @@ static void test_default_pack_releases_file_pages(void)
     CHECK(!memcmp(ref, got, sizeof(float) * LEN_A * V), "logits differ after release (max %g)",
           max_abs_diff(ref, got, LEN_A * V));
     /* the embedding lookup reads rows of the (tied) head's pages; the layers stay out. A
-     * fault may map up to fault_around_bytes (64 KB) of cached neighbours with it, so a
-     * few pages next to the embedding can come back; a forward reading the originals
-     * would bring back thousands. */
+     * fault may map the cached neighbours around it: fault_around_bytes (64 KiB), or on
+     * recent kernels the whole large page-cache folio (up to 2 MiB = 512 pages; on this
+     * machine's 6.18 kernel one fault just past a released range mapped 128 of its pages
+     * back), so up to a folio of pages next to the embedding can come back (46 were seen
+     * once under ASan, where 16 had been the bound); a forward reading the originals
+     * brings back all of them. */
     present = matrix_pages_present(&m->w, 0, page, &total);
-    CHECK(present <= 16, "after a forward: %ld of %ld layer pages resident", present, total);
+    const long folio_pages = (long)((2u << 20) / page);
+    CHECK(present <= folio_pages && present < total / 16, "after a forward: %ld of %ld layer pages resident", present,
+          total);
 out:
     forward_free(fs);
     free(ref);
