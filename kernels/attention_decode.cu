@@ -9,8 +9,9 @@
  * block_tables[s][t / block_size] at offset t % block_size.
  *
  * Parallelisation. One thread block (4 warps) per (sequence, kv head, partition): the
- * block computes all G query heads of that kv head at once (up to 16; larger groups take
- * several blocks), so each K/V byte of the partition is read from memory exactly once.
+ * block computes all G query heads of that kv head at once (up to ROWS = 8 or 16, chosen
+ * by the launcher: 8 for groups of up to 8; larger groups take several blocks), so each
+ * K/V byte of the partition is read from memory exactly once.
  * The partition's positions are streamed in tiles of TILE positions (64; 128 when
  * head_dim <= 64):
  *   - loads: every thread issues TILE * head_dim * elem / 16 / 128 coalesced 16-byte loads
@@ -22,8 +23,12 @@
  *     bits shifted into f16 position give value * 2^-8, and 2^8 * k_scale / v_scale are
  *     folded into the scores and the output); positions past the context are zero-filled
  *     and never read from the pool.
- *   - S = Q K^T on tensor cores (nvcuda::wmma 16x16x16, F32 accumulate): the G query rows
- *     (zero-padded to 16) times the tile's 16-position subtiles, one subtile per warp.
+ *   - S = Q K^T on tensor cores (nvcuda::wmma, F32 accumulate; ad_mma, ad_geom). ROWS = 16:
+ *     16x16x16 fragments, the G query rows (zero-padded to 16) as M times the tile's
+ *     16-position subtiles, one subtile per warp. ROWS = 8: S^T = K Q^T with 32x8x16
+ *     fragments, 32 positions as M and the heads (padded to 8) as N, so a group of 7
+ *     fills 7/8 of every MMA instead of 7/16; the tile's two 32-position fragments take
+ *     two warps each, each warp half of head_dim, their partial S added by the softmax.
  *     Q is split into two 16-bit terms (hi + lo, the cache's 16-bit type: BF16 for BF16
  *     caches, F16 for F16 and FP8), both multiplied, so scores keep ~16 (BF16) or ~22 (F16)
  *     significant bits — close to the CPU's F32 dot products, not a 16-bit rounding of q.
@@ -32,8 +37,11 @@
  *     exceeds m by more than 8 (a factor 2^8) raises m and rescales the row's l and O (O through
  *     shared memory: wmma fragments have no row layout a kernel may rely on); otherwise
  *     p = 2^(s - m) <= 256 is used as is, so rescaling is rare.
- *   - O += P V on tensor cores, P split into hi + lo like Q; each warp owns a slice of
- *     head_dim columns of O (its accumulator fragments), so no cross-warp reduction.
+ *   - O += P V on tensor cores (ROWS = 8: O^T = V^T P^T, 32 head_dim columns per fragment),
+ *     P split into hi + lo like Q; each warp owns a slice of head_dim columns of O (its
+ *     accumulator fragments); where there are fewer slices than warps (ROWS = 8 at
+ *     head_dim 64), two warps share one, each over half the tile's positions, and the
+ *     epilogue adds their partial O in a fixed order.
  * Split-K (flash-decoding): with few (sequence, kv head) pairs the context is cut into
  * partitions, one thread block each; each writes its unnormalised O, m and l to the
  * workspace and attention_decode_reduce_kernel (one thread block per (sequence, query
@@ -60,7 +68,6 @@ namespace {
 
 constexpr int AD_THREADS = 128;
 constexpr int AD_WARPS = AD_THREADS / 32;
-constexpr int AD_ROWS = 16;             /* query heads per thread block: the wmma M dimension */
 constexpr int AD_BLOCKS_PER_SM = 4;     /* resident blocks per SM: __launch_bounds__ caps registers at 128 */
 constexpr int AD_MIN_PART = 64;         /* smallest automatic partition: one tile at head_dim 128 */
 constexpr float AD_RESCALE_LOG2 = 8.0f; /* raise a row's reference max only past 2^8 */
@@ -83,24 +90,96 @@ template <> struct kv_traits<kv_fp8> {
     static constexpr int esize = 1;
 };
 
-template <int HD> struct ad_tile {
-    static constexpr int value = HD <= 64 ? 128 : 64;
+/* How a thread block of ROWS query heads (8 or 16) feeds the tensor cores. The scores of a
+ * tile are ROWS x TILE, the output ROWS x HD; the fragments are cut so that the heads fill
+ * a whole fragment side:
+ *   ROWS = 16: S = Q K^T and O = P V with 16x16x16 fragments, the heads as M (rows);
+ *   ROWS = 8:  S^T = K Q^T and O^T = V^T P^T with 32x8x16 fragments, the heads as N. A
+ *              group of 8 or fewer heads (Qwen2.5's 7, Llama 3's 4) then wastes no half
+ *              of every MMA on zero rows: half the MMAs and ~40% fewer shared-memory
+ *              fragment bytes per tile than at ROWS = 16.
+ * Either way a fragment's elements land in shared memory as s[head][position] and
+ * o[head][column]: ROWS = 8 stores its transposed fragments column-major. */
+template <typename T, int ROWS> struct ad_mma;
+template <typename T> struct ad_mma<T, 16> {
+    typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_t;
+    typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> q_t; /* from q[head][column] */
+    typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> k_t; /* from kv[position][column] */
+    typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> p_t; /* from p[head][position] */
+    typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> v_t; /* from kv[position][column] */
+    static constexpr wmma::layout_t acc_layout = wmma::mem_row_major;
+    template <typename F> static __device__ __forceinline__ void load_qp(F &f, const T *p, int ld)
+    {
+        ts_wmma_load(f, p, ld);
+    }
+    /* acc += x y: x a Q or P fragment, y a K or V fragment */
+    template <typename X, typename Y> static __device__ __forceinline__ void mac(acc_t &acc, const X &x, const Y &y)
+    {
+        wmma::mma_sync(acc, x, y, acc);
+    }
+};
+/* Loads Q^T / P^T (the 32x8x16 B operand) with load_matrix_sync in its own type, not
+ * ts_wmma_load's F16 bit copy: an F16 fragment of this shape holds 16 elements per lane
+ * where a BF16 one holds 4, and which 4 of the 16 match is not specified. (The K / V^T A
+ * fragments hold 16 in both types.) */
+template <typename T> struct ad_mma<T, 8> {
+    typedef wmma::fragment<wmma::accumulator, 32, 8, 16, float> acc_t; /* S^T or O^T */
+    typedef wmma::fragment<wmma::matrix_b, 32, 8, 16, T, wmma::col_major> q_t; /* Q^T */
+    typedef wmma::fragment<wmma::matrix_a, 32, 8, 16, T, wmma::row_major> k_t; /* K */
+    typedef wmma::fragment<wmma::matrix_b, 32, 8, 16, T, wmma::col_major> p_t; /* P^T */
+    typedef wmma::fragment<wmma::matrix_a, 32, 8, 16, T, wmma::col_major> v_t; /* V^T */
+    static constexpr wmma::layout_t acc_layout = wmma::mem_col_major;
+    template <typename F> static __device__ __forceinline__ void load_qp(F &f, const T *p, int ld)
+    {
+        wmma::load_matrix_sync(f, p, ld);
+    }
+    /* acc (transposed) += y x */
+    template <typename X, typename Y> static __device__ __forceinline__ void mac(acc_t &acc, const X &x, const Y &y)
+    {
+        wmma::mma_sync(acc, y, x, acc);
+    }
+};
+
+/* The work split of one tile over the 4 warps, for head_dim HD and ROWS heads.
+ *   S: NSUB fragments of SUB_POS positions; with fewer fragments than warps, QSPLIT warps
+ *      share one, each summing every QSPLIT-th 16-column step of head_dim into its own
+ *      partial S (the softmax adds the partials in a fixed order).
+ *   O: OFR fragments of O_HD head_dim columns; with fewer than warps, PSPLIT warps share
+ *      one, each summing every PSPLIT-th 16-position step into its own partial O (added in
+ *      the epilogue). Warps past the last fragment sit the P.V out. */
+template <int HD, int ROWS> struct ad_geom {
+    static constexpr int TILE = HD <= 64 ? 128 : 64; /* positions per tile */
+    /* context positions per S fragment, head_dim columns per O fragment (ad_mma) */
+    static constexpr int SUB_POS = ROWS == 16 ? 16 : 32, O_HD = ROWS == 16 ? 16 : 32;
+    static constexpr int KSTEPS = HD / 16, PSTEPS = TILE / 16;
+    static constexpr int NSUB = TILE / SUB_POS;
+    static constexpr int QSPLIT = NSUB >= AD_WARPS ? 1 : AD_WARPS / NSUB;
+    static constexpr int WPS = AD_WARPS / QSPLIT;        /* warps per partial S */
+    static constexpr int SUBT = (NSUB + WPS - 1) / WPS;  /* S fragments per warp */
+    static constexpr int OFR = HD / O_HD;
+    static constexpr int PSPLIT = OFR >= AD_WARPS ? 1 : AD_WARPS / OFR;
+    static constexpr int WPF = AD_WARPS / PSPLIT;        /* warps per partial O */
+    static constexpr int NF = (OFR + WPF - 1) / WPF;     /* O fragments per warp */
+    static_assert(ROWS == 8 || ROWS == 16, "8 or 16 heads per block");
+    static_assert(HD % 32 == 0 && TILE % 32 == 0, "head_dim and tile in whole fragments");
+    static_assert(AD_WARPS % QSPLIT == 0 && AD_WARPS % PSPLIT == 0, "warps split evenly");
 };
 
 /* Shared memory of one thread block (static, < 48 KiB for every instance; all wmma
  * pointers 32-byte aligned; 16-bit row pitches of 16 (mod 128) bytes, so the 8 rows of a
  * fragment load fall in distinct banks). T: the 16-bit compute type. */
-template <typename T, int HD, int TILE> struct alignas(128) ad_smem {
-    static constexpr int KP = HD + 8;   /* 16-bit elements per staged K/V row and Q row */
-    static constexpr int PP = TILE + 8; /* 16-bit elements per P row */
-    static constexpr int SP = TILE + 4; /* floats per S row */
-    static constexpr int OP = HD + 4;   /* floats per O row */
-    alignas(32) uint4 kv[TILE][KP / 8]; /* the current K or V tile (16-byte chunks of T) */
-    alignas(32) T q[2][AD_ROWS][KP];    /* Q hi, Q lo */
-    alignas(32) T p[2][AD_ROWS][PP];    /* P hi, P lo of the tile */
-    alignas(32) float s[AD_ROWS][SP];   /* S of the tile (log2 units) */
-    alignas(32) float o[AD_ROWS][OP];   /* O for rescaling and the epilogue */
-    float m[AD_ROWS], l[AD_ROWS], alpha[AD_ROWS];
+template <typename T, int HD, int ROWS> struct alignas(128) ad_smem {
+    typedef ad_geom<HD, ROWS> G;
+    static constexpr int KP = HD + 8;     /* 16-bit elements per staged K/V row and Q row */
+    static constexpr int PP = G::TILE + 8; /* 16-bit elements per P row */
+    static constexpr int SP = G::TILE + 4; /* floats per S row */
+    static constexpr int OP = HD + 4;     /* floats per O row */
+    alignas(32) uint4 kv[G::TILE][KP / 8];      /* the current K or V tile (16-byte chunks of T) */
+    alignas(32) T q[2][ROWS][KP];               /* Q hi, Q lo */
+    alignas(32) T p[2][ROWS][PP];               /* P hi, P lo of the tile */
+    alignas(32) float s[G::QSPLIT][ROWS][SP];   /* partial S of the tile (log2 units) */
+    alignas(32) float o[G::PSPLIT][ROWS][OP];   /* partial O for rescaling and the epilogue */
+    float m[ROWS], l[ROWS], alpha[ROWS];
     int flag[AD_WARPS];
 };
 
@@ -176,7 +255,7 @@ __device__ __forceinline__ void ad_store4(void *out, int out_dtype, int64_t idx,
 
 /* One thread block per (partition, kv head x head group, sequence); see the file comment.
  * qk_scale = scale * log2(e) (* k_scale * 2^8 for FP8); v_fac = 1 (v_scale * 2^8 for FP8). */
-template <typename KV, int HD>
+template <typename KV, int HD, int ROWS>
 __global__ void __launch_bounds__(AD_THREADS, AD_BLOCKS_PER_SM)
 attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_heads][HD] of out_dtype */
                         int out_dtype,
@@ -193,18 +272,17 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
 {
     ts_pdl_begin();
     typedef typename kv_traits<KV>::compute_t T;
-    constexpr int TILE = ad_tile<HD>::value;
+    typedef ad_geom<HD, ROWS> G;
+    typedef ad_mma<T, ROWS> MMA;
+    constexpr int TILE = G::TILE;
     constexpr int ESZ = kv_traits<KV>::esize;
     constexpr int EPC = 16 / ESZ;                     /* elements per 16-byte chunk */
     constexpr int CPR = HD / EPC;                     /* chunks per K/V row */
     constexpr int LPT = TILE * CPR / AD_THREADS;      /* chunks per thread per tile */
-    constexpr int KSTEPS = HD / 16;
-    constexpr int SUBT = TILE / 16 / AD_WARPS;        /* 16-position subtiles per warp */
-    constexpr int NF = (KSTEPS + AD_WARPS - 1) / AD_WARPS; /* O fragments per warp */
     constexpr int CPL = TILE / 32;                    /* softmax columns per lane */
-    constexpr int RPW = AD_ROWS / AD_WARPS;           /* softmax rows per warp */
-    static_assert(HD % 16 == 0 && (TILE * CPR) % AD_THREADS == 0, "tile shape");
-    typedef ad_smem<T, HD, TILE> smem_t;
+    constexpr int RPW = ROWS / AD_WARPS;              /* softmax rows per warp */
+    static_assert((TILE * CPR) % AD_THREADS == 0, "tile shape");
+    typedef ad_smem<T, HD, ROWS> smem_t;
     constexpr int KP = smem_t::KP, PP = smem_t::PP, SP = smem_t::SP, OP = smem_t::OP;
     TS_SHARED(smem_t, sm, );
 
@@ -212,8 +290,12 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
     const int pidx = blockIdx.x;
     const int kvh = blockIdx.y / hgroups, hg = blockIdx.y % hgroups;
     const int s = blockIdx.z;
-    const int h0 = kvh * group + hg * AD_ROWS;
-    const int nrows = ad_imin(AD_ROWS, group - hg * AD_ROWS);
+    const int h0 = kvh * group + hg * ROWS;
+    const int nrows = ad_imin(ROWS, group - hg * ROWS);
+    /* this warp's share of the tile's MMAs (ad_geom): S fragments warp % WPS (+ WPS ...)
+     * summed over head_dim steps kq, kq + QSPLIT, ...; O fragments warp % WPF (+ WPF ...)
+     * summed over position steps kp, kp + PSPLIT, ... */
+    const int kq = warp / G::WPS, kp = warp / G::WPF;
 
     const int ctx = ad_imin(seq_lens[s], max_ctx);
     const ad_split split = ad_split_of(ctx, part, nparts);
@@ -275,9 +357,9 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
         }
     };
 
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> oacc[NF];
+    typename MMA::acc_t oacc[G::NF];
 #pragma unroll
-    for (int f = 0; f < NF; f++) wmma::fill_fragment(oacc[f], 0.0f);
+    for (int f = 0; f < G::NF; f++) wmma::fill_fragment(oacc[f], 0.0f);
     float m_ref[RPW], l_part[RPW];
 #pragma unroll
     for (int k = 0; k < RPW; k++) {
@@ -291,7 +373,7 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
 
     /* ---- Q: rows h0 .. h0 + nrows, split into hi + lo 16-bit terms, zero rows after (the
      * first barrier of the tile loop publishes them) ---- */
-    for (int i = tid; i < AD_ROWS * (HD / 4); i += AD_THREADS) {
+    for (int i = tid; i < ROWS * (HD / 4); i += AD_THREADS) {
         int r = i / (HD / 4), c = 4 * (i % (HD / 4));
         float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
         if (r < nrows) x = *(const float4 *)(q + s * q_stride + (int64_t)(h0 + r) * HD + c);
@@ -312,28 +394,28 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
         else if (it + 1 < ntiles) load_tile(it + 1, 0, rk); /* K(it + 1), with V(it) still in flight */
         __syncthreads();
 
-        /* ---- S = Q K^T for this warp's subtiles, in log2 units ---- */
+        /* ---- S = Q K^T (this warp's fragments and head_dim steps), in log2 units ---- */
 #pragma unroll
-        for (int u = 0; u < SUBT; u++) {
-            const int sub = warp + u * AD_WARPS;
-            if (t0 + 16 * sub >= p_end) continue; /* all past the context: never read */
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> sacc;
+        for (int u = 0; u < G::SUBT; u++) {
+            const int sub = warp % G::WPS + u * G::WPS;
+            if (sub >= G::NSUB || t0 + G::SUB_POS * sub >= p_end) continue; /* past the context: never read */
+            typename MMA::acc_t sacc;
             wmma::fill_fragment(sacc, 0.0f);
 #pragma unroll
-            for (int k = 0; k < KSTEPS; k++) {
+            for (int k = kq; k < G::KSTEPS; k += G::QSPLIT) {
                 /* Q fragments come from shared memory each time: held in registers they
-                 * cost 64 registers per thread at head_dim 128 (2 blocks/SM instead of 4) */
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> qh, ql;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> kb;
-                ts_wmma_load(qh, &sm.q[0][0][16 * k], KP);
-                ts_wmma_load(ql, &sm.q[1][0][16 * k], KP);
-                ts_wmma_load(kb, reinterpret_cast<const T *>(&sm.kv[16 * sub][0]) + 16 * k, KP);
-                wmma::mma_sync(sacc, qh, kb, sacc);
-                wmma::mma_sync(sacc, ql, kb, sacc);
+                 * cost up to 64 registers per thread at head_dim 128 */
+                typename MMA::q_t qh, ql;
+                typename MMA::k_t kb;
+                MMA::load_qp(qh, &sm.q[0][0][16 * k], KP);
+                MMA::load_qp(ql, &sm.q[1][0][16 * k], KP);
+                ts_wmma_load(kb, reinterpret_cast<const T *>(&sm.kv[G::SUB_POS * sub][0]) + 16 * k, KP);
+                MMA::mac(sacc, qh, kb);
+                MMA::mac(sacc, ql, kb);
             }
 #pragma unroll
             for (int e = 0; e < sacc.num_elements; e++) sacc.x[e] *= qk_scale;
-            wmma::store_matrix_sync(&sm.s[0][16 * sub], sacc, SP, wmma::mem_row_major);
+            wmma::store_matrix_sync(&sm.s[kq][0][G::SUB_POS * sub], sacc, SP, MMA::acc_layout);
         }
         __syncthreads();
 
@@ -342,14 +424,19 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
 #pragma unroll
         for (int k = 0; k < RPW; k++) {
             const int r = warp + k * AD_WARPS;
-            const float *srow = &sm.s[r][0];
             T *phi = &sm.p[0][r][0], *plo = &sm.p[1][r][0];
             const bool live = r < nrows; /* rows past the group: P = 0 */
             float sv[CPL], tmax = -INFINITY;
 #pragma unroll
             for (int c = 0; c < CPL; c++) {
                 int col = lane + 32 * c;
-                sv[c] = live && t0 + col < p_end ? srow[col] : -INFINITY;
+                float x = -INFINITY;
+                if (live && t0 + col < p_end) {
+                    x = sm.s[0][r][col];
+#pragma unroll
+                    for (int j = 1; j < G::QSPLIT; j++) x += sm.s[j][r][col]; /* partial S, in order */
+                }
+                sv[c] = x;
                 tmax = fmaxf(tmax, sv[c]);
             }
             tmax = warp_max(tmax); /* outside any branch: the shuffles stay convergent */
@@ -379,46 +466,49 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
         }
         __syncthreads();
 
-        /* ---- rare: a row's reference max rose; rescale this warp's O columns ---- */
+        /* ---- rare: a row's reference max rose; rescale this warp's O fragments ---- */
         int any = 0;
 #pragma unroll
         for (int w = 0; w < AD_WARPS; w++) any |= sm.flag[w];
         if (any) {
 #pragma unroll
-            for (int f = 0; f < NF; f++) {
-                const int fi = warp + f * AD_WARPS;
-                if (fi < KSTEPS) wmma::store_matrix_sync(&sm.o[0][16 * fi], oacc[f], OP, wmma::mem_row_major);
+            for (int f = 0; f < G::NF; f++) {
+                const int fi = warp % G::WPF + f * G::WPF;
+                if (fi < G::OFR) wmma::store_matrix_sync(&sm.o[kp][0][G::O_HD * fi], oacc[f], OP, MMA::acc_layout);
             }
             __syncwarp();
 #pragma unroll
-            for (int f = 0; f < NF; f++) {
-                const int fi = warp + f * AD_WARPS;
-                if (fi < KSTEPS)
-                    for (int e = lane; e < 256; e += 32) sm.o[e / 16][16 * fi + e % 16] *= sm.alpha[e / 16];
+            for (int f = 0; f < G::NF; f++) {
+                const int fi = warp % G::WPF + f * G::WPF;
+                if (fi < G::OFR)
+                    for (int e = lane; e < ROWS * G::O_HD; e += 32)
+                        sm.o[kp][e / G::O_HD][G::O_HD * fi + e % G::O_HD] *= sm.alpha[e / G::O_HD];
             }
             __syncwarp();
 #pragma unroll
-            for (int f = 0; f < NF; f++) {
-                const int fi = warp + f * AD_WARPS;
-                if (fi < KSTEPS) wmma::load_matrix_sync(oacc[f], &sm.o[0][16 * fi], OP, wmma::mem_row_major);
+            for (int f = 0; f < G::NF; f++) {
+                const int fi = warp % G::WPF + f * G::WPF;
+                if (fi < G::OFR) wmma::load_matrix_sync(oacc[f], &sm.o[kp][0][G::O_HD * fi], OP, MMA::acc_layout);
             }
         }
 
-        /* ---- O += P V for this warp's head_dim columns ---- */
+        /* ---- O += P V (this warp's fragments and position steps) ---- */
+        if (warp % G::WPF < G::OFR) {
 #pragma unroll
-        for (int k = 0; k < TILE / 16; k++) {
-            if (t0 + 16 * k >= p_end) break; /* P and V are zero there */
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> pa_hi, pa_lo;
-            ts_wmma_load(pa_hi, &sm.p[0][0][16 * k], PP);
-            ts_wmma_load(pa_lo, &sm.p[1][0][16 * k], PP);
+            for (int k = kp; k < G::PSTEPS; k += G::PSPLIT) {
+                if (t0 + 16 * k >= p_end) break; /* P and V are zero there */
+                typename MMA::p_t pa_hi, pa_lo;
+                MMA::load_qp(pa_hi, &sm.p[0][0][16 * k], PP);
+                MMA::load_qp(pa_lo, &sm.p[1][0][16 * k], PP);
 #pragma unroll
-            for (int f = 0; f < NF; f++) {
-                const int fi = warp + f * AD_WARPS;
-                if (fi >= KSTEPS) continue;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vb;
-                ts_wmma_load(vb, reinterpret_cast<const T *>(&sm.kv[16 * k][0]) + 16 * fi, KP);
-                wmma::mma_sync(oacc[f], pa_hi, vb, oacc[f]);
-                wmma::mma_sync(oacc[f], pa_lo, vb, oacc[f]);
+                for (int f = 0; f < G::NF; f++) {
+                    const int fi = warp % G::WPF + f * G::WPF;
+                    if (fi >= G::OFR) continue;
+                    typename MMA::v_t vb;
+                    ts_wmma_load(vb, reinterpret_cast<const T *>(&sm.kv[16 * k][0]) + G::O_HD * fi, KP);
+                    MMA::mac(oacc[f], pa_hi, vb);
+                    MMA::mac(oacc[f], pa_lo, vb);
+                }
             }
         }
         __syncthreads(); /* P and the V tile are consumed before the next tile overwrites them */
@@ -426,9 +516,9 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
 
     /* ---- epilogue: O, m, l to shared memory, then out (direct) or the workspace ---- */
 #pragma unroll
-    for (int f = 0; f < NF; f++) {
-        const int fi = warp + f * AD_WARPS;
-        if (fi < KSTEPS) wmma::store_matrix_sync(&sm.o[0][16 * fi], oacc[f], OP, wmma::mem_row_major);
+    for (int f = 0; f < G::NF; f++) {
+        const int fi = warp % G::WPF + f * G::WPF;
+        if (fi < G::OFR) wmma::store_matrix_sync(&sm.o[kp][0][G::O_HD * fi], oacc[f], OP, MMA::acc_layout);
     }
 #pragma unroll
     for (int k = 0; k < RPW; k++) {
@@ -443,7 +533,16 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
         const int r = i / (HD / 4), c = 4 * (i % (HD / 4));
         const int64_t sh = (int64_t)s * n_heads + h0 + r; /* (sequence, query head) */
         const float f = direct ? v_fac / sm.l[r] : v_fac;
-        float4 v = make_float4(sm.o[r][c] * f, sm.o[r][c + 1] * f, sm.o[r][c + 2] * f, sm.o[r][c + 3] * f);
+        float4 o = *(const float4 *)&sm.o[0][r][c];
+#pragma unroll
+        for (int j = 1; j < G::PSPLIT; j++) { /* partial O, in order */
+            const float4 x = *(const float4 *)&sm.o[j][r][c];
+            o.x += x.x;
+            o.y += x.y;
+            o.z += x.z;
+            o.w += x.w;
+        }
+        const float4 v = make_float4(o.x * f, o.y * f, o.z * f, o.w * f);
         if (direct) {
             ad_store4(out, out_dtype, sh * HD + c, v);
         } else {
@@ -518,14 +617,19 @@ typedef void (*ad_kernel_fn)(void *, int, float *, float2 *, const float *, int6
                              const int32_t *, const int32_t *, int, int, int, int, int, int, int, float, float);
 typedef void (*ad_reduce_fn)(void *, int, const float *, const float2 *, const int32_t *, int, int, int, int);
 
-template <typename KV> ad_kernel_fn ad_pick(int head_dim)
+template <typename KV, int ROWS> ad_kernel_fn ad_pick_hd(int head_dim)
 {
     switch (head_dim) {
-    case 64: return attention_decode_kernel<KV, 64>;
-    case 96: return attention_decode_kernel<KV, 96>;
-    case 128: return attention_decode_kernel<KV, 128>;
+    case 64: return attention_decode_kernel<KV, 64, ROWS>;
+    case 96: return attention_decode_kernel<KV, 96, ROWS>;
+    case 128: return attention_decode_kernel<KV, 128, ROWS>;
     default: return nullptr;
     }
+}
+
+template <typename KV> ad_kernel_fn ad_pick(int head_dim, int rows)
+{
+    return rows == 8 ? ad_pick_hd<KV, 8>(head_dim) : ad_pick_hd<KV, 16>(head_dim);
 }
 
 ad_reduce_fn ad_pick_reduce(int head_dim)
@@ -545,7 +649,15 @@ int ad_partitions(int max_seq_len, int part, int max_partitions)
     return max_partitions > 0 && max_partitions < n ? max_partitions : n;
 }
 
-int ad_hgroups(int n_heads, int n_kv_heads) { return (n_heads / n_kv_heads + AD_ROWS - 1) / AD_ROWS; }
+/* Query heads per thread block: 8 (the 32x8x16 fragments) for groups of up to 8 heads,
+ * else 16; head_rows 8 or 16 forces one. 0 for anything else. */
+int ad_rows(int head_rows, int group)
+{
+    if (head_rows == 0) return group <= 8 ? 8 : 16;
+    return head_rows == 8 || head_rows == 16 ? head_rows : 0;
+}
+
+int ad_hgroups(int group, int rows) { return (group + rows - 1) / rows; }
 
 } /* namespace */
 
@@ -564,10 +676,13 @@ extern "C" size_t cuda_attention_decode_workspace_size(int num_seqs, int n_heads
  * the partitions that help are those that still fit one wave of resident blocks
  * (AD_BLOCKS_PER_SM per multiprocessor, from the register cap); a grid that fills the GPU
  * unsplit stays unsplit. */
-extern "C" int cuda_attention_decode_max_partitions(int num_seqs, int n_heads, int n_kv_heads, int num_sms)
+extern "C" int cuda_attention_decode_max_partitions(int num_seqs, int n_heads, int n_kv_heads, int head_rows,
+                                                    int num_sms)
 {
     if (num_seqs <= 0 || n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || num_sms <= 0) return 1;
-    const int64_t base = (int64_t)num_seqs * n_kv_heads * ad_hgroups(n_heads, n_kv_heads);
+    const int group = n_heads / n_kv_heads, rows = ad_rows(head_rows, group);
+    if (rows == 0) return 1;
+    const int64_t base = (int64_t)num_seqs * n_kv_heads * ad_hgroups(group, rows);
     const int64_t n = (int64_t)AD_BLOCKS_PER_SM * num_sms / base;
     return n < 1 ? 1 : n > 65535 ? 65535 : (int)n;
 }
@@ -576,7 +691,8 @@ extern "C" int cuda_attention_decode(void *out, enum dtype out_dtype, const floa
                                      const struct kv_layer *kv,
                                      const int32_t *seq_lens, const int32_t *block_tables, int max_blocks_per_seq,
                                      int num_seqs, int n_heads, float scale, int max_seq_len, int partition_size,
-                                     int max_partitions, void *workspace, size_t workspace_bytes, int pdl, cudaStream_t stream)
+                                     int max_partitions, int head_rows, void *workspace, size_t workspace_bytes, int pdl,
+                                     cudaStream_t stream)
 {
     if (num_seqs == 0) return cudaSuccess;
     if (!out || !q || !kv || !kv->data || !seq_lens || !block_tables || num_seqs < 0 || num_seqs > 65535 ||
@@ -596,15 +712,17 @@ extern "C" int cuda_attention_decode(void *out, enum dtype out_dtype, const floa
     case DT_BF16: break;
     default: return cudaErrorInvalidValue;
     }
+    const int group = n_heads / kv->n_kv_heads, rows = ad_rows(head_rows, group);
+    if (rows == 0) return cudaErrorInvalidValue;
     float qk_scale = scale * AD_LOG2E, v_fac = 1.0f;
     ad_kernel_fn k = nullptr;
     switch (kv->dtype) {
-    case KV_F16: k = ad_pick<__half>(kv->head_dim); break;
-    case KV_BF16: k = ad_pick<__nv_bfloat16>(kv->head_dim); break;
+    case KV_F16: k = ad_pick<__half>(kv->head_dim, rows); break;
+    case KV_BF16: k = ad_pick<__nv_bfloat16>(kv->head_dim, rows); break;
     case KV_FP8_E4M3:
         if (!(kv->k_scale > 0.0f) || !(kv->v_scale > 0.0f) || !isfinite(kv->k_scale) || !isfinite(kv->v_scale))
             return cudaErrorInvalidValue;
-        k = ad_pick<kv_fp8>(kv->head_dim);
+        k = ad_pick<kv_fp8>(kv->head_dim, rows);
         qk_scale *= kv->k_scale * 256.0f; /* the staged f16 holds value * 2^-8 */
         v_fac = kv->v_scale * 256.0f;
         break;
@@ -616,7 +734,7 @@ extern "C" int cuda_attention_decode(void *out, enum dtype out_dtype, const floa
     const int64_t esize = kv->dtype == KV_FP8_E4M3 ? 1 : 2;
     if ((int64_t)kv->n_kv_heads * bs * kv->head_dim * esize > INT32_MAX / 2)
         return cudaErrorInvalidValue; /* the kernel addresses within a block in 32 bits */
-    const int group = n_heads / kv->n_kv_heads, hgroups = ad_hgroups(n_heads, kv->n_kv_heads);
+    const int hgroups = ad_hgroups(group, rows);
     if ((int64_t)kv->n_kv_heads * hgroups > 65535) return cudaErrorInvalidValue;
     const int part = partition_size > 0 ? partition_size : AD_MIN_PART;
     int cap = max_partitions;
@@ -625,7 +743,7 @@ extern "C" int cuda_attention_decode(void *out, enum dtype out_dtype, const floa
         cudaError_t e = cudaGetDevice(&dev);
         if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
         if (e != cudaSuccess) return (int)e;
-        cap = cuda_attention_decode_max_partitions(num_seqs, n_heads, kv->n_kv_heads, sms);
+        cap = cuda_attention_decode_max_partitions(num_seqs, n_heads, kv->n_kv_heads, rows, sms);
     }
     const int nparts = ad_partitions(max_seq_len, part, cap);
     float *ws_o = nullptr;

@@ -38,9 +38,11 @@ size_t cuda_attention_decode_workspace_size(int num_seqs, int n_heads, int head_
                                             int max_seq_len, int partition_size, int max_partitions);
 
 /* The automatic max_partitions for num_seqs sequences on a device of num_sms
- * multiprocessors: as many partitions per sequence as still fit one wave of resident
- * thread blocks (>= 1). A caller that captures graphs computes it once per batch size. */
-int cuda_attention_decode_max_partitions(int num_seqs, int n_heads, int n_kv_heads, int num_sms);
+ * multiprocessors, with the same head_rows as cuda_attention_decode: as many partitions
+ * per sequence as still fit one wave of resident thread blocks (>= 1). A caller that
+ * captures graphs computes it once per batch size. */
+int cuda_attention_decode_max_partitions(int num_seqs, int n_heads, int n_kv_heads, int head_rows,
+                                         int num_sms);
 
 /* Decode attention over the paged KV pool (the new token's K/V already written there).
  *   out:          [num_seqs][n_heads][head_dim] of out_dtype (DT_F32, DT_F16, DT_BF16),
@@ -65,6 +67,10 @@ int cuda_attention_decode_max_partitions(int num_seqs, int n_heads, int n_kv_hea
  *                 rounded up to 64 positions (16 if partition_size is not a multiple of
  *                 64): at most partition_size unless the cap binds, where
  *                 P = min(ceil(max_seq_len / partition_size), max_partitions)
+ *   head_rows:    query heads per thread block: 8 (32x8x16 tensor-core fragments with
+ *                 the heads as N) or 16 (16x16x16, the heads as M); 0: 8 when
+ *                 n_heads / n_kv_heads <= 8, else 16. A group larger than head_rows
+ *                 takes several thread blocks per kv head, each reading its K/V.
  *   workspace:    device memory, 16-byte aligned, >= cuda_attention_decode_workspace_size()
  *                 bytes (may be NULL when that is 0); scratch, overwritten
  *   pdl:          non-zero: both kernels are programmatic dependent launches (common.cuh,
@@ -76,7 +82,8 @@ int cuda_attention_decode(void *out, enum dtype out_dtype, const float *q, int64
                           const struct kv_layer *kv, const int32_t *seq_lens,
                           const int32_t *block_tables, int max_blocks_per_seq, int num_seqs,
                           int n_heads, float scale, int max_seq_len, int partition_size,
-                          int max_partitions, void *workspace, size_t workspace_bytes, int pdl, cudaStream_t stream);
+                          int max_partitions, int head_rows, void *workspace, size_t workspace_bytes, int pdl,
+                          cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -13,8 +13,8 @@
 # 1,024-token prompt, GPU idle between steps, the batch-1 and batch-8 forwards kernel by
 # kernel (tool_bench_cuda --profile), the dense linears' start-up kernel choice against
 # cuBLAS only (TESSERA_CUDA_LINEAR=cublas), without programmatic dependent launches
-# (TESSERA_CUDA_PDL=off) and with the decode attention's earlier fixed split
-# (TESSERA_CUDA_DECODE_SPLIT=fixed), and
+# (TESSERA_CUDA_PDL=off), with the decode attention's earlier fixed split
+# (TESSERA_CUDA_DECODE_SPLIT=fixed) and with its 16-head blocks (TESSERA_CUDA_DECODE_ROWS=16), and
 # scripts/bench_serving.py at 256 concurrent requests with BF16 and FP8 KV; on a machine
 # with 2 or more GPUs, the same model with --tensor-parallel-size 2 (greedy text = one
 # GPU's, serving throughput). Prints one
@@ -199,7 +199,7 @@ ncu_profile() {
 if [ "${SKIP_NCU:-0}" = 1 ] || [ -z "$NCU" ] || [ ! -x build/tessera-kernel-bench ]; then
     row "ncu kernel profiles" SKIP "SKIP_NCU=1, no ncu, or no kernel bench"
 else
-    for spec in "attention_decode attention_decode_kernel 0 14 attention_decode" \
+    for spec in "attention_decode attention_decode_kernel 0 19 attention_decode" \
                 "dense_gemv_t1 dense_gemv_kernel 0 8 dense_gemv" \
                 "skinny_gemm_t8 skinny_gemm_kernel 24 8 skinny_gemm" \
                 "quant_gemv_t1 quant_gemv_kernel 0 4 qmm_gemv"; do
@@ -412,6 +412,9 @@ else
     # the decode attention's split (src/backend/cuda/forward.cu, cu_decode_split): partitions
     # of 64 positions, at most one wave of blocks, against the fixed 512-position rule before
     baseline fixedsplit "decode split by wave vs fixed" TESSERA_CUDA_DECODE_SPLIT=fixed
+    # the decode attention with 16 query heads per block (16x16x16 fragments) against the
+    # automatic 8 for Qwen's group of 7 (32x8x16 fragments: half the MMAs)
+    baseline rows16 "decode attention 8-head vs 16-head blocks" TESSERA_CUDA_DECODE_ROWS=16
     if [ "${SKIP_SERVING:-0}" = 1 ]; then
         row "bench_serving (Qwen2.5-7B dummy)" SKIP "SKIP_SERVING=1"
     elif [ -f "$QWEN_DIR/tokenizer.json" ]; then

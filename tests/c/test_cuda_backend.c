@@ -1374,46 +1374,67 @@ static int split_run(const struct model *m, bool eager, struct backend_token tok
     return rc;
 }
 
-/* The decode attention's split: a graph and an eager step of the same bucket split every
- * context alike (tokens and logprobs bit for bit); TESSERA_CUDA_DECODE_SPLIT=fixed (one
- * partition of 512 positions: the rule before) gives the same greedy tokens with logprobs
- * within 1e-2 (a near tie may swap the token: then the split run's token is in the fixed
- * run's top 5 within 1e-2 of its top logprob); another value is refused. The attention
- * outputs of the two splits differ in F32 rounding only (test_kernel_attention_decode
- * holds both to the CPU within 1e-9 NMSE), but they are stored as BF16 activations, where
- * a flipped rounding is 2^-9 relative; observed: up to ~3e-3 in a logprob. */
+/* Whether run f's token matches run a's within 1e-2 in logprob (a near tie may swap the
+ * token: then a's token must be in f's top 5 within 1e-2 of f's top logprob); the largest
+ * |d| of equal tokens goes to *dmax. */
+static bool split_close(const struct backend_token *a, const struct backend_token *f, float *dmax)
+{
+    bool ok = a->token == f->token && fabsf(a->logprob - f->logprob) <= 1e-2f;
+    for (int k = 0; !ok && a->token != f->token && k < f->n_top; k++)
+        ok = f->top_ids[k] == a->token && fabsf(f->top_logprobs[k] - f->logprob) <= 1e-2f;
+    if (a->token == f->token && fabsf(a->logprob - f->logprob) > *dmax) *dmax = fabsf(a->logprob - f->logprob);
+    return ok;
+}
+
+/* The decode attention's split and layout: a graph and an eager step of the same bucket
+ * split every context alike (tokens and logprobs bit for bit); TESSERA_CUDA_DECODE_SPLIT=fixed
+ * (one partition of 512 positions: the rule before) and TESSERA_CUDA_DECODE_ROWS=16 (16
+ * query heads per block, 16x16x16 fragments, where the automatic choice for this model's
+ * group of 2 is 8 heads, 32x8x16) give the same greedy tokens with logprobs within 1e-2
+ * (split_close); other values are refused. The attention outputs differ in F32 rounding
+ * only (test_kernel_attention_decode holds every variant to the CPU within 1e-9 NMSE), but
+ * they are stored as BF16 activations, where a flipped rounding is 2^-9 relative;
+ * observed: up to ~3e-3 in a logprob. */
 static void test_decode_split(void)
 {
     struct model *m = load_model("testmodels/llama3-tiny-hd64", true, MODEL_LOAD_NO_TOKENIZER);
     if (!m) return;
-    struct env_saved was = env_save("TESSERA_CUDA_DECODE_SPLIT");
-    static struct backend_token r[3][SPLIT_STEPS][SPLIT_SEQS]; /* graphs, eager, fixed */
+    struct env_saved was = env_save("TESSERA_CUDA_DECODE_SPLIT"), was_rows = env_save("TESSERA_CUDA_DECODE_ROWS");
+    static struct backend_token r[4][SPLIT_STEPS][SPLIT_SEQS]; /* graphs, eager, fixed, 16 rows */
     unsetenv("TESSERA_CUDA_DECODE_SPLIT");
+    unsetenv("TESSERA_CUDA_DECODE_ROWS");
     int rc = split_run(m, false, r[0]) || split_run(m, true, r[1]);
     setenv("TESSERA_CUDA_DECODE_SPLIT", "fixed", 1);
     rc = rc || split_run(m, false, r[2]);
-    int same = 0, close = 0, n = 0;
-    float dmax = 0;
+    unsetenv("TESSERA_CUDA_DECODE_SPLIT");
+    setenv("TESSERA_CUDA_DECODE_ROWS", "16", 1);
+    rc = rc || split_run(m, false, r[3]);
+    int same = 0, close = 0, close16 = 0, n = 0;
+    float dmax = 0, dmax16 = 0;
     for (int st = 0; st < SPLIT_STEPS && !rc; st++)
         for (int s = 0; s < SPLIT_SEQS; s++, n++) {
-            const struct backend_token *a = &r[0][st][s], *e = &r[1][st][s], *f = &r[2][st][s];
+            const struct backend_token *a = &r[0][st][s], *e = &r[1][st][s], *f = &r[2][st][s], *w = &r[3][st][s];
             const bool eq = a->token == e->token && !memcmp(&a->logprob, &e->logprob, sizeof a->logprob) &&
                             a->n_top == e->n_top && !memcmp(a->top_logprobs, e->top_logprobs, sizeof a->top_logprobs);
             same += eq;
             CHECK(eq, "step %d row %d: graphs token %d (%.9g) vs eager %d (%.9g)", st, s, a->token, a->logprob,
                   e->token, e->logprob);
-            bool ok = a->token == f->token && fabsf(a->logprob - f->logprob) <= 1e-2f;
-            for (int k = 0; !ok && a->token != f->token && k < f->n_top; k++)
-                ok = f->top_ids[k] == a->token && fabsf(f->top_logprobs[k] - f->logprob) <= 1e-2f;
+            bool ok = split_close(a, f, &dmax);
             close += ok;
-            if (a->token == f->token && fabsf(a->logprob - f->logprob) > dmax) dmax = fabsf(a->logprob - f->logprob);
             CHECK(ok, "step %d row %d: split by 64 token %d (%.9g) vs fixed %d (%.9g)", st, s, a->token, a->logprob,
                   f->token, f->logprob);
+            ok = split_close(a, w, &dmax16);
+            close16 += ok;
+            CHECK(ok, "step %d row %d: 8 heads per block token %d (%.9g) vs 16 %d (%.9g)", st, s, a->token,
+                  a->logprob, w->token, w->logprob);
         }
-    printf("    decode split: %d rows, graphs = eager bit for bit %d, fixed split within 1e-2 %d (max |d| %.2g)\n", n,
-           same, close, dmax);
+    printf("    decode split: %d rows, graphs = eager bit for bit %d, fixed split within 1e-2 %d (max |d| %.2g), "
+           "16 heads per block within 1e-2 %d (max |d| %.2g)\n",
+           n, same, close, dmax, close16, dmax16);
     env_restore(&was);
+    env_restore(&was_rows);
     expect_env_refused(m, "TESSERA_CUDA_DECODE_SPLIT", "sometimes", "wave or fixed");
+    expect_env_refused(m, "TESSERA_CUDA_DECODE_ROWS", "12", "auto, 8 or 16");
     model_free(m);
 }
 

@@ -13,6 +13,10 @@
  *                          TESSERA_CUDA_DECODE_SPLIT=fixed)
  *   S=8 ctx=4096, S=1 ctx=32768   few sequences, long contexts: split-K must fill the GPU
  *   S=256 ctx=512          many short contexts
+ *   rows=16                S=1 / S=8 ctx=1024, S=64 ctx=2048 (BF16, FP8) and S=256 ctx=512
+ *                          again with 16 query heads per block (16x16x16 fragments, the
+ *                          layout before 8-head blocks; automatic here is 8: Qwen's group
+ *                          is 7); the rows=8 / rows=16 time ratios are printed after the rows
  * Blocks are interleaved across sequences (a pool after some churn), not contiguous.
  * b->tiny: two sequences of 100 positions (emulator: proves the bench runs).
  */
@@ -32,7 +36,7 @@ extern "C" {
 
 /* Times num_seqs sequences of ctx positions; returns seconds per call. */
 static double bench_one(struct kbench *b, const char *label, int num_seqs, int ctx, int partition,
-                        enum kv_dtype kvt)
+                        enum kv_dtype kvt, int rows = 0)
 {
     const int max_partitions = partition ? INT_MAX : 0; /* a forced partition size is not capped */
     const int nh = b->tiny ? 7 : 28, nkv = b->tiny ? 1 : 4, hd = 128, bs = 16;
@@ -59,8 +63,8 @@ static double bench_one(struct kbench *b, const char *label, int num_seqs, int c
     void *ws = kbench_alloc_filled(ws_bytes, 0x3c);
     double s = kbench_time(b, [&] {
         KB_CHECK(cuda_attention_decode(out, DT_BF16, q, (int64_t)nh * hd, &kv, d_meta, d_meta + num_seqs, max_blocks,
-                                       num_seqs, nh, 0.08838835f, ctx, partition, max_partitions, ws, ws_bytes, 0,
-                                       b->stream));
+                                       num_seqs, nh, 0.08838835f, ctx, partition, max_partitions, rows, ws, ws_bytes,
+                                       0, b->stream));
     });
     double bytes = (double)num_seqs * ctx * nkv * 2.0 * hd * kv_dtype_size(kvt) + (double)num_seqs * nh * hd * (4 + 2);
     char kernel[64], shape[64];
@@ -82,6 +86,7 @@ static void bench_attention_decode(struct kbench *b)
         double t16 = bench_one(b, "S=2 ctx=100", 2, 100, 0, KV_BF16);
         double t8 = bench_one(b, "S=2 ctx=100", 2, 100, 0, KV_FP8_E4M3);
         bench_one(b, "S=2 ctx=100 part=32", 2, 100, 32, KV_BF16);
+        bench_one(b, "S=2 ctx=100 rows=16", 2, 100, 0, KV_BF16, 16);
         printf("attention_decode fp8/bf16 time at S=2 ctx=100: %.2f (emulator: meaningless)\n", t8 / t16);
         return;
     }
@@ -98,10 +103,19 @@ static void bench_attention_decode(struct kbench *b)
     bench_one(b, "S=8 ctx=4096", 8, 4096, 0, KV_BF16);
     bench_one(b, "S=1 ctx=32768", 1, 32768, 0, KV_BF16);
     bench_one(b, "S=1 ctx=32768", 1, 32768, 0, KV_FP8_E4M3);
-    bench_one(b, "S=256 ctx=512", 256, 512, 0, KV_BF16);
+    const double s256 = bench_one(b, "S=256 ctx=512", 256, 512, 0, KV_BF16);
+    /* the same shapes with 16 heads per block */
+    const double r1 = bench_one(b, "S=1 ctx=1024 rows=16", 1, 1024, 0, KV_BF16, 16);
+    const double r8 = bench_one(b, "S=8 ctx=1024 rows=16", 8, 1024, 0, KV_BF16, 16);
+    const double r64 = bench_one(b, "S=64 ctx=2048 rows=16", 64, 2048, 0, KV_BF16, 16);
+    const double r64f = bench_one(b, "S=64 ctx=2048 rows=16", 64, 2048, 0, KV_FP8_E4M3, 16);
+    const double r256 = bench_one(b, "S=256 ctx=512 rows=16", 256, 512, 0, KV_BF16, 16);
     printf("attention_decode fp8/bf16 time at S=64 ctx=2048: %.2f (target <= 0.60)\n", t8 / t16);
     printf("attention_decode automatic/fixed-512 split time at ctx=1024: S=1 %.2f, S=8 %.2f "
            "(x 28 layers: %.0f / %.0f us per step saved)\n",
            s1 / s1f, s8 / s8f, 28e6 * (s1f - s1), 28e6 * (s8f - s8));
+    printf("attention_decode 8-head/16-head block time: S=1 ctx=1024 %.2f, S=8 ctx=1024 %.2f, S=64 ctx=2048 %.2f "
+           "(fp8 %.2f), S=256 ctx=512 %.2f\n",
+           s1 / r1, s8 / r8, t16 / r64, t8 / r64f, s256 / r256);
 }
 KBENCH_REGISTER(bench_attention_decode);

@@ -109,15 +109,17 @@ static void run_case(const ad_case &c, uint64_t seed)
         ktest_attention_ref(hkv, q_dense.data(), qstart, seq_lens, bt, max_blocks, num_seqs, nh, scale);
 
     char what[200];
-    snprintf(what, sizeof what, "%s (hd %d, %d/%d heads, bs %d, kv %s, out %s, partition %d, max %d)", c.name, hd, nh,
-             nkv, bs, kv_dtype_name(kvt), ktest_act_name(c.out), c.partition_size, c.max_partitions);
-    KTEST_SEEDS(s) {
+    /* both tensor-core layouts on every case: 8 heads per block (32x8x16 fragments), 16
+       (16x16x16) */
+    for (int rows = 8; rows <= 16; rows += 8) KTEST_SEEDS(s) {
+        snprintf(what, sizeof what, "%s (hd %d, %d/%d heads, bs %d, kv %s, out %s, partition %d, max %d, rows %d)",
+                 c.name, hd, nh, nkv, bs, kv_dtype_name(kvt), ktest_act_name(c.out), c.partition_size,
+                 c.max_partitions, rows);
         d_out.poison();
         d_ws.poison();
         int rc = cuda_attention_decode(d_out.ptr, c.out, d_q.ptr, q_stride, &kv, d_lens.ptr, d_bt.ptr, max_blocks,
-                                       num_seqs, nh, scale, max_seq_len, c.partition_size, c.max_partitions,
-                                       d_ws.ptr, ws_bytes,
-                                       (s + num_seqs) & 1, 0);
+                                       num_seqs, nh, scale, max_seq_len, c.partition_size, c.max_partitions, rows,
+                                       d_ws.ptr, ws_bytes, (s + num_seqs + rows / 8) & 1, 0);
         CHECK(rc == 0, "%s: cuda_attention_decode returned %d", what, rc);
         const std::vector<float> got = ktest_out_to_float(d_out.download(), c.out, (size_t)num_seqs * nh * hd);
         CHECK_CLOSE_ARRAYS(what, got.data(), ref.data(), got.size(), tol_for(kvt, c.out));
@@ -260,16 +262,22 @@ static void test_workspace_size(void)
     size_t c = cuda_attention_decode_workspace_size(1, 28, 128, 32768, 0, 0);
     CHECK(a >= b && a >= c && c > 0, "not monotone: %zu %zu %zu", a, b, c);
     /* the automatic cap: 4 resident blocks per multiprocessor over (sequences x kv heads x
-       head groups of up to 16) */
-    CHECK(cuda_attention_decode_max_partitions(1, 28, 4, 132) == 132, "batch 1: %d",
-          cuda_attention_decode_max_partitions(1, 28, 4, 132));
-    CHECK(cuda_attention_decode_max_partitions(8, 28, 4, 132) == 16, "batch 8");
-    CHECK(cuda_attention_decode_max_partitions(64, 28, 4, 132) == 2, "batch 64");
-    CHECK(cuda_attention_decode_max_partitions(256, 28, 4, 132) == 1, "batch 256");
-    CHECK(cuda_attention_decode_max_partitions(1, 64, 2, 132) == 132, "two head groups: %d",
-          cuda_attention_decode_max_partitions(1, 64, 2, 132));
-    CHECK(cuda_attention_decode_max_partitions(1, 28, 3, 132) == 1, "28 heads over 3 kv heads");
-    CHECK(cuda_attention_decode_max_partitions(1, 28, 4, 0) == 1, "no multiprocessors");
+       head groups of head_rows: automatically 8 for groups of up to 8 heads, else 16) */
+    CHECK(cuda_attention_decode_max_partitions(1, 28, 4, 0, 132) == 132, "batch 1: %d",
+          cuda_attention_decode_max_partitions(1, 28, 4, 0, 132));
+    CHECK(cuda_attention_decode_max_partitions(8, 28, 4, 0, 132) == 16, "batch 8");
+    CHECK(cuda_attention_decode_max_partitions(64, 28, 4, 0, 132) == 2, "batch 64");
+    CHECK(cuda_attention_decode_max_partitions(256, 28, 4, 0, 132) == 1, "batch 256");
+    CHECK(cuda_attention_decode_max_partitions(8, 28, 4, 16, 132) == 16, "batch 8, 16 rows");
+    CHECK(cuda_attention_decode_max_partitions(1, 64, 2, 0, 132) == 132, "two head groups: %d",
+          cuda_attention_decode_max_partitions(1, 64, 2, 0, 132));
+    CHECK(cuda_attention_decode_max_partitions(2, 64, 2, 0, 132) == 66, "two head groups of 16, 2 sequences: %d",
+          cuda_attention_decode_max_partitions(2, 64, 2, 0, 132));
+    CHECK(cuda_attention_decode_max_partitions(2, 64, 2, 8, 132) == 33, "four head groups of 8, 2 sequences: %d",
+          cuda_attention_decode_max_partitions(2, 64, 2, 8, 132));
+    CHECK(cuda_attention_decode_max_partitions(1, 28, 3, 0, 132) == 1, "28 heads over 3 kv heads");
+    CHECK(cuda_attention_decode_max_partitions(1, 28, 4, 0, 0) == 1, "no multiprocessors");
+    CHECK(cuda_attention_decode_max_partitions(1, 28, 4, 4, 132) == 1, "head_rows 4");
 }
 
 /* Unsupported shapes and types are refused before any launch; zero sequences is a no-op. */
@@ -291,9 +299,9 @@ static void test_invalid(void)
     kv.head_dim = 128;
     kv.k_scale = kv.v_scale = 1.0f;
     auto call = [&](const struct kv_layer &k, enum dtype od, const float *qp, int64_t qs, int nh, int ns, int maxlen,
-                    int part, size_t wsb, int maxp = 0) {
+                    int part, size_t wsb, int maxp = 0, int rows = 0) {
         return cuda_attention_decode(out.ptr, od, qp, qs, &k, meta.ptr, meta.ptr + 2, 2, ns, nh, 0.1f, maxlen, part,
-                                     maxp, ws.ptr, wsb, 0, 0);
+                                     maxp, rows, ws.ptr, wsb, 0, 0);
     };
     const int inval = (int)cudaErrorInvalidValue;
     struct kv_layer k = kv;
@@ -321,6 +329,9 @@ static void test_invalid(void)
     CHECK(call(kv, DT_F32, q.ptr + 1, 256, 2, 1, 16, 0, 0) == inval, "unaligned q accepted");
     CHECK(call(kv, DT_F32, q.ptr, 256, 2, 1, 16, 24, 0) == inval, "partition_size 24 accepted");
     CHECK(call(kv, DT_F32, q.ptr, 256, 2, 1, 16, 0, 0, -1) == inval, "max_partitions -1 accepted");
+    CHECK(call(kv, DT_F32, q.ptr, 256, 2, 1, 16, 0, 0, 0, 4) == inval, "head_rows 4 accepted");
+    CHECK(call(kv, DT_F32, q.ptr, 256, 2, 1, 16, 0, 0, 0, 32) == inval, "head_rows 32 accepted");
+    CHECK(call(kv, DT_F32, q.ptr, 256, 2, 1, 16, 0, 0, 0, -8) == inval, "head_rows -8 accepted");
     CHECK(call(kv, DT_F32, q.ptr, 256, 2, 1, 33, 0, 0) == inval, "max_seq_len past the block table accepted");
     CHECK(call(kv, DT_F32, q.ptr, 256, 2, 1, 32, 16, 100) == inval, "a short workspace accepted");
     CHECK(cudaGetLastError() == cudaSuccess, "a refused call left an error behind");

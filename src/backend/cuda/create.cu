@@ -249,12 +249,12 @@ static int check_split(const struct model *m, int world, char *err, size_t errle
 
 /* ---- buffers -------------------------------------------------------------------------- */
 
-/* The canonical decode batch buckets (vLLM's: 1, 2, 4, then every 8), up to cap. Writes
- * at most max_out entries; returns the count. */
+/* The canonical decode batch buckets (cu_bucket_ceil's: 1, 2, 4, then every 8), up to cap,
+ * and cap itself. Writes at most max_out entries; returns the count. */
 static int make_buckets(int cap, int *out, int max_out)
 {
     int n = 0;
-    for (int v = 1; v <= cap && n < max_out; v = v < 8 ? 2 * v : v + 8) out[n++] = v;
+    for (int v = 1; v <= cap && n < max_out; v = cu_bucket_ceil(v + 1)) out[n++] = v;
     if (n && out[n - 1] != cap && n < max_out) out[n++] = cap;
     return n;
 }
@@ -510,6 +510,12 @@ static int setup_rank(struct cuda_backend *b, void *arg, char *err, size_t errle
         return err_set(err, errlen, ERR_INVALID, "cuda: TESSERA_CUDA_DECODE_SPLIT=%s: expected wave or fixed",
                        split_env);
     b->split_fixed = split_env && !strcmp(split_env, "fixed");
+    /* query heads per decode attention block (kernels/attention_decode.h, head_rows) */
+    const char *rows_env = getenv("TESSERA_CUDA_DECODE_ROWS");
+    if (rows_env && *rows_env && strcmp(rows_env, "auto") && strcmp(rows_env, "8") && strcmp(rows_env, "16"))
+        return err_set(err, errlen, ERR_INVALID, "cuda: TESSERA_CUDA_DECODE_ROWS=%s: expected auto, 8 or 16",
+                       rows_env);
+    b->decode_rows = rows_env && *rows_env && strcmp(rows_env, "auto") ? atoi(rows_env) : 0;
     b->num_sms = prop.multiProcessorCount;
 
     /* KV dtype: auto = the model's 16-bit type (BF16 unless its matrices are F16) */

@@ -183,6 +183,8 @@ struct cuda_backend {
     bool fuse;                      /* fused kernels where the plan allows (cu_gate_up_fused;
                                        unless TESSERA_CUDA_FUSE=off; create) */
     bool split_fixed;               /* TESSERA_CUDA_DECODE_SPLIT=fixed (cu_decode_split; create) */
+    int decode_rows;                /* the decode attention's head_rows: 0 (automatic), 8 or 16
+                                       (TESSERA_CUDA_DECODE_ROWS; create) */
     int num_sms;                    /* the device's multiprocessors (create) */
     struct cublasContext *cublas;
     cudaEvent_t ev_done;            /* end of the step in flight (no timing) */
@@ -319,6 +321,10 @@ int cu_linear_plan(struct cuda_backend *b, char *err, size_t errlen);
  * b->d.logits[0, L). Returns 0 or a CUDA error with *where naming the kernel and layer
  * (a static string plus the layer index in *layer). Captured as is into the graphs. */
 int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **where, int *layer);
+
+/* The smallest canonical decode batch bucket (vLLM's: 1, 2, 4, then multiples of 8) of at
+ * least rows rows (create.cu's graph buckets; cu_decode_split). */
+static inline int cu_bucket_ceil(int rows) { return rows <= 2 ? rows : rows <= 4 ? 4 : (rows + 7) / 8 * 8; }
 
 /* The shape a decode graph of `rows` rows is captured with (create.cu's capture; submit
  * records it as the last step's shape when it replays the graph). */

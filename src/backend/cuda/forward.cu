@@ -48,9 +48,9 @@ void cu_decode_split(const struct cuda_backend *b, int rows, int *partition, int
         *max_partitions = INT_MAX;
         return;
     }
-    const int bucket = rows <= 2 ? rows : rows <= 4 ? 4 : (rows + 7) / 8 * 8;
+    const int bucket = cu_bucket_ceil(rows);
     *partition = 64;
-    *max_partitions = cuda_attention_decode_max_partitions(bucket, b->nh, b->nkv, b->num_sms);
+    *max_partitions = cuda_attention_decode_max_partitions(bucket, b->nh, b->nkv, b->decode_rows, b->num_sms);
 }
 
 struct cu_shape cu_decode_graph_shape(const struct cuda_backend *b, int rows)
@@ -106,8 +106,8 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
         if (sh->decode)
             STEP("attention_decode",
                  cuda_attention_decode(d->act, adt, d->q, qd, &b->kv[l], d->seq_lens, d->block_tables, b->max_blocks,
-                                       sh->S, nh, scale, sh->max_seq_len, sh->partition, sh->max_partitions, d->att_ws, d->att_ws_bytes,
-                                       pdl, st));
+                                       sh->S, nh, scale, sh->max_seq_len, sh->partition, sh->max_partitions,
+                                       b->decode_rows, d->att_ws, d->att_ws_bytes, pdl, st));
         else
             STEP("attention_prefill", cuda_attention_prefill(d->act, adt, d->q, qd, &b->kv[l], d->query_start,
                                                              d->seq_lens, d->block_tables, b->max_blocks, sh->S, T, nh,
