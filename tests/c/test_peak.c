@@ -69,19 +69,27 @@ static void test_every_available_loop_is_plausible(void)
         { CPU_PEAK_F32_FMA_ZMM, CPU_PEAK_F32_SCALAR, 4, "zmm FMA vs scalar" },
         { CPU_PEAK_I8_DPBUSD_YMM, CPU_PEAK_F32_FMA_YMM, 1.5, "int8 dot vs f32 FMA, ymm" },
         { CPU_PEAK_I8_DPBUSD_ZMM, CPU_PEAK_F32_FMA_ZMM, 1.5, "int8 dot vs f32 FMA, zmm" },
-        { CPU_PEAK_BF16_DPBF16_ZMM, CPU_PEAK_F32_FMA_ZMM, 0.8, "bf16 dot vs f32 FMA, zmm" },
+        /* vdpbf16ps zmm issues at a half (1.0x the FMA's FLOPs) or a quarter (0.5x: measured
+           on an AVX512-BF16 / AMX Xeon, with 12 and with 24 independent accumulators alike)
+           of the FMA's rate; a loop bound by its latency instead falls to ~0.2x */
+        { CPU_PEAK_BF16_DPBF16_ZMM, CPU_PEAK_F32_FMA_ZMM, 0.4, "bf16 dot vs f32 FMA, zmm" },
         { CPU_PEAK_I8_MADDUBS_YMM, CPU_PEAK_I32_SCALAR, 8, "maddubs pair vs scalar int32" },
     };
     for (size_t i = 0; i < sizeof ratios / sizeof ratios[0]; i++) {
         enum cpu_peak_kind a = ratios[i].fast, b = ratios[i].slow;
         if (g[a] <= 0 || g[b] <= 0) continue; /* not on this CPU or build */
-        for (int round = 1; round < 4 && !(g[a] > ratios[i].factor * g[b]); round++) {
+        /* a ratio that misses is measured again, both loops back to back (a busy machine
+           slows both alike), up to 6 rounds; the best round's ratio counts */
+        double ra = g[a], rb = g[b];
+        for (int round = 1; round < 7 && !(ra > ratios[i].factor * rb); round++) {
             double ga = measure(tp, a), gb = measure(tp, b);
-            if (ga > g[a]) g[a] = ga;
-            if (gb > g[b]) g[b] = gb;
+            if (ga * rb > ra * gb) {
+                ra = ga;
+                rb = gb;
+            }
         }
-        CHECK(g[a] > ratios[i].factor * g[b], "%s: %.1f vs %.1f G(FL)OP/s, wanted %.1fx", ratios[i].what, g[a],
-              g[b], ratios[i].factor);
+        CHECK(ra > ratios[i].factor * rb, "%s: %.1f vs %.1f G(FL)OP/s, wanted %.1fx", ratios[i].what, ra, rb,
+              ratios[i].factor);
     }
     tp_free(tp);
 }
