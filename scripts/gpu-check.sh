@@ -166,6 +166,10 @@ if build/tessera-kernel-bench >"$OUT/kernel-bench.txt" 2>&1; then
 else
     row "kernel bench" FAIL "see $OUT/kernel-bench.txt"
 fi
+# the decode attention's side-by-side ratios (the lines after its rows) in the table
+while IFS= read -r line; do
+    row "kernel bench: ${line%%:*}" INFO "${line#*: }"
+done < <(grep -E '^attention_decode .* time' "$OUT/kernel-bench.txt")
 
 # ---- Nsight Compute: where the key kernels' time goes -------------------------------------------
 # The bench again with --once (one launch per row, in the table's order), under ncu with the
