@@ -14,7 +14,7 @@
 # kernel (tool_bench_cuda --profile), the dense linears' start-up kernel choice against
 # cuBLAS only (TESSERA_CUDA_LINEAR=cublas), without programmatic dependent launches
 # (TESSERA_CUDA_PDL=off), with the decode attention's earlier fixed split
-# (TESSERA_CUDA_DECODE_SPLIT=fixed) and with its 16-head blocks (TESSERA_CUDA_DECODE_ROWS=16), and
+# (TESSERA_CUDA_DECODE_SPLIT=fixed) and with its 8-head blocks (TESSERA_CUDA_DECODE_ROWS=auto), and
 # scripts/bench_serving.py at 256 concurrent requests with BF16 and FP8 KV; on a machine
 # with 2 or more GPUs, the same model with --tensor-parallel-size 2 (greedy text = one
 # GPU's, serving throughput). Prints one
@@ -416,9 +416,9 @@ else
     # the decode attention's split (src/backend/cuda/forward.cu, cu_decode_split): partitions
     # of 64 positions, at most one wave of blocks, against the fixed 512-position rule before
     baseline fixedsplit "decode split by wave vs fixed" TESSERA_CUDA_DECODE_SPLIT=fixed
-    # the decode attention with 16 query heads per block (16x16x16 fragments) against the
-    # automatic 8 for Qwen's group of 7 (32x8x16 fragments: half the MMAs)
-    baseline rows16 "decode attention 8-head vs 16-head blocks" TESSERA_CUDA_DECODE_ROWS=16
+    # the decode attention with 16 query heads per block (16x16x16 fragments, the backend's
+    # default) against the kernel's automatic 8 for Qwen's group of 7 (32x8x16: half the MMAs)
+    baseline rows8 "decode attention 16-head (default) vs 8-head" TESSERA_CUDA_DECODE_ROWS=auto
     if [ "${SKIP_SERVING:-0}" = 1 ]; then
         row "bench_serving (Qwen2.5-7B dummy)" SKIP "SKIP_SERVING=1"
     elif [ -f "$QWEN_DIR/tokenizer.json" ]; then

@@ -515,7 +515,9 @@ static int setup_rank(struct cuda_backend *b, void *arg, char *err, size_t errle
     if (rows_env && *rows_env && strcmp(rows_env, "auto") && strcmp(rows_env, "8") && strcmp(rows_env, "16"))
         return err_set(err, errlen, ERR_INVALID, "cuda: TESSERA_CUDA_DECODE_ROWS=%s: expected auto, 8 or 16",
                        rows_env);
-    b->decode_rows = rows_env && *rows_env && strcmp(rows_env, "auto") ? atoi(rows_env) : 0;
+    /* 16 (the layout every GPU run so far measured) until a GPU run measures 8 against it;
+       auto: the kernel's choice, 8 for groups of up to 8 heads */
+    b->decode_rows = !rows_env || !*rows_env ? 16 : !strcmp(rows_env, "auto") ? 0 : atoi(rows_env);
     b->num_sms = prop.multiProcessorCount;
 
     /* KV dtype: auto = the model's 16-bit type (BF16 unless its matrices are F16) */

@@ -183,8 +183,8 @@ struct cuda_backend {
     bool fuse;                      /* fused kernels where the plan allows (cu_gate_up_fused;
                                        unless TESSERA_CUDA_FUSE=off; create) */
     bool split_fixed;               /* TESSERA_CUDA_DECODE_SPLIT=fixed (cu_decode_split; create) */
-    int decode_rows;                /* the decode attention's head_rows: 0 (automatic), 8 or 16
-                                       (TESSERA_CUDA_DECODE_ROWS; create) */
+    int decode_rows;                /* the decode attention's head_rows: 16 (default), 8 or 0
+                                       (auto) (TESSERA_CUDA_DECODE_ROWS; create) */
     int num_sms;                    /* the device's multiprocessors (create) */
     struct cublasContext *cublas;
     cudaEvent_t ev_done;            /* end of the step in flight (no timing) */
