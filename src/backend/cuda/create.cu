@@ -247,6 +247,22 @@ static int check_split(const struct model *m, int world, char *err, size_t errle
     return 0;
 }
 
+/* The index in values[0 .. n) of environment variable name's value (0 when unset or
+ * empty); ERR_INVALID naming the setting and `accepted` for anything else. */
+static int env_pick(const char *name, const char *const *values, int n, const char *accepted, int *index,
+                    char *err, size_t errlen)
+{
+    const char *v = getenv(name);
+    *index = 0;
+    if (!v || !*v) return 0;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(v, values[i])) {
+            *index = i;
+            return 0;
+        }
+    return err_set(err, errlen, ERR_INVALID, "cuda: %s=%s: expected %s", name, v, accepted);
+}
+
 /* ---- buffers -------------------------------------------------------------------------- */
 
 /* The canonical decode batch buckets (cu_bucket_ceil's: 1, 2, 4, then every 8), up to cap,
@@ -494,30 +510,23 @@ static int setup_rank(struct cuda_backend *b, void *arg, char *err, size_t errle
         return err_set(err, errlen, ERR_IO, "cuda: cublasSetStream failed");
     LOG_INFO("cuda", "device %d: %s, %d SMs, %.1f GiB free of %.1f GiB", b->device, b->info.device,
              prop.multiProcessorCount, (double)b->free0 / GIB, (double)b->total / GIB);
-    /* programmatic dependent launch (kernels/common.cuh): Hopper and later */
-    const char *pdl_env = getenv("TESSERA_CUDA_PDL");
-    if (pdl_env && *pdl_env && strcmp(pdl_env, "on") && strcmp(pdl_env, "off"))
-        return err_set(err, errlen, ERR_INVALID, "cuda: TESSERA_CUDA_PDL=%s: expected on or off", pdl_env);
-    b->pdl = prop.major >= 9 && !(pdl_env && !strcmp(pdl_env, "off"));
-    /* fused kernels (linear.cu, cu_gate_up_fused) */
-    const char *fuse_env = getenv("TESSERA_CUDA_FUSE");
-    if (fuse_env && *fuse_env && strcmp(fuse_env, "on") && strcmp(fuse_env, "off"))
-        return err_set(err, errlen, ERR_INVALID, "cuda: TESSERA_CUDA_FUSE=%s: expected on or off", fuse_env);
-    b->fuse = !(fuse_env && !strcmp(fuse_env, "off"));
-    /* the decode attention's split (forward.cu, cu_decode_split) */
-    const char *split_env = getenv("TESSERA_CUDA_DECODE_SPLIT");
-    if (split_env && *split_env && strcmp(split_env, "wave") && strcmp(split_env, "fixed"))
-        return err_set(err, errlen, ERR_INVALID, "cuda: TESSERA_CUDA_DECODE_SPLIT=%s: expected wave or fixed",
-                       split_env);
-    b->split_fixed = split_env && !strcmp(split_env, "fixed");
-    /* query heads per decode attention block (kernels/attention_decode.h, head_rows) */
-    const char *rows_env = getenv("TESSERA_CUDA_DECODE_ROWS");
-    if (rows_env && *rows_env && strcmp(rows_env, "auto") && strcmp(rows_env, "8") && strcmp(rows_env, "16"))
-        return err_set(err, errlen, ERR_INVALID, "cuda: TESSERA_CUDA_DECODE_ROWS=%s: expected auto, 8 or 16",
-                       rows_env);
-    /* 16 (the layout every GPU run so far measured) until a GPU run measures 8 against it;
-       auto: the kernel's choice, 8 for groups of up to 8 heads */
-    b->decode_rows = !rows_env || !*rows_env ? 16 : !strcmp(rows_env, "auto") ? 0 : atoi(rows_env);
+    /* the kernel settings (docs/cuda-backend.md); an unknown value stops start-up */
+    static const char *const on_off[] = { "on", "off" }, *const splits[] = { "wave", "fixed" },
+                             *const rows[] = { "16", "8", "auto" };
+    static const int rows_of[] = { 16, 8, 0 };
+    int pdl, fuse, split, nrows;
+    if ((rc = env_pick("TESSERA_CUDA_PDL", on_off, 2, "on or off", &pdl, err, errlen)) ||
+        (rc = env_pick("TESSERA_CUDA_FUSE", on_off, 2, "on or off", &fuse, err, errlen)) ||
+        (rc = env_pick("TESSERA_CUDA_DECODE_SPLIT", splits, 2, "wave or fixed", &split, err, errlen)) ||
+        (rc = env_pick("TESSERA_CUDA_DECODE_ROWS", rows, 3, "auto, 8 or 16", &nrows, err, errlen)))
+        return rc;
+    b->pdl = prop.major >= 9 && pdl == 0;  /* programmatic dependent launch (kernels/common.cuh): Hopper+ */
+    b->fuse = fuse == 0;                   /* fused kernels (linear.cu, cu_gate_up_fused) */
+    b->split_fixed = split == 1;           /* the decode attention's split (forward.cu, cu_decode_split) */
+    /* query heads per decode attention block (kernels/attention_decode.h, head_rows): 16 (the
+       layout every GPU run so far measured) until a GPU run measures 8 against it; auto: the
+       kernel's choice, 8 for groups of up to 8 heads */
+    b->decode_rows = rows_of[nrows];
     b->num_sms = prop.multiProcessorCount;
 
     /* KV dtype: auto = the model's 16-bit type (BF16 unless its matrices are F16) */
