@@ -231,7 +231,7 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/c/%.o $(BUILD)/libtessera.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-$(VENV)/.ok: requirements-test.txt
+$(VENV)/.ok: requirements-test.txt | $(DEPS_OK)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements-test.txt
 	@touch $@
@@ -262,17 +262,24 @@ run: all $(MODEL)
 # made once into $(BUILD)/testmodels, checked in a second after that).
 TESTMODELS = $(VENV)/bin/python scripts/make-test-models.py --out $(BUILD)/testmodels >/dev/null
 
+# Test suites run at once (scripts/run-tests.sh: C suites side by side, pytest alone after
+# them): one per core, at most 4. `make test TEST_JOBS=1` runs them one after another.
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$((n < 4 ? n : 4)))
+
 test: all $(VENV)/.ok $(MODEL) $(TESTDATA_OK)
 	@$(TESTMODELS)
 	@# the opt-in BF16_DOT kernels must keep compiling (where the CPU can run them, build
 	@# them with BF16_DOT=1 and run test_quant: docs/cpu-kernels.md)
 	@$(CC) $(filter-out -MMD -MP,$(CFLAGS)) -UTESSERA_BF16_DOT -DTESSERA_BF16_DOT=1 -fsyntax-only \
 		src/backend/cpu/gemm_avx512.c
-	@BUILD=$(BUILD) TESSERA_CUDA=$(CUDA_ON) scripts/run-tests.sh
+	@BUILD=$(BUILD) JOBS=$(TEST_JOBS) TESSERA_CUDA=$(CUDA_ON) scripts/run-tests.sh
 
 # The sanitizer run: every C test, and the Python tests that feed the binary untrusted
 # input (malformed model files, templates, tokenizer corpora, HTTP requests); the numeric forward-pass
-# comparisons run in `make test` only (they would take too long at -O1 + ASan).
+# comparisons run in `make test` only (they would take too long at -O1 + ASan), and so do
+# the emulated-GPU passes of test_engine, test_sched_spec, test_sched_grammar and the
+# 2-GPU test_scheduler (the CUDA backend's host code runs under the sanitizer in
+# test_cuda_backend and the 1-GPU test_scheduler pass; the kernels in test_kernel_*).
 ASAN_PYTEST := tests/python/test_model_files.py tests/python/test_templates.py tests/python/test_responses.py \
                tests/python/test_tokenizer.py tests/python/test_tokenizer_vocabs.py \
                tests/python/test_gguf_files.py tests/python/test_quant.py \
@@ -284,7 +291,8 @@ ASAN_PYTEST := tests/python/test_model_files.py tests/python/test_templates.py t
 asan: $(VENV)/.ok $(MODEL) $(TESTDATA_OK)
 	$(MAKE) BUILD=build-asan CUDA=0 OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
 	@$(MAKE) --no-print-directory BUILD=build-asan testmodels-only
-	@BUILD=build-asan PYTEST_FILES="$(ASAN_PYTEST)" ASAN_OPTIONS=detect_leaks=1 scripts/run-tests.sh
+	@BUILD=build-asan JOBS=$(TEST_JOBS) EMU_PASSES=one PYTEST_FILES="$(ASAN_PYTEST)" ASAN_OPTIONS=detect_leaks=1 \
+		scripts/run-tests.sh
 
 # ThreadSanitizer over the threaded parts (engine request API, HTTP front end, the server
 # end to end): a data race fails the C test or makes the server exit non-zero.
@@ -294,7 +302,7 @@ tsan: $(VENV)/.ok $(MODEL)
 	$(MAKE) BUILD=build-tsan CUDA=0 OPT=-O1 SAN="-fsanitize=thread" build-tsan/tessera \
 		build-tsan/tests/test_engine build-tsan/tests/test_http build-tsan/tests/test_api \
 		build-tsan/tests/test_response_store build-tsan/tests/test_background
-	@BUILD=build-tsan PYTEST_FILES="$(TSAN_PYTEST)" TSAN_OPTIONS="halt_on_error=1 exitcode=66" \
+	@BUILD=build-tsan JOBS=$(TEST_JOBS) PYTEST_FILES="$(TSAN_PYTEST)" TSAN_OPTIONS="halt_on_error=1 exitcode=66" \
 		scripts/run-tests.sh
 
 testmodels-only: | $(VENV)/.ok $(MODEL)
