@@ -91,7 +91,9 @@ EMU_RT_SRC  := $(sort $(wildcard tests/emu/*.cc))
 EMU_TEST_SRC:= $(sort $(wildcard tests/emu/test_emu_*.cu))
 KTEST_SRC   := $(sort $(wildcard tests/kernels/test_kernel_*.cu))
 KBENCH_SRC  := $(sort $(wildcard tests/kernels/bench*.cu))
-EMU_KOBJ    := $(KERNEL_SRC:%.cu=$(BUILD)/emu/obj/%.o)
+# the kernels and the emulator runtime are compiled once, position-independent: the same
+# objects go into libtessera-cuda-emu.so and into the kernel tests (tests compile in emu/obj)
+EMU_KOBJ    := $(KERNEL_SRC:%.cu=$(BUILD)/emu-pic/obj/%.o)
 EMU_LIB     := $(BUILD)/emu/libemu.a
 EMU_TESTS   := $(EMU_TEST_SRC:tests/emu/%.cu=$(BUILD)/tests/%) $(KTEST_SRC:tests/kernels/%.cu=$(BUILD)/tests/%)
 EMU_BENCH   := $(if $(KBENCH_SRC),$(BUILD)/tests/tool_kernel_bench_emu)
@@ -111,11 +113,7 @@ $(BUILD)/emu/obj/%.o: %.cu | $(DEPS_OK) $(CUDA_INC_OK)
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) $(EMU_CU_FLAGS) -c $< -o $@
 
-$(BUILD)/emu/obj/%.o: %.cc | $(DEPS_OK) $(CUDA_INC_OK)
-	@mkdir -p $(dir $@)
-	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
-
-$(EMU_LIB): $(EMU_RT_SRC:%.cc=$(BUILD)/emu/obj/%.o)
+$(EMU_LIB): $(EMU_RT_SRC:%.cc=$(BUILD)/emu-pic/obj/%.o)
 	@rm -f $@
 	ar rcs $@ $^
 
@@ -277,9 +275,9 @@ test: all $(VENV)/.ok $(MODEL) $(TESTDATA_OK)
 # The sanitizer run: every C test, and the Python tests that feed the binary untrusted
 # input (malformed model files, templates, tokenizer corpora, HTTP requests); the numeric forward-pass
 # comparisons run in `make test` only (they would take too long at -O1 + ASan), and so do
-# the emulated-GPU passes of test_engine, test_sched_spec, test_sched_grammar and the
-# 2-GPU test_scheduler (the CUDA backend's host code runs under the sanitizer in
-# test_cuda_backend and the 1-GPU test_scheduler pass; the kernels in test_kernel_*).
+# the scheduler's and engine's tests on the emulated CUDA backend (EMU_PASSES=none: the
+# backend's host code runs under the sanitizer in test_cuda_backend, the kernels in
+# test_kernel_*, the scheduler and engine on the CPU backend).
 ASAN_PYTEST := tests/python/test_model_files.py tests/python/test_templates.py tests/python/test_responses.py \
                tests/python/test_tokenizer.py tests/python/test_tokenizer_vocabs.py \
                tests/python/test_gguf_files.py tests/python/test_quant.py \
@@ -291,7 +289,7 @@ ASAN_PYTEST := tests/python/test_model_files.py tests/python/test_templates.py t
 asan: $(VENV)/.ok $(MODEL) $(TESTDATA_OK)
 	$(MAKE) BUILD=build-asan CUDA=0 OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
 	@$(MAKE) --no-print-directory BUILD=build-asan testmodels-only
-	@BUILD=build-asan JOBS=$(TEST_JOBS) EMU_PASSES=one PYTEST_FILES="$(ASAN_PYTEST)" ASAN_OPTIONS=detect_leaks=1 \
+	@BUILD=build-asan JOBS=$(TEST_JOBS) EMU_PASSES=none PYTEST_FILES="$(ASAN_PYTEST)" ASAN_OPTIONS=detect_leaks=1 \
 		scripts/run-tests.sh
 
 # ThreadSanitizer over the threaded parts (engine request API, HTTP front end, the server

@@ -6,8 +6,8 @@
 # summary line, a pytest run that collects nothing or errors, and a test module in which
 # every test was skipped (tests/python/conftest.py). Skips stay visible in the last line.
 # Environment: BUILD (default build), JOBS (suites run at once, default 1: each suite is one
-# process, the longest start first), EMU_PASSES (all, or one: of the passes on the emulated
-# CUDA backend only test_scheduler's on one GPU, as the sanitizer build runs them), PYTEST_FILES
+# process, the longest start first), EMU_PASSES (all, or none: the scheduler's and engine's
+# tests on the CPU backend only, as the sanitizer build runs them), PYTEST_FILES
 # (default tests/python), PYTEST_ARGS (extra pytest arguments), TESSERA_TESTDATA (the
 # reference data of scripts/get-testdata.py, default build/testdata).
 set -uo pipefail
@@ -20,7 +20,7 @@ export TESSERA_TESTDATA=${TESSERA_TESTDATA:-$PWD/build/testdata}
 export TESSERA_BIN=$PWD/$BUILD/tessera
 export TESSERA_BUILD=$PWD/$BUILD
 case $JOBS in '' | *[!0-9]* | 0) echo "run-tests.sh: JOBS must be a positive number, not '$JOBS'" >&2; exit 2 ;; esac
-case $EMU_PASSES in all | one) ;; *) echo "run-tests.sh: EMU_PASSES must be all or one" >&2; exit 2 ;; esac
+case $EMU_PASSES in all | none) ;; *) echo "run-tests.sh: EMU_PASSES must be all or none" >&2; exit 2 ;; esac
 passed=0
 failed=0
 skipped=0
@@ -125,25 +125,23 @@ emu_lib=$PWD/$BUILD/libtessera-cuda-emu.so
 emu=(TESSERA_TEST_DEVICE=cuda TESSERA_CUDA_LIB="$emu_lib" TESSERA_EMU_MEM_MB=1024
      TESSERA_TEST_MODEL="$BUILD/testmodels/llama3-tiny-hd64")
 [ -x "$BUILD/tests/test_cuda_backend" ] && start run_c "$BUILD/tests/test_cuda_backend" test_cuda_backend
-if [ -x "$BUILD/tests/test_scheduler" ] && [ ! -e "$emu_lib" ]; then
+if [ -x "$BUILD/tests/test_scheduler" ] && [ "$EMU_PASSES" = all ] && [ ! -e "$emu_lib" ]; then
     echo "[c] test_scheduler (cuda, emulated): $emu_lib missing"
     failed=$((failed + 1))
-elif [ -x "$BUILD/tests/test_scheduler" ]; then
+elif [ -x "$BUILD/tests/test_scheduler" ] && [ "$EMU_PASSES" = all ]; then
     start run_c "$BUILD/tests/test_scheduler" "test_scheduler (cuda, emulated)" "${emu[@]}"
-    if [ "$EMU_PASSES" = all ]; then
-        # the same split over 2 emulated GPUs (tensor parallel: NCCL all-reduces, rank 0
-        # sampling and broadcasting the tokens): the overlapped loop, F16 KV
-        start run_c "$BUILD/tests/test_scheduler" "test_scheduler (cuda, emulated, 2 GPUs)" TESSERA_TEST_TP=2 \
-            TESSERA_EMU_DEVICES=2 "${emu[@]}"
-        # the request API (threads, preemption, prefix cache, abort storm, text deltas, stop
-        # strings): greedy ids equal the solo runs' up to near ties (test_engine.c says which)
-        start run_c "$BUILD/tests/test_engine" "test_engine (cuda, emulated)" "${emu[@]}"
-        # speculative decoding: several sampling rows of one sequence in a step, each
-        # drawing with its own step's random bits
-        start run_c "$BUILD/tests/test_sched_spec" "test_sched_spec (cuda, emulated)" "${emu[@]}"
-        # constrained decoding: the token masks applied by the CUDA sampling kernel
-        start run_c "$BUILD/tests/test_sched_grammar" "test_sched_grammar (cuda, emulated)" "${emu[@]}"
-    fi
+    # the same split over 2 emulated GPUs (tensor parallel: NCCL all-reduces, rank 0
+    # sampling and broadcasting the tokens): the overlapped loop, F16 KV
+    start run_c "$BUILD/tests/test_scheduler" "test_scheduler (cuda, emulated, 2 GPUs)" TESSERA_TEST_TP=2 \
+        TESSERA_EMU_DEVICES=2 "${emu[@]}"
+    # the request API (threads, preemption, prefix cache, abort storm, text deltas, stop
+    # strings): greedy ids equal the solo runs' up to near ties (test_engine.c says which)
+    start run_c "$BUILD/tests/test_engine" "test_engine (cuda, emulated)" "${emu[@]}"
+    # speculative decoding: several sampling rows of one sequence in a step, each drawing
+    # with its own step's random bits
+    start run_c "$BUILD/tests/test_sched_spec" "test_sched_spec (cuda, emulated)" "${emu[@]}"
+    # constrained decoding: the token masks applied by the CUDA sampling kernel
+    start run_c "$BUILD/tests/test_sched_grammar" "test_sched_grammar (cuda, emulated)" "${emu[@]}"
 fi
 for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] && [ "${t##*/}" != test_cuda_backend ] || continue
