@@ -125,23 +125,25 @@ emu_lib=$PWD/$BUILD/libtessera-cuda-emu.so
 emu=(TESSERA_TEST_DEVICE=cuda TESSERA_CUDA_LIB="$emu_lib" TESSERA_EMU_MEM_MB=1024
      TESSERA_TEST_MODEL="$BUILD/testmodels/llama3-tiny-hd64")
 [ -x "$BUILD/tests/test_cuda_backend" ] && start run_c "$BUILD/tests/test_cuda_backend" test_cuda_backend
-if [ -x "$BUILD/tests/test_scheduler" ] && [ "$EMU_PASSES" = all ] && [ ! -e "$emu_lib" ]; then
-    echo "[c] test_scheduler (cuda, emulated): $emu_lib missing"
-    failed=$((failed + 1))
-elif [ -x "$BUILD/tests/test_scheduler" ] && [ "$EMU_PASSES" = all ]; then
-    start run_c "$BUILD/tests/test_scheduler" "test_scheduler (cuda, emulated)" "${emu[@]}"
-    # the same split over 2 emulated GPUs (tensor parallel: NCCL all-reduces, rank 0
-    # sampling and broadcasting the tokens): the overlapped loop, F16 KV
-    start run_c "$BUILD/tests/test_scheduler" "test_scheduler (cuda, emulated, 2 GPUs)" TESSERA_TEST_TP=2 \
-        TESSERA_EMU_DEVICES=2 "${emu[@]}"
-    # the request API (threads, preemption, prefix cache, abort storm, text deltas, stop
-    # strings): greedy ids equal the solo runs' up to near ties (test_engine.c says which)
-    start run_c "$BUILD/tests/test_engine" "test_engine (cuda, emulated)" "${emu[@]}"
-    # speculative decoding: several sampling rows of one sequence in a step, each drawing
-    # with its own step's random bits
-    start run_c "$BUILD/tests/test_sched_spec" "test_sched_spec (cuda, emulated)" "${emu[@]}"
-    # constrained decoding: the token masks applied by the CUDA sampling kernel
-    start run_c "$BUILD/tests/test_sched_grammar" "test_sched_grammar (cuda, emulated)" "${emu[@]}"
+if [ -x "$BUILD/tests/test_scheduler" ] && [ "$EMU_PASSES" = all ]; then
+    if [ ! -e "$emu_lib" ]; then
+        echo "[c] test_scheduler (cuda, emulated): $emu_lib missing"
+        failed=$((failed + 1))
+    else
+        start run_c "$BUILD/tests/test_scheduler" "test_scheduler (cuda, emulated)" "${emu[@]}"
+        # the same split over 2 emulated GPUs (tensor parallel: NCCL all-reduces, rank 0
+        # sampling and broadcasting the tokens): the overlapped loop, F16 KV
+        start run_c "$BUILD/tests/test_scheduler" "test_scheduler (cuda, emulated, 2 GPUs)" TESSERA_TEST_TP=2 \
+            TESSERA_EMU_DEVICES=2 "${emu[@]}"
+        # the request API (threads, preemption, prefix cache, abort storm, text deltas, stop
+        # strings): greedy ids equal the solo runs' up to near ties (test_engine.c says which)
+        start run_c "$BUILD/tests/test_engine" "test_engine (cuda, emulated)" "${emu[@]}"
+        # speculative decoding: several sampling rows of one sequence in a step, each drawing
+        # with its own step's random bits
+        start run_c "$BUILD/tests/test_sched_spec" "test_sched_spec (cuda, emulated)" "${emu[@]}"
+        # constrained decoding: the token masks applied by the CUDA sampling kernel
+        start run_c "$BUILD/tests/test_sched_grammar" "test_sched_grammar (cuda, emulated)" "${emu[@]}"
+    fi
 fi
 for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] && [ "${t##*/}" != test_cuda_backend ] || continue
