@@ -108,20 +108,12 @@ template <typename T> struct ad_mma<T, 16> {
     typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> p_t; /* from p[head][position] */
     typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> v_t; /* from kv[position][column] */
     static constexpr wmma::layout_t acc_layout = wmma::mem_row_major;
-    template <typename F> static __device__ __forceinline__ void load_qp(F &f, const T *p, int ld)
-    {
-        ts_wmma_load(f, p, ld);
-    }
     /* acc += x y: x a Q or P fragment, y a K or V fragment */
     template <typename X, typename Y> static __device__ __forceinline__ void mac(acc_t &acc, const X &x, const Y &y)
     {
         wmma::mma_sync(acc, x, y, acc);
     }
 };
-/* Loads Q^T / P^T (the 32x8x16 B operand) with load_matrix_sync in its own type, not
- * ts_wmma_load's F16 bit copy: an F16 fragment of this shape holds 16 elements per lane
- * where a BF16 one holds 4, and which 4 of the 16 match is not specified. (The K / V^T A
- * fragments hold 16 in both types.) */
 template <typename T> struct ad_mma<T, 8> {
     typedef wmma::fragment<wmma::accumulator, 32, 8, 16, float> acc_t; /* S^T or O^T */
     typedef wmma::fragment<wmma::matrix_b, 32, 8, 16, T, wmma::col_major> q_t; /* Q^T */
@@ -129,10 +121,6 @@ template <typename T> struct ad_mma<T, 8> {
     typedef wmma::fragment<wmma::matrix_b, 32, 8, 16, T, wmma::col_major> p_t; /* P^T */
     typedef wmma::fragment<wmma::matrix_a, 32, 8, 16, T, wmma::col_major> v_t; /* V^T */
     static constexpr wmma::layout_t acc_layout = wmma::mem_col_major;
-    template <typename F> static __device__ __forceinline__ void load_qp(F &f, const T *p, int ld)
-    {
-        wmma::load_matrix_sync(f, p, ld);
-    }
     /* acc (transposed) += y x */
     template <typename X, typename Y> static __device__ __forceinline__ void mac(acc_t &acc, const X &x, const Y &y)
     {
@@ -401,17 +389,25 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
             if (sub >= G::NSUB || t0 + G::SUB_POS * sub >= p_end) continue; /* past the context: never read */
             typename MMA::acc_t sacc;
             wmma::fill_fragment(sacc, 0.0f);
-#pragma unroll
-            for (int k = kq; k < G::KSTEPS; k += G::QSPLIT) {
-                /* Q fragments come from shared memory each time: held in registers they
-                 * cost up to 64 registers per thread at head_dim 128 */
+            /* Q fragments come from shared memory each time: held in registers they cost up
+             * to 64 registers per thread at head_dim 128 */
+            auto qk_step = [&](int k) {
                 typename MMA::q_t qh, ql;
                 typename MMA::k_t kb;
-                MMA::load_qp(qh, &sm.q[0][0][16 * k], KP);
-                MMA::load_qp(ql, &sm.q[1][0][16 * k], KP);
-                ts_wmma_load(kb, reinterpret_cast<const T *>(&sm.kv[G::SUB_POS * sub][0]) + 16 * k, KP);
+                wmma::load_matrix_sync(qh, &sm.q[0][0][16 * k], KP);
+                wmma::load_matrix_sync(ql, &sm.q[1][0][16 * k], KP);
+                wmma::load_matrix_sync(kb, reinterpret_cast<const T *>(&sm.kv[G::SUB_POS * sub][0]) + 16 * k, KP);
                 MMA::mac(sacc, qh, kb);
                 MMA::mac(sacc, ql, kb);
+            };
+            if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+                /* BF16 fragment loads take more registers than F16 ones (docs/kernels.md):
+                 * unrolled (fully or by 2), instances spill at the 128-register cap */
+#pragma unroll 1
+                for (int k = kq; k < G::KSTEPS; k += G::QSPLIT) qk_step(k);
+            } else {
+#pragma unroll
+                for (int k = kq; k < G::KSTEPS; k += G::QSPLIT) qk_step(k);
             }
 #pragma unroll
             for (int e = 0; e < sacc.num_elements; e++) sacc.x[e] *= qk_scale;
@@ -498,14 +494,14 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
             for (int k = kp; k < G::PSTEPS; k += G::PSPLIT) {
                 if (t0 + 16 * k >= p_end) break; /* P and V are zero there */
                 typename MMA::p_t pa_hi, pa_lo;
-                MMA::load_qp(pa_hi, &sm.p[0][0][16 * k], PP);
-                MMA::load_qp(pa_lo, &sm.p[1][0][16 * k], PP);
+                wmma::load_matrix_sync(pa_hi, &sm.p[0][0][16 * k], PP);
+                wmma::load_matrix_sync(pa_lo, &sm.p[1][0][16 * k], PP);
 #pragma unroll
                 for (int f = 0; f < G::NF; f++) {
                     const int fi = warp % G::WPF + f * G::WPF;
                     if (fi >= G::OFR) continue;
                     typename MMA::v_t vb;
-                    ts_wmma_load(vb, reinterpret_cast<const T *>(&sm.kv[16 * k][0]) + G::O_HD * fi, KP);
+                    wmma::load_matrix_sync(vb, reinterpret_cast<const T *>(&sm.kv[16 * k][0]) + G::O_HD * fi, KP);
                     MMA::mac(oacc[f], pa_hi, vb);
                     MMA::mac(oacc[f], pa_lo, vb);
                 }

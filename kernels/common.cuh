@@ -29,7 +29,10 @@
  * integers) at every block start.
  *
  * Tensor cores are used only through nvcuda::wmma (the emulator implements it) or cuBLAS:
- * no inline PTX.
+ * no inline PTX. Every fragment is loaded, used and stored in its own type: wmma's layouts
+ * are unspecified and differ between types (a __half A fragment of 16x16x16 holds 16
+ * elements per lane, a __nv_bfloat16 one 8), so no fragment's bits are read as another
+ * type's; the emulator gives each type CUDA's element count, and such a copy fails there.
  */
 #ifndef TESSERA_KERNELS_COMMON_CUH
 #define TESSERA_KERNELS_COMMON_CUH
@@ -203,28 +206,6 @@ __device__ __forceinline__ float ts_e4m3_to_float(uint8_t c)
 {
     __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)c, __NV_E4M3);
     return __half2float(__half(h));
-}
-
-/* ---- tensor-core fragments ---------------------------------------------------------------- */
-
-/* A wmma A or B fragment of 16-bit elements from shared memory. nvcc lowers BF16 fragment
- * loads through generic 32-bit loads plus MOVM transposes instead of the ldmatrix that F16
- * loads get (seen in the sm_90a SASS); F16 and BF16 fragments have the same layout (16-bit
- * elements), so a BF16 fragment is loaded as F16 and its bits copied. */
-template <typename Use, int M, int N, int K, typename Layout>
-__device__ __forceinline__ void ts_wmma_load(nvcuda::wmma::fragment<Use, M, N, K, __half, Layout> &f, const __half *p,
-                                             unsigned ldm)
-{
-    nvcuda::wmma::load_matrix_sync(f, p, ldm);
-}
-template <typename Use, int M, int N, int K, typename Layout>
-__device__ __forceinline__ void ts_wmma_load(nvcuda::wmma::fragment<Use, M, N, K, __nv_bfloat16, Layout> &f,
-                                             const __nv_bfloat16 *p, unsigned ldm)
-{
-    nvcuda::wmma::fragment<Use, M, N, K, __half, Layout> h;
-    nvcuda::wmma::load_matrix_sync(h, reinterpret_cast<const __half *>(p), ldm);
-#pragma unroll
-    for (int i = 0; i < f.num_elements; i++) f.x[i] = __ushort_as_bfloat16(__half_as_ushort(h.x[i]));
 }
 
 #endif

@@ -125,8 +125,8 @@ skinny_gemm_kernel(const uint4 *__restrict__ w, // [n_out (SILU: 2 n_out)][nc] c
             for (int k = 0; k < SK_K / 16; k++) {
                 wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
-                ts_wmma_load(a, tw + 16 * k, SK_PITCH);
-                ts_wmma_load(b, tx + 16 * k, SK_PITCH);
+                wmma::load_matrix_sync(a, tw + 16 * k, SK_PITCH);
+                wmma::load_matrix_sync(b, tx + 16 * k, SK_PITCH);
                 wmma::mma_sync(acc, a, b, acc);
             }
             __syncwarp(); /* the tiles are rewritten by the next chunk */

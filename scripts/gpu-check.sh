@@ -203,7 +203,7 @@ ncu_profile() {
 if [ "${SKIP_NCU:-0}" = 1 ] || [ -z "$NCU" ] || [ ! -x build/tessera-kernel-bench ]; then
     row "ncu kernel profiles" SKIP "SKIP_NCU=1, no ncu, or no kernel bench"
 else
-    for spec in "attention_decode attention_decode_kernel 0 19 attention_decode" \
+    for spec in "attention_decode attention_decode_kernel 0 21 attention_decode" \
                 "dense_gemv_t1 dense_gemv_kernel 0 8 dense_gemv" \
                 "skinny_gemm_t8 skinny_gemm_kernel 24 8 skinny_gemm" \
                 "quant_gemv_t1 quant_gemv_kernel 0 4 qmm_gemv"; do

@@ -1,6 +1,7 @@
 /* test_emu_wmma.cu — nvcuda::wmma under the emulator: a tiled GEMM for every shape, input
  * type, operand layout, accumulator type and store layout against a plain-loop reference
- * that accumulates in the same order; element-wise work on fragments; CUDA's argument
+ * that accumulates in the same order; element-wise work on fragments; CUDA's element
+ * counts per lane, and a fragment's bits read as another type's failing; CUDA's argument
  * rules (alignment, ldm, a full warp) abort when broken.
  */
 #include "kernels/common.cuh"
@@ -148,6 +149,88 @@ static void test_wmma_8x32x16(void)
     }
 }
 
+/* ---- CUDA's element counts, and one type's fragment read as another's ---------------------- */
+
+/* mma.h's counts: __half inputs hold 16 elements per lane at every shape (copies where the
+ * matrix has fewer per lane), __nv_bfloat16 inputs and accumulators the matrix once. */
+template <typename Use, int M, int N, int K, typename T> static constexpr int elems()
+{
+    return wmma::fragment<Use, M, N, K, T, typename std::conditional<std::is_same<Use, wmma::accumulator>::value, void,
+                                                                      wmma::row_major>::type>::num_elements;
+}
+static_assert(elems<wmma::matrix_a, 16, 16, 16, __half>() == 16 && elems<wmma::matrix_b, 16, 16, 16, __half>() == 16,
+              "16x16x16 half");
+static_assert(elems<wmma::matrix_a, 16, 16, 16, __nv_bfloat16>() == 8 &&
+                  elems<wmma::matrix_b, 16, 16, 16, __nv_bfloat16>() == 8,
+              "16x16x16 bf16");
+static_assert(elems<wmma::matrix_a, 32, 8, 16, __half>() == 16 && elems<wmma::matrix_b, 32, 8, 16, __half>() == 16 &&
+                  elems<wmma::matrix_a, 32, 8, 16, __nv_bfloat16>() == 16 &&
+                  elems<wmma::matrix_b, 32, 8, 16, __nv_bfloat16>() == 4,
+              "32x8x16");
+static_assert(elems<wmma::matrix_a, 8, 32, 16, __half>() == 16 && elems<wmma::matrix_b, 8, 32, 16, __half>() == 16 &&
+                  elems<wmma::matrix_a, 8, 32, 16, __nv_bfloat16>() == 4 &&
+                  elems<wmma::matrix_b, 8, 32, 16, __nv_bfloat16>() == 16,
+              "8x32x16");
+static_assert(elems<wmma::accumulator, 16, 16, 16, float>() == 8 && elems<wmma::accumulator, 16, 16, 16, __half>() == 8 &&
+                  elems<wmma::accumulator, 32, 8, 16, float>() == 8 && elems<wmma::accumulator, 8, 32, 16, float>() == 8,
+              "accumulators");
+
+/* C = A B for a 16x16 BF16 A and the identity B; PUN: A's fragment loaded as __half and
+ * its first num_elements bits copied into the BF16 fragment (layout-dependent, wrong). */
+template <bool PUN> __global__ void wmma_pun_kernel(const __nv_bfloat16 *a, const __nv_bfloat16 *eye, float *c)
+{
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    if (PUN) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> h;
+        wmma::load_matrix_sync(h, reinterpret_cast<const __half *>(a), 16);
+        for (int i = 0; i < fa.num_elements; i++) fa.x[i] = __ushort_as_bfloat16(__half_as_ushort(h.x[i]));
+    } else {
+        wmma::load_matrix_sync(fa, a, 16);
+    }
+    wmma::load_matrix_sync(fb, eye, 16);
+    wmma::fill_fragment(acc, 0.0f);
+    wmma::mma_sync(acc, fa, fb, acc);
+    wmma::store_matrix_sync(c, acc, 16, wmma::mem_row_major);
+}
+
+/* How many of A I's 256 elements come back as A's. */
+template <bool PUN> static int pun_matches(void)
+{
+    std::vector<__nv_bfloat16> ha(256), he(256);
+    for (int i = 0; i < 256; i++) {
+        ha[i] = from_f<__nv_bfloat16>((float)(i % 61 - 30));
+        he[i] = from_f<__nv_bfloat16>(i / 16 == i % 16 ? 1.0f : 0.0f);
+    }
+    __nv_bfloat16 *da, *de;
+    float *dc;
+    cudaMalloc((void **)&da, 256 * sizeof(__nv_bfloat16));
+    cudaMalloc((void **)&de, 256 * sizeof(__nv_bfloat16));
+    cudaMalloc((void **)&dc, 256 * sizeof(float));
+    cudaMemcpy(da, ha.data(), 256 * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice);
+    cudaMemcpy(de, he.data(), 256 * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice);
+    TS_LAUNCH(wmma_pun_kernel<PUN>, 1, 32, 0, 0, (const __nv_bfloat16 *)da, (const __nv_bfloat16 *)de, dc);
+    std::vector<float> hc(256);
+    cudaMemcpy(hc.data(), dc, 256 * sizeof(float), cudaMemcpyDeviceToHost);
+    cudaFree(da);
+    cudaFree(de);
+    cudaFree(dc);
+    int same = 0;
+    for (int i = 0; i < 256; i++) same += hc[i] == to_f(ha[i]);
+    return same;
+}
+
+/* A BF16 fragment filled from an F16 fragment's bits is not the BF16 load (on a GPU the
+ * correspondence is unspecified; here the counts differ, 16 vs 8 per lane), so a kernel
+ * relying on it fails its tests under the emulator instead of only on a GPU. */
+static void test_wmma_types_do_not_pun(void)
+{
+    CHECK(pun_matches<false>() == 256, "the BF16 load itself");
+    int same = pun_matches<true>();
+    CHECK(same < 256, "an F16 load's bits read as a BF16 fragment gave A exactly");
+}
+
 /* ---- what must abort ------------------------------------------------------------------------ */
 
 __global__ void wmma_misaligned_kernel(const __half *a)
@@ -217,6 +300,7 @@ int main(void)
     RUN(test_wmma_16x16x16);
     RUN(test_wmma_32x8x16);
     RUN(test_wmma_8x32x16);
+    RUN(test_wmma_types_do_not_pun);
     RUN(test_wmma_rules_abort);
     return test_summary();
 }

@@ -1,11 +1,17 @@
 /* wmma.h — nvcuda::wmma under the emulator (included by emu.h; <mma.h> maps here).
  *
  * Shapes 16x16x16, 32x8x16 and 8x32x16; inputs __half or __nv_bfloat16 (row_major or
- * col_major); accumulators float, or __half for 16x16x16. Fragments hold the emulator's OWN
- * element layout: lane l holds elements [l * num_elements, (l + 1) * num_elements) of the
- * fragment's matrix in row-major order (A: M x K, B: K x N, C/D: M x N). Code that applies
- * the same operation to every x[i] (scaling, conversion, activation) works with any layout;
- * code that assumes NVIDIA's layout does not, on purpose.
+ * col_major); accumulators float, or __half for 16x16x16. A fragment has CUDA's number of
+ * elements per lane (mma.h): the matrix once over the warp (rows x cols / 32) for
+ * accumulators and __nv_bfloat16 inputs, but 16 for every __half input, so that a __half
+ * A or B fragment of 16x16x16, a __half B of 32x8x16 and a __half A of 8x32x16 hold each
+ * element 2 or 4 times. The elements sit in the emulator's OWN layout: lane l holds the
+ * matrix's row-major elements [l * E, (l + 1) * E) (E = rows x cols / 32, A: M x K,
+ * B: K x N, C/D: M x N), each repeated in adjacent slots where the type holds copies.
+ * Code that applies the same operation to every x[i] (scaling, conversion, activation)
+ * works with any layout; code that assumes NVIDIA's layout, or that one type's fragment
+ * matches another's slot for slot (a __half load's bits copied into a __nv_bfloat16
+ * fragment), does not, on purpose: on a GPU that layout is unspecified.
  *
  * load_matrix_sync, store_matrix_sync and mma_sync are warp-collective: all 32 lanes of a
  * full warp must call them (a missing lane is a deadlock abort, a partial warp an abort).
@@ -40,6 +46,15 @@ template <int M, int N, int K> struct dims<accumulator, M, N, K> {
     static constexpr int rows = M, cols = N;
 };
 
+/* Elements per lane: CUDA's count (value) and the distinct ones (exact), each held
+ * value / exact times. */
+template <typename Use, int M, int N, int K, typename T> struct per_lane {
+    static constexpr int exact = dims<Use, M, N, K>::rows * dims<Use, M, N, K>::cols / 32;
+    static constexpr int value =
+        !std::is_same<Use, accumulator>::value && std::is_same<T, __half>::value ? 16 : exact;
+    static constexpr int copies = value / exact;
+};
+
 template <int M, int N, int K> struct shape_ok {
     static constexpr bool value = K == 16 && ((M == 16 && N == 16) || (M == 32 && N == 8) || (M == 8 && N == 32));
 };
@@ -70,7 +85,7 @@ struct memop : emu_collective {
     void *mem;      /* the matrix in memory (const for loads) */
     unsigned ldm;
     layout_t layout;
-    int rows, cols, elem_size, per_lane;
+    int rows, cols, elem_size, per_lane, copies; /* per_lane slots, each element in `copies` of them */
     bool store;
     const char *file;
     int line;
@@ -88,7 +103,8 @@ template <typename TF, typename TM> static void run_memop(emu_collective *const 
         const memop *m = static_cast<const memop *>(lanes[l]);
         TF *x = static_cast<TF *>(m->x);
         for (int e = 0; e < m->per_lane; e++) {
-            int i = l * m->per_lane + e, r = i / m->cols, c = i % m->cols;
+            if (m->store && e % m->copies) continue; /* a copy: stored from its first slot */
+            int i = l * (m->per_lane / m->copies) + e / m->copies, r = i / m->cols, c = i % m->cols;
             size_t off = m->layout == mem_row_major ? (size_t)r * m->ldm + c : (size_t)c * m->ldm + r;
             if (m->store) mem[off] = from_f<TM>(to_f(x[e]));
             else x[e] = from_f<TF>(to_f(mem[off]));
@@ -108,12 +124,14 @@ template <int M, int N, int K, typename TA, typename TB, typename TC, typename T
 static void run_mma(emu_collective *const lanes[32])
 {
     typedef mmaop<M, N, K, TA, TB, TC, TD> op_t;
-    enum { EA = M * K / 32, EB = K * N / 32, EC = M * N / 32 };
+    typedef per_lane<matrix_a, M, N, K, TA> pa;
+    typedef per_lane<matrix_b, M, N, K, TB> pb;
+    enum { EA = pa::exact, RA = pa::copies, EB = pb::exact, RB = pb::copies, EC = M * N / 32 };
     float A[M * K], B[K * N], D[M * N];
-    for (int l = 0; l < 32; l++) {
+    for (int l = 0; l < 32; l++) { /* each element from its first slot */
         const op_t *o = static_cast<const op_t *>(lanes[l]);
-        for (int e = 0; e < EA; e++) A[l * EA + e] = to_f(o->a[e]);
-        for (int e = 0; e < EB; e++) B[l * EB + e] = to_f(o->b[e]);
+        for (int e = 0; e < EA; e++) A[l * EA + e] = to_f(o->a[e * RA]);
+        for (int e = 0; e < EB; e++) B[l * EB + e] = to_f(o->b[e * RB]);
         for (int e = 0; e < EC; e++) D[l * EC + e] = to_f(o->c[e]);
     }
     for (int r = 0; r < M; r++)
@@ -140,7 +158,7 @@ template <typename Use, int M, int N, int K, typename T, typename Layout = void>
   public:
     typedef T element_type;
     typedef T storage_element_type;
-    static constexpr int num_elements = detail::dims<Use, M, N, K>::rows * detail::dims<Use, M, N, K>::cols / 32;
+    static constexpr int num_elements = detail::per_lane<Use, M, N, K, T>::value;
     T x[num_elements];
 };
 
@@ -166,6 +184,7 @@ static inline void memop_sync(fragment<Use, M, N, K, TF, Layout> &f, TM *p, unsi
     m.cols = dims<Use, M, N, K>::cols;
     m.elem_size = (int)sizeof(TM);
     m.per_lane = f.num_elements;
+    m.copies = per_lane<Use, M, N, K, TF>::copies;
     m.store = store;
     m.file = file;
     m.line = line;

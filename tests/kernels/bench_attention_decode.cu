@@ -110,6 +110,9 @@ static void bench_attention_decode(struct kbench *b)
     const double r64 = bench_one(b, "S=64 ctx=2048 rows=16", 64, 2048, 0, KV_BF16, 16);
     const double r64f = bench_one(b, "S=64 ctx=2048 rows=16", 64, 2048, 0, KV_FP8_E4M3, 16);
     const double r256 = bench_one(b, "S=256 ctx=512 rows=16", 256, 512, 0, KV_BF16, 16);
+    /* F16 KV at the same shape: BF16 fragments load without ldmatrix (docs/kernels.md) */
+    const double f64 = bench_one(b, "S=64 ctx=2048", 64, 2048, 0, KV_F16);
+    const double f64r = bench_one(b, "S=64 ctx=2048 rows=16", 64, 2048, 0, KV_F16, 16);
     printf("attention_decode fp8/bf16 time at S=64 ctx=2048: %.2f (target <= 0.60)\n", t8 / t16);
     printf("attention_decode automatic/fixed-512 split time at ctx=1024: S=1 %.2f, S=8 %.2f "
            "(x 28 layers: %.0f / %.0f us per step saved)\n",
@@ -117,5 +120,8 @@ static void bench_attention_decode(struct kbench *b)
     printf("attention_decode 8-head/16-head block time: S=1 ctx=1024 %.2f, S=8 ctx=1024 %.2f, S=64 ctx=2048 %.2f "
            "(fp8 %.2f), S=256 ctx=512 %.2f\n",
            s1 / r1, s8 / r8, t16 / r64, t8 / r64f, s256 / r256);
+    printf("attention_decode bf16/f16 KV time at S=64 ctx=2048: %.2f (16 heads per block %.2f; the same bytes: "
+           "above 1, the BF16 fragment loads' cost)\n",
+           t16 / f64, r64 / f64r);
 }
 KBENCH_REGISTER(bench_attention_decode);
