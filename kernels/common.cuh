@@ -28,11 +28,12 @@
  * from a per-block arena that is poisoned (0xFF bytes: NaN for floating types, -1 for
  * integers) at every block start.
  *
- * Tensor cores are used only through nvcuda::wmma (the emulator implements it) or cuBLAS:
- * no inline PTX. Every fragment is loaded, used and stored in its own type: wmma's layouts
- * are unspecified and differ between types (a __half A fragment of 16x16x16 holds 16
- * elements per lane, a __nv_bfloat16 one 8), so no fragment's bits are read as another
- * type's; the emulator gives each type CUDA's element count, and such a copy fails there.
+ * Tensor cores are used through nvcuda::wmma, through ts_ldmatrix_x4 / ts_mma_16816 below
+ * (the emulator implements both), or cuBLAS; no other inline PTX. Every wmma fragment is
+ * loaded, used and stored in its own type: wmma's layouts are unspecified and differ
+ * between types (a __half A fragment of 16x16x16 holds 16 elements per lane, a
+ * __nv_bfloat16 one 8), so no fragment's bits are read as another type's; the emulator
+ * gives each type CUDA's element count, and such a copy fails there.
  */
 #ifndef TESSERA_KERNELS_COMMON_CUH
 #define TESSERA_KERNELS_COMMON_CUH
@@ -132,6 +133,52 @@ __device__ __forceinline__ void ts_pdl_begin()
     ts_pdl_launch_dependents();
     ts_pdl_wait();
 }
+
+/* ---- tensor cores: ldmatrix and mma.sync ---------------------------------------------------
+ * wmma hides its fragment layouts, and nvcc lowers BF16 wmma loads to generic 32-bit loads
+ * (docs/kernels.md). These two PTX instructions have documented layouts (PTX ISA:
+ * "ldmatrix", "Matrix Fragments for mma.m16n8k16"), the same for F16 and BF16; with
+ * g = lane / 4 and t = lane % 4, the lower index of each pair in a register's low half:
+ *   ts_ldmatrix_x4(r, row): each lane passes one 16-byte row in shared memory (16-byte
+ *     aligned), lanes 8i..8i+7 rows 0..7 of 8x8 matrix i; r[i] = (row g, columns 2t, 2t+1)
+ *     of matrix i.
+ *   ts_mma_16816<T>(d, a, b0, b1): d (16 x 8, F32) += A (16 x 16) B (16 x 8), T = __half or
+ *     __nv_bfloat16; a[0] = A(g, 2t..), a[1] = A(g+8, 2t..), a[2] = A(g, 2t+8..),
+ *     a[3] = A(g+8, 2t+8..); b0 = B(2t.., g), b1 = B(2t+8.., g); d[j] = D(g + 8 (j / 2), 2t + j % 2).
+ * So ldmatrix_x4 with lane l at row (l % 16), column 8 (l / 16) of a row-major 16 x 16 tile
+ * gives A's four registers; with lane l at row (l % 8) + 8 (l / 16), column 8 ((l / 8) % 2)
+ * of a tile holding B's 16 columns as rows (B column-major), b0, b1 of columns 0..7 and
+ * b0, b1 of columns 8..15. Warp-collective (all 32 lanes); sm_80+. The emulator's versions:
+ * tests/emu/mma_sync.h. */
+#ifndef TESSERA_EMU
+__device__ __forceinline__ void ts_ldmatrix_x4(uint32_t (&r)[4], const void *row)
+{
+    const unsigned addr = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+template <typename T>
+__device__ __forceinline__ void ts_mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void ts_mma_16816<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void ts_mma_16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                            uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+#endif
 
 static inline unsigned ts_div_up(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
 

@@ -1,10 +1,11 @@
 /* skinny_gemm.cu — y = x W^T for F16/BF16 weights and 1..16 activation rows, on the tensor
  * cores. Contract in kernels/skinny_gemm.h; CPU twin cpu_matmul_ref (src/backend/cpu/quant.h).
  *
- * Math: one wmma 16x16x16 product per 16 columns: A = 16 rows of W (row-major), B = x^T
- * (16 columns x 16 token rows, the rows past num_tokens zero), F32 accumulators; every
- * product of two 16-bit values is exact in F32, so only the order of the F32 sum differs
- * from the twin's.
+ * Math: per 16 columns, two mma.sync m16n8k16 products (ts_mma_16816, common.cuh): A = 16
+ * rows of W (row-major), B = x^T for tokens 0..7 and 8..15 (the rows past num_tokens
+ * zero), F32 accumulators; every product of two 16-bit values is exact in F32, so only the
+ * order of the F32 sum differs from the twin's. Not wmma: nvcc lowers BF16 wmma loads to
+ * generic 32-bit loads, where ldmatrix serves both types (docs/kernels.md).
  *
  * Parallelisation: memory-bound like the GEMV (the weights are read once; the tensor cores
  * are nearly idle). One CTA of 8 warps per 16 output rows (n_out / 16 CTAs: 224 for a
@@ -14,8 +15,8 @@
  * per 128-byte row segment, 4 16-byte loads per lane) and the chunk's num_tokens x 64
  * activations (read through the read-only path: they stay in L1/L2), two chunks before
  * either is used (SK_UNROLL) so 16 loads per lane are in flight, and stages them in its
- * own shared-memory tiles; the tensor cores then take them with fragment loads (pitch 72
- * elements = 144 bytes, so the 8 rows of a fragment load fall in distinct banks). Warps
+ * own shared-memory tiles; the tensor cores then take them with ldmatrix (pitch 72
+ * elements = 144 bytes, so the 8 rows of each 8x8 matrix fall in distinct banks). Warps
  * never wait for each other in the loop (__syncwarp only). At the end each warp stores its
  * 16 x 16 accumulator into its W tile, and after one __syncthreads thread (r, t) adds the
  * 8 warps' values in a fixed order (deterministic) and stores row r, token t.
@@ -26,13 +27,11 @@
 #include "kernels/dense_gemv.h"
 #include "kernels/skinny_gemm.h"
 
-using namespace nvcuda;
-
 #define SK_THREADS 256
 #define SK_WARPS (SK_THREADS / 32)
-#define SK_ROWS 16               /* output rows per CTA: the wmma M */
-#define SK_TOKENS 16             /* token rows of B: the wmma N (num_tokens <= 16, the rest zero) */
-#define SK_K 64                  /* columns per warp chunk: 4 wmma K steps, 8 chunks of 16 bytes */
+#define SK_ROWS 16               /* output rows per CTA: the MMA M */
+#define SK_TOKENS 16             /* token rows of B: two MMAs of N = 8 (num_tokens <= 16, the rest zero) */
+#define SK_K 64                  /* columns per warp chunk: 4 MMA K steps, 8 chunks of 16 bytes */
 #define SK_PITCH (SK_K + 8)      /* 16-bit elements per staged row: 144 bytes */
 #define SK_UNROLL 2              /* chunks loaded before either is used */
 #define SK_LOADS (SK_ROWS * SK_K / 8 / 32) /* 16-byte W loads per lane per chunk (4) */
@@ -98,8 +97,12 @@ skinny_gemm_kernel(const uint4 *__restrict__ w, // [n_out (SILU: 2 n_out)][nc] c
     for (int i = lane; i < SK_TOKENS * SK_PITCH / 8; i += 32) (&tl.x[0][0])[i] = zero;
     __syncwarp();
 
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    wmma::fill_fragment(acc, 0.0f);
+    /* D = W x^T for tokens 0..7 (acc[0]) and 8..15 (acc[1]): two m16n8k16 products per 16
+     * columns, in the layouts of common.cuh; each lane's ldmatrix rows: A (W) row la_r,
+     * column la_c, B (x, its rows the tokens) row lb_r, column lb_c */
+    float acc[2][4] = { { 0.0f, 0.0f, 0.0f, 0.0f }, { 0.0f, 0.0f, 0.0f, 0.0f } };
+    const int la_r = lane & 15, la_c = 8 * (lane >> 4);
+    const int lb_r = (lane & 7) + 8 * (lane >> 4), lb_c = 8 * ((lane >> 3) & 1);
     /* lane's i-th load of a chunk: row (lane + 32 i) / 8, 16-byte column (lane % 8). The
      * first chunks' weights are loaded before waiting for the previous kernel (a pdl launch:
      * the weights are no kernel's output), the activations after; the next chunks' both at
@@ -123,11 +126,11 @@ skinny_gemm_kernel(const uint4 *__restrict__ w, // [n_out (SILU: 2 n_out)][nc] c
             __syncwarp();
 #pragma unroll
             for (int k = 0; k < SK_K / 16; k++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
-                wmma::load_matrix_sync(a, tw + 16 * k, SK_PITCH);
-                wmma::load_matrix_sync(b, tx + 16 * k, SK_PITCH);
-                wmma::mma_sync(acc, a, b, acc);
+                uint32_t a[4], b[4];
+                ts_ldmatrix_x4(a, tw + la_r * SK_PITCH + 16 * k + la_c);
+                ts_ldmatrix_x4(b, tx + lb_r * SK_PITCH + 16 * k + lb_c);
+                ts_mma_16816<T>(acc[0], a, b[0], b[1]);
+                ts_mma_16816<T>(acc[1], a, b[2], b[3]);
             }
             __syncwarp(); /* the tiles are rewritten by the next chunk */
         }
@@ -136,7 +139,12 @@ skinny_gemm_kernel(const uint4 *__restrict__ w, // [n_out (SILU: 2 n_out)][nc] c
     }
     /* each warp's 16 x 16 sums (row-major: row r, token t), then the 8 warps' in order */
     float *part = reinterpret_cast<float *>(&tl.w[0][0]);
-    wmma::store_matrix_sync(part, acc, SK_TOKENS, wmma::mem_row_major);
+    const int g = lane >> 2, t2 = 2 * (lane & 3);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        *reinterpret_cast<float2 *>(&part[g * SK_TOKENS + 8 * h + t2]) = make_float2(acc[h][0], acc[h][1]);
+        *reinterpret_cast<float2 *>(&part[(g + 8) * SK_TOKENS + 8 * h + t2]) = make_float2(acc[h][2], acc[h][3]);
+    }
     __syncthreads();
     const int r = tid / SK_TOKENS, t = tid % SK_TOKENS;
     /* the sum of output (row q, token t) of the 8 warps, in a fixed order */

@@ -165,6 +165,8 @@ void arena_destroy(arena *a);
 /* Starts a block: dynamic region of dyn bytes filled with 0xFF, statics forgotten. */
 void arena_begin_block(arena *a, size_t dyn, size_t limit);
 arena *current_arena(); /* block.cc: the calling worker's arena, or fail() outside a kernel */
+/* Whether [p, p + n) lies inside one of the calling block's shared allocations. */
+bool arena_contains(const void *p, size_t n);
 
 /* ---- stream.cc -------------------------------------------------------------------------- */
 

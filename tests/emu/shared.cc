@@ -86,6 +86,18 @@ void arena_begin_block(arena *a, size_t dyn, size_t limit)
     a->high_water = a->top;
 }
 
+bool arena_contains(const void *p, size_t n)
+{
+    const arena *a = current_arena();
+    const char *c = static_cast<const char *>(p);
+    if (c < a->base || c + n > a->base + a->cap) return false;
+    const size_t off = (size_t)(c - a->base);
+    if (off >= REDZONE && off + n <= REDZONE + a->dyn_size) return true;
+    for (int i = 0; i < a->nvars; i++)
+        if (off >= a->vars[i].off && off + n <= a->vars[i].off + a->vars[i].size) return true;
+    return false;
+}
+
 } // namespace emu
 
 void *emu_shared_static(const void *site, size_t size, size_t align, const char *name)
