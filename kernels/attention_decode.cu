@@ -23,10 +23,10 @@
  *     bits shifted into f16 position give value * 2^-8, and 2^8 * k_scale / v_scale are
  *     folded into the scores and the output); positions past the context are zero-filled
  *     and never read from the pool.
- *   - S = Q K^T on tensor cores (nvcuda::wmma, F32 accumulate; ad_mma, ad_geom). ROWS = 16:
- *     16x16x16 fragments, the G query rows (zero-padded to 16) as M times the tile's
- *     16-position subtiles, one subtile per warp. ROWS = 8: S^T = K Q^T with 32x8x16
- *     fragments, 32 positions as M and the heads (padded to 8) as N, so a group of 7
+ *   - S = Q K^T on tensor cores (ldmatrix + mma.sync m16n8k16, F32 accumulate; ad_mma,
+ *     ad_geom). ROWS = 16: the G query rows (zero-padded to 16) as M times the tile's
+ *     16-position subtiles, one subtile per warp. ROWS = 8: S^T = K Q^T, 32 positions
+ *     (two M halves) times the heads (padded to 8) as N, so a group of 7
  *     fills 7/8 of every MMA instead of 7/16; the tile's two 32-position fragments take
  *     two warps each, each warp half of head_dim, their partial S added by the softmax.
  *     Q is split into two 16-bit terms (hi + lo, the cache's 16-bit type: BF16 for BF16
@@ -34,10 +34,11 @@
  *     significant bits — close to the CPU's F32 dot products, not a 16-bit rounding of q.
  *   - online softmax in F32 (base 2, log2(e) folded into the score scale), one warp per
  *     query row: each row keeps a reference maximum m and a sum l; a tile whose maximum
- *     exceeds m by more than 8 (a factor 2^8) raises m and rescales the row's l and O (O through
- *     shared memory: wmma fragments have no row layout a kernel may rely on); otherwise
+ *     exceeds m by more than 8 (a factor 2^8) raises m and rescales the row's l and O (O in
+ *     registers: the accumulator layout says each element's row); otherwise
  *     p = 2^(s - m) <= 256 is used as is, so rescaling is rare.
- *   - O += P V on tensor cores (ROWS = 8: O^T = V^T P^T, 32 head_dim columns per fragment),
+ *   - O += P V on tensor cores (V through ldmatrix .trans; ROWS = 8: O^T = V^T P^T, 32
+ *     head_dim columns per accumulator),
  *     P split into hi + lo like Q; each warp owns a slice of head_dim columns of O (its
  *     accumulator fragments); where there are fewer slices than warps (ROWS = 8 at
  *     head_dim 64), two warps share one, each over half the tile's positions, and the
@@ -61,8 +62,6 @@
 #include "common.cuh"
 
 #include "attention_decode.h"
-
-using namespace nvcuda;
 
 namespace {
 
@@ -90,43 +89,120 @@ template <> struct kv_traits<kv_fp8> {
     static constexpr int esize = 1;
 };
 
-/* How a thread block of ROWS query heads (8 or 16) feeds the tensor cores. The scores of a
- * tile are ROWS x TILE, the output ROWS x HD; the fragments are cut so that the heads fill
- * a whole fragment side:
- *   ROWS = 16: S = Q K^T and O = P V with 16x16x16 fragments, the heads as M (rows);
- *   ROWS = 8:  S^T = K Q^T and O^T = V^T P^T with 32x8x16 fragments, the heads as N. A
- *              group of 8 or fewer heads (Qwen2.5's 7, Llama 3's 4) then wastes no half
- *              of every MMA on zero rows: half the MMAs and ~40% fewer shared-memory
- *              fragment bytes per tile than at ROWS = 16.
- * Either way a fragment's elements land in shared memory as s[head][position] and
- * o[head][column]: ROWS = 8 stores its transposed fragments column-major. */
+/* How a thread block of ROWS query heads (8 or 16) feeds the tensor cores, with ldmatrix
+ * and mma.sync m16n8k16 (ts_ldmatrix_x4(_trans), ts_mma_16816: common.cuh, whose register
+ * layouts are documented; nvcc lowers BF16 wmma loads to generic 32-bit loads). A warp's
+ * accumulator `acc_t` is two m16n8 tiles, float[2][4]; the fragments are cut so that the
+ * heads fill a whole side:
+ *   ROWS = 16: S = Q K^T and O = P V, the heads as M (16) times 16 positions / head_dim
+ *              columns (two N = 8 halves);
+ *   ROWS = 8:  S^T = K Q^T and O^T = V^T P^T, 32 positions / head_dim columns (two M = 16
+ *              halves) times the heads as N (8). A group of 8 or fewer heads (Qwen2.5's 7,
+ *              Llama 3's 4) then wastes no half of every MMA on zero rows: half the MMAs
+ *              and ~40% fewer shared-memory fragment bytes per tile than at ROWS = 16.
+ * Either way acc element (h, j) belongs to one (head, column) (at()), which the S and O
+ * stores and the row rescaling use; g = lane / 4, t = lane % 4. Q and P come as hi and lo
+ * 16-bit terms ([2][ROWS][pitch]), K and V as [position][column] rows (pitch kp). */
 template <typename T, int ROWS> struct ad_mma;
 template <typename T> struct ad_mma<T, 16> {
-    typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_t;
-    typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> q_t; /* from q[head][column] */
-    typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> k_t; /* from kv[position][column] */
-    typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> p_t; /* from p[head][position] */
-    typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> v_t; /* from kv[position][column] */
-    static constexpr wmma::layout_t acc_layout = wmma::mem_row_major;
-    /* acc += x y: x a Q or P fragment, y a K or V fragment */
-    template <typename X, typename Y> static __device__ __forceinline__ void mac(acc_t &acc, const X &x, const Y &y)
+    typedef float acc_t[2][4];
+    /* acc[h][j]: head g + 8 (j / 2), column 8 h + 2 t + j % 2 */
+    static __device__ __forceinline__ void at(int lane, int h, int j, int &head, int &col)
     {
-        wmma::mma_sync(acc, x, y, acc);
+        head = (lane >> 2) + 8 * (j >> 1);
+        col = 8 * h + 2 * (lane & 3) + (j & 1);
+    }
+    /* acc += Q[:, k0..k0+16) K[p0..p0+16, k0..k0+16)^T; q = &Q hi[0][k0], kv = &K[p0][k0] */
+    static __device__ __forceinline__ void qk(acc_t &acc, const T *q, int q_lo, int qp, const T *kv, int kp,
+                                              int lane)
+    {
+        uint32_t ah[4], al[4], b[4];
+        const T *qr = q + (lane & 15) * qp + 8 * (lane >> 4);
+        ts_ldmatrix_x4(ah, qr);
+        ts_ldmatrix_x4(al, qr + q_lo);
+        ts_ldmatrix_x4(b, kv + ((lane & 7) + 8 * (lane >> 4)) * kp + 8 * ((lane >> 3) & 1));
+        ts_mma_16816<T>(acc[0], ah, b[0], b[1]);
+        ts_mma_16816<T>(acc[0], al, b[0], b[1]);
+        ts_mma_16816<T>(acc[1], ah, b[2], b[3]);
+        ts_mma_16816<T>(acc[1], al, b[2], b[3]);
+    }
+    /* P's hi and lo A registers for positions k0..k0+16 (p = &P hi[0][k0]) */
+    typedef uint32_t p_t[2][4];
+    static __device__ __forceinline__ void load_p(p_t &pr, const T *p, int p_lo, int pp, int lane)
+    {
+        const T *r = p + (lane & 15) * pp + 8 * (lane >> 4);
+        ts_ldmatrix_x4(pr[0], r);
+        ts_ldmatrix_x4(pr[1], r + p_lo);
+    }
+    /* acc += P V[k0..k0+16, c0..c0+16); v = &V[k0][c0] */
+    static __device__ __forceinline__ void pv(acc_t &acc, const p_t &pr, const T *v, int kp, int lane)
+    {
+        uint32_t b[4];
+        ts_ldmatrix_x4_trans(b, v + (lane & 15) * kp + 8 * (lane >> 4));
+        ts_mma_16816<T>(acc[0], pr[0], b[0], b[1]);
+        ts_mma_16816<T>(acc[0], pr[1], b[0], b[1]);
+        ts_mma_16816<T>(acc[1], pr[0], b[2], b[3]);
+        ts_mma_16816<T>(acc[1], pr[1], b[2], b[3]);
     }
 };
 template <typename T> struct ad_mma<T, 8> {
-    typedef wmma::fragment<wmma::accumulator, 32, 8, 16, float> acc_t; /* S^T or O^T */
-    typedef wmma::fragment<wmma::matrix_b, 32, 8, 16, T, wmma::col_major> q_t; /* Q^T */
-    typedef wmma::fragment<wmma::matrix_a, 32, 8, 16, T, wmma::row_major> k_t; /* K */
-    typedef wmma::fragment<wmma::matrix_b, 32, 8, 16, T, wmma::col_major> p_t; /* P^T */
-    typedef wmma::fragment<wmma::matrix_a, 32, 8, 16, T, wmma::col_major> v_t; /* V^T */
-    static constexpr wmma::layout_t acc_layout = wmma::mem_col_major;
-    /* acc (transposed) += y x */
-    template <typename X, typename Y> static __device__ __forceinline__ void mac(acc_t &acc, const X &x, const Y &y)
+    typedef float acc_t[2][4];
+    /* acc[h][j]: column 16 h + g + 8 (j / 2), head 2 t + j % 2 */
+    static __device__ __forceinline__ void at(int lane, int h, int j, int &head, int &col)
     {
-        wmma::mma_sync(acc, y, x, acc);
+        head = 2 * (lane & 3) + (j & 1);
+        col = 16 * h + (lane >> 2) + 8 * (j >> 1);
+    }
+    /* B registers of Q^T or P^T (8 heads of [head][k] rows, k0..k0+16): [0..1] hi, [2..3] lo */
+    static __device__ __forceinline__ void load_b(uint32_t (&b)[4], const T *x, int x_lo, int xp, int lane)
+    {
+        ts_ldmatrix_x4(b, x + (lane >> 4) * x_lo + (lane & 7) * xp + 8 * ((lane >> 3) & 1));
+    }
+    /* acc += K[p0..p0+32, k0..k0+16) Q[:, k0..k0+16)^T */
+    static __device__ __forceinline__ void qk(acc_t &acc, const T *q, int q_lo, int qp, const T *kv, int kp,
+                                              int lane)
+    {
+        uint32_t b[4], a[4];
+        load_b(b, q, q_lo, qp, lane);
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            ts_ldmatrix_x4(a, kv + (16 * m + (lane & 15)) * kp + 8 * (lane >> 4));
+            ts_mma_16816<T>(acc[m], a, b[0], b[1]);
+            ts_mma_16816<T>(acc[m], a, b[2], b[3]);
+        }
+    }
+    typedef uint32_t p_t[4];
+    static __device__ __forceinline__ void load_p(p_t &pr, const T *p, int p_lo, int pp, int lane)
+    {
+        load_b(pr, p, p_lo, pp, lane);
+    }
+    /* acc += V[k0..k0+16, c0..c0+32)^T P[:, k0..k0+16)^T; v = &V[k0][c0] */
+    static __device__ __forceinline__ void pv(acc_t &acc, const p_t &pr, const T *v, int kp, int lane)
+    {
+        uint32_t a[4];
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            ts_ldmatrix_x4_trans(a, v + ((lane & 7) + 8 * (lane >> 4)) * kp + 16 * m + 8 * ((lane >> 3) & 1));
+            ts_mma_16816<T>(acc[m], a, pr[0], pr[1]);
+            ts_mma_16816<T>(acc[m], a, pr[2], pr[3]);
+        }
     }
 };
+
+/* base[head][col] (pitch floats per head row) = scale * acc, through at() */
+template <typename MMA>
+__device__ __forceinline__ void ad_store_acc(float *base, int pitch, const typename MMA::acc_t &acc, float scale,
+                                             int lane)
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int head, col;
+            MMA::at(lane, h, j, head, col);
+            base[head * pitch + col] = scale * acc[h][j];
+        }
+}
 
 /* The work split of one tile over the 4 warps, for head_dim HD and ROWS heads.
  *   S: NSUB fragments of SUB_POS positions; with fewer fragments than warps, QSPLIT warps
@@ -153,9 +229,9 @@ template <int HD, int ROWS> struct ad_geom {
     static_assert(AD_WARPS % QSPLIT == 0 && AD_WARPS % PSPLIT == 0, "warps split evenly");
 };
 
-/* Shared memory of one thread block (static, < 48 KiB for every instance; all wmma
- * pointers 32-byte aligned; 16-bit row pitches of 16 (mod 128) bytes, so the 8 rows of a
- * fragment load fall in distinct banks). T: the 16-bit compute type. */
+/* Shared memory of one thread block (static, < 48 KiB for every instance; every ldmatrix
+ * row 16-byte aligned; 16-bit row pitches of 16 (mod 128) bytes, so the 8 rows of an
+ * ldmatrix matrix fall in distinct banks). T: the 16-bit compute type. */
 template <typename T, int HD, int ROWS> struct alignas(128) ad_smem {
     typedef ad_geom<HD, ROWS> G;
     static constexpr int KP = HD + 8;     /* 16-bit elements per staged K/V row and Q row */
@@ -272,6 +348,7 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
     static_assert((TILE * CPR) % AD_THREADS == 0, "tile shape");
     typedef ad_smem<T, HD, ROWS> smem_t;
     constexpr int KP = smem_t::KP, PP = smem_t::PP, SP = smem_t::SP, OP = smem_t::OP;
+    constexpr int Q_LO = ROWS * KP, P_LO = ROWS * PP; /* elements from the hi term to the lo term */
     TS_SHARED(smem_t, sm, );
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -345,9 +422,11 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
         }
     };
 
-    typename MMA::acc_t oacc[G::NF];
+    float oacc[G::NF][2][4];
 #pragma unroll
-    for (int f = 0; f < G::NF; f++) wmma::fill_fragment(oacc[f], 0.0f);
+    for (int f = 0; f < G::NF; f++)
+#pragma unroll
+        for (int e = 0; e < 8; e++) oacc[f][e / 4][e % 4] = 0.0f;
     float m_ref[RPW], l_part[RPW];
 #pragma unroll
     for (int k = 0; k < RPW; k++) {
@@ -387,31 +466,14 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
         for (int u = 0; u < G::SUBT; u++) {
             const int sub = warp % G::WPS + u * G::WPS;
             if (sub >= G::NSUB || t0 + G::SUB_POS * sub >= p_end) continue; /* past the context: never read */
-            typename MMA::acc_t sacc;
-            wmma::fill_fragment(sacc, 0.0f);
-            /* Q fragments come from shared memory each time: held in registers they cost up
-             * to 64 registers per thread at head_dim 128 */
-            auto qk_step = [&](int k) {
-                typename MMA::q_t qh, ql;
-                typename MMA::k_t kb;
-                wmma::load_matrix_sync(qh, &sm.q[0][0][16 * k], KP);
-                wmma::load_matrix_sync(ql, &sm.q[1][0][16 * k], KP);
-                wmma::load_matrix_sync(kb, reinterpret_cast<const T *>(&sm.kv[G::SUB_POS * sub][0]) + 16 * k, KP);
-                MMA::mac(sacc, qh, kb);
-                MMA::mac(sacc, ql, kb);
-            };
-            if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-                /* BF16 fragment loads take more registers than F16 ones (docs/kernels.md):
-                 * unrolled (fully or by 2), instances spill at the 128-register cap */
-#pragma unroll 1
-                for (int k = kq; k < G::KSTEPS; k += G::QSPLIT) qk_step(k);
-            } else {
+            float sacc[2][4] = { { 0.0f, 0.0f, 0.0f, 0.0f }, { 0.0f, 0.0f, 0.0f, 0.0f } };
+            /* Q's registers come from shared memory each time: held they cost up to 64
+             * registers per thread at head_dim 128 */
+            const T *kv_sub = reinterpret_cast<const T *>(&sm.kv[G::SUB_POS * sub][0]);
 #pragma unroll
-                for (int k = kq; k < G::KSTEPS; k += G::QSPLIT) qk_step(k);
-            }
-#pragma unroll
-            for (int e = 0; e < sacc.num_elements; e++) sacc.x[e] *= qk_scale;
-            wmma::store_matrix_sync(&sm.s[kq][0][G::SUB_POS * sub], sacc, SP, MMA::acc_layout);
+            for (int k = kq; k < G::KSTEPS; k += G::QSPLIT)
+                MMA::qk(sacc, &sm.q[0][0][16 * k], Q_LO, KP, kv_sub + 16 * k, KP, lane);
+            ad_store_acc<MMA>(&sm.s[kq][0][G::SUB_POS * sub], SP, sacc, qk_scale, lane);
         }
         __syncthreads();
 
@@ -466,26 +528,15 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
         int any = 0;
 #pragma unroll
         for (int w = 0; w < AD_WARPS; w++) any |= sm.flag[w];
-        if (any) {
+        if (any) { /* each accumulator element is one (head, column): scale it by its row's factor */
 #pragma unroll
-            for (int f = 0; f < G::NF; f++) {
-                const int fi = warp % G::WPF + f * G::WPF;
-                if (fi < G::OFR) wmma::store_matrix_sync(&sm.o[kp][0][G::O_HD * fi], oacc[f], OP, MMA::acc_layout);
-            }
-            __syncwarp();
+            for (int f = 0; f < G::NF; f++)
 #pragma unroll
-            for (int f = 0; f < G::NF; f++) {
-                const int fi = warp % G::WPF + f * G::WPF;
-                if (fi < G::OFR)
-                    for (int e = lane; e < ROWS * G::O_HD; e += 32)
-                        sm.o[kp][e / G::O_HD][G::O_HD * fi + e % G::O_HD] *= sm.alpha[e / G::O_HD];
-            }
-            __syncwarp();
-#pragma unroll
-            for (int f = 0; f < G::NF; f++) {
-                const int fi = warp % G::WPF + f * G::WPF;
-                if (fi < G::OFR) wmma::load_matrix_sync(oacc[f], &sm.o[kp][0][G::O_HD * fi], OP, MMA::acc_layout);
-            }
+                for (int e = 0; e < 8; e++) {
+                    int head, col;
+                    MMA::at(lane, e / 4, e % 4, head, col);
+                    oacc[f][e / 4][e % 4] *= sm.alpha[head];
+                }
         }
 
         /* ---- O += P V (this warp's fragments and position steps) ---- */
@@ -493,17 +544,13 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
 #pragma unroll
             for (int k = kp; k < G::PSTEPS; k += G::PSPLIT) {
                 if (t0 + 16 * k >= p_end) break; /* P and V are zero there */
-                typename MMA::p_t pa_hi, pa_lo;
-                wmma::load_matrix_sync(pa_hi, &sm.p[0][0][16 * k], PP);
-                wmma::load_matrix_sync(pa_lo, &sm.p[1][0][16 * k], PP);
+                typename MMA::p_t pr;
+                MMA::load_p(pr, &sm.p[0][0][16 * k], P_LO, PP, lane);
 #pragma unroll
                 for (int f = 0; f < G::NF; f++) {
                     const int fi = warp % G::WPF + f * G::WPF;
                     if (fi >= G::OFR) continue;
-                    typename MMA::v_t vb;
-                    wmma::load_matrix_sync(vb, reinterpret_cast<const T *>(&sm.kv[16 * k][0]) + G::O_HD * fi, KP);
-                    MMA::mac(oacc[f], pa_hi, vb);
-                    MMA::mac(oacc[f], pa_lo, vb);
+                    MMA::pv(oacc[f], pr, reinterpret_cast<const T *>(&sm.kv[16 * k][0]) + G::O_HD * fi, KP, lane);
                 }
             }
         }
@@ -514,7 +561,7 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
 #pragma unroll
     for (int f = 0; f < G::NF; f++) {
         const int fi = warp % G::WPF + f * G::WPF;
-        if (fi < G::OFR) wmma::store_matrix_sync(&sm.o[kp][0][G::O_HD * fi], oacc[f], OP, MMA::acc_layout);
+        if (fi < G::OFR) ad_store_acc<MMA>(&sm.o[kp][0][G::O_HD * fi], OP, oacc[f], 1.0f, lane);
     }
 #pragma unroll
     for (int k = 0; k < RPW; k++) {

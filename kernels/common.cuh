@@ -28,8 +28,8 @@
  * from a per-block arena that is poisoned (0xFF bytes: NaN for floating types, -1 for
  * integers) at every block start.
  *
- * Tensor cores are used through nvcuda::wmma, through ts_ldmatrix_x4 / ts_mma_16816 below
- * (the emulator implements both), or cuBLAS; no other inline PTX. Every wmma fragment is
+ * Tensor cores are used through nvcuda::wmma, through ts_ldmatrix_x4(_trans) / ts_mma_16816
+ * below (the emulator implements both), or cuBLAS; no other inline PTX. Every wmma fragment is
  * loaded, used and stored in its own type: wmma's layouts are unspecified and differ
  * between types (a __half A fragment of 16x16x16 holds 16 elements per lane, a
  * __nv_bfloat16 one 8), so no fragment's bits are read as another type's; the emulator
@@ -141,20 +141,30 @@ __device__ __forceinline__ void ts_pdl_begin()
  * g = lane / 4 and t = lane % 4, the lower index of each pair in a register's low half:
  *   ts_ldmatrix_x4(r, row): each lane passes one 16-byte row in shared memory (16-byte
  *     aligned), lanes 8i..8i+7 rows 0..7 of 8x8 matrix i; r[i] = (row g, columns 2t, 2t+1)
- *     of matrix i.
+ *     of matrix i. ts_ldmatrix_x4_trans: the same rows, r[i] = (rows 2t, 2t+1, column g)
+ *     of matrix i (the matrix transposed).
  *   ts_mma_16816<T>(d, a, b0, b1): d (16 x 8, F32) += A (16 x 16) B (16 x 8), T = __half or
  *     __nv_bfloat16; a[0] = A(g, 2t..), a[1] = A(g+8, 2t..), a[2] = A(g, 2t+8..),
  *     a[3] = A(g+8, 2t+8..); b0 = B(2t.., g), b1 = B(2t+8.., g); d[j] = D(g + 8 (j / 2), 2t + j % 2).
  * So ldmatrix_x4 with lane l at row (l % 16), column 8 (l / 16) of a row-major 16 x 16 tile
  * gives A's four registers; with lane l at row (l % 8) + 8 (l / 16), column 8 ((l / 8) % 2)
  * of a tile holding B's 16 columns as rows (B column-major), b0, b1 of columns 0..7 and
- * b0, b1 of columns 8..15. Warp-collective (all 32 lanes); sm_80+. The emulator's versions:
- * tests/emu/mma_sync.h. */
+ * b0, b1 of columns 8..15; ts_ldmatrix_x4_trans with lane l at row (l % 16), column
+ * 8 (l / 16) of a row-major B (16 x 16: k rows of n) gives the same four. Warp-collective
+ * (all 32 lanes); sm_80+. The emulator's versions: tests/emu/mma_sync.h. */
 #ifndef TESSERA_EMU
 __device__ __forceinline__ void ts_ldmatrix_x4(uint32_t (&r)[4], const void *row)
 {
     const unsigned addr = (unsigned)__cvta_generic_to_shared(row);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+__device__ __forceinline__ void ts_ldmatrix_x4_trans(uint32_t (&r)[4], const void *row)
+{
+    const unsigned addr = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr)
                  : "memory");

@@ -1,4 +1,4 @@
-/* mma_sync.h — ts_ldmatrix_x4 and ts_mma_16816 under the emulator (included by emu.h; the
+/* mma_sync.h — ts_ldmatrix_x4(_trans) and ts_mma_16816 under the emulator (included by emu.h; the
  * GPU versions, inline PTX, are in kernels/common.cuh, which documents the layouts).
  *
  * Both are warp-collective, as ldmatrix.sync / mma.sync: all 32 lanes of a full warp call
@@ -20,6 +20,7 @@ namespace emu_mma {
 struct ldm_op : emu_collective {
     const void *row; /* this lane's 16-byte row */
     uint32_t *r;     /* its four result registers */
+    bool trans;      /* ldmatrix .trans */
     const char *file;
     int line;
 };
@@ -71,17 +72,31 @@ template <typename T> static void run_mma_16816(emu_collective *const lanes[32])
 
 } // namespace emu_mma
 
-static inline void ts_ldmatrix_x4(uint32_t (&r)[4], const void *row, const char *file = __builtin_FILE(),
-                                  int line = __builtin_LINE())
+namespace emu_mma {
+static inline void ldmatrix_x4(uint32_t (&r)[4], const void *row, bool trans, const char *file, int line)
 {
-    emu_mma::ldm_op o;
-    o.run = &emu_mma::run_ldmatrix_x4;
-    o.what = "ldmatrix.x4";
+    ldm_op o;
+    o.run = &run_ldmatrix_x4;
+    o.what = trans ? "ldmatrix.x4.trans" : "ldmatrix.x4";
     o.row = row;
     o.r = r;
+    o.trans = trans;
     o.file = file;
     o.line = line;
     emu_warp_op(emu_site{ file, line }, EMU_COLLECTIVE, 0xffffffffu, 0, 0, 0, 32, &o);
+}
+} // namespace emu_mma
+
+static inline void ts_ldmatrix_x4(uint32_t (&r)[4], const void *row, const char *file = __builtin_FILE(),
+                                  int line = __builtin_LINE())
+{
+    emu_mma::ldmatrix_x4(r, row, false, file, line);
+}
+
+static inline void ts_ldmatrix_x4_trans(uint32_t (&r)[4], const void *row, const char *file = __builtin_FILE(),
+                                        int line = __builtin_LINE())
+{
+    emu_mma::ldmatrix_x4(r, row, true, file, line);
 }
 
 template <typename T>

@@ -1,4 +1,4 @@
-/* test_emu_mma.cu — ts_ldmatrix_x4 and ts_mma_16816 (kernels/common.cuh) under the
+/* test_emu_mma.cu — ts_ldmatrix_x4(_trans) and ts_mma_16816 (kernels/common.cuh) under the
  * emulator: the registers each lane gets are PTX's documented ones (written out here from
  * the PTX ISA's tables, independently of the emulator's code), a 16 x 16 x 16 product
  * through them equals a plain loop for F16 and BF16, and what a GPU would fault on aborts
@@ -9,42 +9,57 @@
 
 #include <vector>
 
-/* Lane l passes row l of a 32 x 8 table of 16-bit values 100 * row + column; every lane's
- * four registers go to out[l][4]. */
-__global__ void ldmatrix_kernel(uint32_t *out)
+/* Lane l passes row 31 - l of a 32 x 8 table of 16-bit values 100 * row + column (so a
+ * lane's row is not its own index); every lane's four registers go to out[l][4]. */
+template <bool TRANS> __global__ void ldmatrix_kernel(uint32_t *out)
 {
     TS_SHARED(uint16_t, tab, [32][8]);
     const int l = threadIdx.x;
     for (int c = 0; c < 8; c++) tab[l][c] = (uint16_t)(100 * l + c);
     __syncwarp();
     uint32_t r[4];
-    ts_ldmatrix_x4(r, &tab[l][0]);
+    if (TRANS) ts_ldmatrix_x4_trans(r, &tab[31 - l][0]);
+    else ts_ldmatrix_x4(r, &tab[31 - l][0]);
     for (int i = 0; i < 4; i++) out[4 * l + i] = r[i];
 }
 
-static void test_ldmatrix_layout(void)
+template <bool TRANS> static int ldmatrix_wrong(void)
 {
     uint32_t *d;
     cudaMalloc((void **)&d, 128 * 4);
-    TS_LAUNCH(ldmatrix_kernel, 1, 32, 0, 0, d);
+    auto *k = ldmatrix_kernel<TRANS>;
+    TS_LAUNCH(k, 1, 32, 0, 0, d);
     uint32_t h[128];
     cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
     cudaFree(d);
     int bad = 0;
-    /* PTX: matrix i's rows come from lanes 8i..8i+7; lane l receives row l / 4, elements
-     * 2 (l % 4) and 2 (l % 4) + 1 of each matrix, the lower one in the low half */
+    /* PTX: matrix i's rows come from lanes 8i..8i+7 (here table rows 31 - 8i - j); lane l
+     * receives row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 of each matrix (.trans:
+     * rows 2 (l % 4) and 2 (l % 4) + 1, element l / 4), the lower one in the low half */
     for (int l = 0; l < 32; l++)
         for (int i = 0; i < 4; i++) {
-            const unsigned row = 8 * i + l / 4, c = 2 * (l % 4);
-            const uint32_t want = (100 * row + c) | (100 * row + c + 1) << 16;
+            const unsigned g = l / 4, t = l % 4;
+            const unsigned r0 = TRANS ? 2 * t : g, c0 = TRANS ? g : 2 * t;     /* the low element */
+            const unsigned r1 = TRANS ? 2 * t + 1 : g, c1 = TRANS ? g : 2 * t + 1; /* the high one */
+            const uint32_t want = (100 * (31 - 8 * i - r0) + c0) | (100 * (31 - 8 * i - r1) + c1) << 16;
             if (h[4 * l + i] != want && bad++ < 3)
-                fprintf(stderr, "    lane %d r[%d] = %08x, want %08x\n", l, i, h[4 * l + i], want);
+                fprintf(stderr, "    %s lane %d r[%d] = %08x, want %08x\n", TRANS ? "trans" : "plain", l, i,
+                        h[4 * l + i], want);
         }
-    CHECK(bad == 0, "%d registers wrong", bad);
+    return bad;
 }
 
-/* C (16 x 16 F32, row-major) = A (16 x 16, row-major) B^T, B given as 16 rows of 16 (its
- * columns): one tile, the addressing kernels/skinny_gemm.cu uses. */
+static void test_ldmatrix_layout(void)
+{
+    int bad = ldmatrix_wrong<false>();
+    CHECK(bad == 0, "ldmatrix.x4: %d registers wrong", bad);
+    bad = ldmatrix_wrong<true>();
+    CHECK(bad == 0, "ldmatrix.x4.trans: %d registers wrong", bad);
+}
+
+/* C (16 x 16 F32, row-major) = 1 + 2 A (16 x 16, row-major) B^T, B given as 16 rows of 16
+ * (its columns): A B once with B column-major (the addressing kernels/skinny_gemm.cu uses),
+ * once with B row-major through ldmatrix .trans. */
 template <typename T> __global__ void mma_kernel(const T *a, const T *bt, float *c)
 {
     TS_SHARED(T, sa, [16][24]);
@@ -59,6 +74,13 @@ template <typename T> __global__ void mma_kernel(const T *a, const T *bt, float 
     ts_ldmatrix_x4(ra, &sa[lane & 15][8 * (lane >> 4)]);
     ts_ldmatrix_x4(rb, &sb[(lane & 7) + 8 * (lane >> 4)][8 * ((lane >> 3) & 1)]);
     float d[2][4] = { { 1.0f, 1.0f, 1.0f, 1.0f }, { 1.0f, 1.0f, 1.0f, 1.0f } }; /* C = 1 */
+    ts_mma_16816<T>(d[0], ra, rb[0], rb[1]);
+    ts_mma_16816<T>(d[1], ra, rb[2], rb[3]);
+    /* the same product from B^T's transpose (B row-major: row k holds B(k, 0..15)) through
+     * ldmatrix .trans, added into d: C = 1 + 2 A B */
+    for (int i = lane; i < 256; i += 32) sb[i / 16][i % 16] = bt[(i % 16) * 16 + i / 16];
+    __syncwarp();
+    ts_ldmatrix_x4_trans(rb, &sb[lane & 15][8 * (lane >> 4)]);
     ts_mma_16816<T>(d[0], ra, rb[0], rb[1]);
     ts_mma_16816<T>(d[1], ra, rb[2], rb[3]);
     const int g = lane / 4, t = lane % 4;
@@ -90,8 +112,9 @@ template <typename T> static int check_mma(float (*to_f)(T), T (*from_f)(float))
     int bad = 0;
     for (int r = 0; r < 16; r++)
         for (int n = 0; n < 16; n++) {
-            float want = 1.0f;
-            for (int k2 = 0; k2 < 16; k2++) want += to_f(a[r * 16 + k2]) * to_f(bt[n * 16 + k2]);
+            float ab = 0.0f;
+            for (int k2 = 0; k2 < 16; k2++) ab += to_f(a[r * 16 + k2]) * to_f(bt[n * 16 + k2]);
+            const float want = 1.0f + 2.0f * ab;
             if (fabsf(c[r * 16 + n] - want) > 1e-5f && bad++ < 3)
                 fprintf(stderr, "    C[%d][%d] = %g, want %g\n", r, n, c[r * 16 + n], want);
         }

@@ -80,7 +80,10 @@ static void run_case(const ad_case &c, uint64_t seed)
     std::vector<float> q((size_t)(num_seqs * q_stride), NAN), q_dense((size_t)num_seqs * nh * hd);
     for (int s = 0; s < num_seqs; s++)
         for (int i = 0; i < nh * hd; i++) {
-            float x = c.climbing ? 1.0f : rng.normal();
+            /* climbing: the heads' scores rise at different rates (or fall: every third
+             * head), so their rows rescale at different tiles by different factors */
+            const int h = i / hd;
+            float x = c.climbing ? (h % 3 == 2 ? -1.0f : 1.0f + 0.5f * (h % 3)) : rng.normal();
             q[(size_t)(s * q_stride + i)] = x;
             q_dense[(size_t)s * nh * hd + i] = x;
         }
@@ -213,6 +216,13 @@ static void test_layouts(void)
 static void test_rescale(void)
 {
     const ad_case cases[] = {
+        /* unsplit (max_partitions 1): the automatic split gives these contexts one tile per
+         * partition, where nothing is ever rescaled */
+        { "climbing scores, unsplit", 64, 2, 2, 16, KV_F16, DT_F32, { 300 }, 0, 0, false, true, 1 },
+        { "climbing scores, unsplit, 7 heads", 64, 7, 1, 32, KV_BF16, DT_F32, { 300, 130 }, 0, 0, false, true, 1 },
+        { "climbing scores, unsplit, fp8", 128, 3, 1, 16, KV_FP8_E4M3, DT_F32, { 200 }, 0, 0, false, true, 1 },
+        { "climbing scores, 2 tiles per partition", 128, 7, 1, 16, KV_BF16, DT_F32, { 300 }, 128, 0, false, true,
+          1 << 30 },
         { "climbing scores", 64, 2, 2, 16, KV_F16, DT_F32, { 300 }, 0, 0, false, true, 0 },
         { "climbing scores, split", 64, 7, 1, 32, KV_BF16, DT_F32, { 300, 130 }, 128, 0, false, true, 0 },
         { "climbing scores, fp8", 128, 3, 1, 16, KV_FP8_E4M3, DT_F32, { 200 }, 0, 0, false, true, 0 },
