@@ -106,11 +106,11 @@ template <> struct kv_traits<kv_fp8> {
 template <typename T, int ROWS> struct ad_mma;
 template <typename T> struct ad_mma<T, 16> {
     typedef float acc_t[2][4];
-    /* acc[h][j]: head g + 8 (j / 2), column 8 h + 2 t + j % 2 */
+    /* acc[h][j]: tile h's D(row, col) is head row, column 8 h + col */
     static __device__ __forceinline__ void at(int lane, int h, int j, int &head, int &col)
     {
-        head = (lane >> 2) + 8 * (j >> 1);
-        col = 8 * h + 2 * (lane & 3) + (j & 1);
+        ts_mma_d_at(lane, j, head, col);
+        col += 8 * h;
     }
     /* acc += Q[:, k0..k0+16) K[p0..p0+16, k0..k0+16)^T; q = &Q hi[0][k0], kv = &K[p0][k0] */
     static __device__ __forceinline__ void qk(acc_t &acc, const T *q, int q_lo, int qp, const T *kv, int kp,
@@ -147,11 +147,11 @@ template <typename T> struct ad_mma<T, 16> {
 };
 template <typename T> struct ad_mma<T, 8> {
     typedef float acc_t[2][4];
-    /* acc[h][j]: column 16 h + g + 8 (j / 2), head 2 t + j % 2 */
+    /* acc[h][j]: tile h's D(row, col) is column 16 h + row, head col (transposed) */
     static __device__ __forceinline__ void at(int lane, int h, int j, int &head, int &col)
     {
-        head = 2 * (lane & 3) + (j & 1);
-        col = 16 * h + (lane >> 2) + 8 * (j >> 1);
+        ts_mma_d_at(lane, j, col, head);
+        col += 16 * h;
     }
     /* B registers of Q^T or P^T (8 heads of [head][k] rows, k0..k0+16): [0..1] hi, [2..3] lo */
     static __device__ __forceinline__ void load_b(uint32_t (&b)[4], const T *x, int x_lo, int xp, int lane)
@@ -422,11 +422,7 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
         }
     };
 
-    float oacc[G::NF][2][4];
-#pragma unroll
-    for (int f = 0; f < G::NF; f++)
-#pragma unroll
-        for (int e = 0; e < 8; e++) oacc[f][e / 4][e % 4] = 0.0f;
+    typename MMA::acc_t oacc[G::NF] = {};
     float m_ref[RPW], l_part[RPW];
 #pragma unroll
     for (int k = 0; k < RPW; k++) {
@@ -466,7 +462,7 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
         for (int u = 0; u < G::SUBT; u++) {
             const int sub = warp % G::WPS + u * G::WPS;
             if (sub >= G::NSUB || t0 + G::SUB_POS * sub >= p_end) continue; /* past the context: never read */
-            float sacc[2][4] = { { 0.0f, 0.0f, 0.0f, 0.0f }, { 0.0f, 0.0f, 0.0f, 0.0f } };
+            typename MMA::acc_t sacc = {};
             /* Q's registers come from shared memory each time: held they cost up to 64
              * registers per thread at head_dim 128 */
             const T *kv_sub = reinterpret_cast<const T *>(&sm.kv[G::SUB_POS * sub][0]);

@@ -152,6 +152,12 @@ __device__ __forceinline__ void ts_pdl_begin()
  * b0, b1 of columns 8..15; ts_ldmatrix_x4_trans with lane l at row (l % 16), column
  * 8 (l / 16) of a row-major B (16 x 16: k rows of n) gives the same four. Warp-collective
  * (all 32 lanes); sm_80+. The emulator's versions: tests/emu/mma_sync.h. */
+/* The row and column of d[j] of ts_mma_16816 for this lane: (g + 8 (j / 2), 2t + j % 2). */
+__device__ __forceinline__ void ts_mma_d_at(int lane, int j, int &row, int &col)
+{
+    row = (lane >> 2) + 8 * (j >> 1);
+    col = 2 * (lane & 3) + (j & 1);
+}
 #ifndef TESSERA_EMU
 __device__ __forceinline__ void ts_ldmatrix_x4(uint32_t (&r)[4], const void *row)
 {

@@ -139,12 +139,14 @@ skinny_gemm_kernel(const uint4 *__restrict__ w, // [n_out (SILU: 2 n_out)][nc] c
     }
     /* each warp's 16 x 16 sums (row-major: row r, token t), then the 8 warps' in order */
     float *part = reinterpret_cast<float *>(&tl.w[0][0]);
-    const int g = lane >> 2, t2 = 2 * (lane & 3);
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        *reinterpret_cast<float2 *>(&part[g * SK_TOKENS + 8 * h + t2]) = make_float2(acc[h][0], acc[h][1]);
-        *reinterpret_cast<float2 *>(&part[(g + 8) * SK_TOKENS + 8 * h + t2]) = make_float2(acc[h][2], acc[h][3]);
-    }
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int r, c;
+            ts_mma_d_at(lane, j, r, c);
+            part[r * SK_TOKENS + 8 * h + c] = acc[h][j];
+        }
     __syncthreads();
     const int r = tid / SK_TOKENS, t = tid % SK_TOKENS;
     /* the sum of output (row q, token t) of the 8 warps, in a fixed order */

@@ -10,6 +10,7 @@
  *     B column-major (plain ldmatrix, the skinny GEMM's addressing) plus the same product
  *     with B row-major (.trans, the attention's V), onto C = 1, against a plain loop; the
  *     inputs are small dyadic numbers, so every sum is exact on both.
+ * Each under the emulator's fiber-order seeds (KTEST_SEEDS).
  * What the emulator must refuse (misaligned rows, rows outside shared memory, a missing
  * lane) is tested in tests/emu/test_emu_mma.cu.
  */
@@ -67,10 +68,12 @@ template <bool TRANS> static int ldmatrix_wrong(void)
 
 static void test_ldmatrix_layout(void)
 {
-    int bad = ldmatrix_wrong<false>();
-    CHECK(bad == 0, "ldmatrix.x4: %d registers wrong", bad);
-    bad = ldmatrix_wrong<true>();
-    CHECK(bad == 0, "ldmatrix.x4.trans: %d registers wrong", bad);
+    KTEST_SEEDS(s) {
+        int bad = ldmatrix_wrong<false>();
+        CHECK(bad == 0, "ldmatrix.x4: %d registers wrong (seed %d)", bad, s);
+        bad = ldmatrix_wrong<true>();
+        CHECK(bad == 0, "ldmatrix.x4.trans: %d registers wrong (seed %d)", bad, s);
+    }
 }
 
 /* C (16 x 16 F32, row-major) = 1 + 2 A (16 x 16, row-major) B^T, B given as 16 rows of 16
@@ -146,10 +149,12 @@ static __nv_bfloat16 f2b(float x) { return __float2bfloat16_rn(x); }
 
 static void test_mma_16816(void)
 {
-    int bad = check_mma<__half>(h2f, f2h);
-    CHECK(bad == 0, "f16: %d wrong", bad);
-    bad = check_mma<__nv_bfloat16>(b2f, f2b);
-    CHECK(bad == 0, "bf16: %d wrong", bad);
+    KTEST_SEEDS(s) {
+        int bad = check_mma<__half>(h2f, f2h);
+        CHECK(bad == 0, "f16: %d wrong (seed %d)", bad, s);
+        bad = check_mma<__nv_bfloat16>(b2f, f2b);
+        CHECK(bad == 0, "bf16: %d wrong (seed %d)", bad, s);
+    }
 }
 
 int main(void)
