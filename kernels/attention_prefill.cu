@@ -1,5 +1,5 @@
 /* attention_prefill.cu — causal varlen paged attention for prefill and chunked prefill,
- * flash-attention style on the tensor cores (nvcuda::wmma 16x16x16, F32 accumulate).
+ * flash-attention style on the tensor cores (ldmatrix + mma.sync m16n8k16, F32 accumulate).
  *
  * Math (cpu_paged_attention's contract, kernels/attention_prefill.h): for query row t of
  * sequence s and query head h, with kv head g = h / group (group = n_heads / n_kv_heads)
@@ -19,38 +19,40 @@
  * most context (its last rows) start first and the light ones fill the tail.
  *
  * Per CTA: the Q tile is converted once to the 16-bit compute type T (F16 for F16 and FP8
- * caches, BF16 for BF16 caches) into shared memory. The kernel then walks the context in
- * tiles of BN = 64 keys up to the causal limit of its last row
- * (causal tile skipping: no work past it; the partial last tile is masked per row).
- * Each K/V tile is gathered from the paged pool with 16-byte loads (16 threads per 256-byte
- * cache row: coalesced; the block-table lookup is a shift and a mask, block_size being a
- * power of two), keys past the limit read as zero (never from beyond the sequence's
- * blocks), FP8 codes are widened to F16 on the way into shared memory (exact; the scales
- * are applied in F32). Tile j+1 is loaded into registers while tile j is computed (K
- * during S = Q·K^T, V during the softmax and P·V) and stored after the barrier that ends
- * the reads of tile j: one K and one V buffer, two barriers per tile.
- * Warp w owns query rows [16w, 16w+16): S = Q·K^T by wmma into a per-warp F32 strip of
- * shared memory; the online softmax runs on that strip (lane = (row, half of the keys),
- * exp2 with the scale folded, shuffle max over the two halves); P is rounded to T into
- * shared memory and O += P·V by wmma, O held in accumulator fragments all along.
- * Rescaling O needs its rows, which a wmma fragment does not expose, so it goes through
- * the F32 strip — and only when some row's maximum grew by more than AP_TAU (log2 units,
- * a factor 256) since the reference max was last set (lazy rescaling, as FlashAttention-4
- * does): P is then bounded by 2^AP_TAU, harmless in F16/BF16 and F32, and the rescale
- * round trip is rare in practice. The row sum adds the rounded P, so the weights that
- * multiply V are exactly normalised. The epilogue scales by v_scale / sum and writes the
- * activation dtype (F32/F16/BF16) with 16-byte stores.
+ * caches, BF16 for BF16 caches) into shared memory, and each warp loads its 16 rows into
+ * A registers for the whole kernel. The kernel then walks the context in tiles of BN = 64
+ * keys up to the causal limit of its last row (causal tile skipping: no work past it; the
+ * partial last tile is masked per row). Each K/V tile is gathered from the paged pool
+ * with 16-byte loads (16 threads per 256-byte cache row: coalesced; the block-table lookup
+ * is a shift and a mask, block_size being a power of two), keys past the limit read as
+ * zero (never from beyond the sequence's blocks), FP8 codes are widened to F16 on the way
+ * into shared memory (exact; the scales are applied in F32). Tile j+1 is loaded into
+ * registers while tile j is computed (K during S = Q·K^T, V during the softmax and P·V)
+ * and stored after the barrier that ends the reads of tile j: one K and one V buffer, two
+ * barriers per tile, one tile of registers in flight.
  *
- * Shared memory (head_dim 128): Q 17 KB + K 17 KB + V 17 KB + S 17 KB + P 9 KB = 77 KB
- * per CTA, two CTAs per SM. No T x T score matrix exists anywhere.
+ * Warp w owns query rows [16w, 16w+16) and keeps everything of them in registers, as
+ * FlashAttention-2 does (ap_warp): S = Q·K^T in m16n8 accumulators; the online softmax on
+ * them (a lane holds 2 rows x 16 of the tile's keys, the row max takes two shuffles within
+ * the 4 lanes of a row, exp2 with the scale folded); P rounded to T straight into the A
+ * registers of O += P·V (the accumulator layout of S is the A layout of P); O in
+ * accumulators for the whole loop, each register's row known (ts_mma_d_at). So S, P and O
+ * never touch shared memory; its only traffic is staging K/V tiles and ldmatrix reads.
+ * O is rescaled in registers only when a row's maximum grew by more than AP_TAU (log2
+ * units, a factor 256) since the reference max was last set (lazy rescaling, as
+ * FlashAttention-4 does): P is then bounded by 2^AP_TAU, harmless in F16/BF16 and F32. The
+ * row sum adds the rounded P, so the weights that multiply V are exactly normalised. The
+ * epilogue scales by v_scale / sum and writes the activation dtype (F32/F16/BF16) from
+ * the registers: a row's 4 lanes write 8 adjacent columns (32 bytes in F32).
+ *
+ * Shared memory (head_dim 128): Q 17 KB + K 17 KB + V 17 KB = 51 KB per CTA; registers
+ * (~250 at head_dim 128) allow two CTAs per SM. No T x T score matrix exists anywhere.
  */
 #include "common.cuh"
 
 #include "attention_prefill.h"
 
 #include <limits.h>
-
-using namespace nvcuda;
 
 /* 4 warps (64 query rows) per CTA; -DAP_WARPS=8 builds the 128-row variant to compare on
  * a GPU (every size below follows from it). */
@@ -62,15 +64,12 @@ using namespace nvcuda;
 #define AP_BM (16 * AP_WARPS) /* query rows (token, head-in-group) per CTA */
 #define AP_TAU 8.0f           /* lazy-rescale threshold, log2 units */
 
-/* Tile geometry for one head_dim (all smem strides padded by 16 bytes: conflict-free
- * 16-byte row accesses, and every wmma tile origin stays 32-byte aligned). */
+/* Tile geometry for one head_dim (smem rows padded by 16 bytes: the 8 rows of every
+ * ldmatrix matrix fall in distinct banks, and every row stays 16-byte aligned). */
 template <int HD> struct ap_shape {
-    static constexpr int BN = 64;                  /* keys per K/V tile */
-    static constexpr int LDQ = HD + 8;             /* 16-bit elements per Q/K/V smem row */
-    static constexpr int LDS = BN + 4;             /* floats per S / O-staging smem row */
-    static constexpr int LDP = BN + 8;             /* 16-bit elements per P smem row */
-    static constexpr int OC = HD % BN == 0 ? BN : 32; /* O columns staged at a time (<= BN) */
-    static_assert(HD % 32 == 0 && HD % OC == 0 && OC <= BN, "head_dim layout");
+    static constexpr int BN = 64;      /* keys per K/V tile */
+    static constexpr int LDQ = HD + 8; /* 16-bit elements per Q/K/V smem row */
+    static_assert(HD % 16 == 0, "head_dim in whole 16-column k steps");
 };
 
 /* The cache's storage and the tensor-core compute type it maps to. */
@@ -99,9 +98,7 @@ template <int HD, enum kv_dtype KVD> struct ap_tile {
 
 template <int HD> static constexpr size_t ap_smem_bytes(int esize_t)
 {
-    return (size_t)(AP_BM + 2 * ap_shape<HD>::BN) * ap_shape<HD>::LDQ * esize_t +
-           (size_t)AP_BM * ap_shape<HD>::LDS * sizeof(float) +
-           (size_t)AP_BM * ap_shape<HD>::LDP * esize_t;
+    return (size_t)(AP_BM + 2 * ap_shape<HD>::BN) * ap_shape<HD>::LDQ * esize_t;
 }
 
 /* ---- element packing -------------------------------------------------------------------- */
@@ -189,6 +186,120 @@ __device__ __forceinline__ void ap_store_tile(typename ap_kv<KVD>::T *dst,
     }
 }
 
+/* ---- one warp's tensor-core steps (16 query rows; ldmatrix + mma.sync m16n8k16) --------
+ * Lane l = 4 g + t holds, of every m16n8 accumulator, rows g (elements 0, 1) and g + 8
+ * (elements 2, 3) at columns 2t, 2t + 1 (ts_mma_d_at). The accumulators of S for keys
+ * [16 k, 16 k + 16) hold exactly the elements of P's A registers for that k step (rows g,
+ * g + 8; columns 2t, 2t + 1, then 8 more), so P is rounded and packed in registers and
+ * never touches shared memory; each lane's softmax rows are g and g + 8. */
+template <int HD, typename T> struct ap_warp {
+    static constexpr int BN = ap_shape<HD>::BN, LDQ = ap_shape<HD>::LDQ;
+    typedef uint32_t q_t[HD / 16][4]; /* Q's A registers, one per 16 head_dim columns */
+    typedef float s_t[BN / 8][4];     /* S of one key tile, 8 keys per accumulator */
+    typedef uint32_t p_t[BN / 16][4]; /* P's A registers, one per 16 keys */
+    typedef float o_t[HD / 8][4];     /* O, 8 head_dim columns per accumulator */
+
+    /* qf = the warp's 16 rows of Q (qw = &Qs[16 warp][0]) */
+    static __device__ __forceinline__ void load_q(q_t &qf, const T *qw, int lane)
+    {
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) ts_ldmatrix_x4(qf[kk], qw + (lane & 15) * LDQ + kk * 16 + 8 * (lane >> 4));
+    }
+
+    /* s = Q K^T for the tile in ks ([BN][LDQ], keys as rows: B column-major) */
+    static __device__ __forceinline__ void scores(s_t &s, const q_t &qf, const T *ks, int lane)
+    {
+#pragma unroll
+        for (int n = 0; n < BN / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        const T *kr = ks + ((lane & 7) + 8 * (lane >> 4)) * LDQ + 8 * ((lane >> 3) & 1);
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++)
+#pragma unroll
+            for (int n = 0; n < BN / 16; n++) {
+                uint32_t b[4];
+                ts_ldmatrix_x4(b, kr + n * 16 * LDQ + kk * 16);
+                ts_mma_16816<T>(s[2 * n], qf[kk], b[0], b[1]);
+                ts_mma_16816<T>(s[2 * n + 1], qf[kk], b[2], b[3]);
+            }
+    }
+
+    /* o += P V for the tile in vs ([BN][LDQ], keys as rows: B row-major) */
+    static __device__ __forceinline__ void pv(o_t &o, const p_t &p, const T *vs, int lane)
+    {
+        const T *vr = vs + (lane & 15) * LDQ + 8 * (lane >> 4);
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+            for (int n = 0; n < HD / 16; n++) {
+                uint32_t b[4];
+                ts_ldmatrix_x4_trans(b, vr + kk * 16 * LDQ + n * 16);
+                ts_mma_16816<T>(o[2 * n], p[kk], b[0], b[1]);
+                ts_mma_16816<T>(o[2 * n + 1], p[kk], b[2], b[3]);
+            }
+    }
+};
+
+/* The online softmax of one lane's two rows (r = 0: row g, 1: row g + 8) over one key
+ * tile starting at key n0: masks keys at or past lim[r], moves the reference max m_ref[r]
+ * when the tile's max exceeds it by more than AP_TAU (lazy rescaling: alpha[r] is then the
+ * factor for O and the row sum, else 1), rounds P = exp2(score - m_ref) to T into its A
+ * registers and adds the rounded values to l[r]. The 4 lanes of a row (t = 0..3) agree on
+ * its max through two shuffles, so they make the same choices. */
+template <int HD, typename T>
+__device__ __forceinline__ void ap_softmax(typename ap_warp<HD, T>::p_t &p, typename ap_warp<HD, T>::s_t &s,
+                                           float (&m_ref)[2], float (&l)[2], float (&alpha)[2], int n0,
+                                           const int (&lim)[2], float qk_scale_log2, int lane)
+{
+    constexpr int BN = ap_warp<HD, T>::BN;
+    float mx[2] = { -INFINITY, -INFINITY };
+#pragma unroll
+    for (int n = 0; n < BN / 8; n++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int row, col;
+            ts_mma_d_at(lane, j, row, col);
+            const int r = row >> 3;
+            s[n][j] = n0 + 8 * n + col < lim[r] ? s[n][j] * qk_scale_log2 : -INFINITY;
+            mx[r] = fmaxf(mx[r], s[n][j]);
+        }
+    float mbase[2], psum[2] = { 0.0f, 0.0f };
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(TS_FULL_MASK, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(TS_FULL_MASK, mx[r], 2));
+        alpha[r] = 1.0f;
+        if (mx[r] > m_ref[r] + AP_TAU) { /* also the first visible keys (m_ref = -inf: O is 0) */
+            if (m_ref[r] != -INFINITY) alpha[r] = exp2f(m_ref[r] - mx[r]);
+            m_ref[r] = mx[r];
+        }
+        mbase[r] = m_ref[r] == -INFINITY ? 0.0f : m_ref[r]; /* nothing visible yet: P = 0 */
+    }
+    /* A registers of k step kk: {row g, keys 2t..}, {row g + 8, 2t..}, then both at 8 + 2t */
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const float *e = &s[2 * kk + h][2 * r];
+                p[kk][2 * h + r] = ap_pack2<T>(exp2f(e[0] - mbase[r]), exp2f(e[1] - mbase[r]), &psum[r]);
+            }
+#pragma unroll
+    for (int r = 0; r < 2; r++) l[r] = l[r] * alpha[r] + psum[r];
+}
+
+/* One output element pair (columns col, col + 1 of flattened row rf) scaled and stored. */
+__device__ __forceinline__ void ap_store2(void *out, int out_dtype, int64_t o, float a, float b)
+{
+    float unused = 0.0f;
+    if (out_dtype == DT_F32)
+        *(float2 *)((float *)out + o) = make_float2(a, b);
+    else if (out_dtype == DT_F16)
+        *(uint32_t *)((__half *)out + o) = ap_pack2<__half>(a, b, &unused);
+    else
+        *(uint32_t *)((__nv_bfloat16 *)out + o) = ap_pack2<__nv_bfloat16>(a, b, &unused);
+}
+
 /* ---- the kernel ------------------------------------------------------------------------- */
 
 /* out_dtype: DT_F32/DT_F16/DT_BF16 (checked by the launcher). qk_scale_log2 = scale *
@@ -207,16 +318,14 @@ attention_prefill_kernel(void *__restrict__ out,                 // [num_tokens]
                          int max_blocks_per_seq, int num_seqs, int n_heads, int group)
 {
     typedef typename ap_kv<KVD>::T T;
-    typedef ap_shape<HD> S;
     typedef ap_tile<HD, KVD> G;
-    constexpr int BN = S::BN, LDQ = S::LDQ, LDS = S::LDS, LDP = S::LDP, OC = S::OC;
+    typedef ap_warp<HD, T> W;
+    constexpr int BN = W::BN, LDQ = W::LDQ;
 
     TS_DYNAMIC_SHARED(unsigned char, smem);
-    T *Qs = (T *)smem;                   /* [BM][LDQ] */
-    T *Ks = Qs + AP_BM * LDQ;            /* [BN][LDQ] */
-    T *Vs = Ks + BN * LDQ;               /* [BN][LDQ] */
-    float *Ss = (float *)(Vs + BN * LDQ); /* [BM][LDS]: S, then O staging, per warp strip */
-    T *Ps = (T *)(Ss + AP_BM * LDS);     /* [BM][LDP] */
+    T *Qs = (T *)smem;        /* [BM][LDQ] */
+    T *Ks = Qs + AP_BM * LDQ; /* [BN][LDQ] */
+    T *Vs = Ks + BN * LDQ;    /* [BN][LDQ] */
 
     const int tid = (int)threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int kvh = (int)blockIdx.y;
@@ -244,9 +353,8 @@ attention_prefill_kernel(void *__restrict__ out,                 // [num_tokens]
     const int64_t blk_bytes = 2 * n_kv_heads * head_bytes;
     const int64_t k_off = kvh * head_bytes, v_off = (n_kv_heads + kvh) * head_bytes;
 
-    uint4 rk[G::NCH], rv[G::NCH];
-    ap_load_tile<HD, KVD>(rk, pool, blk_bytes, k_off, bt, bs_shift, 0, kv_lim);
-    ap_load_tile<HD, KVD>(rv, pool, blk_bytes, v_off, bt, bs_shift, 0, kv_lim);
+    uint4 rkv[G::NCH]; /* the next K (then V) tile in flight */
+    ap_load_tile<HD, KVD>(rkv, pool, blk_bytes, k_off, bt, bs_shift, 0, kv_lim);
 
     /* Q tile -> T: CTA row r is flattened row r0 + r (zero past the sequence's rows) */
 #pragma unroll 4
@@ -264,192 +372,67 @@ attention_prefill_kernel(void *__restrict__ out,                 // [num_tokens]
         p.y = ap_pack2<T>(v.z, v.w, &unused);
         *(uint2 *)(Qs + row * LDQ + col * 4) = p;
     }
-    ap_store_tile<HD, KVD>(Ks, rk);
-    ap_store_tile<HD, KVD>(Vs, rv);
+    ap_store_tile<HD, KVD>(Ks, rkv);
+    ap_load_tile<HD, KVD>(rkv, pool, blk_bytes, v_off, bt, bs_shift, 0, kv_lim);
+    ap_store_tile<HD, KVD>(Vs, rkv);
 
-    /* this lane's softmax row (of the warp's 16) and half of the keys */
-    const int my_row = lane & 15, half = lane >> 4;
-    const int rf_mine = r0 + warp * 16 + my_row;
-    const int lim = rf_mine < rows ? ctx0 + rf_mine / group : 0; /* keys [0, lim) visible */
-    float m_ref = -INFINITY; /* reference max (log2 units) that P is relative to */
-    float l = 0.0f;          /* this half-row's sum of rounded P */
-
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> oacc[HD / 16];
+    /* this lane's two softmax rows: the warp's rows g and g + 8 */
+    const int rf_mine[2] = { r0 + warp * 16 + (lane >> 2), r0 + warp * 16 + (lane >> 2) + 8 };
+    int lim[2]; /* keys [0, lim) visible */
 #pragma unroll
-    for (int n = 0; n < HD / 16; n++) wmma::fill_fragment(oacc[n], 0.0f);
+    for (int r = 0; r < 2; r++) lim[r] = rf_mine[r] < rows ? ctx0 + rf_mine[r] / group : 0;
+    float m_ref[2] = { -INFINITY, -INFINITY }; /* reference max (log2 units) that P is relative to */
+    float l[2] = { 0.0f, 0.0f };                /* this lane's part of the row sums of rounded P */
 
-    float *Sw = Ss + warp * 16 * LDS;      /* this warp's F32 strip [16][LDS] */
-    T *Pw = Ps + warp * 16 * LDP;          /* this warp's P strip [16][LDP] */
-    const T *Qw = Qs + warp * 16 * LDQ;
+    typename W::o_t o = {};
+    typename W::q_t qf;
     __syncthreads();
+    W::load_q(qf, Qs + warp * 16 * LDQ, lane);
 
     for (int j = 0; j < ntiles; j++) {
         const int n0 = j * BN;
         const bool more = j + 1 < ntiles;
-        if (more) ap_load_tile<HD, KVD>(rk, pool, blk_bytes, k_off, bt, bs_shift, n0 + BN, kv_lim);
+        if (more) ap_load_tile<HD, KVD>(rkv, pool, blk_bytes, k_off, bt, bs_shift, n0 + BN, kv_lim);
 
-        /* S = Q K^T for this warp's 16 rows */
-        {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> sacc[BN / 16];
-#pragma unroll
-            for (int n = 0; n < BN / 16; n++) wmma::fill_fragment(sacc[n], 0.0f);
-            /* the k loops of both products are unrolled only partly (2 here, 1 for P·V):
-             * that keeps the fragment loads the compiler hoists within 255 registers
-             * (-Xptxas -v: full unrolling spills at head_dim 128 BF16); each step still
-             * has BN/16 or HD/16 independent MMAs */
-#pragma unroll 2
-            for (int kk = 0; kk < HD / 16; kk++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> qa;
-                wmma::load_matrix_sync(qa, Qw + kk * 16, LDQ);
-#pragma unroll
-                for (int n = 0; n < BN / 16; n++) {
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> kb;
-                    wmma::load_matrix_sync(kb, Ks + n * 16 * LDQ + kk * 16, LDQ);
-                    wmma::mma_sync(sacc[n], qa, kb, sacc[n]);
-                }
-            }
-#pragma unroll
-            for (int n = 0; n < BN / 16; n++)
-                wmma::store_matrix_sync(Sw + n * 16, sacc[n], LDS, wmma::mem_row_major);
-        }
-        __syncthreads(); /* every warp is done with Ks (and its S strip is written) */
+        typename W::s_t sc;
+        W::scores(sc, qf, Ks, lane);
+        __syncthreads(); /* every warp is done with Ks */
         if (more) {
-            ap_store_tile<HD, KVD>(Ks, rk);
-            ap_load_tile<HD, KVD>(rv, pool, blk_bytes, v_off, bt, bs_shift, n0 + BN, kv_lim);
+            ap_store_tile<HD, KVD>(Ks, rkv);
+            ap_load_tile<HD, KVD>(rkv, pool, blk_bytes, v_off, bt, bs_shift, n0 + BN, kv_lim);
         }
 
-        /* online softmax over this lane's BN/2 keys of its row */
-        float x[BN / 2];
-        {
-            const float *srow = Sw + my_row * LDS + half * (BN / 2);
+        typename W::p_t p;
+        float alpha[2];
+        ap_softmax<HD, T>(p, sc, m_ref, l, alpha, n0, lim, qk_scale_log2, lane);
+        if (alpha[0] != 1.0f || alpha[1] != 1.0f) { /* rare: a row's reference max moved */
 #pragma unroll
-            for (int i = 0; i < BN / 8; i++) {
-                float4 v = *(const float4 *)(srow + 4 * i);
-                x[4 * i] = v.x;
-                x[4 * i + 1] = v.y;
-                x[4 * i + 2] = v.z;
-                x[4 * i + 3] = v.w;
+            for (int n = 0; n < HD / 8; n++) {
+                o[n][0] *= alpha[0];
+                o[n][1] *= alpha[0];
+                o[n][2] *= alpha[1];
+                o[n][3] *= alpha[1];
             }
         }
-        float mx = -INFINITY;
-        const int key0 = n0 + half * (BN / 2);
-#pragma unroll
-        for (int c = 0; c < BN / 2; c++) {
-            x[c] = key0 + c < lim ? x[c] * qk_scale_log2 : -INFINITY;
-            mx = fmaxf(mx, x[c]);
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(TS_FULL_MASK, mx, 16));
-        float alpha = 1.0f;
-        if (mx > m_ref + AP_TAU) { /* also the first visible keys (m_ref = -inf: O is 0) */
-            if (m_ref != -INFINITY) alpha = exp2f(m_ref - mx);
-            m_ref = mx;
-        }
-        const float mbase = m_ref == -INFINITY ? 0.0f : m_ref; /* nothing visible yet: P = 0 */
-        float psum = 0.0f;
-        T *prow = Pw + my_row * LDP + half * (BN / 2);
-#pragma unroll
-        for (int c = 0; c < BN / 2; c += 8) {
-            uint4 p;
-            p.x = ap_pack2<T>(exp2f(x[c] - mbase), exp2f(x[c + 1] - mbase), &psum);
-            p.y = ap_pack2<T>(exp2f(x[c + 2] - mbase), exp2f(x[c + 3] - mbase), &psum);
-            p.z = ap_pack2<T>(exp2f(x[c + 4] - mbase), exp2f(x[c + 5] - mbase), &psum);
-            p.w = ap_pack2<T>(exp2f(x[c + 6] - mbase), exp2f(x[c + 7] - mbase), &psum);
-            *(uint4 *)(prow + c) = p;
-        }
-        l = l * alpha + psum;
-
-        /* rare: some row's reference max moved; rescale O rows through the F32 strip */
-        if (__any_sync(TS_FULL_MASK, alpha != 1.0f)) {
-#pragma unroll
-            for (int c = 0; c < HD / OC; c++) {
-                __syncwarp(); /* the strip's previous contents are read */
-#pragma unroll
-                for (int f = 0; f < OC / 16; f++)
-                    wmma::store_matrix_sync(Sw + f * 16, oacc[c * (OC / 16) + f], LDS, wmma::mem_row_major);
-                __syncwarp();
-                float *orow = Sw + my_row * LDS + half * (OC / 2);
-#pragma unroll
-                for (int i = 0; i < OC / 8; i++) {
-                    float4 v = *(float4 *)(orow + 4 * i);
-                    v.x *= alpha;
-                    v.y *= alpha;
-                    v.z *= alpha;
-                    v.w *= alpha;
-                    *(float4 *)(orow + 4 * i) = v;
-                }
-                __syncwarp();
-#pragma unroll
-                for (int f = 0; f < OC / 16; f++)
-                    wmma::load_matrix_sync(oacc[c * (OC / 16) + f], Sw + f * 16, LDS, wmma::mem_row_major);
-            }
-        }
-        __syncwarp(); /* P strip written by all lanes */
-
-        /* O += P V */
-#pragma unroll 1
-        for (int kk = 0; kk < BN / 16; kk++) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> pa;
-            wmma::load_matrix_sync(pa, Pw + kk * 16, LDP);
-#pragma unroll
-            for (int n = 0; n < HD / 16; n++) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vb;
-                wmma::load_matrix_sync(vb, Vs + kk * 16 * LDQ + n * 16, LDQ);
-                wmma::mma_sync(oacc[n], pa, vb, oacc[n]);
-            }
-        }
+        W::pv(o, p, Vs, lane);
         __syncthreads(); /* every warp is done with Vs; Ks holds tile j+1 */
-        if (more) ap_store_tile<HD, KVD>(Vs, rv);
+        if (more) ap_store_tile<HD, KVD>(Vs, rkv);
     }
 
-    /* epilogue: out = O * out_scale / sum, through the F32 strip, OC columns at a time */
-    l += __shfl_xor_sync(TS_FULL_MASK, l, 16);
-    const float inv = out_scale / l;
-    int64_t obase = 0;
-    if (rf_mine < rows)
-        obase = ((int64_t)(q0 + rf_mine / group) * n_heads + kvh * group + rf_mine % group) * HD;
+    /* epilogue: out = O * out_scale / sum; a row's 4 lanes hold a quarter of its sum each */
 #pragma unroll
-    for (int c = 0; c < HD / OC; c++) {
-        __syncwarp();
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(TS_FULL_MASK, l[r], 1);
+        l[r] += __shfl_xor_sync(TS_FULL_MASK, l[r], 2);
+        if (rf_mine[r] >= rows) continue;
+        const float inv = out_scale / l[r];
+        const int64_t obase =
+            ((int64_t)(q0 + rf_mine[r] / group) * n_heads + kvh * group + rf_mine[r] % group) * HD;
 #pragma unroll
-        for (int f = 0; f < OC / 16; f++)
-            wmma::store_matrix_sync(Sw + f * 16, oacc[c * (OC / 16) + f], LDS, wmma::mem_row_major);
-        __syncwarp();
-        if (rf_mine < rows) {
-            const float *orow = Sw + my_row * LDS + half * (OC / 2);
-            const int64_t o = obase + c * OC + half * (OC / 2);
-            if (out_dtype == DT_F32) {
-                float4 *dst = (float4 *)((float *)out + o);
-#pragma unroll
-                for (int i = 0; i < OC / 8; i++) {
-                    float4 v = *(const float4 *)(orow + 4 * i);
-                    v.x *= inv;
-                    v.y *= inv;
-                    v.z *= inv;
-                    v.w *= inv;
-                    dst[i] = v;
-                }
-            } else {
-                float unused = 0.0f;
-                uint4 *dst = out_dtype == DT_F16 ? (uint4 *)((__half *)out + o)
-                                                 : (uint4 *)((__nv_bfloat16 *)out + o);
-#pragma unroll
-                for (int i = 0; i < OC / 16; i++) {
-                    const float *v = orow + 8 * i;
-                    uint4 p;
-                    if (out_dtype == DT_F16) {
-                        p.x = ap_pack2<__half>(v[0] * inv, v[1] * inv, &unused);
-                        p.y = ap_pack2<__half>(v[2] * inv, v[3] * inv, &unused);
-                        p.z = ap_pack2<__half>(v[4] * inv, v[5] * inv, &unused);
-                        p.w = ap_pack2<__half>(v[6] * inv, v[7] * inv, &unused);
-                    } else {
-                        p.x = ap_pack2<__nv_bfloat16>(v[0] * inv, v[1] * inv, &unused);
-                        p.y = ap_pack2<__nv_bfloat16>(v[2] * inv, v[3] * inv, &unused);
-                        p.z = ap_pack2<__nv_bfloat16>(v[4] * inv, v[5] * inv, &unused);
-                        p.w = ap_pack2<__nv_bfloat16>(v[6] * inv, v[7] * inv, &unused);
-                    }
-                    dst[i] = p;
-                }
-            }
+        for (int n = 0; n < HD / 8; n++) {
+            int row, col;
+            ts_mma_d_at(lane, 2 * r, row, col);
+            ap_store2(out, out_dtype, obase + 8 * n + col, o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
         }
     }
 }

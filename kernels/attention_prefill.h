@@ -1,6 +1,6 @@
 /* attention_prefill.h — paged attention for prefill and chunked prefill on the GPU
  * (kernels/attention_prefill.cu): varlen causal queries over the paged KV cache,
- * flash-attention style with tensor cores (nvcuda::wmma).
+ * flash-attention style on the tensor cores (ldmatrix + mma.sync, S and P in registers).
  *
  * The contract is cpu_paged_attention's (src/backend/cpu/ops.h), the CPU twin: sequence s
  * owns query rows [query_start[s], query_start[s+1]); its new tokens' K/V are already in
