@@ -4,7 +4,7 @@
  * compute_90 PTX). The CUDA-on-CPU emulator (tests/emu/, test infrastructure, never in the
  * product) builds the very same file with g++ as C++17 after force-including
  * tests/emu/emu.h, which defines TESSERA_EMU and implements __syncthreads, the warp
- * primitives, shared memory, wmma and the runtime on the CPU. The few spellings that must
+ * primitives, shared memory, ldmatrix / mma.sync and the runtime on the CPU. The few spellings that must
  * differ between the two live here and nowhere else:
  *
  *   TS_LAUNCH(kernel, grid, block, smem, stream, args...)
@@ -28,12 +28,13 @@
  * from a per-block arena that is poisoned (0xFF bytes: NaN for floating types, -1 for
  * integers) at every block start.
  *
- * Tensor cores are used through nvcuda::wmma, through ts_ldmatrix_x4(_trans) / ts_mma_16816
- * below (the emulator implements both), or cuBLAS; no other inline PTX. Every wmma fragment is
- * loaded, used and stored in its own type: wmma's layouts are unspecified and differ
- * between types (a __half A fragment of 16x16x16 holds 16 elements per lane, a
- * __nv_bfloat16 one 8), so no fragment's bits are read as another type's; the emulator
- * gives each type CUDA's element count, and such a copy fails there.
+ * Tensor cores are used through ts_ldmatrix_x4(_trans) / ts_mma_16816 below (the emulator
+ * implements both, with PTX's documented register layouts) or cuBLAS; no other inline PTX.
+ * Not nvcuda::wmma: its fragment layouts are unspecified (a kernel cannot know which row a
+ * register holds, so rescaling rows or reusing an accumulator as an operand means a trip
+ * through shared memory) and nvcc lowers its BF16 loads to generic 32-bit loads; every
+ * kernel moved off it, and the emulator no longer implements it (docs/kernels.md,
+ * "Fragment loads: ldmatrix, not wmma").
  */
 #ifndef TESSERA_KERNELS_COMMON_CUH
 #define TESSERA_KERNELS_COMMON_CUH
@@ -43,7 +44,6 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
-#include <mma.h>
 #endif
 
 #include <math.h>
@@ -135,8 +135,7 @@ __device__ __forceinline__ void ts_pdl_begin()
 }
 
 /* ---- tensor cores: ldmatrix and mma.sync ---------------------------------------------------
- * wmma hides its fragment layouts, and nvcc lowers BF16 wmma loads to generic 32-bit loads
- * (docs/kernels.md). These two PTX instructions have documented layouts (PTX ISA:
+ * These two PTX instructions have documented layouts (PTX ISA:
  * "ldmatrix", "Matrix Fragments for mma.m16n8k16"), the same for F16 and BF16; with
  * g = lane / 4 and t = lane % 4, the lower index of each pair in a register's low half:
  *   ts_ldmatrix_x4(r, row): each lane passes one 16-byte row in shared memory (16-byte

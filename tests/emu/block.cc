@@ -40,7 +40,7 @@ struct thread_rec {
 struct meeting {
     unsigned mask, arrived;
     int kind, size, width;
-    const char *name; /* the op, for messages (a wmma call names itself) */
+    const char *name; /* the op, for messages (a collective names itself) */
     emu_site site;
 };
 
@@ -190,7 +190,7 @@ static const char *op_name(int kind)
         "__any_sync", "__all_sync", "__syncwarp", "__reduce_add_sync", "__reduce_add_sync",
         "__reduce_min_sync", "__reduce_min_sync", "__reduce_max_sync", "__reduce_max_sync",
         "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync", "__match_any_sync",
-        "__match_all_sync", "a warp-collective wmma operation",
+        "__match_all_sync", "a warp-collective tensor-core operation",
     };
     return kind >= 0 && kind < EMU_WARP_OP_COUNT ? names[kind] : "?";
 }
@@ -763,7 +763,7 @@ uint64_t emu_warp_op(emu_site site, int kind, unsigned mask, uint64_t val, int s
         meeting *o = &wr->m[k];
         if (!(o->mask & mask)) continue;
         if (__builtin_expect(o->mask != mask || o->kind != kind || o->size != size || o->width != width ||
-                                 (o->name != name && strcmp(o->name, name) != 0), 0)) /* wmma calls differ by name only */
+                                 (o->name != name && strcmp(o->name, name) != 0), 0)) /* collectives differ by name only */
             warp_op_error(w, wr, lane, warp, site, name, kind, mask, size, width);
         m = o;
         break;

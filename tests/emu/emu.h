@@ -13,8 +13,8 @@
  *     and warpSize;
  *   - declares the launch and shared-memory entry points kernels/common.cuh expands to;
  *   - pulls in the device intrinsics (emu_intrinsics.h), atomics (emu_atomics.h), block and
- *     warp synchronisation (emu_warp.h), fp16/bf16 gaps (emu_half.h) and nvcuda::wmma
- *     (wmma.h), ldmatrix / mma.sync (mma_sync.h).
+ *     warp synchronisation (emu_warp.h), fp16/bf16 gaps (emu_half.h) and the tensor-core
+ *     instructions ldmatrix / mma.sync (mma_sync.h).
  * How it works and what it proves: docs/kernels.md, "The CUDA-on-CPU emulator".
  */
 #ifndef TESSERA_EMU_H
@@ -162,7 +162,6 @@ struct emu_site {
 #include "emu_atomics.h"
 #include "emu_half.h"
 #include "emu_warp.h"
-#include "wmma.h"
 #include "mma_sync.h"
 
 #endif

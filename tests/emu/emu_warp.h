@@ -42,11 +42,11 @@ enum emu_warp_op_kind {
     EMU_REDUCE_XOR,
     EMU_MATCH_ANY,
     EMU_MATCH_ALL,
-    EMU_COLLECTIVE, /* wmma: ptr is an emu_collective, run once by the last lane */
+    EMU_COLLECTIVE, /* ldmatrix, mma.sync: ptr is an emu_collective, run once by the last lane */
     EMU_WARP_OP_COUNT
 };
 
-/* A warp-collective operation's per-lane argument (wmma): run(lanes) is called once, by the
+/* A warp-collective operation's per-lane argument (mma_sync.h): run(lanes) is called once, by the
  * last lane to arrive, with every lane's descriptor (lanes[l] for lane l). */
 struct emu_collective {
     void (*run)(emu_collective *const lanes[32]);

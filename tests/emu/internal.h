@@ -13,7 +13,7 @@
  *   stream.cc  streams, events, host functions, synchronisation (one global lock)
  *   graph.cc   stream capture and CUDA graphs
  *   memory.cc  allocations, the registry of live ones, bounds-checked copies and memsets
- *   cublas.cc  the cuBLAS subset; wmma.cc the wmma argument checks (the rest is in wmma.h)
+ *   cublas.cc  the cuBLAS subset; mma_sync.cc ldmatrix (the rest is in mma_sync.h)
  */
 #ifndef TESSERA_EMU_INTERNAL_H
 #define TESSERA_EMU_INTERNAL_H

@@ -2,15 +2,14 @@
  * GPU versions, inline PTX, are in kernels/common.cuh, which documents the layouts).
  *
  * Both are warp-collective, as ldmatrix.sync / mma.sync: all 32 lanes of a full warp call
- * them (a missing lane is a deadlock abort). Unlike wmma's, these fragment layouts are
- * PTX's documented ones (PTX ISA: "ldmatrix", "Matrix Fragments for mma.m16n8k16"), and the
+ * them (a missing lane is a deadlock abort). Their fragment layouts are PTX's documented
+ * ones (PTX ISA: "ldmatrix", "Matrix Fragments for mma.m16n8k16"), and the
  * emulator implements exactly those, so a kernel that indexes the registers gets the same
  * elements here as on a GPU.
  *
  * ts_ldmatrix_x4 checks what a GPU requires or would fault on: every lane's row address
  * 16-byte aligned and inside the block's shared memory. ts_mma_16816 gathers every lane's
- * registers when the last lane arrives and computes D = A * B + C in float (k ascending),
- * as the emulated wmma does.
+ * registers when the last lane arrives and computes D = A * B + C in float (k ascending).
  */
 #ifndef TESSERA_EMU_MMA_SYNC_H
 #define TESSERA_EMU_MMA_SYNC_H
