@@ -206,36 +206,38 @@ template <int HD, typename T> struct ap_warp {
         for (int kk = 0; kk < HD / 16; kk++) ts_ldmatrix_x4(qf[kk], qw + (lane & 15) * LDQ + kk * 16 + 8 * (lane >> 4));
     }
 
+    /* acc[2n], acc[2n + 1] += a[kk] B(kk, n) for every 16-deep step kk of a and 16-wide
+     * column step n of acc: this lane's ldmatrix row of the 16 x 16 tile B(kk, n) is at
+     * b + kk * kstride + n * nstride (TRANS: B row-major, read by ldmatrix.trans; else B's
+     * columns are the rows, plain ldmatrix). */
+    template <bool TRANS, int KS, int N8>
+    static __device__ __forceinline__ void mma_steps(float (&acc)[N8][4], const uint32_t (&a)[KS][4], const T *b,
+                                                     int kstride, int nstride)
+    {
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+            for (int n = 0; n < N8 / 2; n++) {
+                uint32_t r[4];
+                if (TRANS) ts_ldmatrix_x4_trans(r, b + kk * kstride + n * nstride);
+                else ts_ldmatrix_x4(r, b + kk * kstride + n * nstride);
+                ts_mma_16816<T>(acc[2 * n], a[kk], r[0], r[1]);
+                ts_mma_16816<T>(acc[2 * n + 1], a[kk], r[2], r[3]);
+            }
+    }
+
     /* s = Q K^T for the tile in ks ([BN][LDQ], keys as rows: B column-major) */
     static __device__ __forceinline__ void scores(s_t &s, const q_t &qf, const T *ks, int lane)
     {
 #pragma unroll
         for (int n = 0; n < BN / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-        const T *kr = ks + ((lane & 7) + 8 * (lane >> 4)) * LDQ + 8 * ((lane >> 3) & 1);
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++)
-#pragma unroll
-            for (int n = 0; n < BN / 16; n++) {
-                uint32_t b[4];
-                ts_ldmatrix_x4(b, kr + n * 16 * LDQ + kk * 16);
-                ts_mma_16816<T>(s[2 * n], qf[kk], b[0], b[1]);
-                ts_mma_16816<T>(s[2 * n + 1], qf[kk], b[2], b[3]);
-            }
+        mma_steps<false>(s, qf, ks + ((lane & 7) + 8 * (lane >> 4)) * LDQ + 8 * ((lane >> 3) & 1), 16, 16 * LDQ);
     }
 
     /* o += P V for the tile in vs ([BN][LDQ], keys as rows: B row-major) */
     static __device__ __forceinline__ void pv(o_t &o, const p_t &p, const T *vs, int lane)
     {
-        const T *vr = vs + (lane & 15) * LDQ + 8 * (lane >> 4);
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++)
-#pragma unroll
-            for (int n = 0; n < HD / 16; n++) {
-                uint32_t b[4];
-                ts_ldmatrix_x4_trans(b, vr + kk * 16 * LDQ + n * 16);
-                ts_mma_16816<T>(o[2 * n], p[kk], b[0], b[1]);
-                ts_mma_16816<T>(o[2 * n + 1], p[kk], b[2], b[3]);
-            }
+        mma_steps<true>(o, p, vs + (lane & 15) * LDQ + 8 * (lane >> 4), 16 * LDQ, 16);
     }
 };
 
