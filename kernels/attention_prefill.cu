@@ -378,11 +378,14 @@ attention_prefill_kernel(void *__restrict__ out,                 // [num_tokens]
     ap_load_tile<HD, KVD>(rkv, pool, blk_bytes, v_off, bt, bs_shift, 0, kv_lim);
     ap_store_tile<HD, KVD>(Vs, rkv);
 
-    /* this lane's two softmax rows: the warp's rows g and g + 8 */
-    const int rf_mine[2] = { r0 + warp * 16 + (lane >> 2), r0 + warp * 16 + (lane >> 2) + 8 };
-    int lim[2]; /* keys [0, lim) visible */
+    /* this lane's two softmax rows (accumulator elements 0-1 and 2-3) and its first column */
+    int rf_mine[2], lim[2], my_col; /* lim: keys [0, lim) visible */
 #pragma unroll
-    for (int r = 0; r < 2; r++) lim[r] = rf_mine[r] < rows ? ctx0 + rf_mine[r] / group : 0;
+    for (int r = 0; r < 2; r++) {
+        ts_mma_d_at(lane, 2 * r, rf_mine[r], my_col);
+        rf_mine[r] += r0 + warp * 16;
+        lim[r] = rf_mine[r] < rows ? ctx0 + rf_mine[r] / group : 0;
+    }
     float m_ref[2] = { -INFINITY, -INFINITY }; /* reference max (log2 units) that P is relative to */
     float l[2] = { 0.0f, 0.0f };                /* this lane's part of the row sums of rounded P */
 
@@ -409,12 +412,9 @@ attention_prefill_kernel(void *__restrict__ out,                 // [num_tokens]
         ap_softmax<HD, T>(p, sc, m_ref, l, alpha, n0, lim, qk_scale_log2, lane);
         if (alpha[0] != 1.0f || alpha[1] != 1.0f) { /* rare: a row's reference max moved */
 #pragma unroll
-            for (int n = 0; n < HD / 8; n++) {
-                o[n][0] *= alpha[0];
-                o[n][1] *= alpha[0];
-                o[n][2] *= alpha[1];
-                o[n][3] *= alpha[1];
-            }
+            for (int n = 0; n < HD / 8; n++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) o[n][j] *= alpha[j >> 1];
         }
         W::pv(o, p, Vs, lane);
         __syncthreads(); /* every warp is done with Vs; Ks holds tile j+1 */
@@ -431,11 +431,8 @@ attention_prefill_kernel(void *__restrict__ out,                 // [num_tokens]
         const int64_t obase =
             ((int64_t)(q0 + rf_mine[r] / group) * n_heads + kvh * group + rf_mine[r] % group) * HD;
 #pragma unroll
-        for (int n = 0; n < HD / 8; n++) {
-            int row, col;
-            ts_mma_d_at(lane, 2 * r, row, col);
-            ap_store2(out, out_dtype, obase + 8 * n + col, o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-        }
+        for (int n = 0; n < HD / 8; n++)
+            ap_store2(out, out_dtype, obase + 8 * n + my_col, o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
     }
 }
 
