@@ -232,13 +232,14 @@ template <> __device__ __forceinline__ void qdecode_dot<DT_Q5_1>(const uint8_t *
     u.b[0] = qs_f16(dm >> 16);
 }
 
-template <> __device__ __forceinline__ void qdecode_dot<DT_Q4_K>(const uint8_t *s, int off, int part, qunit<DT_Q4_K> &u)
+/* Q4_K unit `part` from its block's words: dm (d, dmin), sc (the 12 scale bytes) and q (the
+ * unit's 16 code bytes, at byte 16 + 16 * part of the block). Shared by the staged decoder
+ * below and the quantized GEMV's direct path, which loads these words straight from global
+ * memory (Q4_K blocks keep 16-byte alignment). */
+__device__ __forceinline__ void q4k_unit_dot(uint32_t dm, const uint32_t (&sc)[3], const uint32_t (&q)[4], int part,
+                                             qunit<DT_Q4_K> &u)
 {
     const int k = part >> 1, h = part & 1;
-    const uint32_t dm = qs_ld1(s, off);
-    uint32_t sc[3], q[4];
-    qs_ld<3>(s, off + 4, sc);
-    qs_ld<4>(s, off + 16 + 32 * k + 16 * h, q);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         u.v[i] = q[i] & 0x0f0f0f0fu;
@@ -252,6 +253,14 @@ template <> __device__ __forceinline__ void qdecode_dot<DT_Q4_K>(const uint8_t *
     /* the min term covers the whole 32-element sub-block: counted once, by its first half */
     u.b[0] = h ? 0.0f : -(dmin * (float)m0);
     u.b[1] = h ? 0.0f : -(dmin * (float)m1);
+}
+
+template <> __device__ __forceinline__ void qdecode_dot<DT_Q4_K>(const uint8_t *s, int off, int part, qunit<DT_Q4_K> &u)
+{
+    uint32_t sc[3], q[4];
+    qs_ld<3>(s, off + 4, sc);
+    qs_ld<4>(s, off + 16 + 16 * part, q);
+    q4k_unit_dot(qs_ld1(s, off), sc, q, part, u);
 }
 
 template <> __device__ __forceinline__ void qdecode_dot<DT_Q6_K>(const uint8_t *s, int off, int part, qunit<DT_Q6_K> &u)

@@ -22,6 +22,10 @@
  *     the warp's next item — the next chunk, or the next group's first — are issued before
  *     the current one is decoded (register double buffering), so every warp always has
  *     weight bytes in flight and a CTA never waits at a row boundary.
+ *   - Q4_K (direct = 1): its blocks keep 16-byte alignment, so each lane loads its unit's
+ *     16 code bytes and its block's 16-byte header straight into registers instead
+ *     (DIRECT instances), refilling a unit's registers with the next item's unit as soon
+ *     as it is decoded; q4k_unit_dot decodes both ways, so the sums are the same bits.
  *   - Lane l decodes its unit of each of the R rows from shared memory into int8 codes
  *     (qdecode_dot), loads the matching activation codes once per token (16-byte loads,
  *     L1-resident: n_in bytes per token) and accumulates, per group of 4*NI codes,
@@ -203,7 +207,7 @@ static int qmm_resident_warps(const void *kernel)
  * Compiled for 8 CTAs per SM at one token (<= 64 registers: 32 warps keep weight loads in
  * flight), 4 at 2-4 tokens (<= 128) and 3 at 8 tokens (<= 168: R = 4 rows x 8 tokens of
  * accumulators plus four rows of decoded codes); no spill on sm_80/89/90. */
-template <int QT, int T, int R, int UPL>
+template <int QT, int T, int R, int UPL, bool DIRECT>
 __global__ void __launch_bounds__(QMM_THREADS, T == 1 ? 8 : T == 8 ? 3 : 4)
 quant_gemv_kernel(const uint8_t *__restrict__ w,  // [n_out][row_bytes]
                   int64_t row_bytes, int n_in, int64_t n_out,
@@ -218,7 +222,8 @@ quant_gemv_kernel(const uint8_t *__restrict__ w,  // [n_out][row_bytes]
     constexpr int CB = CU / Q::UNITS * Q::BLOCK_BYTES;         /* bytes per chunk */
     constexpr int NWIN = (CB + 14 + 15) / 16, ROWB = 16 * (NWIN + 1);
     constexpr int KW = (R * NWIN + 31) / 32, N = R * T;
-    TS_SHARED(uint4, stage, [QMM_WARPS * R * ROWB / 16]);
+    static_assert(!DIRECT || QT == DT_Q4_K, "only Q4_K blocks keep the 16-byte alignment direct loads need");
+    TS_SHARED(uint4, stage, [DIRECT ? 1 : QMM_WARPS * R * ROWB / 16]);
     TS_SHARED(float, red, [QMM_WARPS * N]);
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -246,10 +251,63 @@ quant_gemv_kernel(const uint8_t *__restrict__ w,  // [n_out][row_bytes]
 #pragma unroll
         for (int t = 0; t < T; t++) acc[r][t] = 0.0f;
 
-    uint4 pre[KW];
+    /* the dot of one decoded unit u (R rows) with every token's activation codes */
+    auto dot = [&](const qunit<QT> (&wu)[R], int u) {
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            if (t >= num_tokens) break;
+#pragma unroll
+            for (int gi = 0; gi < Q::NG; gi++) {
+                const int e = qunit_elem<QT>(u, gi);
+                int a[Q::NI];
+                qmm_load_act<Q::NI>(xq + (int64_t)t * n_in + e, a);
+                /* (d, s), or only d where the weight type needs no code sum */
+                float2 ds;
+                if constexpr (Q::HAS_B) ds = __ldg(xds + (int64_t)t * nb32 + (e >> 5));
+                else ds.x = __ldg(reinterpret_cast<const float *>(xds + (int64_t)t * nb32 + (e >> 5)));
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    int isum = 0;
+#pragma unroll
+                    for (int i = 0; i < Q::NI; i++) isum = __dp4a((int)wu[r].v[gi * Q::NI + i], a[i], isum);
+                    float sc = wu[r].a[gi] * (float)isum;
+                    if constexpr (Q::HAS_B) sc = fmaf(wu[r].b[gi], ds.y, sc);
+                    acc[r][t] = fmaf(ds.x, sc, acc[r][t]);
+                }
+            }
+        }
+    };
+
+    /* Staged source (every type): chunk registers -> the warp's shared buffer -> decoders.
+     * Direct source (Q4_K): each lane's units straight into registers, per unit its block's
+     * 16-byte header (d, dmin, scales; the block's 8 lanes read the same one) and its 16 code
+     * bytes; a unit's registers are refilled with the next item's unit as soon as decoded,
+     * so the next item streams in while this one's dot products run. */
+    uint4 pre[DIRECT ? 1 : KW];
+    uint4 dhdr[R][UPL], dq[R][UPL];
+    auto load_direct = [&](int64_t gg, int cc, int j) {
+        const int u = cc * CU + 32 * j + lane;
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (gg < n_groups && u < units && gg * R + r < n_out) {
+                const uint8_t *b = w + (gg * R + r) * row_bytes + (int64_t)(u / Q::UNITS) * Q::BLOCK_BYTES;
+                dhdr[r][j] = __ldcs(reinterpret_cast<const uint4 *>(b));
+                dq[r][j] = __ldcs(reinterpret_cast<const uint4 *>(b + 16 + 16 * (u % Q::UNITS)));
+            }
+    };
     unsigned valid = 0;
     int c = kslice;
-    if (g < n_groups && c < nchunks) valid = load(pre, g, c);
+    if constexpr (DIRECT) {
+#pragma unroll
+        for (int j = 0; j < UPL; j++)
+#pragma unroll
+            for (int r = 0; r < R; r++) dhdr[r][j] = dq[r][j] = make_uint4(0u, 0u, 0u, 0u);
+        if (c < nchunks)
+#pragma unroll
+            for (int j = 0; j < UPL; j++) load_direct(g, c, j);
+    } else if (g < n_groups && c < nchunks) {
+        valid = load(pre, g, c);
+    }
     for (; g < n_groups; g += gstride) {
         const int64_t row0 = g * R;
         const int nrows = (int)(n_out - row0 < R ? n_out - row0 : R);
@@ -260,44 +318,39 @@ quant_gemv_kernel(const uint8_t *__restrict__ w,  // [n_out][row_bytes]
                 nc = kslice;
                 ng = g + gstride;
             }
-            __syncwarp(); /* every lane is done reading the previous chunk */
-            qstage_store<R, NWIN, KW>(pre, valid, buf, lane);
-            __syncwarp();
-            if (ng < n_groups && nc < nchunks) valid = load(pre, ng, nc);
-
-            /* rows past n_out decode whatever the buffer holds; their sums are never written */
+            /* rows past n_out decode whatever the registers or buffer hold; their sums are
+             * never written */
+            if constexpr (DIRECT) {
 #pragma unroll
-            for (int j = 0; j < UPL; j++) {
-                const int uc = 32 * j + lane, u = c * CU + uc;
-                if (u >= units) break;
-                qunit<QT> wu[R];
+                for (int j = 0; j < UPL; j++) {
+                    const int u = c * CU + 32 * j + lane;
+                    qunit<QT> wu[R];
 #pragma unroll
-                for (int r = 0; r < R; r++) {
-                    const int head = (int)((uintptr_t)(w + (row0 + r) * row_bytes + (int64_t)c * CB) & 15);
-                    qdecode_dot<QT>(buf + r * ROWB, head + (uc / Q::UNITS) * Q::BLOCK_BYTES, uc % Q::UNITS, wu[r]);
-                }
-#pragma unroll
-                for (int t = 0; t < T; t++) {
-                    if (t >= num_tokens) break;
-#pragma unroll
-                    for (int gi = 0; gi < Q::NG; gi++) {
-                        const int e = qunit_elem<QT>(u, gi);
-                        int a[Q::NI];
-                        qmm_load_act<Q::NI>(xq + (int64_t)t * n_in + e, a);
-                        /* (d, s), or only d where the weight type needs no code sum */
-                        float2 ds;
-                        if constexpr (Q::HAS_B) ds = __ldg(xds + (int64_t)t * nb32 + (e >> 5));
-                        else ds.x = __ldg(reinterpret_cast<const float *>(xds + (int64_t)t * nb32 + (e >> 5)));
-#pragma unroll
-                        for (int r = 0; r < R; r++) {
-                            int isum = 0;
-#pragma unroll
-                            for (int i = 0; i < Q::NI; i++) isum = __dp4a((int)wu[r].v[gi * Q::NI + i], a[i], isum);
-                            float sc = wu[r].a[gi] * (float)isum;
-                            if constexpr (Q::HAS_B) sc = fmaf(wu[r].b[gi], ds.y, sc);
-                            acc[r][t] = fmaf(ds.x, sc, acc[r][t]);
-                        }
+                    for (int r = 0; r < R; r++) {
+                        const uint32_t sc[3] = { dhdr[r][j].y, dhdr[r][j].z, dhdr[r][j].w };
+                        const uint32_t q[4] = { dq[r][j].x, dq[r][j].y, dq[r][j].z, dq[r][j].w };
+                        q4k_unit_dot(dhdr[r][j].x, sc, q, u % Q::UNITS, wu[r]);
                     }
+                    if (nc < nchunks) load_direct(ng, nc, j);
+                    if (u < units) dot(wu, u);
+                }
+            } else {
+                __syncwarp(); /* every lane is done reading the previous chunk */
+                qstage_store<R, NWIN, KW>(pre, valid, buf, lane);
+                __syncwarp();
+                if (ng < n_groups && nc < nchunks) valid = load(pre, ng, nc);
+#pragma unroll
+                for (int j = 0; j < UPL; j++) {
+                    const int uc = 32 * j + lane, u = c * CU + uc;
+                    if (u >= units) break;
+                    qunit<QT> wu[R];
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        const int head = (int)((uintptr_t)(w + (row0 + r) * row_bytes + (int64_t)c * CB) & 15);
+                        qdecode_dot<QT>(buf + r * ROWB, head + (uc / Q::UNITS) * Q::BLOCK_BYTES, uc % Q::UNITS,
+                                        wu[r]);
+                    }
+                    dot(wu, u);
                 }
             }
         }
@@ -334,11 +387,11 @@ quant_gemv_kernel(const uint8_t *__restrict__ w,  // [n_out][row_bytes]
     }
 }
 
-template <int QT, int T, int R, int UPL>
+template <int QT, int T, int R, int UPL, bool DIRECT>
 static int qmm_gemv_launch(const uint8_t *w, int64_t n_in, int64_t n_out, const int8_t *xq, const float2 *xds,
                            int num_tokens, float *y, int64_t ldy, cudaStream_t stream)
 {
-    auto *k = quant_gemv_kernel<QT, T, R, UPL>;
+    auto *k = quant_gemv_kernel<QT, T, R, UPL, DIRECT>;
     static const int resident = qmm_resident_warps(reinterpret_cast<const void *>(k));
     const int64_t row_bytes = n_in / qtraits<QT>::BLOCK_ELEMS * qtraits<QT>::BLOCK_BYTES;
     const int64_t n_groups = (n_out + R - 1) / R;
@@ -368,23 +421,25 @@ template <int QT> static constexpr int qmm_upl(int R)
                : (2048 * qtraits<QT>::UNITS + 32 * R * qtraits<QT>::BLOCK_BYTES - 1) / (32 * R * qtraits<QT>::BLOCK_BYTES);
 }
 
-template <int QT>
+template <int QT, bool DIRECT>
 static int qmm_gemv_type(const uint8_t *w, int64_t n_in, int64_t n_out, const int8_t *xq, const float2 *xds,
                          int num_tokens, float *y, int64_t ldy, cudaStream_t stream)
 {
     switch (num_tokens) {
-    case 1: return qmm_gemv_launch<QT, 1, 1, qmm_upl<QT>(1)>(w, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
-    case 2: return qmm_gemv_launch<QT, 2, 2, qmm_upl<QT>(2)>(w, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
+    case 1:
+        return qmm_gemv_launch<QT, 1, 1, qmm_upl<QT>(1), DIRECT>(w, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
+    case 2:
+        return qmm_gemv_launch<QT, 2, 2, qmm_upl<QT>(2), DIRECT>(w, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
     case 3: case 4:
-        return qmm_gemv_launch<QT, 4, 2, qmm_upl<QT>(2)>(w, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
+        return qmm_gemv_launch<QT, 4, 2, qmm_upl<QT>(2), DIRECT>(w, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
     case 5: case 6: case 7: case 8:
-        return qmm_gemv_launch<QT, 8, 4, qmm_upl<QT>(4)>(w, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
+        return qmm_gemv_launch<QT, 8, 4, qmm_upl<QT>(4), DIRECT>(w, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
     default: return (int)cudaErrorInvalidValue;
     }
 }
 
 int cuda_quant_gemv(enum dtype type, const void *w, int64_t n_in, int64_t n_out, const void *act, int num_tokens,
-                    float *y, int64_t ldy, cudaStream_t stream)
+                    float *y, int64_t ldy, int direct, cudaStream_t stream)
 {
     if (!qmm_block_shape(type, n_in) || n_out < 0 || num_tokens < 1 ||
         num_tokens > QMM_GEMV_MAX_TOKENS || ldy < n_out || !q_aligned16(w) || !q_aligned16(act))
@@ -395,13 +450,15 @@ int cuda_quant_gemv(enum dtype type, const void *w, int64_t n_in, int64_t n_out,
     const float2 *xds =
         reinterpret_cast<const float2 *>(static_cast<const uint8_t *>(act) + cuda_quant_act_ds_offset(n_in, num_tokens));
     switch (type) {
-    case DT_Q8_0: return qmm_gemv_type<DT_Q8_0>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
-    case DT_Q4_0: return qmm_gemv_type<DT_Q4_0>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
-    case DT_Q4_1: return qmm_gemv_type<DT_Q4_1>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
-    case DT_Q5_0: return qmm_gemv_type<DT_Q5_0>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
-    case DT_Q5_1: return qmm_gemv_type<DT_Q5_1>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
-    case DT_Q4_K: return qmm_gemv_type<DT_Q4_K>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
-    case DT_Q6_K: return qmm_gemv_type<DT_Q6_K>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
+    case DT_Q8_0: return qmm_gemv_type<DT_Q8_0, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
+    case DT_Q4_0: return qmm_gemv_type<DT_Q4_0, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
+    case DT_Q4_1: return qmm_gemv_type<DT_Q4_1, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
+    case DT_Q5_0: return qmm_gemv_type<DT_Q5_0, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
+    case DT_Q5_1: return qmm_gemv_type<DT_Q5_1, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
+    case DT_Q4_K:
+        return direct ? qmm_gemv_type<DT_Q4_K, true>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream)
+                      : qmm_gemv_type<DT_Q4_K, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
+    case DT_Q6_K: return qmm_gemv_type<DT_Q6_K, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
     default: return (int)cudaErrorInvalidValue;
     }
 }
@@ -525,7 +582,7 @@ size_t cuda_quant_matmul_workspace_size(enum dtype type, int64_t n_in, int64_t n
 
 int cuda_quant_matmul(enum dtype type, const void *w, int64_t n_in, int64_t n_out, const float *x, float *y,
                       int64_t ldy, int num_tokens, void *workspace, size_t workspace_bytes,
-                      struct cublasContext *cublas, cudaStream_t stream)
+                      struct cublasContext *cublas, int direct, cudaStream_t stream)
 {
     if (!qmm_block_shape(type, n_in) || n_out < 0 || ldy < n_out || num_tokens < 0 || !q_aligned16(w) ||
         !q_aligned16(x) || !q_aligned16(workspace))
@@ -536,7 +593,7 @@ int cuda_quant_matmul(enum dtype type, const void *w, int64_t n_in, int64_t n_ou
         if (workspace_bytes < cuda_quant_act_size(n_in, num_tokens)) return (int)cudaErrorInvalidValue;
         int e = cuda_quantize_act(x, n_in, num_tokens, workspace, stream);
         if (e) return e;
-        return cuda_quant_gemv(type, w, n_in, n_out, workspace, num_tokens, y, ldy, stream);
+        return cuda_quant_gemv(type, w, n_in, n_out, workspace, num_tokens, y, ldy, direct, stream);
     }
 
     /* BF16 copy of x, then as many rows of W per slice as the rest of the workspace holds */

@@ -55,10 +55,11 @@ size_t cuda_quant_matmul_workspace_size(enum dtype type, int64_t n_in, int64_t n
  *       num_tokens) bytes; the BF16 path dequantizes as many rows per slice as the
  *       workspace holds beyond the BF16 copy of x (at least one).
  *   cublas: a cuBLAS handle (its stream is set to `stream`); may be NULL when num_tokens
- *       <= QMM_GEMV_MAX_TOKENS. */
+ *       <= QMM_GEMV_MAX_TOKENS.
+ *   direct: the GEMV's weight loads (cuda_quant_gemv). */
 int cuda_quant_matmul(enum dtype type, const void *w, int64_t n_in, int64_t n_out, const float *x,
                       float *y, int64_t ldy, int num_tokens, void *workspace, size_t workspace_bytes,
-                      struct cublasContext *cublas, cudaStream_t stream);
+                      struct cublasContext *cublas, int direct, cudaStream_t stream);
 
 /* ---- the building blocks, for callers that share one quantized x between several
  *      weights (gate and up) or manage their own scratch ---------------------------------- */
@@ -76,9 +77,12 @@ int cuda_quantize_act(const float *x, int64_t n_in, int num_tokens, void *act, c
 
 /* y [num_tokens][ldy] (columns [0, n_out)) = W x^T from quantized activations
  * (cuda_quantize_act's act, made for this num_tokens and n_in);
- * 1 <= num_tokens <= QMM_GEMV_MAX_TOKENS. */
+ * 1 <= num_tokens <= QMM_GEMV_MAX_TOKENS.
+ * direct != 0: Q4_K weights (whose blocks keep 16-byte alignment) are loaded straight into
+ * each lane's registers; 0: through shared memory, as every other type always is. Same
+ * sums, added in the same order either way. */
 int cuda_quant_gemv(enum dtype type, const void *w, int64_t n_in, int64_t n_out, const void *act,
-                    int num_tokens, float *y, int64_t ldy, cudaStream_t stream);
+                    int num_tokens, float *y, int64_t ldy, int direct, cudaStream_t stream);
 
 /* Dequantizes rows [row0, row0 + rows) of W into out [rows][n_in] BF16 (round to nearest
  * even from the exact F32 values quant_dequant_row gives). */

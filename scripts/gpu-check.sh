@@ -166,10 +166,11 @@ if build/tessera-kernel-bench >"$OUT/kernel-bench.txt" 2>&1; then
 else
     row "kernel bench" FAIL "see $OUT/kernel-bench.txt"
 fi
-# the decode attention's side-by-side ratios (the lines after its rows) in the table
+# the side-by-side ratios (the lines after the decode attention's and the quantized GEMV's
+# rows) in the table
 while IFS= read -r line; do
     row "kernel bench: ${line%%:*}" INFO "${line#*: }"
-done < <(grep -E '^attention_decode .* time' "$OUT/kernel-bench.txt")
+done < <(grep -E '^(attention_decode|qmm_gemv) .* time' "$OUT/kernel-bench.txt")
 
 # ---- Nsight Compute: where the key kernels' time goes -------------------------------------------
 # The bench again with --once (one launch per row, in the table's order), under ncu with the
@@ -177,7 +178,8 @@ done < <(grep -E '^attention_decode .* time' "$OUT/kernel-bench.txt")
 # largest warp stall reasons (scripts/ncu-table.py), for the decode attention (every row:
 # BF16 and FP8 at S=64 ctx=2048 first), the dense GEMV at one token (gate/up, down, QKV and
 # the LM head; each plainly, then with pdl), the skinny GEMM at 8 tokens (rows 25-32 of its
-# launches) and the Q8_0 / Q4_K GEMVs at one token. ncu replays each launch with cold caches
+# launches) and the quantized GEMVs at one token (Q8_0, then Q4_K with direct and with
+# staged weight loads, for both shapes). ncu replays each launch with cold caches
 # (its default cache control), so the rows read their weights from HBM. SKIP_NCU=1 skips it;
 # where ncu cannot read the counters (some virtual machines), the first profile says so (a
 # SKIP row) and the rest is skipped. NCU_TIMEOUT: seconds per profile (90).
@@ -206,7 +208,7 @@ else
     for spec in "attention_decode attention_decode_kernel 0 21 attention_decode" \
                 "dense_gemv_t1 dense_gemv_kernel 0 8 dense_gemv" \
                 "skinny_gemm_t8 skinny_gemm_kernel 24 8 skinny_gemm" \
-                "quant_gemv_t1 quant_gemv_kernel 0 4 qmm_gemv"; do
+                "quant_gemv_t1 quant_gemv_kernel 0 6 qmm_gemv"; do
         read -r name regex skip count filter <<<"$spec"
         ncu_profile "$name" "$regex" "$skip" "$count" "$filter"
         case $? in

@@ -1313,6 +1313,30 @@ static void test_fused_mlp(void)
     dummy_unload(m, dir);
 }
 
+/* The Q4_K GEMV's weight loads (kernels/quant_matmul.h, cuda_quant_gemv): straight into
+ * registers (the default) and through shared memory (TESSERA_CUDA_QUANT_LOADS=staged) give
+ * tiny-q4_k the same decode token and logprobs to the bit, after a 3-token prefill (the
+ * 4-token instance) and in a one-row decode step; another value is refused. */
+static void test_quant_loads(void)
+{
+    struct model *m = load_model("testmodels/tiny-q4_k.gguf", true, MODEL_LOAD_NO_TOKENIZER);
+    if (!m) return;
+    struct env_saved was = env_save("TESSERA_CUDA_QUANT_LOADS");
+    struct backend_token tok[2];
+    for (int staged = 0; staged < 2; staged++) {
+        setenv("TESSERA_CUDA_QUANT_LOADS", staged ? "staged" : "direct", 1);
+        profile_run(m, 1, &tok[staged], NULL, NULL, NULL, NULL);
+    }
+    CHECK(tok[0].n_top > 0 && tok[0].token == tok[1].token &&
+              !memcmp(&tok[0].logprob, &tok[1].logprob, sizeof tok[0].logprob) && tok[0].n_top == tok[1].n_top &&
+              !memcmp(tok[0].top_logprobs, tok[1].top_logprobs, sizeof tok[0].top_logprobs),
+          "direct vs staged loads: token %d (%.9g) vs %d (%.9g)", tok[0].token, tok[0].logprob, tok[1].token,
+          tok[1].logprob);
+    env_restore(&was);
+    expect_env_refused(m, "TESSERA_CUDA_QUANT_LOADS", "shared", "direct or staged");
+    model_free(m);
+}
+
 /* ---- the decode attention's split ------------------------------------------------------- */
 
 #define SPLIT_SEQS 3
@@ -1740,6 +1764,7 @@ int main(int argc, char **argv)
     T(test_linear_modes);
     T(test_profile);
     T(test_fused_mlp);
+    T(test_quant_loads);
     T(test_decode_split);
     T(test_scoring);
     T(test_tensor_parallel_limits);

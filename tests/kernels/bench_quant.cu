@@ -5,6 +5,8 @@
  *   qmm_gemv*     cuda_quant_matmul at 1 and 8 tokens (activation quantization + GEMV, what
  *                 the backend calls), memory-bound: bytes = weights + x + y, against the
  *                 copy bandwidth. Target (issue 8): >= 75% for Q8_0 and Q4_K at 3584 x 18944.
+ *                 qmm_gemv_staged*: Q4_K with its weights staged through shared memory
+ *                 (direct = 0), then a line of the direct/staged time ratios.
  *                 The weights rotate through enough copies to exceed the L2 (50 MB), so
  *                 every call streams them from HBM.
  *   qmm_bf16      cuda_quant_matmul at 512 tokens (dequantize to BF16 in L2-sized slices +
@@ -40,10 +42,12 @@ static int qcopies(const struct kbench *b, size_t bytes)
     return c > 8 ? 8 : (int)c;
 }
 
-static void bench_gemv(struct kbench *b, enum dtype type, int64_t n_in, int64_t n_out, int nt)
+/* One qmm_gemv row; the seconds per call (0 when filtered out). direct = 0: the row
+ * qmm_gemv_staged (Q4_K's weights through shared memory, as before its direct loads). */
+static double bench_gemv(struct kbench *b, enum dtype type, int64_t n_in, int64_t n_out, int nt, int direct = 1)
 {
-    const char *row = nt == 1 ? "qmm_gemv" : "qmm_gemv_t8";
-    if (!qwants(b, row)) return;
+    const char *row = direct ? (nt == 1 ? "qmm_gemv" : "qmm_gemv_t8") : (nt == 1 ? "qmm_gemv_staged" : "qmm_gemv_staged_t8");
+    if (!qwants(b, row)) return 0.0;
     size_t wbytes = dtype_row_bytes(type, n_in) * (size_t)n_out;
     int nc = qcopies(b, wbytes);
     std::vector<void *> w(nc);
@@ -53,7 +57,8 @@ static void bench_gemv(struct kbench *b, enum dtype type, int64_t n_in, int64_t 
     void *ws = kbench_alloc_filled(wsz, 0x11);
     int it = 0;
     double s = kbench_time(b, [&] {
-        KB_CHECK(cuda_quant_matmul(type, w[it++ % nc], n_in, n_out, x, y, n_out, nt, ws, wsz, nullptr, b->stream));
+        KB_CHECK(cuda_quant_matmul(type, w[it++ % nc], n_in, n_out, x, y, n_out, nt, ws, wsz, nullptr, direct,
+                                   b->stream));
     });
     char shape[64];
     snprintf(shape, sizeof shape, "%s T=%d %lldx%lld", dtype_name(type), nt, (long long)n_in, (long long)n_out);
@@ -62,6 +67,7 @@ static void bench_gemv(struct kbench *b, enum dtype type, int64_t n_in, int64_t 
     cudaFree(x);
     cudaFree(y);
     cudaFree(ws);
+    return s;
 }
 
 static void bench_large(struct kbench *b, cublasHandle_t h, enum dtype type, int64_t n_in, int64_t n_out, int nt)
@@ -77,7 +83,7 @@ static void bench_large(struct kbench *b, cublasHandle_t h, enum dtype type, int
     const double flops = 2.0 * nt * n_in * n_out;
     if (qwants(b, "qmm_bf16")) {
         double s = kbench_time(b, [&] {
-            KB_CHECK(cuda_quant_matmul(type, w, n_in, n_out, x, y, n_out, nt, ws, wsz, h, b->stream));
+            KB_CHECK(cuda_quant_matmul(type, w, n_in, n_out, x, y, n_out, nt, ws, wsz, h, 1, b->stream));
         });
         kbench_row(b, "qmm_bf16", shape, s, (double)wbytes + 4.0 * nt * (n_in + n_out), flops, KB_COMPUTE);
     }
@@ -139,15 +145,30 @@ static void bench_embedding(struct kbench *b, enum dtype type, int64_t vocab, in
 static void bench_quant(struct kbench *b)
 {
     const int64_t dim = b->tiny ? 256 : 3584, ffn = b->tiny ? 512 : 18944, vocab = b->tiny ? 64 : 152064;
-    const enum dtype gemv_types[] = { DT_Q8_0, DT_Q4_K, DT_Q6_K, DT_Q4_0 };
-    for (enum dtype t : gemv_types) {
+    /* Q4_K's direct weight loads against the staged ones, side by side in this run (their
+     * time ratios printed after the rows). The one-token rows of Q8_0 and Q4_K come first:
+     * gpu-check profiles the first six quant_gemv launches. */
+    auto q4k_ratio = [&](int64_t ni, int64_t no, int nt) {
+        const double d = bench_gemv(b, DT_Q4_K, ni, no, nt), st = bench_gemv(b, DT_Q4_K, ni, no, nt, 0);
+        return d > 0.0 && st > 0.0 ? d / st : 0.0;
+    };
+    double ratio[4];
+    bench_gemv(b, DT_Q8_0, dim, ffn, 1);
+    bench_gemv(b, DT_Q8_0, ffn, dim, 1);
+    ratio[0] = q4k_ratio(dim, ffn, 1);
+    ratio[1] = q4k_ratio(ffn, dim, 1);
+    for (enum dtype t : { DT_Q6_K, DT_Q4_0 }) {
         bench_gemv(b, t, dim, ffn, 1);
         bench_gemv(b, t, ffn, dim, 1);
     }
-    for (enum dtype t : { DT_Q8_0, DT_Q4_K }) {
-        bench_gemv(b, t, dim, ffn, 8);
-        bench_gemv(b, t, ffn, dim, 8);
-    }
+    bench_gemv(b, DT_Q8_0, dim, ffn, 8);
+    bench_gemv(b, DT_Q8_0, ffn, dim, 8);
+    ratio[2] = q4k_ratio(dim, ffn, 8);
+    ratio[3] = q4k_ratio(ffn, dim, 8);
+    if (ratio[0] > 0.0)
+        printf("qmm_gemv Q4_K direct/staged time: T=1 %lldx%lld %.2f, %lldx%lld %.2f; T=8 %.2f, %.2f%s\n",
+               (long long)dim, (long long)ffn, ratio[0], (long long)ffn, (long long)dim, ratio[1], ratio[2], ratio[3],
+               b->tiny ? " (emulator: meaningless)" : "");
     cublasHandle_t h;
     KB_CHECK(cublasCreate(&h));
     const int big = b->tiny ? 16 : 512;

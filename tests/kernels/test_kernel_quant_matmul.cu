@@ -186,7 +186,7 @@ static void run_case(enum dtype type, int64_t n_in, int64_t n_out, int nt, uint6
         else cpu_matmul(g_tp, &wt, xh.data(), ycpu.data(), nt, scratch.data());
         KTEST_SEEDS(s) {
             y.poison();
-            int e = cuda_quant_matmul(type, w.ptr, n_in, n_out, x.ptr, y.ptr, ldy, nt, ws.ptr, ws_bytes, g_cublas, 0);
+            int e = cuda_quant_matmul(type, w.ptr, n_in, n_out, x.ptr, y.ptr, ldy, nt, ws.ptr, ws_bytes, g_cublas, 1, 0);
             CHECK(e == 0, "cuda_quant_matmul %s n_in=%lld n_out=%lld nt=%d: error %d", dtype_name(type),
                   (long long)n_in, (long long)n_out, nt, e);
             std::vector<float> yp = y.download(), yg((size_t)nt * n_out);
@@ -214,6 +214,18 @@ static void run_case(enum dtype type, int64_t n_in, int64_t n_out, int nt, uint6
                 printf("STAT %s nmse %.3g bound %.3g ratio %.3g\n", what, sr > 0 ? se / sr : se, tol.nmse, (sr > 0 ? se / sr : se) / tol.nmse);
             }
             CHECK_CLOSE_ARRAYS(what, yg.data(), ycpu.data(), yg.size(), tol);
+            /* Q4_K's GEMV loads its weights straight into registers; through shared memory
+             * (direct = 0, TESSERA_CUDA_QUANT_LOADS=staged) it must give the same bits */
+            if (!bf16 && type == DT_Q4_K) {
+                y.poison();
+                e = cuda_quant_matmul(type, w.ptr, n_in, n_out, x.ptr, y.ptr, ldy, nt, ws.ptr, ws_bytes, g_cublas, 0, 0);
+                CHECK(e == 0, "%s staged: error %d", what, e);
+                std::vector<float> ys = y.download();
+                int diff = 0;
+                for (int t = 0; t < nt; t++)
+                    diff += memcmp(&ys[(size_t)t * ldy], &yg[(size_t)t * n_out], n_out * sizeof(float)) != 0;
+                CHECK(diff == 0, "%s: %d token rows of the staged loads differ from the direct ones", what, diff);
+            }
             CHECK_GUARD(w);
             CHECK_GUARD(x);
             CHECK_GUARD(y);
@@ -357,20 +369,20 @@ static void test_invalid(void)
     w.upload(zeros);
     y.poison();
     const int inval = (int)cudaErrorInvalidValue;
-    CHECK(cuda_quant_matmul(DT_F16, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 0) == inval, "F16 weights");
-    CHECK(cuda_quant_matmul(DT_Q8_K, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 0) == inval, "Q8_K weights");
-    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, 128, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 0) == inval, "n_in 128 for Q4_K");
-    CHECK(cuda_quant_matmul(DT_Q4_0, w.ptr, 48, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 0) == inval, "n_in 48");
-    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr + 2, n_in, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 0) == inval, "misaligned w");
-    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, n_in, n_out, x.ptr + 1, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 0) == inval, "misaligned x");
-    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, 16, nullptr, 0) == inval, "small workspace");
-    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out, 40, ws.ptr, wsz, nullptr, 0) == inval, "no cuBLAS handle");
-    CHECK(cuda_quant_gemv(DT_Q4_K, w.ptr, n_in, n_out, ws.ptr, 9, y.ptr, n_out, 0) == inval, "gemv with 9 tokens");
-    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out - 1, 1, ws.ptr, wsz, nullptr, 0) == inval,
+    CHECK(cuda_quant_matmul(DT_F16, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 1, 0) == inval, "F16 weights");
+    CHECK(cuda_quant_matmul(DT_Q8_K, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 1, 0) == inval, "Q8_K weights");
+    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, 128, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 1, 0) == inval, "n_in 128 for Q4_K");
+    CHECK(cuda_quant_matmul(DT_Q4_0, w.ptr, 48, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 1, 0) == inval, "n_in 48");
+    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr + 2, n_in, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 1, 0) == inval, "misaligned w");
+    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, n_in, n_out, x.ptr + 1, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 1, 0) == inval, "misaligned x");
+    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, 16, nullptr, 1, 0) == inval, "small workspace");
+    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out, 40, ws.ptr, wsz, nullptr, 1, 0) == inval, "no cuBLAS handle");
+    CHECK(cuda_quant_gemv(DT_Q4_K, w.ptr, n_in, n_out, ws.ptr, 9, y.ptr, n_out, 1, 0) == inval, "gemv with 9 tokens");
+    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out - 1, 1, ws.ptr, wsz, nullptr, 1, 0) == inval,
           "ldy < n_out");
     CHECK(cuda_dequant_bf16(DT_BF16, w.ptr, n_in, 0, 1, ws.ptr, 0) == inval, "dequant of BF16");
     CHECK(cuda_quant_matmul_workspace_size(DT_F32, n_in, n_out, 1) == 0, "workspace size of F32");
-    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out, 0, ws.ptr, wsz, nullptr, 0) == 0, "0 tokens");
+    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out, 0, ws.ptr, wsz, nullptr, 1, 0) == 0, "0 tokens");
     std::vector<float> yg = y.download();
     bool untouched = true;
     for (float v : yg) untouched = untouched && isnan(v);

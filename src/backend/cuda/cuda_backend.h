@@ -183,6 +183,8 @@ struct cuda_backend {
     bool fuse;                      /* fused kernels where the plan allows (cu_gate_up_fused;
                                        unless TESSERA_CUDA_FUSE=off; create) */
     bool split_fixed;               /* TESSERA_CUDA_DECODE_SPLIT=fixed (cu_decode_split; create) */
+    bool qmm_direct;                /* Q4_K GEMV weights loaded straight into registers (unless
+                                       TESSERA_CUDA_QUANT_LOADS=staged; create) */
     int decode_rows;                /* the decode attention's head_rows: 16 (default), 8 or 0
                                        (auto) (TESSERA_CUDA_DECODE_ROWS; create) */
     int num_sms;                    /* the device's multiprocessors (create) */
