@@ -128,23 +128,21 @@ __device__ __forceinline__ uint32_t q5_high_bits(uint32_t h)
 }
 
 /* Q4_K: scale and min of sub-blocks 2k and 2k+1 from the 12 packed bytes s[3]
- * (quant_q4k_scales' unpacking, for a run-time k without indexing a local array). */
+ * (quant_q4k_scales' unpacking, for a run-time k without indexing a local array). Both
+ * values of a kind are unpacked side by side, one per byte of 16 bits: sub-blocks 0-3
+ * keep 6 bits of bytes 0-3 (scales) and 4-7 (mins); 4-7 take 4 bits of bytes 8-11 and
+ * the top 2 bits of bytes 0-3 / 4-7. No branch: lanes of one block differ in k. */
 __device__ __forceinline__ void q4k_scale_pair(const uint32_t (&s)[3], int k, uint32_t &sc0, uint32_t &sc1,
                                                uint32_t &m0, uint32_t &m1)
 {
     const int sh = 16 * (k & 1);
     const uint32_t x0 = s[0] >> sh, x1 = s[1] >> sh, x2 = s[2] >> sh;
-    if (k < 2) {
-        sc0 = x0 & 63u;
-        sc1 = (x0 >> 8) & 63u;
-        m0 = x1 & 63u;
-        m1 = (x1 >> 8) & 63u;
-    } else {
-        sc0 = (x2 & 0xfu) | (((x0 >> 6) & 3u) << 4);
-        sc1 = ((x2 >> 8) & 0xfu) | (((x0 >> 14) & 3u) << 4);
-        m0 = ((x2 >> 4) & 0xfu) | (((x1 >> 6) & 3u) << 4);
-        m1 = ((x2 >> 12) & 0xfu) | (((x1 >> 14) & 3u) << 4);
-    }
+    const uint32_t sc = k < 2 ? x0 & 0x3f3fu : (x2 & 0x0f0fu) | ((x0 >> 2) & 0x3030u);
+    const uint32_t m = k < 2 ? x1 & 0x3f3fu : ((x2 >> 4) & 0x0f0fu) | ((x1 >> 2) & 0x3030u);
+    sc0 = sc & 0xffu;
+    sc1 = (sc >> 8) & 0xffu;
+    m0 = m & 0xffu;
+    m1 = (m >> 8) & 0xffu;
 }
 
 /* Q6_K codes 0..63 (one per byte) to code - 32 as int8: flip bit 5, then copy the new bit 5

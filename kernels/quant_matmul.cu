@@ -205,10 +205,12 @@ static int qmm_resident_warps(const void *kernel)
  * The loads of a warp's next item (next chunk, or the next group's first) are in flight
  * while it decodes the current one.
  * Compiled for 8 CTAs per SM at one token (<= 64 registers: 32 warps keep weight loads in
- * flight), 4 at 2-4 tokens (<= 128) and 3 at 8 tokens (<= 168: R = 4 rows x 8 tokens of
- * accumulators plus four rows of decoded codes); no spill on sm_80/89/90. */
+ * flight; 6 and <= 80 with direct loads, whose prefetch registers hold the whole chunk:
+ * 24 warps, still ~55 KB in flight per SM), 4 at 2-4 tokens (<= 128) and 3 at 8 tokens
+ * (<= 168: R = 4 rows x 8 tokens of accumulators plus four rows of decoded codes); no
+ * spill on sm_80/89/90. */
 template <int QT, int T, int R, int UPL, bool DIRECT>
-__global__ void __launch_bounds__(QMM_THREADS, T == 1 ? 8 : T == 8 ? 3 : 4)
+__global__ void __launch_bounds__(QMM_THREADS, T == 1 ? (DIRECT ? 6 : 8) : T == 8 ? 3 : 4)
 quant_gemv_kernel(const uint8_t *__restrict__ w,  // [n_out][row_bytes]
                   int64_t row_bytes, int n_in, int64_t n_out,
                   const int8_t *__restrict__ xq,   // [num_tokens][n_in]
@@ -285,16 +287,24 @@ quant_gemv_kernel(const uint8_t *__restrict__ w,  // [n_out][row_bytes]
      * so the next item streams in while this one's dot products run. */
     uint4 pre[DIRECT ? 1 : KW];
     uint4 dhdr[R][UPL], dq[R][UPL];
-    auto load_direct = [&](int64_t gg, int cc, int j) {
-        const int u = cc * CU + 32 * j + lane;
+    /* unit j of chunk cc of the nr (<= R) rows from row0p on (row0p: row group gg's first
+     * row, computed once per chunk); units are unsigned so / and % are shifts */
+    auto load_direct = [&](const uint8_t *row0p, int nr, int cc, int j) {
+        const unsigned u = (unsigned)(cc * CU + 32 * j + lane);
 #pragma unroll
         for (int r = 0; r < R; r++)
-            if (gg < n_groups && u < units && gg * R + r < n_out) {
-                const uint8_t *b = w + (gg * R + r) * row_bytes + (int64_t)(u / Q::UNITS) * Q::BLOCK_BYTES;
+            if (r < nr && u < (unsigned)units) {
+                const uint8_t *b = row0p + r * row_bytes + (u / Q::UNITS) * Q::BLOCK_BYTES;
                 dhdr[r][j] = __ldcs(reinterpret_cast<const uint4 *>(b));
                 dq[r][j] = __ldcs(reinterpret_cast<const uint4 *>(b + 16 + 16 * (u % Q::UNITS)));
             }
     };
+    /* rows of group gg that exist (0 past the last group), and its first row (the tensor's
+     * first past the last group: no pointer is formed past the weights) */
+    auto group_rows = [&](int64_t gg) -> int {
+        return gg >= n_groups ? 0 : (int)(n_out - gg * R < R ? n_out - gg * R : R);
+    };
+    auto group_row0 = [&](int64_t gg) { return w + (gg < n_groups ? gg : 0) * R * row_bytes; };
     unsigned valid = 0;
     int c = kslice;
     if constexpr (DIRECT) {
@@ -304,7 +314,7 @@ quant_gemv_kernel(const uint8_t *__restrict__ w,  // [n_out][row_bytes]
             for (int r = 0; r < R; r++) dhdr[r][j] = dq[r][j] = make_uint4(0u, 0u, 0u, 0u);
         if (c < nchunks)
 #pragma unroll
-            for (int j = 0; j < UPL; j++) load_direct(g, c, j);
+            for (int j = 0; j < UPL; j++) load_direct(group_row0(g), group_rows(g), c, j);
     } else if (g < n_groups && c < nchunks) {
         valid = load(pre, g, c);
     }
@@ -321,6 +331,8 @@ quant_gemv_kernel(const uint8_t *__restrict__ w,  // [n_out][row_bytes]
             /* rows past n_out decode whatever the registers or buffer hold; their sums are
              * never written */
             if constexpr (DIRECT) {
+                const uint8_t *nrow0p = group_row0(ng);
+                const int nnr = group_rows(ng); /* nc < nchunks here: kslice <= c */
 #pragma unroll
                 for (int j = 0; j < UPL; j++) {
                     const int u = c * CU + 32 * j + lane;
@@ -329,9 +341,9 @@ quant_gemv_kernel(const uint8_t *__restrict__ w,  // [n_out][row_bytes]
                     for (int r = 0; r < R; r++) {
                         const uint32_t sc[3] = { dhdr[r][j].y, dhdr[r][j].z, dhdr[r][j].w };
                         const uint32_t q[4] = { dq[r][j].x, dq[r][j].y, dq[r][j].z, dq[r][j].w };
-                        q4k_unit_dot(dhdr[r][j].x, sc, q, u % Q::UNITS, wu[r]);
+                        q4k_unit_dot(dhdr[r][j].x, sc, q, (int)((unsigned)u % Q::UNITS), wu[r]);
                     }
-                    if (nc < nchunks) load_direct(ng, nc, j);
+                    load_direct(nrow0p, nnr, nc, j);
                     if (u < units) dot(wu, u);
                 }
             } else {
