@@ -239,11 +239,17 @@ quant_gemv_kernel(const uint8_t *__restrict__ w,  // [n_out][row_bytes]
     int64_t g = ks == 1 ? (int64_t)blockIdx.x * QMM_WARPS + warp : (int64_t)blockIdx.x;
     uint8_t *buf = reinterpret_cast<uint8_t *>(stage) + warp * R * ROWB;
 
+    /* rows of group gg that exist (0 past the last group), and its first row (the tensor's
+     * first past the last group: no pointer is formed past the weights) */
+    auto group_rows = [&](int64_t gg) -> int {
+        return gg >= n_groups ? 0 : (int)(n_out - gg * R < R ? n_out - gg * R : R);
+    };
+    auto group_row0 = [&](int64_t gg) { return w + (gg < n_groups ? gg : 0) * R * row_bytes; };
+
     /* warp-cooperative load of chunk c of row group gg into pre[] */
     auto load = [&](uint4 (&pre)[KW], int64_t gg, int c) -> unsigned {
         const int64_t cs = (int64_t)c * CB;
-        const int nr = (int)(n_out - gg * R < R ? n_out - gg * R : R);
-        return qstage_load<R, NWIN, KW>(pre, w + gg * R * row_bytes + cs, row_bytes, nr,
+        return qstage_load<R, NWIN, KW>(pre, group_row0(gg) + cs, row_bytes, group_rows(gg),
                                         (int)(row_bytes - cs < CB ? row_bytes - cs : CB), end, lane);
     };
 
@@ -299,12 +305,6 @@ quant_gemv_kernel(const uint8_t *__restrict__ w,  // [n_out][row_bytes]
                 dq[r][j] = __ldcs(reinterpret_cast<const uint4 *>(b + 16 + 16 * (u % Q::UNITS)));
             }
     };
-    /* rows of group gg that exist (0 past the last group), and its first row (the tensor's
-     * first past the last group: no pointer is formed past the weights) */
-    auto group_rows = [&](int64_t gg) -> int {
-        return gg >= n_groups ? 0 : (int)(n_out - gg * R < R ? n_out - gg * R : R);
-    };
-    auto group_row0 = [&](int64_t gg) { return w + (gg < n_groups ? gg : 0) * R * row_bytes; };
     unsigned valid = 0;
     int c = kslice;
     if constexpr (DIRECT) {
@@ -320,7 +320,7 @@ quant_gemv_kernel(const uint8_t *__restrict__ w,  // [n_out][row_bytes]
     }
     for (; g < n_groups; g += gstride) {
         const int64_t row0 = g * R;
-        const int nrows = (int)(n_out - row0 < R ? n_out - row0 : R);
+        const int nrows = group_rows(g);
         for (; c < nchunks; c += ks) {
             int64_t ng = g;
             int nc = c + ks;

@@ -1161,6 +1161,13 @@ static void test_linear_modes(void)
     }
 }
 
+/* a and b are the same sampled token to the bit: id, logprob, and the top logprobs. */
+static bool same_token(const struct backend_token *a, const struct backend_token *b)
+{
+    return a->token == b->token && !memcmp(&a->logprob, &b->logprob, sizeof a->logprob) && a->n_top == b->n_top &&
+           !memcmp(a->top_logprobs, b->top_logprobs, sizeof a->top_logprobs);
+}
+
 /* ---- the forward profile ---------------------------------------------------------------- */
 
 /* A 3-token prefill, then one decode step naming its token, on tp GPUs. With prows
@@ -1241,9 +1248,8 @@ static void test_profile(void)
     int n = 0;
     profile_run(m, 1, &a, rows, &n, NULL, NULL);
     profile_run(m, 1, &b, NULL, NULL, NULL, NULL);
-    CHECK(a.token == b.token && !memcmp(&a.logprob, &b.logprob, sizeof a.logprob) && a.n_top == b.n_top &&
-              !memcmp(a.top_logprobs, b.top_logprobs, sizeof a.top_logprobs),
-          "the step after a profile: token %d (%.9g) vs %d (%.9g)", a.token, a.logprob, b.token, b.logprob);
+    CHECK(same_token(&a, &b), "the step after a profile: token %d (%.9g) vs %d (%.9g)", a.token, a.logprob, b.token,
+          b.logprob);
     model_free(m);
 }
 
@@ -1289,11 +1295,8 @@ static void test_fused_mlp(void)
                   "TESSERA_CUDA_FUSE=off %s: %d fused calls, %d silu_mul", step[i],
                   profile_calls(off, n[1][i], fused), profile_calls(off, n[1][i], "silu_mul"));
         }
-        CHECK(tok[0].token == tok[1].token && !memcmp(&tok[0].logprob, &tok[1].logprob, sizeof tok[0].logprob) &&
-                  tok[0].n_top == tok[1].n_top && !memcmp(tok[0].top_logprobs, tok[1].top_logprobs,
-                                                          sizeof tok[0].top_logprobs),
-              "fused vs not: token %d (%.9g) vs %d (%.9g)", tok[0].token, tok[0].logprob, tok[1].token,
-              tok[1].logprob);
+        CHECK(same_token(&tok[0], &tok[1]), "fused vs not: token %d (%.9g) vs %d (%.9g)", tok[0].token,
+              tok[0].logprob, tok[1].token, tok[1].logprob);
         /* tensor parallel: each GPU's gate | up share (2 x ffn / 2 rows) fused the same way */
         if (g_device_count(NULL, 0) >= 2) {
             struct backend_token tp[2];
@@ -1301,10 +1304,8 @@ static void test_fused_mlp(void)
                 setenv("TESSERA_CUDA_FUSE", off ? "off" : "on", 1);
                 profile_run(m, 2, &tp[off], NULL, NULL, NULL, NULL);
             }
-            CHECK(tp[0].token == tp[1].token && !memcmp(&tp[0].logprob, &tp[1].logprob, sizeof tp[0].logprob) &&
-                      !memcmp(tp[0].top_logprobs, tp[1].top_logprobs, sizeof tp[0].top_logprobs),
-                  "2 GPUs, fused vs not: token %d (%.9g) vs %d (%.9g)", tp[0].token, tp[0].logprob, tp[1].token,
-                  tp[1].logprob);
+            CHECK(same_token(&tp[0], &tp[1]), "2 GPUs, fused vs not: token %d (%.9g) vs %d (%.9g)", tp[0].token,
+                  tp[0].logprob, tp[1].token, tp[1].logprob);
         }
         expect_env_refused(m, "TESSERA_CUDA_FUSE", "maybe", "on or off");
     }
@@ -1327,11 +1328,8 @@ static void test_quant_loads(void)
         setenv("TESSERA_CUDA_QUANT_LOADS", staged ? "staged" : "direct", 1);
         profile_run(m, 1, &tok[staged], NULL, NULL, NULL, NULL);
     }
-    CHECK(tok[0].n_top > 0 && tok[0].token == tok[1].token &&
-              !memcmp(&tok[0].logprob, &tok[1].logprob, sizeof tok[0].logprob) && tok[0].n_top == tok[1].n_top &&
-              !memcmp(tok[0].top_logprobs, tok[1].top_logprobs, sizeof tok[0].top_logprobs),
-          "direct vs staged loads: token %d (%.9g) vs %d (%.9g)", tok[0].token, tok[0].logprob, tok[1].token,
-          tok[1].logprob);
+    CHECK(tok[0].n_top > 0 && same_token(&tok[0], &tok[1]), "direct vs staged loads: token %d (%.9g) vs %d (%.9g)",
+          tok[0].token, tok[0].logprob, tok[1].token, tok[1].logprob);
     env_restore(&was);
     expect_env_refused(m, "TESSERA_CUDA_QUANT_LOADS", "shared", "direct or staged");
     model_free(m);
@@ -1455,8 +1453,7 @@ static void test_decode_split(void)
     for (int st = 0; st < SPLIT_STEPS && !rc; st++)
         for (int s = 0; s < SPLIT_SEQS; s++, n++) {
             const struct backend_token *a = &r[0][st][s], *e = &r[1][st][s], *f = &r[2][st][s], *w = &r[3][st][s];
-            const bool eq = a->token == e->token && !memcmp(&a->logprob, &e->logprob, sizeof a->logprob) &&
-                            a->n_top == e->n_top && !memcmp(a->top_logprobs, e->top_logprobs, sizeof a->top_logprobs);
+            const bool eq = same_token(a, e);
             same += eq;
             CHECK(eq, "step %d row %d: graphs token %d (%.9g) vs eager %d (%.9g)", st, s, a->token, a->logprob,
                   e->token, e->logprob);
