@@ -29,7 +29,8 @@
  * integers) at every block start.
  *
  * Tensor cores are used through ts_ldmatrix_x4(_trans) / ts_mma_16816 below (the emulator
- * implements both, with PTX's documented register layouts) or cuBLAS; no other inline PTX.
+ * implements both, with PTX's documented register layouts) or cuBLAS. The only other inline
+ * PTX is ts_l2_prefetch's cp.async.bulk.prefetch.L2 (a hint; the emulator checks its range).
  * Not nvcuda::wmma: its fragment layouts are unspecified (a kernel cannot know which row a
  * register holds, so rescaling rows or reusing an accumulator as an operand means a trip
  * through shared memory) and nvcc lowers its BF16 loads to generic 32-bit loads; every
@@ -49,6 +50,8 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "kernels/l2_hint.h"
 
 /* ---- launch and shared memory ----------------------------------------------------------- */
 
@@ -132,6 +135,52 @@ __device__ __forceinline__ void ts_pdl_begin()
 {
     ts_pdl_launch_dependents();
     ts_pdl_wait();
+}
+
+/* ---- L2 prefetch (kernels/l2_hint.h) ------------------------------------------------------ */
+
+constexpr uint32_t TS_L2_PIECE = 64 * 1024; /* bytes per prefetch instruction */
+
+/* Asks the L2 to fetch [p, p + bytes) (p 16-byte aligned, bytes a multiple of 16; none when
+ * bytes == 0): the grid's threads issue one cp.async.bulk.prefetch.L2 per 64 KiB piece,
+ * thread i (counted over the whole grid) pieces i, i + threads, ... A prefetch has no
+ * result and nothing waits for it; a kernel calls this after ts_pdl_wait, so the bytes
+ * stream in while it and the kernels after it run, not while the kernel before it still
+ * streams its own. sm_90+; nothing below. The emulator checks the range (one live device
+ * allocation, alignment) and counts the bytes (emu_l2_prefetched_bytes). */
+__device__ __forceinline__ void ts_l2_prefetch(const void *p, uint64_t bytes)
+{
+    if (bytes == 0) return;
+    const uint64_t pieces = (bytes + TS_L2_PIECE - 1) / TS_L2_PIECE;
+    const uint64_t block = blockIdx.x + (uint64_t)gridDim.x * (blockIdx.y + (uint64_t)gridDim.y * blockIdx.z);
+    const uint64_t nthreads = (uint64_t)blockDim.x * blockDim.y * blockDim.z;
+    const uint64_t stride = nthreads * gridDim.x * gridDim.y * gridDim.z;
+    for (uint64_t i = block * nthreads + threadIdx.x + blockDim.x * (threadIdx.y + (uint64_t)blockDim.y * threadIdx.z);
+         i < pieces; i += stride) {
+        const char *q = static_cast<const char *>(p) + i * TS_L2_PIECE;
+        const uint32_t n = (uint32_t)(bytes - i * TS_L2_PIECE < TS_L2_PIECE ? bytes - i * TS_L2_PIECE : TS_L2_PIECE);
+#if defined(TESSERA_EMU)
+        emu_l2_prefetch(q, n);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(q), "r"(n) : "memory");
+#else
+        (void)q;
+        (void)n;
+#endif
+    }
+}
+
+/* A launcher's hint as kernel arguments: false (cudaErrorInvalidValue) when it breaks
+ * l2_hint.h's rules; NULL or no bytes give (NULL, 0). */
+static inline bool ts_l2_hint_args(const struct cuda_l2_hint *h, const void **p, uint64_t *bytes)
+{
+    *p = nullptr;
+    *bytes = 0;
+    if (!h || h->bytes == 0) return true;
+    if (!h->p || ((uintptr_t)h->p & 15) != 0 || (h->bytes & 15) != 0) return false;
+    *p = h->p;
+    *bytes = h->bytes;
+    return true;
 }
 
 /* ---- tensor cores: ldmatrix and mma.sync ---------------------------------------------------

@@ -42,9 +42,11 @@ rmsnorm_residual_kernel(OutT *__restrict__ out,             // [num_rows][dim]
                         float *__restrict__ residual,        // [num_rows][dim]
                         const float *__restrict__ delta,     // [num_rows][dim] or NULL
                         const float *__restrict__ w,         // [dim]
-                        int dim, float eps)
+                        int dim, float eps,
+                        const void *l2_p, uint64_t l2_bytes)  // l2_hint.h: issued once the inputs are ready
 {
     ts_pdl_begin();
+    ts_l2_prefetch(l2_p, l2_bytes);
     TS_SHARED(float, red, [32]);
     const int64_t base = (int64_t)blockIdx.x * dim;
     const int nvec = dim >> 2;
@@ -103,9 +105,11 @@ rmsnorm_residual_generic_kernel(OutT *__restrict__ out,         // [num_rows][di
                                 float *__restrict__ residual,    // [num_rows][dim]
                                 const float *__restrict__ delta, // [num_rows][dim] or NULL
                                 const float *__restrict__ w,     // [dim]
-                                int dim, float eps)
+                                int dim, float eps,
+                                const void *l2_p, uint64_t l2_bytes)
 {
     ts_pdl_begin();
+    ts_l2_prefetch(l2_p, l2_bytes);
     TS_SHARED(float, red, [32]);
     const int64_t base = (int64_t)blockIdx.x * dim;
     float ss = 0.0f;
@@ -125,13 +129,15 @@ rmsnorm_residual_generic_kernel(OutT *__restrict__ out,         // [num_rows][di
 
 template <typename OutT>
 static int launch_rmsnorm_residual(OutT *out, float *residual, const float *delta, const float *w,
-                                   int num_rows, int dim, float eps, int pdl, cudaStream_t stream)
+                                   int num_rows, int dim, float eps, const void *l2_p, uint64_t l2_bytes, int pdl,
+                                   cudaStream_t stream)
 {
     bool fast = dim % 4 == 0 && dim <= RMS_MAX_DIM && ts_aligned(residual, 16) &&
                 (!delta || ts_aligned(delta, 16)) && ts_aligned(w, 16) && ts_aligned(out, 4 * sizeof(OutT));
     if (!fast) {
         auto k = rmsnorm_residual_generic_kernel<OutT>;
-        TS_LAUNCH_PDL(k, num_rows, RMS_GENERIC_THREADS, 0, stream, pdl, out, residual, delta, w, dim, eps);
+        TS_LAUNCH_PDL(k, num_rows, RMS_GENERIC_THREADS, 0, stream, pdl, out, residual, delta, w, dim, eps, l2_p,
+                      l2_bytes);
         return TS_LAUNCH_RESULT();
     }
     int nvec = dim / 4;
@@ -140,17 +146,20 @@ static int launch_rmsnorm_residual(OutT *out, float *residual, const float *delt
     switch (vpt) {
     case 1: {
         auto k = rmsnorm_residual_kernel<OutT, 1>;
-        TS_LAUNCH_PDL(k, num_rows, threads, 0, stream, pdl, out, residual, delta, w, dim, eps);
+        TS_LAUNCH_PDL(k, num_rows, threads, 0, stream, pdl, out, residual, delta, w, dim, eps, l2_p,
+                      l2_bytes);
         break;
     }
     case 2: {
         auto k = rmsnorm_residual_kernel<OutT, 2>;
-        TS_LAUNCH_PDL(k, num_rows, threads, 0, stream, pdl, out, residual, delta, w, dim, eps);
+        TS_LAUNCH_PDL(k, num_rows, threads, 0, stream, pdl, out, residual, delta, w, dim, eps, l2_p,
+                      l2_bytes);
         break;
     }
     default: {
         auto k = rmsnorm_residual_kernel<OutT, RMS_MAX_VPT>;
-        TS_LAUNCH_PDL(k, num_rows, threads, 0, stream, pdl, out, residual, delta, w, dim, eps);
+        TS_LAUNCH_PDL(k, num_rows, threads, 0, stream, pdl, out, residual, delta, w, dim, eps, l2_p,
+                      l2_bytes);
         break;
     }
     }
@@ -158,17 +167,23 @@ static int launch_rmsnorm_residual(OutT *out, float *residual, const float *delt
 }
 
 extern "C" int cuda_rmsnorm_residual(void *out, enum dtype out_dtype, float *residual, const float *delta,
-                                     const float *w, int num_rows, int dim, float eps, int pdl, cudaStream_t stream)
+                                     const float *w, int num_rows, int dim, float eps, const struct cuda_l2_hint *l2,
+                                     int pdl, cudaStream_t stream)
 {
-    if (num_rows < 0 || dim < 1 || !out || !residual || !w) return (int)cudaErrorInvalidValue;
+    const void *l2_p;
+    uint64_t l2_n;
+    if (num_rows < 0 || dim < 1 || !out || !residual || !w || !ts_l2_hint_args(l2, &l2_p, &l2_n))
+        return (int)cudaErrorInvalidValue;
     if (num_rows == 0) return 0;
     switch (out_dtype) {
     case DT_F32:
-        return launch_rmsnorm_residual((float *)out, residual, delta, w, num_rows, dim, eps, pdl, stream);
+        return launch_rmsnorm_residual((float *)out, residual, delta, w, num_rows, dim, eps, l2_p, l2_n, pdl, stream);
     case DT_F16:
-        return launch_rmsnorm_residual((__half *)out, residual, delta, w, num_rows, dim, eps, pdl, stream);
+        return launch_rmsnorm_residual((__half *)out, residual, delta, w, num_rows, dim, eps, l2_p, l2_n, pdl,
+                                       stream);
     case DT_BF16:
-        return launch_rmsnorm_residual((__nv_bfloat16 *)out, residual, delta, w, num_rows, dim, eps, pdl, stream);
+        return launch_rmsnorm_residual((__nv_bfloat16 *)out, residual, delta, w, num_rows, dim, eps, l2_p, l2_n,
+                                       pdl, stream);
     default:
         return (int)cudaErrorInvalidValue;
     }

@@ -19,6 +19,7 @@
 extern "C" {
 #endif
 
+#include "kernels/l2_hint.h"
 #include "util/tensor.h"
 
 /* Per row r < num_rows: if delta != NULL, residual[r] += delta[r] (in place); then
@@ -30,9 +31,12 @@ extern "C" {
  *   out:      [num_rows][dim] of out_dtype (must not alias residual/delta)
  *   residual: [num_rows][dim] F32, updated in place when delta != NULL
  *   delta:    [num_rows][dim] F32 (the previous linear layer's output) or NULL
- *   w:        [dim] F32 */
+ *   w:        [dim] F32
+ *   l2:       weights to prefetch into the L2 once the inputs are ready, or NULL
+ *             (kernels/l2_hint.h) */
 int cuda_rmsnorm_residual(void *out, enum dtype out_dtype, float *residual, const float *delta,
-                          const float *w, int num_rows, int dim, float eps, int pdl, cudaStream_t stream);
+                          const float *w, int num_rows, int dim, float eps, const struct cuda_l2_hint *l2,
+                          int pdl, cudaStream_t stream);
 
 /* Qwen3's q/k norm, in place on the fused QKV buffer: every q head of every token is
  * RMS-normalised over head_dim with q_norm, every k head with k_norm; v is untouched.

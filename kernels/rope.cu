@@ -82,9 +82,11 @@ rope_kv_write_kernel(float *__restrict__ q_out,               // [num_tokens][n_
                      const int64_t *__restrict__ slot_mapping,// [num_tokens]
                      const float *__restrict__ inv_freq,      // [head_dim/2]
                      float mscale, int n_heads, int n_kv_heads, int head_dim, int block_size,
-                     float k_scale, float v_scale, int heads_per_cta)
+                     float k_scale, float v_scale, int heads_per_cta,
+                     const void *l2_p, uint64_t l2_bytes)     // l2_hint.h: issued once the inputs are ready
 {
     ts_pdl_begin();
+    ts_l2_prefetch(l2_p, l2_bytes);
     const int tph = head_dim >> 3; /* threads per head */
     const int g = threadIdx.x % tph;
     const int lane_head = threadIdx.x / tph;
@@ -154,9 +156,12 @@ rope_kv_write_kernel(float *__restrict__ q_out,               // [num_tokens][n_
 extern "C" int cuda_rope_kv_write(float *q_out, const struct kv_layer *kv, const float *qkv, int64_t row_stride,
                                   const float *qkv_bias, const int32_t *positions, const int64_t *slot_mapping,
                                   const float *inv_freq, float mscale, enum rope_layout layout, int num_tokens,
-                                  int n_heads, int pdl, cudaStream_t stream)
+                                  int n_heads, const struct cuda_l2_hint *l2, int pdl, cudaStream_t stream)
 {
-    if (!kv || !q_out || !qkv || !positions || !slot_mapping || !inv_freq || num_tokens < 0 || n_heads < 0)
+    const void *l2_p;
+    uint64_t l2_n;
+    if (!kv || !q_out || !qkv || !positions || !slot_mapping || !inv_freq || num_tokens < 0 || n_heads < 0 ||
+        !ts_l2_hint_args(l2, &l2_p, &l2_n))
         return (int)cudaErrorInvalidValue;
     const int hd = kv->head_dim, nkv = kv->n_kv_heads;
     if (hd < 8 || hd % 8 || hd > 8 * ROPE_THREADS || nkv < 1 || kv->block_size < 1 || !kv->data ||
@@ -179,7 +184,7 @@ extern "C" int cuda_rope_kv_write(float *q_out, const struct kv_layer *kv, const
     const dim3 grid(num_tokens, ts_div_up(heads, heads_per_cta));
 
     void (*k)(float *, void *, const float *, int64_t, const float *, const int32_t *, const int64_t *,
-              const float *, float, int, int, int, int, float, float, int) = nullptr;
+              const float *, float, int, int, int, int, float, float, int, const void *, uint64_t) = nullptr;
 #define ROPE_PICK(KVT)                                                                           \
     k = layout == ROPE_NEOX ? rope_kv_write_kernel<KVT, ROPE_NEOX> : rope_kv_write_kernel<KVT, ROPE_NORMAL>
     if (layout != ROPE_NEOX && layout != ROPE_NORMAL) return (int)cudaErrorInvalidValue;
@@ -193,6 +198,6 @@ extern "C" int cuda_rope_kv_write(float *q_out, const struct kv_layer *kv, const
 #undef ROPE_PICK
     TS_LAUNCH_PDL(k, grid, ROPE_THREADS, 0, stream, pdl, q_out, kv->data, qkv, row_stride, qkv_bias, positions,
                   slot_mapping, inv_freq, mscale, n_heads, nkv, hd, kv->block_size, kv->k_scale, kv->v_scale,
-                  heads_per_cta);
+                  heads_per_cta, l2_p, l2_n);
     return TS_LAUNCH_RESULT();
 }

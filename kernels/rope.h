@@ -17,6 +17,7 @@
 extern "C" {
 #endif
 
+#include "kernels/l2_hint.h"
 #include "util/kv_dtype.h"
 #include "util/rope.h"
 
@@ -40,11 +41,13 @@ extern "C" {
  *   positions:    [num_tokens] int32
  *   slot_mapping: [num_tokens] int64, slot = block * block_size + offset, -1 = padding
  *   inv_freq:     [head_dim / 2] F32, from rope_inv_freq (util/rope.h)
+ *   l2:           weights to prefetch into the L2 once the inputs are ready, or NULL
+ *                 (kernels/l2_hint.h)
  *   pdl:          non-zero: a programmatic dependent launch (common.cuh, ts_pdl_wait) */
 int cuda_rope_kv_write(float *q_out, const struct kv_layer *kv, const float *qkv, int64_t row_stride,
                        const float *qkv_bias, const int32_t *positions, const int64_t *slot_mapping,
                        const float *inv_freq, float mscale, enum rope_layout layout, int num_tokens,
-                       int n_heads, int pdl, cudaStream_t stream);
+                       int n_heads, const struct cuda_l2_hint *l2, int pdl, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

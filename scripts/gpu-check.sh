@@ -14,7 +14,8 @@
 # kernel (tool_bench_cuda --profile), the dense linears' start-up kernel choice against
 # cuBLAS only (TESSERA_CUDA_LINEAR=cublas), without programmatic dependent launches
 # (TESSERA_CUDA_PDL=off), with the decode attention's earlier fixed split
-# (TESSERA_CUDA_DECODE_SPLIT=fixed) and with its 8-head blocks (TESSERA_CUDA_DECODE_ROWS=auto), and
+# (TESSERA_CUDA_DECODE_SPLIT=fixed), with its 8-head blocks (TESSERA_CUDA_DECODE_ROWS=auto) and
+# without the L2 prefetch of the next weights (TESSERA_CUDA_L2_PREFETCH=off), and
 # scripts/bench_serving.py at 256 concurrent requests with BF16 and FP8 KV; on a machine
 # with 2 or more GPUs, the same model with --tensor-parallel-size 2 (greedy text = one
 # GPU's, serving throughput). Prints one
@@ -421,6 +422,9 @@ else
     # the decode attention with 16 query heads per block (16x16x16 fragments, the backend's
     # default) against the kernel's automatic 8 for Qwen's group of 7 (32x8x16: half the MMAs)
     baseline rows8 "decode attention 16-head (default) vs 8-head" TESSERA_CUDA_DECODE_ROWS=auto
+    # the norms and RoPE of small decode steps prefetching the next linear's weights into
+    # the L2 (kernels/l2_hint.h; the default on sm_90+) against no prefetch
+    baseline nol2 "L2 prefetch of the next weights vs none" TESSERA_CUDA_L2_PREFETCH=off
     if [ "${SKIP_SERVING:-0}" = 1 ]; then
         row "bench_serving (Qwen2.5-7B dummy)" SKIP "SKIP_SERVING=1"
     elif [ -f "$QWEN_DIR/tokenizer.json" ]; then

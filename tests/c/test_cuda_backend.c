@@ -96,6 +96,9 @@ static backend_create_fn g_create;
 static void (*g_timing)(void *, int, double *, double *, long *);
 static int (*g_device_count)(char *, size_t);
 static tessera_cuda_profile_fn g_profile;
+/* The emulator's count of bytes the kernels asked the L2 to prefetch (kernels/l2_hint.h);
+ * NULL with the real library. */
+static uint64_t (*g_l2_prefetched)(void);
 static bool g_verbose;
 
 static double now_s(void)
@@ -142,6 +145,8 @@ static int load_lib(void)
     memcpy(&g_timing, &t, sizeof t);
     memcpy(&g_device_count, &dc, sizeof dc);
     memcpy(&g_profile, &pf, sizeof pf);
+    void *l2 = dlsym(h, "tessera_cuda_emu_l2_prefetched_bytes");
+    if (l2) memcpy(&g_l2_prefetched, &l2, sizeof l2);
     void (*set)(int);
     memcpy(&set, &lv, sizeof lv);
     set(g_verbose ? 2 : 0);
@@ -1170,12 +1175,16 @@ static bool same_token(const struct backend_token *a, const struct backend_token
 
 /* ---- the forward profile ---------------------------------------------------------------- */
 
+/* The emulator's L2 prefetch count now (0 with the real library). */
+static uint64_t l2_count(void) { return g_l2_prefetched ? g_l2_prefetched() : 0; }
+
 /* A 3-token prefill, then one decode step naming its token, on tp GPUs. With prows
  * (32 rows), the prefill's forward is profiled in between (refused before the first step
  * and while one is in flight) into prows / *pn; with drows, the decode step's after it.
- * The decode step's token and top logprobs go to *out. */
+ * The decode step's token and top logprobs go to *out; with l2, the bytes the prefill's
+ * and the decode step's kernels asked the L2 to prefetch to l2[0] and l2[1]. */
 static void profile_run(const struct model *m, int tp, struct backend_token *out, struct tessera_cuda_profile_row *prows,
-                        int *pn, struct tessera_cuda_profile_row *drows, int *dn)
+                        int *pn, struct tessera_cuda_profile_row *drows, int *dn, uint64_t l2[2])
 {
     const bool profile = prows != NULL;
     char err[ERR_BUF];
@@ -1203,9 +1212,11 @@ static void profile_run(const struct model *m, int tp, struct backend_token *out
     const struct backend_ops *ops = sd.ops;
     if (profile)
         CHECK(g_profile(sd.impl, 1, rows, 32, &fwd, err, sizeof err) == ERR_INVALID, "profile before a step: %s", err);
+    uint64_t l2_0 = l2_count();
     CHECK(ops->submit(sd.impl, &b, smp, err, sizeof err) == 0, "prefill: %s", err);
     if (profile) CHECK(g_profile(sd.impl, 1, rows, 32, &fwd, err, sizeof err) == ERR_BUSY, "profile in flight: %s", err);
     CHECK(ops->wait(sd.impl, tok_out, err, sizeof err) == 0, "prefill: %s", err);
+    if (l2) l2[0] = l2_count() - l2_0;
     if (profile) {
         const int n = *pn = g_profile(sd.impl, 3, rows, 32, &fwd, err, sizeof err);
         CHECK(n > 0, "profile: %d: %s", n, err);
@@ -1222,11 +1233,13 @@ static void profile_run(const struct model *m, int tp, struct backend_token *out
               fwd);
         printf("    profile: %d kernel names, %.2f ms per forward (emulated)\n", n, fwd);
     }
-    int32_t t2[1] = { BACKEND_TOKEN_PREV(0) }, p2[1] = { 3 }, q2[2] = { 0, 1 }, l2[1] = { 4 }, li2[1] = { 0 };
+    int32_t t2[1] = { BACKEND_TOKEN_PREV(0) }, p2[1] = { 3 }, q2[2] = { 0, 1 }, len2[1] = { 4 }, li2[1] = { 0 };
     int64_t s2[1] = { 51 };
-    struct batch d = { 1, 1, t2, p2, s2, q2, l2, bt, MB, 1, li2 };
+    struct batch d = { 1, 1, t2, p2, s2, q2, len2, bt, MB, 1, li2 };
+    l2_0 = l2_count();
     CHECK(ops->submit(sd.impl, &d, smp, err, sizeof err) == 0 && ops->wait(sd.impl, out, err, sizeof err) == 0,
           "the decode step: %s", err);
+    if (l2) l2[1] = l2_count() - l2_0;
     if (drows) {
         *dn = g_profile(sd.impl, 1, drows, 32, &fwd, err, sizeof err);
         CHECK(*dn > 0, "profile of the decode step: %d: %s", *dn, err);
@@ -1246,8 +1259,8 @@ static void test_profile(void)
     struct backend_token a, b;
     struct tessera_cuda_profile_row rows[32];
     int n = 0;
-    profile_run(m, 1, &a, rows, &n, NULL, NULL);
-    profile_run(m, 1, &b, NULL, NULL, NULL, NULL);
+    profile_run(m, 1, &a, rows, &n, NULL, NULL, NULL);
+    profile_run(m, 1, &b, NULL, NULL, NULL, NULL, NULL);
     CHECK(same_token(&a, &b), "the step after a profile: token %d (%.9g) vs %d (%.9g)", a.token, a.logprob, b.token,
           b.logprob);
     model_free(m);
@@ -1280,7 +1293,7 @@ static void test_fused_mlp(void)
         int n[2][2] = { { 0, 0 }, { 0, 0 } };
         for (int off = 0; off < 2; off++) {
             setenv("TESSERA_CUDA_FUSE", off ? "off" : "on", 1);
-            profile_run(m, 1, &tok[off], rows[off][0], &n[off][0], rows[off][1], &n[off][1]);
+            profile_run(m, 1, &tok[off], rows[off][0], &n[off][0], rows[off][1], &n[off][1], NULL);
         }
         const int L = m->cfg.n_layers;
         const char *fused = "gate/up projection + silu_mul", *step[2] = { "prefill", "decode" };
@@ -1302,7 +1315,7 @@ static void test_fused_mlp(void)
             struct backend_token tp[2];
             for (int off = 0; off < 2; off++) {
                 setenv("TESSERA_CUDA_FUSE", off ? "off" : "on", 1);
-                profile_run(m, 2, &tp[off], NULL, NULL, NULL, NULL);
+                profile_run(m, 2, &tp[off], NULL, NULL, NULL, NULL, NULL);
             }
             CHECK(same_token(&tp[0], &tp[1]), "2 GPUs, fused vs not: token %d (%.9g) vs %d (%.9g)", tp[0].token,
                   tp[0].logprob, tp[1].token, tp[1].logprob);
@@ -1326,12 +1339,44 @@ static void test_quant_loads(void)
     struct backend_token tok[2];
     for (int staged = 0; staged < 2; staged++) {
         setenv("TESSERA_CUDA_QUANT_LOADS", staged ? "staged" : "direct", 1);
-        profile_run(m, 1, &tok[staged], NULL, NULL, NULL, NULL);
+        profile_run(m, 1, &tok[staged], NULL, NULL, NULL, NULL, NULL);
     }
     CHECK(tok[0].n_top > 0 && same_token(&tok[0], &tok[1]), "direct vs staged loads: token %d (%.9g) vs %d (%.9g)",
           tok[0].token, tok[0].logprob, tok[1].token, tok[1].logprob);
     env_restore(&was);
     expect_env_refused(m, "TESSERA_CUDA_QUANT_LOADS", "shared", "direct or staged");
+    model_free(m);
+}
+
+/* ---- L2 prefetch -------------------------------------------------------------------------- */
+
+/* The norms and RoPE of a small decode step prefetch the next linear's weights into the L2
+ * (forward.cu, l2_next; kernels/l2_hint.h): the decode token and logprobs are bit for bit
+ * those of TESSERA_CUDA_L2_PREFETCH=off. Under the emulator, which checks every prefetched
+ * range lies inside one device allocation, the decode step issues some (whole 16-byte
+ * units) and the prefill none, and none at all when off; another value is refused. */
+static void test_l2_prefetch(void)
+{
+    struct model *m = load_model("testmodels/llama3-tiny-hd64", true, MODEL_LOAD_NO_TOKENIZER);
+    if (!m) return;
+    struct env_saved was = env_save("TESSERA_CUDA_L2_PREFETCH");
+    struct backend_token tok[2];
+    uint64_t l2[2][2] = { { 0, 0 }, { 0, 0 } }; /* [on, off][prefill, decode] */
+    for (int off = 0; off < 2; off++) {
+        setenv("TESSERA_CUDA_L2_PREFETCH", off ? "off" : "on", 1);
+        profile_run(m, 1, &tok[off], NULL, NULL, NULL, NULL, l2[off]);
+    }
+    CHECK(tok[0].n_top > 0 && same_token(&tok[0], &tok[1]), "prefetch vs none: token %d (%.9g) vs %d (%.9g)",
+          tok[0].token, tok[0].logprob, tok[1].token, tok[1].logprob);
+    if (g_l2_prefetched) {
+        CHECK(l2[0][1] > 0 && l2[0][1] % 16 == 0 && l2[0][0] == 0, "on: %llu bytes in the decode step, %llu in the prefill",
+              (unsigned long long)l2[0][1], (unsigned long long)l2[0][0]);
+        CHECK(l2[1][0] == 0 && l2[1][1] == 0, "off: %llu + %llu bytes prefetched", (unsigned long long)l2[1][0],
+              (unsigned long long)l2[1][1]);
+        printf("    decode step: %llu bytes prefetched into the L2\n", (unsigned long long)l2[0][1]);
+    }
+    env_restore(&was);
+    expect_env_refused(m, "TESSERA_CUDA_L2_PREFETCH", "auto", "on or off");
     model_free(m);
 }
 
@@ -1762,6 +1807,7 @@ int main(int argc, char **argv)
     T(test_profile);
     T(test_fused_mlp);
     T(test_quant_loads);
+    T(test_l2_prefetch);
     T(test_decode_split);
     T(test_scoring);
     T(test_tensor_parallel_limits);

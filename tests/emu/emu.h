@@ -121,6 +121,15 @@ void emu_launch(const void *func, const char *name, const char *file, int line, 
 void cudaGridDependencySynchronize(void);
 static inline void cudaTriggerProgrammaticLaunchCompletion(void) {}
 
+/* cp.async.bulk.prefetch.L2 (kernels/common.cuh, ts_l2_prefetch): a prefetch changes no
+ * memory, so the emulator only checks it (p 16-byte aligned, n a multiple of 16, [p, p + n)
+ * inside one live device allocation; else it aborts naming the kernel: on a GPU such a
+ * prefetch is a bug that goes unseen) and counts n. Kernel code only. */
+void emu_l2_prefetch(const void *p, size_t n);
+/* Bytes emu_l2_prefetch has counted since the process started (tests read it before and
+ * after a launch). Any thread. */
+uint64_t emu_l2_prefetched_bytes(void);
+
 /* The current block's copy of the static __shared__ variable identified by `site`: the
  * first thread of the block to get here allocates it (aligned, filled with 0xFF bytes);
  * later threads get the same address. A different size for the same site aborts. */

@@ -245,6 +245,27 @@ bool check_device_span(const void *p, size_t n, bool allow_pinned, const char *w
 
 using namespace emu;
 
+/* ---- L2 prefetch (emu.h) ------------------------------------------------------------------ */
+
+static std::atomic<uint64_t> l2_prefetched{ 0 };
+
+void emu_l2_prefetch(const void *p, size_t n)
+{
+    if (((uintptr_t)p & 15) != 0 || (n & 15) != 0 || n == 0)
+        fail("cp.async.bulk.prefetch.L2 of [%p, +%zu): the address must be 16-byte aligned and the size a "
+             "non-zero multiple of 16", p, n);
+    if (!check_device_span(p, n, false, "cp.async.bulk.prefetch.L2"))
+        fail("cp.async.bulk.prefetch.L2 of [%p, +%zu) is not inside one live device allocation", p, n);
+    l2_prefetched.fetch_add(n, std::memory_order_relaxed);
+}
+
+uint64_t emu_l2_prefetched_bytes(void) { return l2_prefetched.load(std::memory_order_relaxed); }
+
+/* The same count under a name the emulated backend library exports (exports.map:
+ * tessera_cuda_*), for tests that reach the library through dlopen: test_cuda_backend's
+ * L2 prefetch test. Only the emulator defines it; the real library has no such symbol. */
+extern "C" uint64_t tessera_cuda_emu_l2_prefetched_bytes(void) { return emu_l2_prefetched_bytes(); }
+
 /* ---- allocation ------------------------------------------------------------------------- */
 
 extern "C" cudaError_t cudaMalloc(void **p, size_t size)

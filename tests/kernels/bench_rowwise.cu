@@ -26,7 +26,7 @@ static void bench_rmsnorm(struct kbench *b, int T, int dim)
     float *w = (float *)kbench_alloc_filled((size_t)dim * 4, 0);
     void *out = kbench_alloc_filled((size_t)T * dim * 2, 0);
     double s = kbench_time(b, [&] {
-        KB_CHECK(cuda_rmsnorm_residual(out, DT_BF16, res, delta, w, T, dim, 1e-6f, 0, b->stream));
+        KB_CHECK(cuda_rmsnorm_residual(out, DT_BF16, res, delta, w, T, dim, 1e-6f, NULL, 0, b->stream));
     });
     char shape[64];
     snprintf(shape, sizeof shape, "T=%d d=%d bf16 out", T, dim);
@@ -84,7 +84,7 @@ static void bench_rope(struct kbench *b, int T, int nh, int nkv, int hd, enum kv
     KB_CHECK(cudaMemcpy(slots, hs.data(), T * 8, cudaMemcpyHostToDevice));
     KB_CHECK(cudaMemcpy(inv, hinv.data(), hd / 2 * 4, cudaMemcpyHostToDevice));
     double s = kbench_time(b, [&] {
-        KB_CHECK(cuda_rope_kv_write(q, &kv, qkv, stride, bias, pos, slots, inv, 1.0f, ROPE_NEOX, T, nh, 0, b->stream));
+        KB_CHECK(cuda_rope_kv_write(q, &kv, qkv, stride, bias, pos, slots, inv, 1.0f, ROPE_NEOX, T, nh, NULL, 0, b->stream));
     });
     char shape[64];
     snprintf(shape, sizeof shape, "T=%d %d/%d x %d, %s kv", T, nh, nkv, hd, kv_dtype_name(kvt));

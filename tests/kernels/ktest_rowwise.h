@@ -14,6 +14,43 @@
 extern "C" {
 #include "util/tensor.h"
 }
+#include "kernels/l2_hint.h"
+
+/* ---- L2 prefetch hints (kernels/l2_hint.h) -------------------------------------------------
+ * The kernels that take a hint must give the same bits with it, and issue exactly its bytes.
+ * A case calls arm() before each launch: runs 0, 2, ... of KTEST_SEEDS pass a hint over a
+ * prefix of buf (sizes from 16 bytes to all of it, varying with the run and the case: one
+ * 64 KiB piece, several, more pieces than the grid has threads), odd runs pass none; the
+ * outputs are checked against the twin either way, and check() compares the emulator's
+ * count of prefetched bytes with the hint's (on a GPU only the launch and the outputs
+ * are checked: one run, with a hint). */
+struct ktest_l2 {
+    static constexpr size_t BUF_BYTES = (8u << 20) + 4096;
+    kbuf<unsigned char> buf{ BUF_BYTES };
+    cuda_l2_hint h = { nullptr, 0 };
+    uint64_t before = 0;
+    const cuda_l2_hint *arm(int run, uint64_t salt)
+    {
+        static const uint64_t sizes[] = { 16, 4096 + 16, (64u << 10) * 3 + 48, BUF_BYTES };
+        h.p = buf.ptr;
+        h.bytes = run % 2 == 0 ? sizes[(run / 2 + salt) % 4] : 0;
+#ifdef TESSERA_EMU
+        before = emu_l2_prefetched_bytes();
+#endif
+        return h.bytes ? &h : nullptr;
+    }
+    void check(const char *what)
+    {
+#ifdef TESSERA_EMU
+        const uint64_t got = emu_l2_prefetched_bytes() - before;
+        CHECK(got == h.bytes, "%s: %llu bytes prefetched for a hint of %llu", what, (unsigned long long)got,
+              (unsigned long long)h.bytes);
+#else
+        (void)what;
+#endif
+        CHECK_GUARD(buf);
+    }
+};
 
 static inline size_t act_size(enum dtype dt) { return dt == DT_F32 ? 4 : 2; }
 

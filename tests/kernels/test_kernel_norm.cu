@@ -2,7 +2,8 @@
  * cpu_head_rmsnorm; src/backend/cpu/ops_fused.c) on fresh random inputs: RMSNorm + residual
  * over rows 1 / 3 / 64 / 257, dims 64, 896, 1000 (a multiple of 8 whose last CTA pass is
  * partial), 3584, 5120, 8192, F32 / F16 / BF16 outputs, with and without delta, plus the
- * generic path (odd dims, unaligned pointers, dim > 8192); per-head RMSNorm over head dims
+ * generic path (odd dims, unaligned pointers, dim > 8192), each with and without an L2
+ * prefetch hint (ktest_l2: the same bits, exactly the hinted bytes issued); per-head RMSNorm over head dims
  * 64 / 128 / 256, GQA 1 / 3 / 7 / 8 and padded row strides; invalid arguments. Every case
  * runs under several emulator fiber orders (the block reduction has barriers), outputs
  * poisoned before the call, guards checked on every buffer after it.
@@ -52,6 +53,7 @@ static void rms_case(int rows, int dim, enum dtype dt, bool with_delta, int shif
     kbuf<float> d_res(n + shift), d_del(n + shift), d_w(dim);
     kbuf<unsigned char> d_out((n + shift) * es);
     d_w.upload(w);
+    ktest_l2 l2;
     KTEST_SEEDS(s) {
         d_res.poison();
         d_del.poison();
@@ -59,7 +61,8 @@ static void rms_case(int rows, int dim, enum dtype dt, bool with_delta, int shif
         KCHECK_CUDA(cudaMemcpy(d_res.ptr + shift, res.data(), n * 4, cudaMemcpyHostToDevice));
         KCHECK_CUDA(cudaMemcpy(d_del.ptr + shift, del.data(), n * 4, cudaMemcpyHostToDevice));
         rc = cuda_rmsnorm_residual(d_out.ptr + shift * es, dt, d_res.ptr + shift,
-                                   with_delta ? d_del.ptr + shift : NULL, d_w.ptr, rows, dim, EPS, (s + rows) & 1, 0);
+                                   with_delta ? d_del.ptr + shift : NULL, d_w.ptr, rows, dim, EPS, l2.arm(s, seed),
+                                   (s + rows) & 1, 0);
         CHECK(rc == 0, "cuda_rmsnorm_residual returned %d", rc);
         std::vector<float> got_res = d_res.download();
         std::vector<unsigned char> got_out = d_out.download();
@@ -76,6 +79,7 @@ static void rms_case(int rows, int dim, enum dtype dt, bool with_delta, int shif
             CHECK(r == 0xffffffffu, "%s: residual written before the row", what);
         }
         for (size_t i = 0; i < shift * es; i++) CHECK(got_out[i] == 0xff, "%s: out written before the row", what);
+        l2.check(what);
         CHECK_GUARD(d_res);
         CHECK_GUARD(d_del);
         CHECK_GUARD(d_w);
@@ -111,11 +115,18 @@ static void test_rmsnorm_residual_generic(void)
 static void test_rmsnorm_residual_invalid(void)
 {
     kbuf<float> d_res(64), d_w(64), d_out(64);
-    int rc = cuda_rmsnorm_residual(d_out.ptr, DT_Q8_0, d_res.ptr, NULL, d_w.ptr, 1, 64, EPS, 0, 0);
+    int rc = cuda_rmsnorm_residual(d_out.ptr, DT_Q8_0, d_res.ptr, NULL, d_w.ptr, 1, 64, EPS, NULL, 0, 0);
     CHECK(rc == (int)cudaErrorInvalidValue, "Q8_0 output: %d", rc);
-    rc = cuda_rmsnorm_residual(d_out.ptr, DT_F32, d_res.ptr, NULL, d_w.ptr, 1, 0, EPS, 0, 0);
+    rc = cuda_rmsnorm_residual(d_out.ptr, DT_F32, d_res.ptr, NULL, d_w.ptr, 1, 0, EPS, NULL, 0, 0);
     CHECK(rc == (int)cudaErrorInvalidValue, "dim 0: %d", rc);
-    rc = cuda_rmsnorm_residual(d_out.ptr, DT_F32, d_res.ptr, NULL, d_w.ptr, 0, 64, EPS, 1, 0);
+    /* hints breaking l2_hint.h's rules: an unaligned address, a size not a multiple of 16,
+     * bytes without an address */
+    const cuda_l2_hint bad[] = { { d_w.ptr + 1, 64 }, { d_w.ptr, 40 }, { NULL, 16 } };
+    for (const cuda_l2_hint &h : bad) {
+        rc = cuda_rmsnorm_residual(d_out.ptr, DT_F32, d_res.ptr, NULL, d_w.ptr, 1, 64, EPS, &h, 0, 0);
+        CHECK(rc == (int)cudaErrorInvalidValue, "hint (%p, %llu): %d", h.p, (unsigned long long)h.bytes, rc);
+    }
+    rc = cuda_rmsnorm_residual(d_out.ptr, DT_F32, d_res.ptr, NULL, d_w.ptr, 0, 64, EPS, NULL, 1, 0);
     CHECK(rc == 0, "zero rows: %d", rc);
     std::vector<float> o = d_out.download();
     for (float v : o) CHECK(isnan(v), "a rejected or empty call wrote the output");

@@ -7,7 +7,9 @@
  * split over blockIdx.y). q_out is compared by value; the whole KV pool byte by byte:
  * slots nobody wrote keep their poison bit for bit, V matches the twin's bytes exactly (the
  * conversion's inputs are identical), K within one code (the rotated F32 value may differ
- * by an ulp, which can move the final rounding by one step). Invalid arguments fail.
+ * by an ulp, which can move the final rounding by one step). Every case runs with and
+ * without an L2 prefetch hint (ktest_l2: the same checks, exactly the hinted bytes issued).
+ * Invalid arguments fail.
  */
 #include "ktest_rowwise.h"
 
@@ -188,17 +190,20 @@ static void run_case(const rope_case &c, uint64_t seed)
     d_slots.upload(slots);
     struct kv_layer kv_dev = kv;
     kv_dev.data = d_pool.ptr;
+    ktest_l2 l2;
     KTEST_SEEDS(s) {
         d_q.poison();
         d_pool.poison();
         rc = cuda_rope_kv_write(d_q.ptr, &kv_dev, d_qkv.ptr, stride, c.bias ? d_bias.ptr : NULL, d_pos.ptr,
-                                d_slots.ptr, d_inv.ptr, c.mscale, c.layout, c.T, c.nh, (s + c.T) & 1, 0);
+                                d_slots.ptr, d_inv.ptr, c.mscale, c.layout, c.T, c.nh, l2.arm(s, seed), (s + c.T) & 1,
+                                0);
         CHECK(rc == 0, "%s: cuda_rope_kv_write returned %d", what, rc);
         std::vector<float> q = d_q.download();
         std::vector<unsigned char> pool = d_pool.download();
         CHECK_CLOSE_ARRAYS(what, q.data(), q_ref.data(), nq, TOL_Q);
         check_pool(what, c, kv, pool, pool_ref, slot_token);
         CHECK(d_qkv.download() == qkv, "%s: the QKV input changed", what);
+        l2.check(what);
         CHECK_GUARD(d_q);
         CHECK_GUARD(d_qkv);
         CHECK_GUARD(d_bias);
@@ -250,18 +255,22 @@ static void test_rope_kv_write_invalid(void)
     struct kv_layer bad = kv;
     bad.head_dim = 36; /* not a multiple of 8 */
     int rc = cuda_rope_kv_write(d_q.ptr, &bad, d_qkv.ptr, 4 * 36, NULL, d_pos.ptr, d_slots.ptr, d_inv.ptr, 1.0f,
-                                ROPE_NEOX, T, nh, 0, 0);
+                                ROPE_NEOX, T, nh, NULL, 0, 0);
     CHECK(rc == (int)cudaErrorInvalidValue, "head_dim 36: %d", rc);
     rc = cuda_rope_kv_write(d_q.ptr, &kv, d_qkv.ptr, 4 * 64 - 2, NULL, d_pos.ptr, d_slots.ptr, d_inv.ptr, 1.0f,
-                            ROPE_NEOX, T, nh, 0, 0);
+                            ROPE_NEOX, T, nh, NULL, 0, 0);
     CHECK(rc == (int)cudaErrorInvalidValue, "short row_stride: %d", rc);
     /* (an out-of-range kv dtype or layout also fails in the launcher's switch default, but
      * forming one is undefined behaviour in C++, which UBSan rejects in `make asan`) */
     rc = cuda_rope_kv_write(d_q.ptr, &kv, d_qkv.ptr, 4 * 64, NULL, d_pos.ptr, d_slots.ptr, d_inv.ptr + 1, 1.0f,
-                            ROPE_NEOX, T, nh, 0, 0);
+                            ROPE_NEOX, T, nh, NULL, 0, 0);
     CHECK(rc == (int)cudaErrorInvalidValue, "unaligned inv_freq: %d", rc);
+    const cuda_l2_hint bad_hint = { d_inv.ptr + 4, 24 }; /* aligned, but not a multiple of 16 bytes */
     rc = cuda_rope_kv_write(d_q.ptr, &kv, d_qkv.ptr, 4 * 64, NULL, d_pos.ptr, d_slots.ptr, d_inv.ptr, 1.0f,
-                            ROPE_NEOX, 0, nh, 1, 0);
+                            ROPE_NEOX, T, nh, &bad_hint, 0, 0);
+    CHECK(rc == (int)cudaErrorInvalidValue, "hint of 24 bytes: %d", rc);
+    rc = cuda_rope_kv_write(d_q.ptr, &kv, d_qkv.ptr, 4 * 64, NULL, d_pos.ptr, d_slots.ptr, d_inv.ptr, 1.0f,
+                            ROPE_NEOX, 0, nh, NULL, 1, 0);
     CHECK(rc == 0, "zero tokens: %d", rc);
     std::vector<float> q = d_q.download();
     for (float v : q) CHECK(isnan(v), "a rejected or empty call wrote q_out");

@@ -514,12 +514,13 @@ static int setup_rank(struct cuda_backend *b, void *arg, char *err, size_t errle
     static const char *const on_off[] = { "on", "off" }, *const splits[] = { "wave", "fixed" },
                              *const rows[] = { "16", "8", "auto" }, *const loads[] = { "direct", "staged" };
     static const int rows_of[] = { 16, 8, 0 };
-    int pdl, fuse, split, nrows, qload;
+    int pdl, fuse, split, nrows, qload, l2pf;
     if ((rc = env_pick("TESSERA_CUDA_PDL", on_off, 2, "on or off", &pdl, err, errlen)) ||
         (rc = env_pick("TESSERA_CUDA_FUSE", on_off, 2, "on or off", &fuse, err, errlen)) ||
         (rc = env_pick("TESSERA_CUDA_DECODE_SPLIT", splits, 2, "wave or fixed", &split, err, errlen)) ||
         (rc = env_pick("TESSERA_CUDA_DECODE_ROWS", rows, 3, "auto, 8 or 16", &nrows, err, errlen)) ||
-        (rc = env_pick("TESSERA_CUDA_QUANT_LOADS", loads, 2, "direct or staged", &qload, err, errlen)))
+        (rc = env_pick("TESSERA_CUDA_QUANT_LOADS", loads, 2, "direct or staged", &qload, err, errlen)) ||
+        (rc = env_pick("TESSERA_CUDA_L2_PREFETCH", on_off, 2, "on or off", &l2pf, err, errlen)))
         return rc;
     b->pdl = prop.major >= 9 && pdl == 0;  /* programmatic dependent launch (kernels/common.cuh): Hopper+ */
     b->fuse = fuse == 0;                   /* fused kernels (linear.cu, cu_gate_up_fused) */
@@ -529,6 +530,13 @@ static int setup_rank(struct cuda_backend *b, void *arg, char *err, size_t errle
        layout every GPU run so far measured) until a GPU run measures 8 against it; auto: the
        kernel's choice, 8 for groups of up to 8 heads */
     b->decode_rows = rows_of[nrows];
+    /* the next weights into the L2 during a small decode step's norms, RoPE and attention
+       (kernels/l2_hint.h): Hopper's bulk prefetch, at most half the L2 per window */
+    b->l2_prefetch = prop.major >= 9 && l2pf == 0 && prop.l2CacheSize > 0;
+    b->l2_window = (uint64_t)(prop.l2CacheSize > 0 ? prop.l2CacheSize : 0) / 2 & ~(uint64_t)15;
+    if (b->l2_prefetch)
+        LOG_INFO("cuda", "device %d: L2 prefetch of the next weights in decode steps of up to %d rows, %.1f MiB "
+                         "per window", b->device, CU_TUNED_TOKENS, (double)b->l2_window / (1024.0 * 1024.0));
     b->num_sms = prop.multiProcessorCount;
 
     /* KV dtype: auto = the model's 16-bit type (BF16 unless its matrices are F16) */

@@ -187,6 +187,11 @@ struct cuda_backend {
                                        TESSERA_CUDA_QUANT_LOADS=staged; create) */
     int decode_rows;                /* the decode attention's head_rows: 16 (default), 8 or 0
                                        (auto) (TESSERA_CUDA_DECODE_ROWS; create) */
+    bool l2_prefetch;               /* decode steps of up to CU_TUNED_TOKENS rows prefetch the next
+                                       linear's weights into the L2 from the norms and RoPE
+                                       (forward.cu, l2_next; sm_90+ unless
+                                       TESSERA_CUDA_L2_PREFETCH=off; create) */
+    uint64_t l2_window;             /* bytes prefetched per window at most: half the L2 (create) */
     int num_sms;                    /* the device's multiprocessors (create) */
     struct cublasContext *cublas;
     cudaEvent_t ev_done;            /* end of the step in flight (no timing) */

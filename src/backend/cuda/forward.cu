@@ -3,16 +3,19 @@
  *
  *   x = embed(token_ids)                                     cuda_embedding (F32 residual)
  *   per layer:
- *     act = rmsnorm(x += delta)                              cuda_rmsnorm_residual (layer 0: no delta)
+ *     act = rmsnorm(x += delta)                              cuda_rmsnorm_residual (layer 0: no delta;
+ *                                                            small decode steps: it prefetches the
+ *                                                            QKV weights into the L2, l2_next)
  *     qkv = act @ [Wq|Wk|Wv]                                 fused GEMM (cu_linear_forward: quantized
  *                                                            GEMV; F16/BF16: GEMV, skinny GEMM or
  *                                                            cuBLAS, measured at start-up)
  *     q/k per-head rmsnorm                                   cuda_head_rmsnorm (qwen3)
- *     q = rope(q), kv[slot] = rope(k), v (+ bias: qwen2)     cuda_rope_kv_write
+ *     q = rope(q), kv[slot] = rope(k), v (+ bias: qwen2)     cuda_rope_kv_write (prefetches Wo: the
+ *                                                            attention leaves memory idle)
  *     act = attention(q, kv)                                 decode-only: cuda_attention_decode,
  *                                                            else cuda_attention_prefill
  *     delta = act @ Wo
- *     act = rmsnorm(x += delta)
+ *     act = rmsnorm(x += delta)                              (prefetches Wg|Wu)
  *     gu = act @ [Wg|Wu] ; act = silu(g) * u                 cuda_silu_mul_rows (where our GEMV or skinny
  *                                                            GEMM computes gate/up: one kernel, *_silu,
  *                                                            its rows in gu's memory; cu_gate_up_fused)
@@ -60,6 +63,22 @@ struct cu_shape cu_decode_graph_shape(const struct cuda_backend *b, int rows)
     return sh;
 }
 
+/* The L2 hint for linear L (kernels/l2_hint.h): the first b->l2_window bytes of its
+ * weights (whole 16-byte units), in decode steps of up to CU_TUNED_TOKENS rows, where the
+ * GEMVs stream weights and the norms, RoPE and attention between them leave memory idle;
+ * NULL (no prefetch) in every other step or with b->l2_prefetch off. h holds the hint. */
+static const struct cuda_l2_hint *l2_next(const struct cuda_backend *b, const struct cu_shape *sh,
+                                          const struct cu_linear *L, struct cuda_l2_hint *h)
+{
+    if (!b->l2_prefetch || !sh->decode || sh->T > CU_TUNED_TOKENS) return NULL;
+    const uintptr_t start = ((uintptr_t)L->w + 15) & ~(uintptr_t)15;
+    const uintptr_t end = ((uintptr_t)L->w + (uint64_t)L->n_out * dtype_row_bytes(L->type, L->n_in)) & ~(uintptr_t)15;
+    if (end <= start) return NULL;
+    h->p = (const void *)start;
+    h->bytes = end - start < b->l2_window ? end - start : b->l2_window;
+    return h;
+}
+
 /* tessera_cuda_profile_forward's event after one kernel (profile.cu): the events past
  * prof_cap are not recorded. */
 static int prof_mark(struct cuda_backend *b, const char *name)
@@ -80,6 +99,7 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
     const float eps = c->rms_eps, scale = 1.0f / sqrtf((float)hd);
     cudaStream_t st = b->stream;
     const int pdl = b->pdl; /* the kernels below may start while the one before them finishes */
+    struct cuda_l2_hint h;  /* the norms and RoPE prefetch the next linear's weights (l2_next) */
     int e;
     /* each kernel: its name for errors (and, while profiling, an event after it) */
 #define STEP(name, call)                                                                       \
@@ -95,14 +115,16 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
         const struct cu_layer *cl = &b->w.layers[l];
         *layer = l;
         STEP("rmsnorm_residual (attention)",
-             cuda_rmsnorm_residual(d->act, adt, d->x, l ? d->delta : NULL, cl->attn_norm, T, dim, eps, pdl, st));
+             cuda_rmsnorm_residual(d->act, adt, d->x, l ? d->delta : NULL, cl->attn_norm, T, dim, eps,
+                                   l2_next(b, sh, &cl->qkv[0], &h), pdl, st));
         for (int i = 0; i < cl->n_qkv; i++)
             STEP("QKV projection", cu_linear_forward(b, &cl->qkv[i], d->act, d->qkv, qkv_dim, T));
         if (cl->q_norm)
             STEP("head_rmsnorm",
                  cuda_head_rmsnorm(d->qkv, qkv_dim, cl->q_norm, cl->k_norm, T, nh, nkv, hd, eps, pdl, st));
         STEP("rope_kv_write", cuda_rope_kv_write(d->q, &b->kv[l], d->qkv, qkv_dim, cl->qkv_bias, d->positions, d->slots,
-                                                 b->w.inv_freq, 1.0f, c->rope_layout, T, nh, pdl, st));
+                                                 b->w.inv_freq, 1.0f, c->rope_layout, T, nh,
+                                                 l2_next(b, sh, &cl->o, &h), pdl, st));
         if (sh->decode)
             STEP("attention_decode",
                  cuda_attention_decode(d->act, adt, d->q, qd, &b->kv[l], d->seq_lens, d->block_tables, b->max_blocks,
@@ -115,7 +137,8 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
         STEP("attention output projection", cu_linear_forward(b, &cl->o, d->act, d->delta, dim, T));
         STEP("all-reduce (attention)", cu_all_reduce(b, d->delta, (size_t)T * dim));
         STEP("rmsnorm_residual (MLP)",
-             cuda_rmsnorm_residual(d->act, adt, d->x, d->delta, cl->ffn_norm, T, dim, eps, pdl, st));
+             cuda_rmsnorm_residual(d->act, adt, d->x, d->delta, cl->ffn_norm, T, dim, eps,
+                                   l2_next(b, sh, &cl->gate_up[0], &h), pdl, st));
         void *mlp = d->act; /* the SiLU·mul rows the down projection reads */
         if (cu_gate_up_fused(b, cl, d->act, T)) {
             mlp = d->gu; /* not d->act, the kernel's input; gu holds [T][ffn] of any act dtype */
@@ -134,7 +157,8 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
     STEP("gather logits rows", cuda_gather_rows(d->xl, d->x, dim, d->logits_idx, sh->L, st));
     STEP("gather logits rows", cuda_gather_rows(d->dl, d->delta, dim, d->logits_idx, sh->L, st));
     STEP("final rmsnorm",
-         cuda_rmsnorm_residual(d->xln, adt, d->xl, d->dl, b->w.output_norm, sh->L, dim, eps, pdl, st));
+         cuda_rmsnorm_residual(d->xln, adt, d->xl, d->dl, b->w.output_norm, sh->L, dim, eps,
+                               l2_next(b, sh, &b->w.output, &h), pdl, st));
     STEP("LM head", cu_linear_forward(b, &b->w.output, d->xln, d->logits, c->vocab_size, sh->L));
 #undef STEP
     return 0;
