@@ -73,11 +73,12 @@ static bool qmm_block_shape(enum dtype type, int64_t n_in)
 /* ---- activation quantization ------------------------------------------------------------- */
 
 __global__ void __launch_bounds__(QACT_THREADS)
-quantize_act_kernel(const float *__restrict__ x, // [n_blocks][32] (= [num_tokens][n_in])
+quantize_act_kernel(const float *x,              // [n_blocks][32] (= [num_tokens][n_in]): the previous kernel's output
                     int64_t n_blocks,
                     int8_t *__restrict__ q,      // [n_blocks][32]
                     float2 *__restrict__ ds)     // [n_blocks]: (d, sum of codes)
 {
+    ts_pdl_begin();
     const int64_t tid = (int64_t)blockIdx.x * QACT_THREADS + threadIdx.x;
     const int64_t b = tid >> 3;
     const bool ok = b < n_blocks;
@@ -113,7 +114,7 @@ size_t cuda_quant_act_size(int64_t n_in, int num_tokens)
            (size_t)(n_in / 32) * (size_t)(num_tokens > 0 ? num_tokens : 0) * sizeof(float2);
 }
 
-int cuda_quantize_act(const float *x, int64_t n_in, int num_tokens, void *act, cudaStream_t stream)
+int cuda_quantize_act(const float *x, int64_t n_in, int num_tokens, void *act, int pdl, cudaStream_t stream)
 {
     if (n_in <= 0 || n_in % 32 || num_tokens < 0 || !q_aligned16(x) || !q_aligned16(act))
         return (int)cudaErrorInvalidValue;
@@ -121,8 +122,8 @@ int cuda_quantize_act(const float *x, int64_t n_in, int num_tokens, void *act, c
     const int64_t n_blocks = n_in / 32 * num_tokens;
     int8_t *q = static_cast<int8_t *>(act);
     float2 *ds = reinterpret_cast<float2 *>(static_cast<uint8_t *>(act) + cuda_quant_act_ds_offset(n_in, num_tokens));
-    TS_LAUNCH(quantize_act_kernel, ts_div_up((size_t)n_blocks * 8, QACT_THREADS), QACT_THREADS, 0, stream, x,
-              n_blocks, q, ds);
+    TS_LAUNCH_PDL(quantize_act_kernel, ts_div_up((size_t)n_blocks * 8, QACT_THREADS), QACT_THREADS, 0, stream, pdl,
+                  x, n_blocks, q, ds);
     return TS_LAUNCH_RESULT();
 }
 
@@ -156,17 +157,22 @@ template <int N> __device__ __forceinline__ float qmm_reduce_scatter(float (&v)[
     return s;
 }
 
-/* NI activation code words (4 codes each) at p: 16-byte loads (NI = 8, 4) or one 8-byte load. */
+/* NI activation code words (4 codes each) at p: 16-byte loads (NI = 8, 4) or one 8-byte load.
+ * Not the read-only path (__ldg), which assumes data no one writes while the kernel runs: in
+ * a pdl launch the kernel before this one writes them while this one has started
+ * (common.cuh, ts_pdl_wait). __ldca (ld.global.ca, cached in L1 as __ldg is) rather than a
+ * plain dereference: naming the global space lets nvcc schedule them past the warp's stores
+ * to its shared staging buffer (plain loads cost the Q6_K kernel ~15 % more instructions). */
 template <int NI> __device__ __forceinline__ void qmm_load_act(const int8_t *p, int (&a)[NI])
 {
     if constexpr (NI == 2) {
-        const int2 v = __ldg(reinterpret_cast<const int2 *>(p));
+        const int2 v = __ldca(reinterpret_cast<const int2 *>(p));
         a[0] = v.x;
         a[1] = v.y;
     } else {
 #pragma unroll
         for (int i = 0; i < NI / 4; i++) {
-            const int4 v = __ldg(reinterpret_cast<const int4 *>(p) + i);
+            const int4 v = __ldca(reinterpret_cast<const int4 *>(p) + i);
             a[4 * i + 0] = v.x;
             a[4 * i + 1] = v.y;
             a[4 * i + 2] = v.z;
@@ -213,8 +219,8 @@ template <int QT, int T, int R, int UPL, bool DIRECT>
 __global__ void __launch_bounds__(QMM_THREADS, T == 1 ? (DIRECT ? 6 : 8) : T == 8 ? 3 : 4)
 quant_gemv_kernel(const uint8_t *__restrict__ w,  // [n_out][row_bytes]
                   int64_t row_bytes, int n_in, int64_t n_out,
-                  const int8_t *__restrict__ xq,   // [num_tokens][n_in]
-                  const float2 *__restrict__ xds,  // [num_tokens][n_in / 32]
+                  const int8_t *xq,                // [num_tokens][n_in]: the previous kernel's output (pdl)
+                  const float2 *xds,               // [num_tokens][n_in / 32]: the same
                   int num_tokens,
                   float *__restrict__ y,           // [num_tokens][ldy], columns [0, n_out)
                   int64_t ldy, int ks)
@@ -271,8 +277,8 @@ quant_gemv_kernel(const uint8_t *__restrict__ w,  // [n_out][row_bytes]
                 qmm_load_act<Q::NI>(xq + (int64_t)t * n_in + e, a);
                 /* (d, s), or only d where the weight type needs no code sum */
                 float2 ds;
-                if constexpr (Q::HAS_B) ds = __ldg(xds + (int64_t)t * nb32 + (e >> 5));
-                else ds.x = __ldg(reinterpret_cast<const float *>(xds + (int64_t)t * nb32 + (e >> 5)));
+                if constexpr (Q::HAS_B) ds = __ldca(xds + (int64_t)t * nb32 + (e >> 5));
+                else ds.x = __ldca(reinterpret_cast<const float *>(xds + (int64_t)t * nb32 + (e >> 5)));
 #pragma unroll
                 for (int r = 0; r < R; r++) {
                     int isum = 0;
@@ -318,6 +324,10 @@ quant_gemv_kernel(const uint8_t *__restrict__ w,  // [n_out][row_bytes]
     } else if (g < n_groups && c < nchunks) {
         valid = load(pre, g, c);
     }
+    /* A pdl launch: the first chunk's weights (no kernel's output) are in flight before the
+     * wait for the previous kernel, which writes the activations. */
+    ts_pdl_launch_dependents();
+    ts_pdl_wait();
     for (; g < n_groups; g += gstride) {
         const int64_t row0 = g * R;
         const int nrows = group_rows(g);
@@ -401,7 +411,7 @@ quant_gemv_kernel(const uint8_t *__restrict__ w,  // [n_out][row_bytes]
 
 template <int QT, int T, int R, int UPL, bool DIRECT>
 static int qmm_gemv_launch(const uint8_t *w, int64_t n_in, int64_t n_out, const int8_t *xq, const float2 *xds,
-                           int num_tokens, float *y, int64_t ldy, cudaStream_t stream)
+                           int num_tokens, float *y, int64_t ldy, int pdl, cudaStream_t stream)
 {
     auto *k = quant_gemv_kernel<QT, T, R, UPL, DIRECT>;
     static const int resident = qmm_resident_warps(reinterpret_cast<const void *>(k));
@@ -418,8 +428,8 @@ static int qmm_gemv_launch(const uint8_t *w, int64_t n_in, int64_t n_out, const 
         ks = 1;
         ctas = (warps + QMM_WARPS - 1) / QMM_WARPS;
     }
-    TS_LAUNCH(k, (unsigned)ctas, QMM_THREADS, 0, stream, w, row_bytes, (int)n_in, n_out, xq, xds, num_tokens, y,
-              ldy, ks);
+    TS_LAUNCH_PDL(k, (unsigned)ctas, QMM_THREADS, 0, stream, pdl, w, row_bytes, (int)n_in, n_out, xq, xds, num_tokens,
+                  y, ldy, ks);
     return TS_LAUNCH_RESULT();
 }
 
@@ -435,23 +445,22 @@ template <int QT> static constexpr int qmm_upl(int R)
 
 template <int QT, bool DIRECT>
 static int qmm_gemv_type(const uint8_t *w, int64_t n_in, int64_t n_out, const int8_t *xq, const float2 *xds,
-                         int num_tokens, float *y, int64_t ldy, cudaStream_t stream)
+                         int num_tokens, float *y, int64_t ldy, int pdl, cudaStream_t stream)
 {
+    /* every instance's arguments after its template ones */
+#define QMM_GEMV_ARGS w, n_in, n_out, xq, xds, num_tokens, y, ldy, pdl, stream
     switch (num_tokens) {
-    case 1:
-        return qmm_gemv_launch<QT, 1, 1, qmm_upl<QT>(1), DIRECT>(w, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
-    case 2:
-        return qmm_gemv_launch<QT, 2, 2, qmm_upl<QT>(2), DIRECT>(w, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
-    case 3: case 4:
-        return qmm_gemv_launch<QT, 4, 2, qmm_upl<QT>(2), DIRECT>(w, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
-    case 5: case 6: case 7: case 8:
-        return qmm_gemv_launch<QT, 8, 4, qmm_upl<QT>(4), DIRECT>(w, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
+    case 1: return qmm_gemv_launch<QT, 1, 1, qmm_upl<QT>(1), DIRECT>(QMM_GEMV_ARGS);
+    case 2: return qmm_gemv_launch<QT, 2, 2, qmm_upl<QT>(2), DIRECT>(QMM_GEMV_ARGS);
+    case 3: case 4: return qmm_gemv_launch<QT, 4, 2, qmm_upl<QT>(2), DIRECT>(QMM_GEMV_ARGS);
+    case 5: case 6: case 7: case 8: return qmm_gemv_launch<QT, 8, 4, qmm_upl<QT>(4), DIRECT>(QMM_GEMV_ARGS);
     default: return (int)cudaErrorInvalidValue;
     }
+#undef QMM_GEMV_ARGS
 }
 
 int cuda_quant_gemv(enum dtype type, const void *w, int64_t n_in, int64_t n_out, const void *act, int num_tokens,
-                    float *y, int64_t ldy, int direct, cudaStream_t stream)
+                    float *y, int64_t ldy, int direct, int pdl, cudaStream_t stream)
 {
     if (!qmm_block_shape(type, n_in) || n_out < 0 || num_tokens < 1 ||
         num_tokens > QMM_GEMV_MAX_TOKENS || ldy < n_out || !q_aligned16(w) || !q_aligned16(act))
@@ -462,15 +471,15 @@ int cuda_quant_gemv(enum dtype type, const void *w, int64_t n_in, int64_t n_out,
     const float2 *xds =
         reinterpret_cast<const float2 *>(static_cast<const uint8_t *>(act) + cuda_quant_act_ds_offset(n_in, num_tokens));
     switch (type) {
-    case DT_Q8_0: return qmm_gemv_type<DT_Q8_0, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
-    case DT_Q4_0: return qmm_gemv_type<DT_Q4_0, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
-    case DT_Q4_1: return qmm_gemv_type<DT_Q4_1, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
-    case DT_Q5_0: return qmm_gemv_type<DT_Q5_0, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
-    case DT_Q5_1: return qmm_gemv_type<DT_Q5_1, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
+    case DT_Q8_0: return qmm_gemv_type<DT_Q8_0, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, pdl, stream);
+    case DT_Q4_0: return qmm_gemv_type<DT_Q4_0, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, pdl, stream);
+    case DT_Q4_1: return qmm_gemv_type<DT_Q4_1, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, pdl, stream);
+    case DT_Q5_0: return qmm_gemv_type<DT_Q5_0, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, pdl, stream);
+    case DT_Q5_1: return qmm_gemv_type<DT_Q5_1, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, pdl, stream);
     case DT_Q4_K:
-        return direct ? qmm_gemv_type<DT_Q4_K, true>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream)
-                      : qmm_gemv_type<DT_Q4_K, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
-    case DT_Q6_K: return qmm_gemv_type<DT_Q6_K, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, stream);
+        return direct ? qmm_gemv_type<DT_Q4_K, true>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, pdl, stream)
+                      : qmm_gemv_type<DT_Q4_K, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, pdl, stream);
+    case DT_Q6_K: return qmm_gemv_type<DT_Q6_K, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, pdl, stream);
     default: return (int)cudaErrorInvalidValue;
     }
 }
@@ -594,7 +603,7 @@ size_t cuda_quant_matmul_workspace_size(enum dtype type, int64_t n_in, int64_t n
 
 int cuda_quant_matmul(enum dtype type, const void *w, int64_t n_in, int64_t n_out, const float *x, float *y,
                       int64_t ldy, int num_tokens, void *workspace, size_t workspace_bytes,
-                      struct cublasContext *cublas, int direct, cudaStream_t stream)
+                      struct cublasContext *cublas, int direct, int pdl, cudaStream_t stream)
 {
     if (!qmm_block_shape(type, n_in) || n_out < 0 || ldy < n_out || num_tokens < 0 || !q_aligned16(w) ||
         !q_aligned16(x) || !q_aligned16(workspace))
@@ -603,9 +612,9 @@ int cuda_quant_matmul(enum dtype type, const void *w, int64_t n_in, int64_t n_ou
 
     if (num_tokens <= QMM_GEMV_MAX_TOKENS) {
         if (workspace_bytes < cuda_quant_act_size(n_in, num_tokens)) return (int)cudaErrorInvalidValue;
-        int e = cuda_quantize_act(x, n_in, num_tokens, workspace, stream);
+        int e = cuda_quantize_act(x, n_in, num_tokens, workspace, pdl, stream);
         if (e) return e;
-        return cuda_quant_gemv(type, w, n_in, n_out, workspace, num_tokens, y, ldy, direct, stream);
+        return cuda_quant_gemv(type, w, n_in, n_out, workspace, num_tokens, y, ldy, direct, pdl, stream);
     }
 
     /* BF16 copy of x, then as many rows of W per slice as the rest of the workspace holds */

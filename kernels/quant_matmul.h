@@ -56,10 +56,13 @@ size_t cuda_quant_matmul_workspace_size(enum dtype type, int64_t n_in, int64_t n
  *       workspace holds beyond the BF16 copy of x (at least one).
  *   cublas: a cuBLAS handle (its stream is set to `stream`); may be NULL when num_tokens
  *       <= QMM_GEMV_MAX_TOKENS.
- *   direct: the GEMV's weight loads (cuda_quant_gemv). */
+ *   direct: the GEMV's weight loads (cuda_quant_gemv).
+ *   pdl: the GEMV path's two kernels (the activation quantization and the GEMV) are
+ *       programmatic dependent launches (common.cuh, ts_pdl_wait); the BF16 path's kernels
+ *       and cuBLAS launch plainly either way. */
 int cuda_quant_matmul(enum dtype type, const void *w, int64_t n_in, int64_t n_out, const float *x,
                       float *y, int64_t ldy, int num_tokens, void *workspace, size_t workspace_bytes,
-                      struct cublasContext *cublas, int direct, cudaStream_t stream);
+                      struct cublasContext *cublas, int direct, int pdl, cudaStream_t stream);
 
 /* ---- the building blocks, for callers that share one quantized x between several
  *      weights (gate and up) or manage their own scratch ---------------------------------- */
@@ -72,17 +75,21 @@ int cuda_quant_matmul(enum dtype type, const void *w, int64_t n_in, int64_t n_ou
 size_t cuda_quant_act_size(int64_t n_in, int num_tokens);
 size_t cuda_quant_act_ds_offset(int64_t n_in, int num_tokens);
 
-/* Quantizes x [num_tokens][n_in] F32 into act (layout above, cuda_quant_act_size bytes). */
-int cuda_quantize_act(const float *x, int64_t n_in, int num_tokens, void *act, cudaStream_t stream);
+/* Quantizes x [num_tokens][n_in] F32 into act (layout above, cuda_quant_act_size bytes).
+ * pdl != 0: a programmatic dependent launch, which waits for the previous kernel before
+ * reading x. */
+int cuda_quantize_act(const float *x, int64_t n_in, int num_tokens, void *act, int pdl, cudaStream_t stream);
 
 /* y [num_tokens][ldy] (columns [0, n_out)) = W x^T from quantized activations
  * (cuda_quantize_act's act, made for this num_tokens and n_in);
  * 1 <= num_tokens <= QMM_GEMV_MAX_TOKENS.
  * direct != 0: Q4_K weights (whose blocks keep 16-byte alignment) are loaded straight into
  * each lane's registers; 0: through shared memory, as every other type always is. Same
- * sums, added in the same order either way. */
+ * sums, added in the same order either way.
+ * pdl != 0: a programmatic dependent launch: the first chunk of weights is loaded before the
+ * wait for the previous kernel, which may be the one writing act. */
 int cuda_quant_gemv(enum dtype type, const void *w, int64_t n_in, int64_t n_out, const void *act,
-                    int num_tokens, float *y, int64_t ldy, int direct, cudaStream_t stream);
+                    int num_tokens, float *y, int64_t ldy, int direct, int pdl, cudaStream_t stream);
 
 /* Dequantizes rows [row0, row0 + rows) of W into out [rows][n_in] BF16 (round to nearest
  * even from the exact F32 values quant_dequant_row gives). */

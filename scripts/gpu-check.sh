@@ -13,7 +13,7 @@
 # 1,024-token prompt, GPU idle between steps, the batch-1 and batch-8 forwards kernel by
 # kernel (tool_bench_cuda --profile), the dense linears' start-up kernel choice against
 # cuBLAS only (TESSERA_CUDA_LINEAR=cublas), without programmatic dependent launches
-# (TESSERA_CUDA_PDL=off), with the decode attention's earlier fixed split
+# (TESSERA_CUDA_PDL=off; also with Q8_0 weights), with the decode attention's earlier fixed split
 # (TESSERA_CUDA_DECODE_SPLIT=fixed), with its 8-head blocks (TESSERA_CUDA_DECODE_ROWS=auto) and
 # without the L2 prefetch of the next weights (TESSERA_CUDA_L2_PREFETCH=off), and
 # scripts/bench_serving.py at 256 concurrent requests with BF16 and FP8 KV; on a machine
@@ -400,16 +400,19 @@ else
     row "Qwen2.5-7B dummy -q q8_0: batch-1 step" "$st" \
         "$(step1 "$OUT/bench-cuda-qwen7b-q8_0.txt") ms vs BF16 $(step1 "$OUT/bench-cuda-qwen7b.txt") ms, $(( $(date +%s) - s ))s"
     step8() { awk '$1 == "decode" && $3 == "batch" && $4 == "8" && $5 != "/" { print $5 }' "$1" 2>/dev/null; }
-    # baseline NAME "LABEL" VAR=VALUE: the batch-1 and batch-8 steps again with one setting
-    # changed, side by side with the main run's (the tool exits 1 on a missed target; the
-    # row needs only its step times)
+    # baseline NAME "LABEL" VAR=VALUE [REF TOOL-ARGS...]: the batch-1 and batch-8 steps again
+    # with one setting changed, side by side with those of REF (default: the main run's
+    # table; TOOL-ARGS go to the tool, e.g. --quantization q8_0 beside the q8_0 run). The
+    # tool exits 1 on a missed target; the row needs only its step times.
     baseline() {
-        local f="$OUT/bench-cuda-qwen7b-$1.txt"
-        env "$3" TESSERA_CUDA_LIB=build/libtessera-cuda.so timeout 240 build/tests/tool_bench_cuda \
-            "$QWEN_DIR" --dummy --kv-cache-dtype bf16 --max-num-seqs 8 --steps 32 >"$f" 2>"${f%.txt}.log"
+        local f="$OUT/bench-cuda-qwen7b-$1.txt" label=$2 setting=$3 ref="$OUT/bench-cuda-qwen7b.txt"
+        shift 3
+        if [ $# -gt 0 ]; then ref=$1; shift; fi
+        env "$setting" TESSERA_CUDA_LIB=build/libtessera-cuda.so timeout 240 build/tests/tool_bench_cuda \
+            "$QWEN_DIR" --dummy --kv-cache-dtype bf16 --max-num-seqs 8 --steps 32 "$@" >"$f" 2>"${f%.txt}.log"
         if [ -n "$(step1 "$f")" ]; then st=INFO; else st=FAIL; fi
-        row "Qwen2.5-7B dummy: $2" "$st" \
-            "batch 1 $(step1 "$OUT/bench-cuda-qwen7b.txt") vs $(step1 "$f") ms, batch 8 $(step8 "$OUT/bench-cuda-qwen7b.txt") vs $(step8 "$f") ms"
+        row "Qwen2.5-7B dummy: $label" "$st" \
+            "batch 1 $(step1 "$ref") vs $(step1 "$f") ms, batch 8 $(step8 "$ref") vs $(step8 "$f") ms"
     }
     # the dense linears' start-up choice (src/backend/cuda/linear.cu) against cuBLAS alone
     baseline cublas "linear kernels chosen vs cuBLAS only" TESSERA_CUDA_LINEAR=cublas
@@ -425,6 +428,10 @@ else
     # the norms and RoPE of small decode steps prefetching the next linear's weights into
     # the L2 (kernels/l2_hint.h; the default on sm_90+) against no prefetch
     baseline nol2 "L2 prefetch of the next weights vs none" TESSERA_CUDA_L2_PREFETCH=off
+    # the quantized GEMVs and their activation quantization as pdl launches (the default)
+    # against plain launches, on the Q8_0 weights
+    baseline q8nopdl "-q q8_0: pdl launches vs none" TESSERA_CUDA_PDL=off "$OUT/bench-cuda-qwen7b-q8_0.txt" \
+        --quantization q8_0
     if [ "${SKIP_SERVING:-0}" = 1 ]; then
         row "bench_serving (Qwen2.5-7B dummy)" SKIP "SKIP_SERVING=1"
     elif [ -f "$QWEN_DIR/tokenizer.json" ]; then

@@ -57,7 +57,7 @@ static double bench_gemv(struct kbench *b, enum dtype type, int64_t n_in, int64_
     void *ws = kbench_alloc_filled(wsz, 0x11);
     int it = 0;
     double s = kbench_time(b, [&] {
-        KB_CHECK(cuda_quant_matmul(type, w[it++ % nc], n_in, n_out, x, y, n_out, nt, ws, wsz, nullptr, direct,
+        KB_CHECK(cuda_quant_matmul(type, w[it++ % nc], n_in, n_out, x, y, n_out, nt, ws, wsz, nullptr, direct, 0,
                                    b->stream));
     });
     char shape[64];
@@ -83,7 +83,7 @@ static void bench_large(struct kbench *b, cublasHandle_t h, enum dtype type, int
     const double flops = 2.0 * nt * n_in * n_out;
     if (qwants(b, "qmm_bf16")) {
         double s = kbench_time(b, [&] {
-            KB_CHECK(cuda_quant_matmul(type, w, n_in, n_out, x, y, n_out, nt, ws, wsz, h, 1, b->stream));
+            KB_CHECK(cuda_quant_matmul(type, w, n_in, n_out, x, y, n_out, nt, ws, wsz, h, 1, 0, b->stream));
         });
         kbench_row(b, "qmm_bf16", shape, s, (double)wbytes + 4.0 * nt * (n_in + n_out), flops, KB_COMPUTE);
     }

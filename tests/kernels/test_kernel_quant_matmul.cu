@@ -186,7 +186,9 @@ static void run_case(enum dtype type, int64_t n_in, int64_t n_out, int nt, uint6
         else cpu_matmul(g_tp, &wt, xh.data(), ycpu.data(), nt, scratch.data());
         KTEST_SEEDS(s) {
             y.poison();
-            int e = cuda_quant_matmul(type, w.ptr, n_in, n_out, x.ptr, y.ptr, ldy, nt, ws.ptr, ws_bytes, g_cublas, 1, 0);
+            /* every other run a pdl launch (the emulator checks that every thread waits) */
+            int e = cuda_quant_matmul(type, w.ptr, n_in, n_out, x.ptr, y.ptr, ldy, nt, ws.ptr, ws_bytes, g_cublas, 1,
+                                      (s + nt) & 1, 0);
             CHECK(e == 0, "cuda_quant_matmul %s n_in=%lld n_out=%lld nt=%d: error %d", dtype_name(type),
                   (long long)n_in, (long long)n_out, nt, e);
             std::vector<float> yp = y.download(), yg((size_t)nt * n_out);
@@ -218,7 +220,8 @@ static void run_case(enum dtype type, int64_t n_in, int64_t n_out, int nt, uint6
              * (direct = 0, TESSERA_CUDA_QUANT_LOADS=staged) it must give the same bits */
             if (!bf16 && type == DT_Q4_K) {
                 y.poison();
-                e = cuda_quant_matmul(type, w.ptr, n_in, n_out, x.ptr, y.ptr, ldy, nt, ws.ptr, ws_bytes, g_cublas, 0, 0);
+                e = cuda_quant_matmul(type, w.ptr, n_in, n_out, x.ptr, y.ptr, ldy, nt, ws.ptr, ws_bytes, g_cublas, 0,
+                                      (s + nt + 1) & 1, 0);
                 CHECK(e == 0, "%s staged: error %d", what, e);
                 std::vector<float> ys = y.download();
                 int diff = 0;
@@ -259,7 +262,7 @@ static void test_quantize_act(void)
         }
         KTEST_SEEDS(s) {
             act.poison();
-            CHECK(cuda_quantize_act(x.ptr, n_in, nt, act.ptr, 0) == 0, "cuda_quantize_act failed");
+            CHECK(cuda_quantize_act(x.ptr, n_in, nt, act.ptr, s & 1, 0) == 0, "cuda_quantize_act failed");
             std::vector<uint8_t> g = act.download();
             size_t ds_off = cuda_quant_act_ds_offset(n_in, nt);
             int bad = 0;
@@ -369,20 +372,20 @@ static void test_invalid(void)
     w.upload(zeros);
     y.poison();
     const int inval = (int)cudaErrorInvalidValue;
-    CHECK(cuda_quant_matmul(DT_F16, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 1, 0) == inval, "F16 weights");
-    CHECK(cuda_quant_matmul(DT_Q8_K, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 1, 0) == inval, "Q8_K weights");
-    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, 128, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 1, 0) == inval, "n_in 128 for Q4_K");
-    CHECK(cuda_quant_matmul(DT_Q4_0, w.ptr, 48, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 1, 0) == inval, "n_in 48");
-    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr + 2, n_in, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 1, 0) == inval, "misaligned w");
-    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, n_in, n_out, x.ptr + 1, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 1, 0) == inval, "misaligned x");
-    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, 16, nullptr, 1, 0) == inval, "small workspace");
-    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out, 40, ws.ptr, wsz, nullptr, 1, 0) == inval, "no cuBLAS handle");
-    CHECK(cuda_quant_gemv(DT_Q4_K, w.ptr, n_in, n_out, ws.ptr, 9, y.ptr, n_out, 1, 0) == inval, "gemv with 9 tokens");
-    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out - 1, 1, ws.ptr, wsz, nullptr, 1, 0) == inval,
+    CHECK(cuda_quant_matmul(DT_F16, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 1, 0, 0) == inval, "F16 weights");
+    CHECK(cuda_quant_matmul(DT_Q8_K, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 1, 0, 0) == inval, "Q8_K weights");
+    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, 128, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 1, 0, 0) == inval, "n_in 128 for Q4_K");
+    CHECK(cuda_quant_matmul(DT_Q4_0, w.ptr, 48, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 1, 0, 0) == inval, "n_in 48");
+    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr + 2, n_in, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 1, 0, 0) == inval, "misaligned w");
+    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, n_in, n_out, x.ptr + 1, y.ptr, n_out, 1, ws.ptr, wsz, nullptr, 1, 0, 0) == inval, "misaligned x");
+    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out, 1, ws.ptr, 16, nullptr, 1, 0, 0) == inval, "small workspace");
+    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out, 40, ws.ptr, wsz, nullptr, 1, 0, 0) == inval, "no cuBLAS handle");
+    CHECK(cuda_quant_gemv(DT_Q4_K, w.ptr, n_in, n_out, ws.ptr, 9, y.ptr, n_out, 1, 0, 0) == inval, "gemv with 9 tokens");
+    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out - 1, 1, ws.ptr, wsz, nullptr, 1, 0, 0) == inval,
           "ldy < n_out");
     CHECK(cuda_dequant_bf16(DT_BF16, w.ptr, n_in, 0, 1, ws.ptr, 0) == inval, "dequant of BF16");
     CHECK(cuda_quant_matmul_workspace_size(DT_F32, n_in, n_out, 1) == 0, "workspace size of F32");
-    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out, 0, ws.ptr, wsz, nullptr, 1, 0) == 0, "0 tokens");
+    CHECK(cuda_quant_matmul(DT_Q4_K, w.ptr, n_in, n_out, x.ptr, y.ptr, n_out, 0, ws.ptr, wsz, nullptr, 1, 0, 0) == 0, "0 tokens");
     std::vector<float> yg = y.download();
     bool untouched = true;
     for (float v : yg) untouched = untouched && isnan(v);

@@ -111,7 +111,7 @@ int cu_linear_forward(struct cuda_backend *b, const struct cu_linear *L, const v
 {
     if (!is_dense(L))
         return cuda_quant_matmul(L->type, L->w, L->n_in, L->n_out, (const float *)x, y + L->col, ldy, T, b->d.qmm_ws,
-                                 b->d.qmm_ws_bytes, b->cublas, b->qmm_direct, b->stream);
+                                 b->d.qmm_ws_bytes, b->cublas, b->qmm_direct, b->pdl, b->stream);
     const void *xb;
     int e = dense_input(b, L, x, T, &xb);
     if (e) return e;
