@@ -12,6 +12,9 @@
  *   wide CTA per row; prefill (thousands of rows) fills every SM with many CTAs. Shapes
  *   off the fast path (dim % 4 != 0, dim > 8192, unaligned pointers) run a generic kernel
  *   with scalar accesses that reads the row twice.
+ *   With qact (F32 out, dim % 32 == 0) each CTA also quantizes its output row for the
+ *   quantized GEMV, as cuda_quantize_act would from out (qact_block, quant.cuh: the same
+ *   function): blocks of 32 over 8 lanes of 4 values (fast path) or a warp of 1 (generic).
  *
  * head_rmsnorm, per token t and head h (q heads with q_norm, then k heads with k_norm):
  *     x = qkv[t][h*head_dim ..]; x = x / sqrt(sum(x^2) / head_dim + eps) * w   (in place)
@@ -19,9 +22,11 @@
  *   registers (float2 or float4 loads), one warp-shuffle reduction, no shared memory.
  */
 #include "kernels/common.cuh"
+#include "kernels/quant.cuh"
 #include "kernels/rowwise.cuh"
 
 #include "kernels/norm.h"
+#include "kernels/quant_matmul.h"
 
 /* ---- RMSNorm + residual ------------------------------------------------------------------ */
 
@@ -43,7 +48,9 @@ rmsnorm_residual_kernel(OutT *__restrict__ out,             // [num_rows][dim]
                         const float *__restrict__ delta,     // [num_rows][dim] or NULL
                         const float *__restrict__ w,         // [dim]
                         int dim, float eps,
-                        const void *l2_p, uint64_t l2_bytes)  // l2_hint.h: issued once the inputs are ready
+                        const void *l2_p, uint64_t l2_bytes,  // l2_hint.h: issued once the inputs are ready
+                        int8_t *__restrict__ qq,             // qact's codes [num_rows][dim], or NULL
+                        float2 *__restrict__ qds)            // qact's [num_rows][dim / 32] (d, code sum)
 {
     ts_pdl_begin();
     ts_l2_prefetch(l2_p, l2_bytes);
@@ -89,10 +96,19 @@ rmsnorm_residual_kernel(OutT *__restrict__ out,             // [num_rows][dim]
 #pragma unroll
     for (int j = 0; j < VPT; j++) {
         int i = threadIdx.x + j * blockDim.x;
-        if (i < nvec) {
-            float4 o = make_float4(x[j].x * inv * wv[j].x, x[j].y * inv * wv[j].y, x[j].z * inv * wv[j].z,
-                                   x[j].w * inv * wv[j].w);
-            ts_store4(out + base + 4 * (int64_t)i, o);
+        /* every thread computes o (zeros past the row): the quantization below is warp-wide */
+        const float4 o = make_float4(x[j].x * inv * wv[j].x, x[j].y * inv * wv[j].y, x[j].z * inv * wv[j].z,
+                                     x[j].w * inv * wv[j].w);
+        if (i < nvec) ts_store4(out + base + 4 * (int64_t)i, o);
+        if (qq) { /* dim % 32 == 0: a block's 8 lanes are all in the row or all past it */
+            const float v[4] = { o.x, o.y, o.z, o.w };
+            int c[4], sum;
+            float d;
+            qact_block<8>(v, c, d, sum);
+            if (i < nvec) {
+                reinterpret_cast<uint32_t *>(qq + base)[i] = qact_pack4(c);
+                if ((i & 7) == 0) qds[(base >> 5) + (i >> 3)] = make_float2(d, (float)sum);
+            }
         }
     }
 }
@@ -106,7 +122,8 @@ rmsnorm_residual_generic_kernel(OutT *__restrict__ out,         // [num_rows][di
                                 const float *__restrict__ delta, // [num_rows][dim] or NULL
                                 const float *__restrict__ w,     // [dim]
                                 int dim, float eps,
-                                const void *l2_p, uint64_t l2_bytes)
+                                const void *l2_p, uint64_t l2_bytes,
+                                int8_t *__restrict__ qq, float2 *__restrict__ qds) // as above
 {
     ts_pdl_begin();
     ts_l2_prefetch(l2_p, l2_bytes);
@@ -123,21 +140,32 @@ rmsnorm_residual_generic_kernel(OutT *__restrict__ out,         // [num_rows][di
     }
     ss = block_sum(ss, red);
     const float inv = 1.0f / sqrtf(ss / (float)dim + eps);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x)
-        out[base + i] = ts_from_float<OutT>(residual[base + i] * inv * w[i]);
+    /* with qq, dim % 32 == 0 and blockDim.x % 32 == 0: a warp's 32 elements are one block */
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float o = residual[base + i] * inv * w[i];
+        out[base + i] = ts_from_float<OutT>(o);
+        if (qq) {
+            const float v[1] = { o };
+            int c[1], sum;
+            float d;
+            qact_block<32>(v, c, d, sum);
+            qq[base + i] = (int8_t)c[0];
+            if ((i & 31) == 0) qds[(base + i) >> 5] = make_float2(d, (float)sum);
+        }
+    }
 }
 
 template <typename OutT>
 static int launch_rmsnorm_residual(OutT *out, float *residual, const float *delta, const float *w,
-                                   int num_rows, int dim, float eps, const void *l2_p, uint64_t l2_bytes, int pdl,
-                                   cudaStream_t stream)
+                                   int num_rows, int dim, float eps, const void *l2_p, uint64_t l2_bytes,
+                                   int8_t *qq, float2 *qds, int pdl, cudaStream_t stream)
 {
     bool fast = dim % 4 == 0 && dim <= RMS_MAX_DIM && ts_aligned(residual, 16) &&
                 (!delta || ts_aligned(delta, 16)) && ts_aligned(w, 16) && ts_aligned(out, 4 * sizeof(OutT));
     if (!fast) {
         auto k = rmsnorm_residual_generic_kernel<OutT>;
         TS_LAUNCH_PDL(k, num_rows, RMS_GENERIC_THREADS, 0, stream, pdl, out, residual, delta, w, dim, eps, l2_p,
-                      l2_bytes);
+                      l2_bytes, qq, qds);
         return TS_LAUNCH_RESULT();
     }
     int nvec = dim / 4;
@@ -147,19 +175,19 @@ static int launch_rmsnorm_residual(OutT *out, float *residual, const float *delt
     case 1: {
         auto k = rmsnorm_residual_kernel<OutT, 1>;
         TS_LAUNCH_PDL(k, num_rows, threads, 0, stream, pdl, out, residual, delta, w, dim, eps, l2_p,
-                      l2_bytes);
+                      l2_bytes, qq, qds);
         break;
     }
     case 2: {
         auto k = rmsnorm_residual_kernel<OutT, 2>;
         TS_LAUNCH_PDL(k, num_rows, threads, 0, stream, pdl, out, residual, delta, w, dim, eps, l2_p,
-                      l2_bytes);
+                      l2_bytes, qq, qds);
         break;
     }
     default: {
         auto k = rmsnorm_residual_kernel<OutT, RMS_MAX_VPT>;
         TS_LAUNCH_PDL(k, num_rows, threads, 0, stream, pdl, out, residual, delta, w, dim, eps, l2_p,
-                      l2_bytes);
+                      l2_bytes, qq, qds);
         break;
     }
     }
@@ -168,22 +196,28 @@ static int launch_rmsnorm_residual(OutT *out, float *residual, const float *delt
 
 extern "C" int cuda_rmsnorm_residual(void *out, enum dtype out_dtype, float *residual, const float *delta,
                                      const float *w, int num_rows, int dim, float eps, const struct cuda_l2_hint *l2,
-                                     int pdl, cudaStream_t stream)
+                                     void *qact, int pdl, cudaStream_t stream)
 {
     const void *l2_p;
     uint64_t l2_n;
-    if (num_rows < 0 || dim < 1 || !out || !residual || !w || !ts_l2_hint_args(l2, &l2_p, &l2_n))
+    if (num_rows < 0 || dim < 1 || !out || !residual || !w || !ts_l2_hint_args(l2, &l2_p, &l2_n) ||
+        (qact && (out_dtype != DT_F32 || dim % 32 != 0 || !ts_aligned(qact, 16))))
         return (int)cudaErrorInvalidValue;
     if (num_rows == 0) return 0;
+    int8_t *qq = static_cast<int8_t *>(qact);
+    float2 *qds = qact ? reinterpret_cast<float2 *>(static_cast<uint8_t *>(qact) +
+                                                    cuda_quant_act_ds_offset(dim, num_rows))
+                       : nullptr;
     switch (out_dtype) {
     case DT_F32:
-        return launch_rmsnorm_residual((float *)out, residual, delta, w, num_rows, dim, eps, l2_p, l2_n, pdl, stream);
-    case DT_F16:
-        return launch_rmsnorm_residual((__half *)out, residual, delta, w, num_rows, dim, eps, l2_p, l2_n, pdl,
+        return launch_rmsnorm_residual((float *)out, residual, delta, w, num_rows, dim, eps, l2_p, l2_n, qq, qds, pdl,
                                        stream);
+    case DT_F16:
+        return launch_rmsnorm_residual((__half *)out, residual, delta, w, num_rows, dim, eps, l2_p, l2_n, nullptr,
+                                       nullptr, pdl, stream);
     case DT_BF16:
         return launch_rmsnorm_residual((__nv_bfloat16 *)out, residual, delta, w, num_rows, dim, eps, l2_p, l2_n,
-                                       pdl, stream);
+                                       nullptr, nullptr, pdl, stream);
     default:
         return (int)cudaErrorInvalidValue;
     }

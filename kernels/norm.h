@@ -33,10 +33,14 @@ extern "C" {
  *   delta:    [num_rows][dim] F32 (the previous linear layer's output) or NULL
  *   w:        [dim] F32
  *   l2:       weights to prefetch into the L2 once the inputs are ready, or NULL
- *             (kernels/l2_hint.h) */
+ *             (kernels/l2_hint.h)
+ *   qact:     NULL, or out quantized for the quantized GEMV as well: the bytes
+ *             cuda_quantize_act(out, dim, num_rows, qact) would write (kernels/quant_matmul.h;
+ *             cuda_quant_act_size(dim, num_rows) bytes, 16-byte aligned), saving that launch.
+ *             Needs out_dtype DT_F32 and dim % 32 == 0. */
 int cuda_rmsnorm_residual(void *out, enum dtype out_dtype, float *residual, const float *delta,
                           const float *w, int num_rows, int dim, float eps, const struct cuda_l2_hint *l2,
-                          int pdl, cudaStream_t stream);
+                          void *qact, int pdl, cudaStream_t stream);
 
 /* Qwen3's q/k norm, in place on the fused QKV buffer: every q head of every token is
  * RMS-normalised over head_dim with q_norm, every k head with k_norm; v is untouched.

@@ -377,6 +377,45 @@ template <> __device__ __forceinline__ void qdecode_f32<DT_Q6_K>(const uint8_t *
         y[j] = __fmul_rn(u.a[j >> 3], (float)(int8_t)(uint8_t)(u.v[j >> 2] >> (8 * (j & 3))));
 }
 
+/* ---- activation quantization ------------------------------------------------------------ */
+
+/* One block of 32 F32 activations quantized by the CPU's Q8_0 rule (quant_dot_scalar.c,
+ * quantize_scalar: d = max |x| / 127 by IEEE division, codes rint(x * (1 / d)) clamped to
+ * +-127, round half to even), its values spread over G consecutive lanes, N = 32 / G each
+ * (G = 8: four consecutive values per lane; G = 32: one), the group's first lane a multiple
+ * of G. Gives each lane its codes, and every lane of the group the block's d and the sum of
+ * its 32 codes (exact). Warp-collective: all 32 lanes call it. cuda_quantize_act and the
+ * RMSNorm's quantized output (cuda_rmsnorm_residual, qact) share it, so both give the bits
+ * cpu_matmul's quantizer gives. */
+template <int G> __device__ __forceinline__ void qact_block(const float (&v)[32 / G], int (&q)[32 / G], float &d,
+                                                            int &sum)
+{
+    constexpr int N = 32 / G;
+    static_assert(N == 4 || N == 1, "4 values per lane (8 lanes) or 1 (32 lanes)");
+    float amax;
+    if constexpr (N == 4) amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+    else amax = fabsf(v[0]);
+#pragma unroll
+    for (int o = G / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(TS_FULL_MASK, amax, o));
+    d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    sum = 0;
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        q[i] = (int)fminf(fmaxf(rintf(v[i] * id), -127.0f), 127.0f);
+        sum += q[i];
+    }
+#pragma unroll
+    for (int o = G / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(TS_FULL_MASK, sum, o);
+}
+
+/* Four codes (int8 range) packed little-endian into one word. */
+__device__ __forceinline__ uint32_t qact_pack4(const int (&q)[4])
+{
+    return (uint32_t)(q[0] & 0xff) | (uint32_t)(q[1] & 0xff) << 8 | (uint32_t)(q[2] & 0xff) << 16 |
+           (uint32_t)(q[3] & 0xff) << 24;
+}
+
 /* ---- staging a chunk of R rows into shared memory ---------------------------------------- */
 
 /* The 16 bytes at p (16-byte aligned) that lie below end (even), zeros above: the tail

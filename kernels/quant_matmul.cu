@@ -82,23 +82,13 @@ quantize_act_kernel(const float *x,              // [n_blocks][32] (= [num_token
     const int64_t tid = (int64_t)blockIdx.x * QACT_THREADS + threadIdx.x;
     const int64_t b = tid >> 3;
     const bool ok = b < n_blocks;
-    float4 v = ok ? reinterpret_cast<const float4 *>(x)[tid] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(TS_FULL_MASK, amax, o));
-    /* the CPU's expressions (quant_dot_scalar.c quantize_scalar): IEEE division, x * (1/d),
-     * round half to even */
-    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    const int q0 = (int)fminf(fmaxf(rintf(v.x * id), -127.0f), 127.0f);
-    const int q1 = (int)fminf(fmaxf(rintf(v.y * id), -127.0f), 127.0f);
-    const int q2 = (int)fminf(fmaxf(rintf(v.z * id), -127.0f), 127.0f);
-    const int q3 = (int)fminf(fmaxf(rintf(v.w * id), -127.0f), 127.0f);
-    int sum = q0 + q1 + q2 + q3;
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(TS_FULL_MASK, sum, o);
+    const float4 x4 = ok ? reinterpret_cast<const float4 *>(x)[tid] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float v[4] = { x4.x, x4.y, x4.z, x4.w };
+    int c[4], sum;
+    float d;
+    qact_block<8>(v, c, d, sum);
     if (ok) {
-        reinterpret_cast<uint32_t *>(q)[tid] = (uint32_t)(q0 & 0xff) | (uint32_t)(q1 & 0xff) << 8 |
-                                               (uint32_t)(q2 & 0xff) << 16 | (uint32_t)(q3 & 0xff) << 24;
+        reinterpret_cast<uint32_t *>(q)[tid] = qact_pack4(c);
         if ((threadIdx.x & 7) == 0) ds[b] = make_float2(d, (float)sum);
     }
 }

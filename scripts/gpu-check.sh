@@ -13,7 +13,8 @@
 # 1,024-token prompt, GPU idle between steps, the batch-1 and batch-8 forwards kernel by
 # kernel (tool_bench_cuda --profile), the dense linears' start-up kernel choice against
 # cuBLAS only (TESSERA_CUDA_LINEAR=cublas), without programmatic dependent launches
-# (TESSERA_CUDA_PDL=off; also with Q8_0 weights), with the decode attention's earlier fixed split
+# (TESSERA_CUDA_PDL=off; also with Q8_0 weights), with Q8_0 weights and no fused kernels
+# (TESSERA_CUDA_FUSE=off: a quantizer launch per linear), with the decode attention's earlier fixed split
 # (TESSERA_CUDA_DECODE_SPLIT=fixed), with its 8-head blocks (TESSERA_CUDA_DECODE_ROWS=auto) and
 # without the L2 prefetch of the next weights (TESSERA_CUDA_L2_PREFETCH=off), and
 # scripts/bench_serving.py at 256 concurrent requests with BF16 and FP8 KV; on a machine
@@ -431,6 +432,10 @@ else
     # the quantized GEMVs and their activation quantization as pdl launches (the default)
     # against plain launches, on the Q8_0 weights
     baseline q8nopdl "-q q8_0: pdl launches vs none" TESSERA_CUDA_PDL=off "$OUT/bench-cuda-qwen7b-q8_0.txt" \
+        --quantization q8_0
+    # the norms writing the quantized GEMVs' input themselves (and the other fused kernels,
+    # none of which a Q8_0 model uses) against a quantizer launch per linear
+    baseline q8nofuse "-q q8_0: fused kernels vs none" TESSERA_CUDA_FUSE=off "$OUT/bench-cuda-qwen7b-q8_0.txt" \
         --quantization q8_0
     if [ "${SKIP_SERVING:-0}" = 1 ]; then
         row "bench_serving (Qwen2.5-7B dummy)" SKIP "SKIP_SERVING=1"

@@ -96,9 +96,10 @@ static backend_create_fn g_create;
 static void (*g_timing)(void *, int, double *, double *, long *);
 static int (*g_device_count)(char *, size_t);
 static tessera_cuda_profile_fn g_profile;
-/* The emulator's count of bytes the kernels asked the L2 to prefetch (kernels/l2_hint.h);
- * NULL with the real library. */
+/* The emulator's counts (NULL with the real library): bytes the kernels asked the L2 to
+ * prefetch (kernels/l2_hint.h), and grids of one kernel run, by the kernel's name. */
 static uint64_t (*g_l2_prefetched)(void);
+static uint64_t (*g_grids_run)(const char *);
 static bool g_verbose;
 
 static double now_s(void)
@@ -145,8 +146,9 @@ static int load_lib(void)
     memcpy(&g_timing, &t, sizeof t);
     memcpy(&g_device_count, &dc, sizeof dc);
     memcpy(&g_profile, &pf, sizeof pf);
-    void *l2 = dlsym(h, "tessera_cuda_emu_l2_prefetched_bytes");
+    void *l2 = dlsym(h, "tessera_cuda_emu_l2_prefetched_bytes"), *gr = dlsym(h, "tessera_cuda_emu_grids_run");
     if (l2) memcpy(&g_l2_prefetched, &l2, sizeof l2);
+    if (gr) memcpy(&g_grids_run, &gr, sizeof gr);
     void (*set)(int);
     memcpy(&set, &lv, sizeof lv);
     set(g_verbose ? 2 : 0);
@@ -1175,16 +1177,34 @@ static bool same_token(const struct backend_token *a, const struct backend_token
 
 /* ---- the forward profile ---------------------------------------------------------------- */
 
-/* The emulator's L2 prefetch count now (0 with the real library). */
-static uint64_t l2_count(void) { return g_l2_prefetched ? g_l2_prefetched() : 0; }
+/* What the emulator counted during one step (zeros with the real library): bytes asked of
+ * the L2, and grids of the activation quantizer (cuda_quantize_act) run. */
+struct step_counts {
+    uint64_t l2_bytes, quantize;
+};
+
+static struct step_counts counts_now(void)
+{
+    struct step_counts c = { g_l2_prefetched ? g_l2_prefetched() : 0,
+                             g_grids_run ? g_grids_run("quantize_act_kernel") : 0 };
+    return c;
+}
+
+static struct step_counts counts_since(struct step_counts a)
+{
+    struct step_counts b = counts_now();
+    b.l2_bytes -= a.l2_bytes;
+    b.quantize -= a.quantize;
+    return b;
+}
 
 /* A 3-token prefill, then one decode step naming its token, on tp GPUs. With prows
  * (32 rows), the prefill's forward is profiled in between (refused before the first step
  * and while one is in flight) into prows / *pn; with drows, the decode step's after it.
- * The decode step's token and top logprobs go to *out; with l2, the bytes the prefill's
- * and the decode step's kernels asked the L2 to prefetch to l2[0] and l2[1]. */
+ * The decode step's token and top logprobs go to *out; with cnt, what the emulator counted
+ * during the prefill and the decode step to cnt[0] and cnt[1]. */
 static void profile_run(const struct model *m, int tp, struct backend_token *out, struct tessera_cuda_profile_row *prows,
-                        int *pn, struct tessera_cuda_profile_row *drows, int *dn, uint64_t l2[2])
+                        int *pn, struct tessera_cuda_profile_row *drows, int *dn, struct step_counts cnt[2])
 {
     const bool profile = prows != NULL;
     char err[ERR_BUF];
@@ -1212,11 +1232,11 @@ static void profile_run(const struct model *m, int tp, struct backend_token *out
     const struct backend_ops *ops = sd.ops;
     if (profile)
         CHECK(g_profile(sd.impl, 1, rows, 32, &fwd, err, sizeof err) == ERR_INVALID, "profile before a step: %s", err);
-    uint64_t l2_0 = l2_count();
+    struct step_counts c0 = counts_now();
     CHECK(ops->submit(sd.impl, &b, smp, err, sizeof err) == 0, "prefill: %s", err);
     if (profile) CHECK(g_profile(sd.impl, 1, rows, 32, &fwd, err, sizeof err) == ERR_BUSY, "profile in flight: %s", err);
     CHECK(ops->wait(sd.impl, tok_out, err, sizeof err) == 0, "prefill: %s", err);
-    if (l2) l2[0] = l2_count() - l2_0;
+    if (cnt) cnt[0] = counts_since(c0);
     if (profile) {
         const int n = *pn = g_profile(sd.impl, 3, rows, 32, &fwd, err, sizeof err);
         CHECK(n > 0, "profile: %d: %s", n, err);
@@ -1236,16 +1256,33 @@ static void profile_run(const struct model *m, int tp, struct backend_token *out
     int32_t t2[1] = { BACKEND_TOKEN_PREV(0) }, p2[1] = { 3 }, q2[2] = { 0, 1 }, len2[1] = { 4 }, li2[1] = { 0 };
     int64_t s2[1] = { 51 };
     struct batch d = { 1, 1, t2, p2, s2, q2, len2, bt, MB, 1, li2 };
-    l2_0 = l2_count();
+    c0 = counts_now();
     CHECK(ops->submit(sd.impl, &d, smp, err, sizeof err) == 0 && ops->wait(sd.impl, out, err, sizeof err) == 0,
           "the decode step: %s", err);
-    if (l2) l2[1] = l2_count() - l2_0;
+    if (cnt) cnt[1] = counts_since(c0);
     if (drows) {
         *dn = g_profile(sd.impl, 1, drows, 32, &fwd, err, sizeof err);
         CHECK(*dn > 0, "profile of the decode step: %d: %s", *dn, err);
     }
     sampler_free(g);
     side_close(&sd);
+}
+
+/* profile_run with setting `var` = a, then = b (restored afterwards): the decode tokens to
+ * tok[0] and tok[1], the emulator's counts to cnt[0] and cnt[1]; the two tokens and their
+ * logprobs must be the same to the bit (settings that change no result). */
+static void setting_pair(const struct model *m, const char *var, const char *a, const char *b,
+                         struct backend_token tok[2], struct step_counts cnt[2][2])
+{
+    struct env_saved was = env_save(var);
+    memset(cnt, 0, 2 * sizeof cnt[0]);
+    for (int i = 0; i < 2; i++) {
+        setenv(var, i ? b : a, 1);
+        profile_run(m, 1, &tok[i], NULL, NULL, NULL, NULL, cnt[i]);
+    }
+    env_restore(&was);
+    CHECK(tok[0].n_top > 0 && same_token(&tok[0], &tok[1]), "%s=%s vs %s: token %d (%.9g) vs %d (%.9g)", var, a, b,
+          tok[0].token, tok[0].logprob, tok[1].token, tok[1].logprob);
 }
 
 /* tessera_cuda_profile_forward (tool_bench_cuda --profile): one row per kernel name, the
@@ -1335,16 +1372,39 @@ static void test_quant_loads(void)
 {
     struct model *m = load_model("testmodels/tiny-q4_k.gguf", true, MODEL_LOAD_NO_TOKENIZER);
     if (!m) return;
-    struct env_saved was = env_save("TESSERA_CUDA_QUANT_LOADS");
     struct backend_token tok[2];
-    for (int staged = 0; staged < 2; staged++) {
-        setenv("TESSERA_CUDA_QUANT_LOADS", staged ? "staged" : "direct", 1);
-        profile_run(m, 1, &tok[staged], NULL, NULL, NULL, NULL, NULL);
-    }
-    CHECK(tok[0].n_top > 0 && same_token(&tok[0], &tok[1]), "direct vs staged loads: token %d (%.9g) vs %d (%.9g)",
-          tok[0].token, tok[0].logprob, tok[1].token, tok[1].logprob);
-    env_restore(&was);
+    struct step_counts cnt[2][2];
+    setting_pair(m, "TESSERA_CUDA_QUANT_LOADS", "direct", "staged", tok, cnt);
     expect_env_refused(m, "TESSERA_CUDA_QUANT_LOADS", "shared", "direct or staged");
+    model_free(m);
+}
+
+/* The norms before quantized linears write their output quantized as well (forward.cu,
+ * norm_qact; cuda_rmsnorm_residual's qact), so of a step of up to 8 rows of tiny-q4_k (every
+ * linear quantized) only the O and down projections still launch the activation quantizer:
+ * 2 per layer in the 3-token prefill and in the decode step, against more with
+ * TESSERA_CUDA_FUSE=off, and the decode token and logprobs are bit for bit the same. (The
+ * counts need the emulator; with the real library only the tokens are compared.) */
+static void test_norm_quant(void)
+{
+    struct model *m = load_model("testmodels/tiny-q4_k.gguf", true, MODEL_LOAD_NO_TOKENIZER);
+    if (!m) return;
+    struct backend_token tok[2];
+    struct step_counts cnt[2][2]; /* [fused, not][prefill, decode] */
+    setting_pair(m, "TESSERA_CUDA_FUSE", "on", "off", tok, cnt);
+    if (g_grids_run) {
+        const uint64_t L = (uint64_t)m->cfg.n_layers;
+        for (int st = 0; st < 2; st++) {
+            const char *step = st ? "decode" : "prefill";
+            CHECK(cnt[0][st].quantize == 2 * L, "fused %s: %llu quantizer grids for %llu layers (want 2 per layer)",
+                  step, (unsigned long long)cnt[0][st].quantize, (unsigned long long)L);
+            CHECK(cnt[1][st].quantize > 2 * L, "TESSERA_CUDA_FUSE=off %s: %llu quantizer grids", step,
+                  (unsigned long long)cnt[1][st].quantize);
+        }
+        printf("    quantizer grids per step: %llu fused, %llu not (%llu layers)\n",
+               (unsigned long long)cnt[0][1].quantize, (unsigned long long)cnt[1][1].quantize,
+               (unsigned long long)L);
+    }
     model_free(m);
 }
 
@@ -1359,23 +1419,17 @@ static void test_l2_prefetch(void)
 {
     struct model *m = load_model("testmodels/llama3-tiny-hd64", true, MODEL_LOAD_NO_TOKENIZER);
     if (!m) return;
-    struct env_saved was = env_save("TESSERA_CUDA_L2_PREFETCH");
     struct backend_token tok[2];
-    uint64_t l2[2][2] = { { 0, 0 }, { 0, 0 } }; /* [on, off][prefill, decode] */
-    for (int off = 0; off < 2; off++) {
-        setenv("TESSERA_CUDA_L2_PREFETCH", off ? "off" : "on", 1);
-        profile_run(m, 1, &tok[off], NULL, NULL, NULL, NULL, l2[off]);
-    }
-    CHECK(tok[0].n_top > 0 && same_token(&tok[0], &tok[1]), "prefetch vs none: token %d (%.9g) vs %d (%.9g)",
-          tok[0].token, tok[0].logprob, tok[1].token, tok[1].logprob);
+    struct step_counts cnt[2][2]; /* [on, off][prefill, decode] */
+    setting_pair(m, "TESSERA_CUDA_L2_PREFETCH", "on", "off", tok, cnt);
     if (g_l2_prefetched) {
-        CHECK(l2[0][1] > 0 && l2[0][1] % 16 == 0 && l2[0][0] == 0, "on: %llu bytes in the decode step, %llu in the prefill",
-              (unsigned long long)l2[0][1], (unsigned long long)l2[0][0]);
-        CHECK(l2[1][0] == 0 && l2[1][1] == 0, "off: %llu + %llu bytes prefetched", (unsigned long long)l2[1][0],
-              (unsigned long long)l2[1][1]);
-        printf("    decode step: %llu bytes prefetched into the L2\n", (unsigned long long)l2[0][1]);
+        const uint64_t on_p = cnt[0][0].l2_bytes, on_d = cnt[0][1].l2_bytes;
+        CHECK(on_d > 0 && on_d % 16 == 0 && on_p == 0, "on: %llu bytes in the decode step, %llu in the prefill",
+              (unsigned long long)on_d, (unsigned long long)on_p);
+        CHECK(cnt[1][0].l2_bytes == 0 && cnt[1][1].l2_bytes == 0, "off: %llu + %llu bytes prefetched",
+              (unsigned long long)cnt[1][0].l2_bytes, (unsigned long long)cnt[1][1].l2_bytes);
+        printf("    decode step: %llu bytes prefetched into the L2\n", (unsigned long long)on_d);
     }
-    env_restore(&was);
     expect_env_refused(m, "TESSERA_CUDA_L2_PREFETCH", "auto", "on or off");
     model_free(m);
 }
@@ -1807,6 +1861,7 @@ int main(int argc, char **argv)
     T(test_profile);
     T(test_fused_mlp);
     T(test_quant_loads);
+    T(test_norm_quant);
     T(test_l2_prefetch);
     T(test_decode_split);
     T(test_scoring);

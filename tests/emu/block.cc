@@ -22,6 +22,7 @@
 #include <pthread.h>
 
 #include <thread>
+#include <unordered_map>
 
 namespace emu {
 
@@ -515,8 +516,17 @@ static void run_block(worker *w, const launch &L, uint64_t bidx)
     threadIdx = make_uint3(0, 0, 0);
 }
 
+/* Grids run so far per kernel name (the launch's name pointer: a string literal per launch
+ * site), for tests that count launches (tessera_cuda_emu_grids_run). */
+static std::mutex g_runs_mu;
+static std::unordered_map<const char *, uint64_t> g_runs;
+
 void run_grid(const launch &L)
 {
+    {
+        std::lock_guard<std::mutex> lk(g_runs_mu);
+        g_runs[L.name]++;
+    }
     uint64_t nblocks = (uint64_t)L.grid.x * L.grid.y * L.grid.z;
     parallel_for((size_t)nblocks, [&L](size_t i) { run_block(get_worker(), L, i); });
 }
@@ -810,4 +820,16 @@ void emu_yield(void)
     if (!t) return;
     queue_push(t->w, t->index);
     block_wait(t->w, t);
+}
+
+/* Grids of kernel `name` (as launched: TS_LAUNCH's first argument) run so far, eagerly or in
+ * graph replays. Exported by the emulated backend library (exports.map: tessera_cuda_*)
+ * for test_cuda_backend, which counts the activation quantizer's launches per step. */
+extern "C" uint64_t tessera_cuda_emu_grids_run(const char *name)
+{
+    std::lock_guard<std::mutex> lk(emu::g_runs_mu);
+    uint64_t n = 0;
+    for (const auto &e : emu::g_runs)
+        if (!strcmp(e.first, name)) n += e.second;
+    return n;
 }

@@ -26,7 +26,7 @@ static void bench_rmsnorm(struct kbench *b, int T, int dim)
     float *w = (float *)kbench_alloc_filled((size_t)dim * 4, 0);
     void *out = kbench_alloc_filled((size_t)T * dim * 2, 0);
     double s = kbench_time(b, [&] {
-        KB_CHECK(cuda_rmsnorm_residual(out, DT_BF16, res, delta, w, T, dim, 1e-6f, NULL, 0, b->stream));
+        KB_CHECK(cuda_rmsnorm_residual(out, DT_BF16, res, delta, w, T, dim, 1e-6f, NULL, NULL, 0, b->stream));
     });
     char shape[64];
     snprintf(shape, sizeof shape, "T=%d d=%d bf16 out", T, dim);

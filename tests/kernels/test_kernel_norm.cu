@@ -3,7 +3,9 @@
  * over rows 1 / 3 / 64 / 257, dims 64, 896, 1000 (a multiple of 8 whose last CTA pass is
  * partial), 3584, 5120, 8192, F32 / F16 / BF16 outputs, with and without delta, plus the
  * generic path (odd dims, unaligned pointers, dim > 8192), each with and without an L2
- * prefetch hint (ktest_l2: the same bits, exactly the hinted bytes issued); per-head RMSNorm over head dims
+ * prefetch hint (ktest_l2: the same bits, exactly the hinted bytes issued) and, for F32 rows
+ * of whole 32-blocks, with and without the quantized output (bytewise cuda_quantize_act's
+ * of out); per-head RMSNorm over head dims
  * 64 / 128 / 256, GQA 1 / 3 / 7 / 8 and padded row strides; invalid arguments. Every case
  * runs under several emulator fiber orders (the block reduction has barriers), outputs
  * poisoned before the call, guards checked on every buffer after it.
@@ -15,6 +17,7 @@ extern "C" {
 #include "util/err.h"
 }
 #include "kernels/norm.h"
+#include "kernels/quant_matmul.h"
 
 static const enum dtype ACT_TYPES[3] = { DT_F32, DT_F16, DT_BF16 };
 static const float EPS = 1e-6f;
@@ -54,7 +57,15 @@ static void rms_case(int rows, int dim, enum dtype dt, bool with_delta, int shif
     kbuf<unsigned char> d_out((n + shift) * es);
     d_w.upload(w);
     ktest_l2 l2;
+    /* F32 rows of whole 32-blocks also come out quantized (qact) on runs 0, 2, ...: the bytes
+     * cuda_quantize_act makes from out */
+    const bool quant = dt == DT_F32 && dim % 32 == 0;
+    const size_t qbytes = cuda_quant_act_size(dim, rows);
+    kbuf<uint8_t> d_qa(quant ? qbytes : 1), d_qref(quant ? qbytes : 1);
     KTEST_SEEDS(s) {
+        const bool q = quant && s != 1;
+        d_qa.poison();
+        d_qref.poison();
         d_res.poison();
         d_del.poison();
         d_out.poison();
@@ -62,8 +73,16 @@ static void rms_case(int rows, int dim, enum dtype dt, bool with_delta, int shif
         KCHECK_CUDA(cudaMemcpy(d_del.ptr + shift, del.data(), n * 4, cudaMemcpyHostToDevice));
         rc = cuda_rmsnorm_residual(d_out.ptr + shift * es, dt, d_res.ptr + shift,
                                    with_delta ? d_del.ptr + shift : NULL, d_w.ptr, rows, dim, EPS, l2.arm(s, seed),
-                                   (s + rows) & 1, 0);
+                                   q ? d_qa.ptr : NULL, (s + rows) & 1, 0);
         CHECK(rc == 0, "cuda_rmsnorm_residual returned %d", rc);
+        if (q) { /* the reference quantizes an aligned copy of out (shifted outs are not) */
+            kbuf<float> d_oc(n);
+            KCHECK_CUDA(cudaMemcpy(d_oc.ptr, d_out.ptr + shift * es, n * 4, cudaMemcpyDeviceToDevice));
+            CHECK(cuda_quantize_act(d_oc.ptr, dim, rows, d_qref.ptr, 0, 0) == 0, "cuda_quantize_act failed");
+            CHECK(d_qa.download() == d_qref.download(), "rmsnorm rows=%d dim=%d shift=%d: the quantized output "
+                  "differs from cuda_quantize_act's", rows, dim, shift);
+            CHECK_GUARD(d_qa);
+        }
         std::vector<float> got_res = d_res.download();
         std::vector<unsigned char> got_out = d_out.download();
         char what[96];
@@ -109,24 +128,34 @@ static void test_rmsnorm_residual_generic(void)
         rms_case(5, 1001, dt, dt != DT_F16, 0, seed++);
         rms_case(4, 1000, dt, true, 1, seed++);
         rms_case(2, 8200, dt, true, 0, seed++);
+        rms_case(3, 96, dt, true, 1, seed++);   /* whole 32-blocks, unaligned (F32: quantized too) */
+        rms_case(2, 8224, dt, false, 0, seed++); /* the same above 8192 */
     }
 }
 
 static void test_rmsnorm_residual_invalid(void)
 {
     kbuf<float> d_res(64), d_w(64), d_out(64);
-    int rc = cuda_rmsnorm_residual(d_out.ptr, DT_Q8_0, d_res.ptr, NULL, d_w.ptr, 1, 64, EPS, NULL, 0, 0);
+    int rc = cuda_rmsnorm_residual(d_out.ptr, DT_Q8_0, d_res.ptr, NULL, d_w.ptr, 1, 64, EPS, NULL, NULL, 0, 0);
     CHECK(rc == (int)cudaErrorInvalidValue, "Q8_0 output: %d", rc);
-    rc = cuda_rmsnorm_residual(d_out.ptr, DT_F32, d_res.ptr, NULL, d_w.ptr, 1, 0, EPS, NULL, 0, 0);
+    rc = cuda_rmsnorm_residual(d_out.ptr, DT_F32, d_res.ptr, NULL, d_w.ptr, 1, 0, EPS, NULL, NULL, 0, 0);
     CHECK(rc == (int)cudaErrorInvalidValue, "dim 0: %d", rc);
+    /* a quantized output needs F32 out, whole 32-blocks and a 16-byte aligned buffer */
+    kbuf<uint8_t> d_qa(cuda_quant_act_size(64, 1) + 16);
+    rc = cuda_rmsnorm_residual(d_out.ptr, DT_BF16, d_res.ptr, NULL, d_w.ptr, 1, 64, EPS, NULL, d_qa.ptr, 0, 0);
+    CHECK(rc == (int)cudaErrorInvalidValue, "quantized BF16 out: %d", rc);
+    rc = cuda_rmsnorm_residual(d_out.ptr, DT_F32, d_res.ptr, NULL, d_w.ptr, 1, 48, EPS, NULL, d_qa.ptr, 0, 0);
+    CHECK(rc == (int)cudaErrorInvalidValue, "quantized dim 48: %d", rc);
+    rc = cuda_rmsnorm_residual(d_out.ptr, DT_F32, d_res.ptr, NULL, d_w.ptr, 1, 64, EPS, NULL, d_qa.ptr + 4, 0, 0);
+    CHECK(rc == (int)cudaErrorInvalidValue, "unaligned quantized output: %d", rc);
     /* hints breaking l2_hint.h's rules: an unaligned address, a size not a multiple of 16,
      * bytes without an address */
     const cuda_l2_hint bad[] = { { d_w.ptr + 1, 64 }, { d_w.ptr, 40 }, { NULL, 16 } };
     for (const cuda_l2_hint &h : bad) {
-        rc = cuda_rmsnorm_residual(d_out.ptr, DT_F32, d_res.ptr, NULL, d_w.ptr, 1, 64, EPS, &h, 0, 0);
+        rc = cuda_rmsnorm_residual(d_out.ptr, DT_F32, d_res.ptr, NULL, d_w.ptr, 1, 64, EPS, &h, NULL, 0, 0);
         CHECK(rc == (int)cudaErrorInvalidValue, "hint (%p, %llu): %d", h.p, (unsigned long long)h.bytes, rc);
     }
-    rc = cuda_rmsnorm_residual(d_out.ptr, DT_F32, d_res.ptr, NULL, d_w.ptr, 0, 64, EPS, NULL, 1, 0);
+    rc = cuda_rmsnorm_residual(d_out.ptr, DT_F32, d_res.ptr, NULL, d_w.ptr, 0, 64, EPS, NULL, d_qa.ptr, 1, 0);
     CHECK(rc == 0, "zero rows: %d", rc);
     std::vector<float> o = d_out.download();
     for (float v : o) CHECK(isnan(v), "a rejected or empty call wrote the output");

@@ -332,6 +332,7 @@ static int alloc_buffers(struct cuda_backend *b, char *err, size_t errlen)
         { &d->xln, act_el * LR * dim, "final-normed rows" },
         { (void **)&d->logits, 4 * LR * vocab, "logits" },
         { &d->qmm_ws, qws, "quantized matmul workspace" },
+        { &d->qact, qws ? cuda_quant_act_size(dim, QMM_GEMV_MAX_TOKENS) : 0, "quantized norm output" },
         { &d->att_ws, aws, "decode attention workspace" },
         { &d->cublas_ws, d->cublas_ws_bytes, "cuBLAS workspace" },
         { (void **)&d->token_ids, 4 * T, "step token ids" },

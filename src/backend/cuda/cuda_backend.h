@@ -97,6 +97,9 @@ struct cu_bufs {
     float *logits;     /* [Lmax][vocab] */
     void *qmm_ws;      /* cuda_quant_matmul workspace */
     size_t qmm_ws_bytes;
+    void *qact;        /* a norm's output quantized for the quantized GEMVs after it, up to
+                          QMM_GEMV_MAX_TOKENS rows of dim (forward.cu, norm_qact); NULL in a
+                          model without quantized linears */
     void *att_ws;      /* cuda_attention_decode workspace */
     size_t att_ws_bytes;
     void *cublas_ws;   /* cublasSetWorkspace (graph capture needs one) */
@@ -303,8 +306,14 @@ int cu_weights_load(struct cuda_backend *b, char *err, size_t errlen);
 
 /* y[t * ldy + L->col + o] = x[t] . W[o] for T rows on b->stream. x: the step's activation
  * rows (b->w.act; F32 for quantized weights, converted into bufs.cast for a dense matrix of
- * an F32-act model). Quantized: cuda_quant_matmul; F16/BF16: the kernel L->kern[T] names. */
-int cu_linear_forward(struct cuda_backend *b, const struct cu_linear *L, const void *x, float *y, int64_t ldy, int T);
+ * an F32-act model). Quantized: cuda_quant_matmul, or with xq (x already quantized, as
+ * cuda_quantize_act lays it out for T <= QMM_GEMV_MAX_TOKENS rows: the norm's qact) the
+ * GEMV on it alone; F16/BF16: the kernel L->kern[T] names (xq unused). */
+int cu_linear_forward(struct cuda_backend *b, const struct cu_linear *L, const void *x, const void *xq, float *y,
+                      int64_t ldy, int T);
+
+/* Whether L's weights are GGUF-quantized (cuda_quant_matmul), not F16/BF16. */
+static inline bool cu_linear_quantized(const struct cu_linear *L) { return L->type != DT_F16 && L->type != DT_BF16; }
 
 /* Whether layer cl's gate/up projection for T rows runs as one kernel with its SiLU·mul
  * (cuda_dense_gemv_silu / cuda_skinny_gemm_silu): b->fuse, one dense gate | up matrix, and

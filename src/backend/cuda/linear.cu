@@ -49,7 +49,7 @@ extern "C" {
 
 static const char *const kernel_names[CU_LK_COUNT] = { "cublas", "gemv", "skinny", "gemv+pdl", "skinny+pdl" };
 
-static bool is_dense(const struct cu_linear *L) { return L->type == DT_F16 || L->type == DT_BF16; }
+static bool is_dense(const struct cu_linear *L) { return !cu_linear_quantized(L); }
 
 static bool is_pdl(enum cu_linear_kernel k) { return k == CU_LK_GEMV_PDL || k == CU_LK_SKINNY_PDL; }
 
@@ -107,8 +107,12 @@ static int dense_input(struct cuda_backend *b, const struct cu_linear *L, const 
     return *xb == x ? 0 : cuda_convert_f32(b->d.cast, L->type, (const float *)x, (int64_t)T * L->n_in, b->stream);
 }
 
-int cu_linear_forward(struct cuda_backend *b, const struct cu_linear *L, const void *x, float *y, int64_t ldy, int T)
+int cu_linear_forward(struct cuda_backend *b, const struct cu_linear *L, const void *x, const void *xq, float *y,
+                      int64_t ldy, int T)
 {
+    if (!is_dense(L) && xq)
+        return cuda_quant_gemv(L->type, L->w, L->n_in, L->n_out, xq, T, y + L->col, ldy, b->qmm_direct, b->pdl,
+                               b->stream);
     if (!is_dense(L))
         return cuda_quant_matmul(L->type, L->w, L->n_in, L->n_out, (const float *)x, y + L->col, ldy, T, b->d.qmm_ws,
                                  b->d.qmm_ws_bytes, b->cublas, b->qmm_direct, b->pdl, b->stream);
