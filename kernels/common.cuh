@@ -150,6 +150,7 @@ constexpr uint32_t TS_L2_PIECE = 64 * 1024; /* bytes per prefetch instruction */
  * allocation, alignment) and counts the bytes (emu_l2_prefetched_bytes). */
 __device__ __forceinline__ void ts_l2_prefetch(const void *p, uint64_t bytes)
 {
+#if defined(TESSERA_EMU) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
     if (bytes == 0) return;
     const uint64_t pieces = (bytes + TS_L2_PIECE - 1) / TS_L2_PIECE;
     const uint64_t block = blockIdx.x + (uint64_t)gridDim.x * (blockIdx.y + (uint64_t)gridDim.y * blockIdx.z);
@@ -161,13 +162,14 @@ __device__ __forceinline__ void ts_l2_prefetch(const void *p, uint64_t bytes)
         const uint32_t n = (uint32_t)(bytes - i * TS_L2_PIECE < TS_L2_PIECE ? bytes - i * TS_L2_PIECE : TS_L2_PIECE);
 #if defined(TESSERA_EMU)
         emu_l2_prefetch(q, n);
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(q), "r"(n) : "memory");
 #else
-        (void)q;
-        (void)n;
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(q), "r"(n) : "memory");
 #endif
     }
+#else
+    (void)p; /* no bulk prefetch before sm_90 (and nothing to do in nvcc's host pass) */
+    (void)bytes;
+#endif
 }
 
 /* A launcher's hint as kernel arguments: false (cudaErrorInvalidValue) when it breaks
