@@ -11,11 +11,16 @@
  * float4. The token index comes from blockIdx.x, so no thread divides by the row length.
  * Rows that break the fast path's alignment (ffn or in_stride not a multiple of 4) run
  * the same grid with scalar accesses.
+ * With qact (F32 out, ffn % 32 == 0, the fast path) each CTA also quantizes its outputs for
+ * the quantized GEMV of the down projection, as cuda_quantize_act would from out
+ * (qact_block, quant.cuh): the 8 lanes holding a block of 32 elements reduce it together.
  */
 #include "kernels/common.cuh"
+#include "kernels/quant.cuh"
 #include "kernels/rowwise.cuh"
 
 #include "kernels/activation.h"
+#include "kernels/quant_matmul.h"
 
 #define SILU_THREADS 256
 #define SILU_VPT 2 /* float4 of gate (and of up) per thread */
@@ -26,7 +31,9 @@ __global__ void __launch_bounds__(SILU_THREADS)
 silu_mul_rows_kernel(OutT *__restrict__ out,        // [num_tokens][ffn]
                      const float *__restrict__ gate, // [num_tokens][in_stride]
                      const float *__restrict__ up,   // [num_tokens][in_stride]
-                     int64_t in_stride, int ffn)
+                     int64_t in_stride, int ffn,
+                     int8_t *__restrict__ qq,        // qact's codes [num_tokens][ffn], or NULL
+                     float2 *__restrict__ qds)       // qact's [num_tokens][ffn / 32] (d, code sum)
 {
     ts_pdl_begin();
     const int64_t t = blockIdx.x;
@@ -45,11 +52,12 @@ silu_mul_rows_kernel(OutT *__restrict__ out,        // [num_tokens][ffn]
 #pragma unroll
     for (int j = 0; j < SILU_VPT; j++) {
         int i = i0 + j * SILU_THREADS;
-        if (i < nvec) {
-            float4 o = make_float4(ts_silu_mul(g[j].x, u[j].x), ts_silu_mul(g[j].y, u[j].y),
-                                   ts_silu_mul(g[j].z, u[j].z), ts_silu_mul(g[j].w, u[j].w));
-            ts_store4(out + t * ffn + 4 * (int64_t)i, o);
-        }
+        /* every thread computes o (zeros past the row): the quantization below is warp-wide */
+        const float4 o = make_float4(ts_silu_mul(g[j].x, u[j].x), ts_silu_mul(g[j].y, u[j].y),
+                                     ts_silu_mul(g[j].z, u[j].z), ts_silu_mul(g[j].w, u[j].w));
+        if (i < nvec) ts_store4(out + t * ffn + 4 * (int64_t)i, o);
+        /* ffn % 32 == 0: a block's 8 lanes are all in the row or all past it */
+        if (qq) qact_store4(o, i, i < nvec, qq + t * ffn, qds + t * (ffn >> 5));
     }
 }
 
@@ -71,16 +79,22 @@ silu_mul_rows_generic_kernel(OutT *__restrict__ out,        // [num_tokens][ffn]
     }
 }
 
+/* The fast path's conditions (16-byte loads of gate and up, 4-element stores of out). */
+static bool silu_fast(const void *out, size_t out_size, const float *gate, const float *up, int64_t in_stride, int ffn)
+{
+    return ffn % 4 == 0 && in_stride % 4 == 0 && ts_aligned(gate, 16) && ts_aligned(up, 16) &&
+           ts_aligned(out, 4 * out_size);
+}
+
 template <typename OutT>
 static int launch_silu_mul_rows(OutT *out, const float *gate, const float *up, int64_t in_stride, int num_tokens,
-                                int ffn, int pdl, cudaStream_t stream)
+                                int ffn, int8_t *qq, float2 *qds, int pdl, cudaStream_t stream)
 {
     const dim3 grid(num_tokens, ts_div_up(ffn, SILU_CHUNK));
-    if (ffn % 4 == 0 && in_stride % 4 == 0 && ts_aligned(gate, 16) && ts_aligned(up, 16) &&
-        ts_aligned(out, 4 * sizeof(OutT))) {
+    if (silu_fast(out, sizeof(OutT), gate, up, in_stride, ffn)) {
         auto k = silu_mul_rows_kernel<OutT>;
-        TS_LAUNCH_PDL(k, grid, SILU_THREADS, 0, stream, pdl, out, gate, up, in_stride, ffn);
-    } else {
+        TS_LAUNCH_PDL(k, grid, SILU_THREADS, 0, stream, pdl, out, gate, up, in_stride, ffn, qq, qds);
+    } else { /* never with qact (the launcher checks) */
         auto k = silu_mul_rows_generic_kernel<OutT>;
         TS_LAUNCH_PDL(k, grid, SILU_THREADS, 0, stream, pdl, out, gate, up, in_stride, ffn);
     }
@@ -88,14 +102,25 @@ static int launch_silu_mul_rows(OutT *out, const float *gate, const float *up, i
 }
 
 extern "C" int cuda_silu_mul_rows(void *out, enum dtype out_dtype, const float *gate, const float *up,
-                                  int64_t in_stride, int num_tokens, int ffn, int pdl, cudaStream_t stream)
+                                  int64_t in_stride, int num_tokens, int ffn, void *qact, int pdl,
+                                  cudaStream_t stream)
 {
-    if (!out || !gate || !up || num_tokens < 0 || ffn < 0 || in_stride < ffn) return (int)cudaErrorInvalidValue;
+    if (!out || !gate || !up || num_tokens < 0 || ffn < 0 || in_stride < ffn ||
+        (qact && (out_dtype != DT_F32 || ffn % 32 != 0 || !ts_aligned(qact, 16) ||
+                  !silu_fast(out, sizeof(float), gate, up, in_stride, ffn))))
+        return (int)cudaErrorInvalidValue;
     if (num_tokens == 0 || ffn == 0) return 0;
+    int8_t *qq = static_cast<int8_t *>(qact);
+    float2 *qds = qact ? reinterpret_cast<float2 *>(static_cast<uint8_t *>(qact) +
+                                                    cuda_quant_act_ds_offset(ffn, num_tokens))
+                       : nullptr;
     switch (out_dtype) {
-    case DT_F32: return launch_silu_mul_rows((float *)out, gate, up, in_stride, num_tokens, ffn, pdl, stream);
-    case DT_F16: return launch_silu_mul_rows((__half *)out, gate, up, in_stride, num_tokens, ffn, pdl, stream);
-    case DT_BF16: return launch_silu_mul_rows((__nv_bfloat16 *)out, gate, up, in_stride, num_tokens, ffn, pdl, stream);
+    case DT_F32: return launch_silu_mul_rows((float *)out, gate, up, in_stride, num_tokens, ffn, qq, qds, pdl, stream);
+    case DT_F16:
+        return launch_silu_mul_rows((__half *)out, gate, up, in_stride, num_tokens, ffn, nullptr, nullptr, pdl, stream);
+    case DT_BF16:
+        return launch_silu_mul_rows((__nv_bfloat16 *)out, gate, up, in_stride, num_tokens, ffn, nullptr, nullptr, pdl,
+                                    stream);
     default: return (int)cudaErrorInvalidValue;
     }
 }

@@ -28,9 +28,13 @@ extern "C" {
  * (8-byte aligned 16-bit out); anything else runs a scalar kernel.
  *   out:  [num_tokens][ffn] of out_dtype
  *   gate: [num_tokens][in_stride] F32 (first ffn of each row used)
- *   up:   [num_tokens][in_stride] F32 (first ffn of each row used) */
+ *   up:   [num_tokens][in_stride] F32 (first ffn of each row used)
+ *   qact: NULL, or out quantized for the quantized GEMV as well: the bytes
+ *         cuda_quantize_act(out, ffn, num_tokens, qact) would write (kernels/quant_matmul.h;
+ *         cuda_quant_act_size(ffn, num_tokens) bytes, 16-byte aligned). Needs out_dtype
+ *         DT_F32, ffn % 32 == 0 and the fast path. */
 int cuda_silu_mul_rows(void *out, enum dtype out_dtype, const float *gate, const float *up,
-                       int64_t in_stride, int num_tokens, int ffn, int pdl, cudaStream_t stream);
+                       int64_t in_stride, int num_tokens, int ffn, void *qact, int pdl, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

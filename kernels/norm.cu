@@ -100,16 +100,8 @@ rmsnorm_residual_kernel(OutT *__restrict__ out,             // [num_rows][dim]
         const float4 o = make_float4(x[j].x * inv * wv[j].x, x[j].y * inv * wv[j].y, x[j].z * inv * wv[j].z,
                                      x[j].w * inv * wv[j].w);
         if (i < nvec) ts_store4(out + base + 4 * (int64_t)i, o);
-        if (qq) { /* dim % 32 == 0: a block's 8 lanes are all in the row or all past it */
-            const float v[4] = { o.x, o.y, o.z, o.w };
-            int c[4], sum;
-            float d;
-            qact_block<8>(v, c, d, sum);
-            if (i < nvec) {
-                reinterpret_cast<uint32_t *>(qq + base)[i] = qact_pack4(c);
-                if ((i & 7) == 0) qds[(base >> 5) + (i >> 3)] = make_float2(d, (float)sum);
-            }
-        }
+        /* dim % 32 == 0: a block's 8 lanes are all in the row or all past it */
+        if (qq) qact_store4(o, i, i < nvec, qq + base, qds + (base >> 5));
     }
 }
 

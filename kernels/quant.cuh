@@ -416,6 +416,22 @@ __device__ __forceinline__ uint32_t qact_pack4(const int (&q)[4])
            (uint32_t)(q[3] & 0xff) << 24;
 }
 
+/* Values 4i..4i+3 of a row (o) quantized into the row's codes q (int8 [n]) and, from the
+ * block's first lane (i % 8 == 0), its (d, code sum) at ds[i / 8]; nothing stored unless
+ * valid (the lane's values lie in the row). Warp-collective as qact_block: every lane calls
+ * it, the 8 lanes of a block with consecutive i, all valid or none. */
+__device__ __forceinline__ void qact_store4(float4 o, int64_t i, bool valid, int8_t *q, float2 *ds)
+{
+    const float v[4] = { o.x, o.y, o.z, o.w };
+    int c[4], sum;
+    float d;
+    qact_block<8>(v, c, d, sum);
+    if (valid) {
+        reinterpret_cast<uint32_t *>(q)[i] = qact_pack4(c);
+        if ((i & 7) == 0) ds[i >> 3] = make_float2(d, (float)sum);
+    }
+}
+
 /* ---- staging a chunk of R rows into shared memory ---------------------------------------- */
 
 /* The 16 bytes at p (16-byte aligned) that lie below end (even), zeros above: the tail

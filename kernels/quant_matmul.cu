@@ -83,14 +83,7 @@ quantize_act_kernel(const float *x,              // [n_blocks][32] (= [num_token
     const int64_t b = tid >> 3;
     const bool ok = b < n_blocks;
     const float4 x4 = ok ? reinterpret_cast<const float4 *>(x)[tid] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    const float v[4] = { x4.x, x4.y, x4.z, x4.w };
-    int c[4], sum;
-    float d;
-    qact_block<8>(v, c, d, sum);
-    if (ok) {
-        reinterpret_cast<uint32_t *>(q)[tid] = qact_pack4(c);
-        if ((threadIdx.x & 7) == 0) ds[b] = make_float2(d, (float)sum);
-    }
+    qact_store4(x4, tid, ok, q, ds); /* the whole [n_blocks][32] as one row */
 }
 
 size_t cuda_quant_act_ds_offset(int64_t n_in, int num_tokens)

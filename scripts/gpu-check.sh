@@ -433,8 +433,8 @@ else
     # against plain launches, on the Q8_0 weights
     baseline q8nopdl "-q q8_0: pdl launches vs none" TESSERA_CUDA_PDL=off "$OUT/bench-cuda-qwen7b-q8_0.txt" \
         --quantization q8_0
-    # the norms writing the quantized GEMVs' input themselves (and the other fused kernels,
-    # none of which a Q8_0 model uses) against a quantizer launch per linear
+    # the norms and SiLU·mul writing the quantized GEMVs' input themselves (the other fused
+    # kernels are for dense weights) against a quantizer launch per linear
     baseline q8nofuse "-q q8_0: fused kernels vs none" TESSERA_CUDA_FUSE=off "$OUT/bench-cuda-qwen7b-q8_0.txt" \
         --quantization q8_0
     if [ "${SKIP_SERVING:-0}" = 1 ]; then

@@ -1379,13 +1379,14 @@ static void test_quant_loads(void)
     model_free(m);
 }
 
-/* The norms before quantized linears write their output quantized as well (forward.cu,
- * norm_qact; cuda_rmsnorm_residual's qact), so of a step of up to 8 rows of tiny-q4_k (every
- * linear quantized) only the O and down projections still launch the activation quantizer:
- * 2 per layer in the 3-token prefill and in the decode step, against more with
- * TESSERA_CUDA_FUSE=off, and the decode token and logprobs are bit for bit the same. (The
- * counts need the emulator; with the real library only the tokens are compared.) */
-static void test_norm_quant(void)
+/* The norms and SiLU·mul before quantized linears write their output quantized as well
+ * (forward.cu, act_qact; the kernels' qact), so of a step of up to 8 rows of tiny-q4_k
+ * (every linear quantized) only the O projection still launches the activation quantizer:
+ * once per layer in the 3-token prefill and in the decode step, against 4 per layer and
+ * the LM head's with TESSERA_CUDA_FUSE=off, and the decode token and logprobs are bit for
+ * bit the same. (The counts need the emulator; with the real library only the tokens are
+ * compared.) */
+static void test_fused_quant(void)
 {
     struct model *m = load_model("testmodels/tiny-q4_k.gguf", true, MODEL_LOAD_NO_TOKENIZER);
     if (!m) return;
@@ -1396,10 +1397,10 @@ static void test_norm_quant(void)
         const uint64_t L = (uint64_t)m->cfg.n_layers;
         for (int st = 0; st < 2; st++) {
             const char *step = st ? "decode" : "prefill";
-            CHECK(cnt[0][st].quantize == 2 * L, "fused %s: %llu quantizer grids for %llu layers (want 2 per layer)",
+            CHECK(cnt[0][st].quantize == L, "fused %s: %llu quantizer grids for %llu layers (want 1 per layer)",
                   step, (unsigned long long)cnt[0][st].quantize, (unsigned long long)L);
-            CHECK(cnt[1][st].quantize > 2 * L, "TESSERA_CUDA_FUSE=off %s: %llu quantizer grids", step,
-                  (unsigned long long)cnt[1][st].quantize);
+            CHECK(cnt[1][st].quantize == 4 * L + 1, "TESSERA_CUDA_FUSE=off %s: %llu quantizer grids (want %llu)",
+                  step, (unsigned long long)cnt[1][st].quantize, (unsigned long long)(4 * L + 1));
         }
         printf("    quantizer grids per step: %llu fused, %llu not (%llu layers)\n",
                (unsigned long long)cnt[0][1].quantize, (unsigned long long)cnt[1][1].quantize,
@@ -1861,7 +1862,7 @@ int main(int argc, char **argv)
     T(test_profile);
     T(test_fused_mlp);
     T(test_quant_loads);
-    T(test_norm_quant);
+    T(test_fused_quant);
     T(test_l2_prefetch);
     T(test_decode_split);
     T(test_scoring);

@@ -101,7 +101,7 @@ static void bench_gate_up_silu(struct kbench *b, int64_t dim, int64_t ffn, int n
         kbench_row(b, k.fused, shape, s, bytes, flops, KB_MEMORY);
         s = kbench_time(b, [&] {
             KB_CHECK(k.p(DT_BF16, w[it++ % w.size()], dim, 2 * ffn, x, gu, 2 * ffn, nt, 1, b->stream));
-            KB_CHECK(cuda_silu_mul_rows(act, DT_BF16, gu, gu + ffn, 2 * ffn, nt, (int)ffn, 1, b->stream));
+            KB_CHECK(cuda_silu_mul_rows(act, DT_BF16, gu, gu + ffn, 2 * ffn, nt, (int)ffn, NULL, 1, b->stream));
         });
         kbench_row(b, k.two, shape, s, bytes, flops, KB_MEMORY);
     }

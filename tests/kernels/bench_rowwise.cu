@@ -106,7 +106,7 @@ static void bench_silu(struct kbench *b, int T, int ffn)
     float *gu = (float *)kbench_alloc_filled((size_t)T * 2 * ffn * 4, 0);
     void *out = kbench_alloc_filled((size_t)T * ffn * 2, 0);
     double s = kbench_time(b, [&] {
-        KB_CHECK(cuda_silu_mul_rows(out, DT_BF16, gu, gu + ffn, 2 * (int64_t)ffn, T, ffn, 0, b->stream));
+        KB_CHECK(cuda_silu_mul_rows(out, DT_BF16, gu, gu + ffn, 2 * (int64_t)ffn, T, ffn, NULL, 0, b->stream));
     });
     char shape[64];
     snprintf(shape, sizeof shape, "T=%d ffn=%d bf16 out", T, ffn);

@@ -12,6 +12,7 @@ extern "C" {
 #include "util/err.h"
 }
 #include "kernels/activation.h"
+#include "kernels/quant_matmul.h"
 
 static const enum dtype ACT_TYPES[3] = { DT_F32, DT_F16, DT_BF16 };
 
@@ -54,10 +55,26 @@ static void silu_case(int T, int ffn, enum dtype dt, bool fused, int pad, int sh
     char what[96];
     snprintf(what, sizeof what, "silu_mul T=%d ffn=%d %s %s pad=%d shift=%d", T, ffn, act_name(dt),
              fused ? "fused" : "separate", pad, shift);
+    /* F32 rows of whole 32-blocks on the fast path also come out quantized (qact) on runs 0,
+     * 2, ...: the bytes cuda_quantize_act makes from out */
+    const bool quant = dt == DT_F32 && ffn % 32 == 0 && stride % 4 == 0 && shift == 0;
+    const size_t qbytes = cuda_quant_act_size(ffn, T);
+    kbuf<uint8_t> d_qa(quant ? qbytes : 1), d_qref(quant ? qbytes : 1);
     KTEST_SEEDS(s) {
+        const bool q = quant && s != 1;
         d_out.poison();
-        rc = cuda_silu_mul_rows(d_out.ptr + shift * es, dt, d_gate, d_up, stride, T, ffn, (s + T) & 1, 0);
+        d_qa.poison();
+        d_qref.poison();
+        rc = cuda_silu_mul_rows(d_out.ptr + shift * es, dt, d_gate, d_up, stride, T, ffn, q ? d_qa.ptr : NULL,
+                                (s + T) & 1, 0);
         CHECK(rc == 0, "%s: cuda_silu_mul_rows returned %d", what, rc);
+        if (q) {
+            CHECK(cuda_quantize_act(reinterpret_cast<const float *>(d_out.ptr), ffn, T, d_qref.ptr, 0, 0) == 0,
+                  "cuda_quantize_act failed");
+            CHECK(d_qa.download() == d_qref.download(), "%s: the quantized output differs from cuda_quantize_act's",
+                  what);
+            CHECK_GUARD(d_qa);
+        }
         std::vector<unsigned char> got = d_out.download();
         std::vector<unsigned char> body(got.begin() + shift * es, got.end());
         CHECK(act_compare(what, body, ref, dt, n_out, tol_for(dt)), "%s: out differs from the twin", what);
@@ -97,11 +114,21 @@ static void test_silu_mul_generic(void)
 static void test_silu_mul_invalid(void)
 {
     kbuf<float> d_in(128), d_out(64);
-    int rc = cuda_silu_mul_rows(d_out.ptr, DT_Q4_K, d_in.ptr, d_in.ptr + 64, 128, 1, 64, 0, 0);
+    int rc = cuda_silu_mul_rows(d_out.ptr, DT_Q4_K, d_in.ptr, d_in.ptr + 64, 128, 1, 64, NULL, 0, 0);
     CHECK(rc == (int)cudaErrorInvalidValue, "Q4_K output: %d", rc);
-    rc = cuda_silu_mul_rows(d_out.ptr, DT_F32, d_in.ptr, d_in.ptr + 64, 32, 1, 64, 0, 0);
+    rc = cuda_silu_mul_rows(d_out.ptr, DT_F32, d_in.ptr, d_in.ptr + 64, 32, 1, 64, NULL, 0, 0);
     CHECK(rc == (int)cudaErrorInvalidValue, "in_stride < ffn: %d", rc);
-    rc = cuda_silu_mul_rows(d_out.ptr, DT_F32, d_in.ptr, d_in.ptr + 64, 128, 0, 64, 1, 0);
+    /* a quantized output needs F32 out, whole 32-blocks, the fast path and an aligned buffer */
+    kbuf<uint8_t> d_qa(cuda_quant_act_size(64, 1) + 16);
+    rc = cuda_silu_mul_rows(d_out.ptr, DT_BF16, d_in.ptr, d_in.ptr + 64, 128, 1, 64, d_qa.ptr, 0, 0);
+    CHECK(rc == (int)cudaErrorInvalidValue, "quantized BF16 out: %d", rc);
+    rc = cuda_silu_mul_rows(d_out.ptr, DT_F32, d_in.ptr, d_in.ptr + 48, 96, 1, 48, d_qa.ptr, 0, 0);
+    CHECK(rc == (int)cudaErrorInvalidValue, "quantized ffn 48: %d", rc);
+    rc = cuda_silu_mul_rows(d_out.ptr, DT_F32, d_in.ptr + 1, d_in.ptr + 65, 128, 1, 64, d_qa.ptr, 0, 0);
+    CHECK(rc == (int)cudaErrorInvalidValue, "quantized off the fast path: %d", rc);
+    rc = cuda_silu_mul_rows(d_out.ptr, DT_F32, d_in.ptr, d_in.ptr + 64, 128, 1, 64, d_qa.ptr + 8, 0, 0);
+    CHECK(rc == (int)cudaErrorInvalidValue, "unaligned quantized output: %d", rc);
+    rc = cuda_silu_mul_rows(d_out.ptr, DT_F32, d_in.ptr, d_in.ptr + 64, 128, 0, 64, d_qa.ptr, 1, 0);
     CHECK(rc == 0, "zero tokens: %d", rc);
     std::vector<float> o = d_out.download();
     for (float v : o) CHECK(isnan(v), "a rejected or empty call wrote the output");

@@ -182,7 +182,7 @@ static void silu_case(const struct silu_kernel &k, enum dtype type, enum dtype a
         CHECK(rc == 0, "%s: returned %d", what, rc);
         /* the two kernels it replaces */
         rc = k.plain(type, d_w.ptr, n_in, 2 * ffn, d_x.ptr, d_gu.ptr, 2 * ffn, nt, 0, 0);
-        rc = rc ? rc : cuda_silu_mul_rows(d_two.ptr, adt, d_gu.ptr, d_gu.ptr + ffn, 2 * ffn, nt, (int)ffn, 0, 0);
+        rc = rc ? rc : cuda_silu_mul_rows(d_two.ptr, adt, d_gu.ptr, d_gu.ptr + ffn, 2 * ffn, nt, (int)ffn, NULL, 0, 0);
         CHECK(rc == 0, "%s: the two-kernel path returned %d", what, rc);
         const std::vector<uint8_t> got = d_act.download(), two = d_two.download();
         CHECK(got == two, "%s: differs from the plain kernel + silu_mul", what);

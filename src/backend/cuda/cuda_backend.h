@@ -97,9 +97,9 @@ struct cu_bufs {
     float *logits;     /* [Lmax][vocab] */
     void *qmm_ws;      /* cuda_quant_matmul workspace */
     size_t qmm_ws_bytes;
-    void *qact;        /* a norm's output quantized for the quantized GEMVs after it, up to
-                          QMM_GEMV_MAX_TOKENS rows of dim (forward.cu, norm_qact); NULL in a
-                          model without quantized linears */
+    void *qact;        /* a norm's or SiLU·mul's output quantized for the quantized GEMVs after
+                          it, up to QMM_GEMV_MAX_TOKENS rows of act_width (forward.cu,
+                          act_qact); NULL in a model without quantized linears */
     void *att_ws;      /* cuda_attention_decode workspace */
     size_t att_ws_bytes;
     void *cublas_ws;   /* cublasSetWorkspace (graph capture needs one) */

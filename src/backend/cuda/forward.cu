@@ -7,7 +7,8 @@
  *                                                            small decode steps: it prefetches the
  *                                                            QKV weights into the L2, l2_next; for
  *                                                            quantized linears of 1-8 rows it also
- *                                                            writes act quantized, norm_qact)
+ *                                                            writes act quantized, act_qact; so
+ *                                                            does SiLU·mul for the down projection)
  *     qkv = act @ [Wq|Wk|Wv]                                 fused GEMM (cu_linear_forward: quantized
  *                                                            GEMV; F16/BF16: GEMV, skinny GEMM or
  *                                                            cuBLAS, measured at start-up)
@@ -82,14 +83,15 @@ static const struct cuda_l2_hint *l2_next(const struct cuda_backend *b, const st
     return h;
 }
 
-/* Where the norm before linears L[0..n) writes its output quantized for them as well
- * (cuda_rmsnorm_residual's qact, kernels/norm.h), so their GEMVs read it instead of each
- * quantizing the norm's output first: with b->fuse, for rows the quantized GEMV takes
- * (1..QMM_GEMV_MAX_TOKENS), when all n are quantized (their input is then F32); else NULL. */
-static void *norm_qact(const struct cuda_backend *b, const struct cu_linear *L, int n, int rows)
+/* Where the kernel before linears L[0..n) (a norm, or SiLU·mul before the down projection)
+ * writes its output quantized for them as well (the kernels' qact: kernels/norm.h,
+ * kernels/activation.h), so their GEMVs read it instead of each quantizing that output
+ * first: with b->fuse, for rows the quantized GEMV takes (1..QMM_GEMV_MAX_TOKENS), when all
+ * n are quantized (their input is then F32); else NULL. */
+static void *act_qact(const struct cuda_backend *b, const struct cu_linear *L, int n, int rows)
 {
     if (!b->fuse || !b->d.qact || rows < 1 || rows > QMM_GEMV_MAX_TOKENS || b->w.act != DT_F32 ||
-        b->m->cfg.dim % 32 != 0)
+        L[0].n_in % 32 != 0)
         return NULL;
     for (int i = 0; i < n; i++)
         if (!cu_linear_quantized(&L[i])) return NULL;
@@ -131,7 +133,7 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
     for (int l = 0; l < c->n_layers; l++) {
         const struct cu_layer *cl = &b->w.layers[l];
         *layer = l;
-        void *xq = norm_qact(b, cl->qkv, cl->n_qkv, T); /* the norm's output quantized, or NULL */
+        void *xq = act_qact(b, cl->qkv, cl->n_qkv, T); /* the norm's output quantized, or NULL */
         STEP("rmsnorm_residual (attention)",
              cuda_rmsnorm_residual(d->act, adt, d->x, l ? d->delta : NULL, cl->attn_norm, T, dim, eps,
                                    l2_next(b, sh, &cl->qkv[0], &h), xq, pdl, st));
@@ -154,20 +156,22 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
                                                              scale, st));
         STEP("attention output projection", cu_linear_forward(b, &cl->o, d->act, NULL, d->delta, dim, T));
         STEP("all-reduce (attention)", cu_all_reduce(b, d->delta, (size_t)T * dim));
-        xq = norm_qact(b, cl->gate_up, cl->n_gate_up, T);
+        xq = act_qact(b, cl->gate_up, cl->n_gate_up, T);
         STEP("rmsnorm_residual (MLP)",
              cuda_rmsnorm_residual(d->act, adt, d->x, d->delta, cl->ffn_norm, T, dim, eps,
                                    l2_next(b, sh, &cl->gate_up[0], &h), xq, pdl, st));
-        void *mlp = d->act; /* the SiLU·mul rows the down projection reads */
+        void *mlp = d->act, *mlp_q = NULL; /* the SiLU·mul rows the down projection reads (quantized) */
         if (cu_gate_up_fused(b, cl, d->act, T)) {
             mlp = d->gu; /* not d->act, the kernel's input; gu holds [T][ffn] of any act dtype */
             STEP("gate/up projection + silu_mul", cu_gate_up_silu(b, cl, d->act, mlp, T));
         } else {
             for (int i = 0; i < cl->n_gate_up; i++)
                 STEP("gate/up projection", cu_linear_forward(b, &cl->gate_up[i], d->act, xq, d->gu, 2 * ffn, T));
-            STEP("silu_mul", cuda_silu_mul_rows(d->act, adt, d->gu, d->gu + ffn, 2 * ffn, T, (int)ffn, pdl, st));
+            mlp_q = act_qact(b, &cl->down, 1, T); /* written once the gate/up GEMVs have read xq */
+            STEP("silu_mul",
+                 cuda_silu_mul_rows(d->act, adt, d->gu, d->gu + ffn, 2 * ffn, T, (int)ffn, mlp_q, pdl, st));
         }
-        STEP("down projection", cu_linear_forward(b, &cl->down, mlp, NULL, d->delta, dim, T));
+        STEP("down projection", cu_linear_forward(b, &cl->down, mlp, mlp_q, d->delta, dim, T));
         STEP("all-reduce (MLP)", cu_all_reduce(b, d->delta, (size_t)T * dim));
     }
     *layer = -1;
@@ -175,7 +179,7 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
     /* the last layer's x += delta and the final norm, on the logits rows only */
     STEP("gather logits rows", cuda_gather_rows(d->xl, d->x, dim, d->logits_idx, sh->L, st));
     STEP("gather logits rows", cuda_gather_rows(d->dl, d->delta, dim, d->logits_idx, sh->L, st));
-    void *xq = norm_qact(b, &b->w.output, 1, sh->L);
+    void *xq = act_qact(b, &b->w.output, 1, sh->L);
     STEP("final rmsnorm",
          cuda_rmsnorm_residual(d->xln, adt, d->xl, d->dl, b->w.output_norm, sh->L, dim, eps,
                                l2_next(b, sh, &b->w.output, &h), xq, pdl, st));
