@@ -111,9 +111,7 @@ extern "C" int cuda_silu_mul_rows(void *out, enum dtype out_dtype, const float *
         return (int)cudaErrorInvalidValue;
     if (num_tokens == 0 || ffn == 0) return 0;
     int8_t *qq = static_cast<int8_t *>(qact);
-    float2 *qds = qact ? reinterpret_cast<float2 *>(static_cast<uint8_t *>(qact) +
-                                                    cuda_quant_act_ds_offset(ffn, num_tokens))
-                       : nullptr;
+    float2 *qds = qact ? qact_ds(qact, ffn, num_tokens) : nullptr;
     switch (out_dtype) {
     case DT_F32: return launch_silu_mul_rows((float *)out, gate, up, in_stride, num_tokens, ffn, qq, qds, pdl, stream);
     case DT_F16:

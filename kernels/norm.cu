@@ -197,9 +197,7 @@ extern "C" int cuda_rmsnorm_residual(void *out, enum dtype out_dtype, float *res
         return (int)cudaErrorInvalidValue;
     if (num_rows == 0) return 0;
     int8_t *qq = static_cast<int8_t *>(qact);
-    float2 *qds = qact ? reinterpret_cast<float2 *>(static_cast<uint8_t *>(qact) +
-                                                    cuda_quant_act_ds_offset(dim, num_rows))
-                       : nullptr;
+    float2 *qds = qact ? qact_ds(qact, dim, num_rows) : nullptr;
     switch (out_dtype) {
     case DT_F32:
         return launch_rmsnorm_residual((float *)out, residual, delta, w, num_rows, dim, eps, l2_p, l2_n, qq, qds, pdl,

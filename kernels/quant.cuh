@@ -42,6 +42,7 @@
 #define TESSERA_KERNELS_QUANT_CUH
 
 #include "kernels/common.cuh"
+#include "kernels/quant_matmul.h"
 
 extern "C" {
 #include "util/tensor.h"
@@ -407,6 +408,17 @@ template <int G> __device__ __forceinline__ void qact_block(const float (&v)[32 
     }
 #pragma unroll
     for (int o = G / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(TS_FULL_MASK, sum, o);
+}
+
+/* The (d, code sum) array of a quantized activation buffer for num_tokens rows of n_in
+ * (kernels/quant_matmul.h, cuda_quant_act_size's layout: codes first, then this array). */
+static inline float2 *qact_ds(void *act, int64_t n_in, int num_tokens)
+{
+    return reinterpret_cast<float2 *>(static_cast<uint8_t *>(act) + cuda_quant_act_ds_offset(n_in, num_tokens));
+}
+static inline const float2 *qact_ds(const void *act, int64_t n_in, int num_tokens)
+{
+    return qact_ds(const_cast<void *>(act), n_in, num_tokens);
 }
 
 /* Four codes (int8 range) packed little-endian into one word. */

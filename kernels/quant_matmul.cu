@@ -104,7 +104,7 @@ int cuda_quantize_act(const float *x, int64_t n_in, int num_tokens, void *act, i
     if (num_tokens == 0) return 0;
     const int64_t n_blocks = n_in / 32 * num_tokens;
     int8_t *q = static_cast<int8_t *>(act);
-    float2 *ds = reinterpret_cast<float2 *>(static_cast<uint8_t *>(act) + cuda_quant_act_ds_offset(n_in, num_tokens));
+    float2 *ds = qact_ds(act, n_in, num_tokens);
     TS_LAUNCH_PDL(quantize_act_kernel, ts_div_up((size_t)n_blocks * 8, QACT_THREADS), QACT_THREADS, 0, stream, pdl,
                   x, n_blocks, q, ds);
     return TS_LAUNCH_RESULT();
@@ -451,8 +451,7 @@ int cuda_quant_gemv(enum dtype type, const void *w, int64_t n_in, int64_t n_out,
     if (n_out == 0) return 0;
     const uint8_t *wb = static_cast<const uint8_t *>(w);
     const int8_t *xq = static_cast<const int8_t *>(act);
-    const float2 *xds =
-        reinterpret_cast<const float2 *>(static_cast<const uint8_t *>(act) + cuda_quant_act_ds_offset(n_in, num_tokens));
+    const float2 *xds = qact_ds(act, n_in, num_tokens);
     switch (type) {
     case DT_Q8_0: return qmm_gemv_type<DT_Q8_0, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, pdl, stream);
     case DT_Q4_0: return qmm_gemv_type<DT_Q4_0, false>(wb, n_in, n_out, xq, xds, num_tokens, y, ldy, pdl, stream);
