@@ -18,11 +18,11 @@
  *     per tile (the [block_size][head_dim] chunk of one (block, kv head) is contiguous),
  *     into registers ahead of use (the V tile while Q.K^T runs, the next K tile while P.V
  *     runs; FP8, whose tiles are half the bytes, keeps two tiles in flight), then stores
- *     them to shared memory — converting FP8 e4m3 codes to
- *     F16 on the way with a bit trick (exact: every e4m3 value is an f16 value; the code's
- *     bits shifted into f16 position give value * 2^-8, and 2^8 * k_scale / v_scale are
- *     folded into the scores and the output); positions past the context are zero-filled
- *     and never read from the pool.
+ *     them to shared memory — converting FP8 e4m3 codes to F16 on the way
+ *     (ts_e4m3x16_to_f16: sm_89+'s cvt.rn.f16x2.e4m3x2, one instruction per two codes;
+ *     exact, every e4m3 value is an f16 value; k_scale / v_scale are folded into the
+ *     scores and the output); positions past the context are zero-filled and never read
+ *     from the pool.
  *   - S = Q K^T on tensor cores (ldmatrix + mma.sync m16n8k16, F32 accumulate; ad_mma,
  *     ad_geom). ROWS = 16: the G query rows (zero-padded to 16) as M times the tile's
  *     16-position subtiles, one subtile per warp. ROWS = 8: S^T = K Q^T, 32 positions
@@ -60,6 +60,7 @@
  * CPU twin: cpu_paged_attention (src/backend/cpu/ops.c) over the same pool bytes.
  */
 #include "common.cuh"
+#include "quant.cuh"
 
 #include "attention_decode.h"
 
@@ -266,27 +267,6 @@ __host__ __device__ __forceinline__ ad_split ad_split_of(int ctx, int part, int 
     return ad_split{ (ctx + size - 1) / size, size };
 }
 
-/* Two e4m3 codes (bits 0-7 and 16-23 of x) -> two f16 holding value * 2^-8: sign to bit
- * 15, exponent and mantissa shifted into f16 position (subnormals map to subnormals). */
-__device__ __forceinline__ uint32_t ad_e4m3x2_to_f16x2_scaled(uint32_t x)
-{
-    return ((x & 0x007f007fu) << 7) | ((x & 0x00800080u) << 8);
-}
-
-/* 16 e4m3 codes -> 16 f16 (times 2^-8), in order. */
-__device__ __forceinline__ void ad_fp8x16_to_f16(uint4 c, uint4 &a, uint4 &b)
-{
-    const uint32_t w[4] = { c.x, c.y, c.z, c.w };
-    uint32_t r[8];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        r[2 * i] = ad_e4m3x2_to_f16x2_scaled((w[i] & 0xffu) | ((w[i] & 0xff00u) << 8));
-        r[2 * i + 1] = ad_e4m3x2_to_f16x2_scaled(((w[i] >> 16) & 0xffu) | ((w[i] >> 8) & 0xff0000u));
-    }
-    a = make_uint4(r[0], r[1], r[2], r[3]);
-    b = make_uint4(r[4], r[5], r[6], r[7]);
-}
-
 template <typename O> __device__ __forceinline__ uint32_t ad_pack2(float a, float b);
 template <> __device__ __forceinline__ uint32_t ad_pack2<__half>(float a, float b)
 {
@@ -315,10 +295,22 @@ __device__ __forceinline__ void ad_store4(void *out, int out_dtype, int64_t idx,
     }
 }
 
+/* Values 4i..4i+3 of the output (flat float4 index i over [num_seqs][n_heads][HD]; rows of
+ * n_heads * HD elements) stored in out_dtype, and with qq (F32 out) quantized as
+ * cuda_quantize_act would (qact_store4: warp-collective over 8 lanes of consecutive i,
+ * all valid or none; a row's 32-element blocks never straddle heads, HD % 32 == 0). */
+__device__ __forceinline__ void ad_out4(void *out, int out_dtype, int64_t i, float4 v, bool valid, int8_t *qq,
+                                        float2 *qds)
+{
+    if (qq) qact_store4(v, i, valid, qq, qds);
+    if (valid) ad_store4(out, out_dtype, 4 * i, v);
+}
+
 } /* namespace */
 
 /* One thread block per (partition, kv head x head group, sequence); see the file comment.
- * qk_scale = scale * log2(e) (* k_scale * 2^8 for FP8); v_fac = 1 (v_scale * 2^8 for FP8). */
+ * qk_scale = scale * log2(e) (* k_scale for FP8); v_fac = 1 (v_scale for FP8).
+ * qq / qds: NULL, or the quantized copy of out (cuda_attention_decode's qact). */
 template <typename KV, int HD, int ROWS>
 __global__ void __launch_bounds__(AD_THREADS, AD_BLOCKS_PER_SM)
 attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_heads][HD] of out_dtype */
@@ -332,7 +324,9 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
                         const int32_t *__restrict__ seq_lens,     /* [num_seqs] */
                         const int32_t *__restrict__ block_tables, /* [num_seqs][max_blocks_per_seq] */
                         int max_blocks_per_seq, int n_heads, int group, int hgroups, int max_ctx,
-                        int part, int nparts, float qk_scale, float v_fac)
+                        int part, int nparts, float qk_scale, float v_fac,
+                        int8_t *__restrict__ qq,                  /* qact's codes [num_seqs][n_heads * HD] */
+                        float2 *__restrict__ qds)                 /* its [num_seqs][n_heads * HD / 32] (d, sum) */
 {
     ts_pdl_begin();
     typedef typename kv_traits<KV>::compute_t T;
@@ -367,11 +361,13 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
     if (pidx >= (split.n > 0 ? split.n : 1)) return; /* an empty partition: nothing to do */
     const bool direct = split.n <= 1;                 /* this block writes out itself */
 
+    /* this block's output rows (its heads of sequence s) are float4s [o4, o4 + nout4) of out:
+       whole 8-float4 blocks, stepped through by whole warps (ad_out4 is warp-collective) */
+    const int nout4 = nrows * (HD / 4);
+    const int64_t o4 = ((int64_t)s * n_heads + h0) * (HD / 4);
     if (ctx <= 0) { /* batch padding: all-zero output */
-        for (int i = tid; i < nrows * (HD / 4); i += AD_THREADS) {
-            int r = i / (HD / 4), c4 = i % (HD / 4);
-            ad_store4(out, out_dtype, ((int64_t)s * n_heads + h0 + r) * HD + 4 * c4, make_float4(0.f, 0.f, 0.f, 0.f));
-        }
+        for (int i0 = 0; i0 < nout4; i0 += AD_THREADS)
+            ad_out4(out, out_dtype, o4 + i0 + tid, make_float4(0.f, 0.f, 0.f, 0.f), i0 + tid < nout4, qq, qds);
         return;
     }
     const int p_start = pidx * split.size;
@@ -417,7 +413,7 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
             if constexpr (ESZ == 2) {
                 sm.kv[row][col] = reg[j];
             } else {
-                ad_fp8x16_to_f16(reg[j], sm.kv[row][2 * col], sm.kv[row][2 * col + 1]);
+                ts_e4m3x16_to_f16(reg[j], sm.kv[row][2 * col], sm.kv[row][2 * col + 1]);
             }
         }
     };
@@ -568,8 +564,10 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
         }
     }
     __syncthreads();
-    for (int i = tid; i < nrows * (HD / 4); i += AD_THREADS) {
-        const int r = i / (HD / 4), c = 4 * (i % (HD / 4));
+    for (int i0 = 0; i0 < nout4; i0 += AD_THREADS) { /* whole warps (ad_out4) */
+        const int i = i0 + tid;
+        const bool valid = i < nout4;
+        const int r = valid ? i / (HD / 4) : 0, c = 4 * (i % (HD / 4));
         const int64_t sh = (int64_t)s * n_heads + h0 + r; /* (sequence, query head) */
         const float f = direct ? v_fac / sm.l[r] : v_fac;
         float4 o = *(const float4 *)&sm.o[0][r][c];
@@ -583,8 +581,8 @@ attention_decode_kernel(void *__restrict__ out,             /* [num_seqs][n_head
         }
         const float4 v = make_float4(o.x * f, o.y * f, o.z * f, o.w * f);
         if (direct) {
-            ad_store4(out, out_dtype, sh * HD + c, v);
-        } else {
+            ad_out4(out, out_dtype, o4 + i, v, valid, qq, qds);
+        } else if (valid) {
             *(float4 *)(ws_o + (sh * nparts + pidx) * HD + c) = v;
             if (c == 0) ws_ml[sh * nparts + pidx] = make_float2(sm.m[r], sm.l[r]);
         }
@@ -603,7 +601,8 @@ attention_decode_reduce_kernel(void *__restrict__ out,            /* [num_seqs][
                                const float *__restrict__ ws_o,    /* [num_seqs][n_heads][nparts][HD] */
                                const float2 *__restrict__ ws_ml,  /* [num_seqs][n_heads][nparts] */
                                const int32_t *__restrict__ seq_lens, /* [num_seqs] */
-                               int n_heads, int max_ctx, int part, int nparts)
+                               int n_heads, int max_ctx, int part, int nparts,
+                               int8_t *__restrict__ qq, float2 *__restrict__ qds) /* as the attention kernel's */
 {
     ts_pdl_begin();
     TS_SHARED(float4, acc_sm, [AD_WARPS][HD / 4]);
@@ -634,7 +633,10 @@ attention_decode_reduce_kernel(void *__restrict__ out,            /* [num_seqs][
         acc_sm[warp][c4] = acc;
     }
     __syncthreads();
-    for (int c4 = threadIdx.x; c4 < HD / 4; c4 += AD_THREADS) {
+    static_assert(HD / 4 <= 32, "one warp writes the row");
+    if (warp == 0) { /* the whole warp: ad_out4 is warp-collective */
+        const bool valid = lane < HD / 4;
+        const int c4 = valid ? lane : 0;
         float4 acc = acc_sm[0][c4];
 #pragma unroll
         for (int w = 1; w < AD_WARPS; w++) {
@@ -644,7 +646,8 @@ attention_decode_reduce_kernel(void *__restrict__ out,            /* [num_seqs][
             acc.z += v.z;
             acc.w += v.w;
         }
-        ad_store4(out, out_dtype, sh * HD + 4 * c4, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+        ad_out4(out, out_dtype, sh * (HD / 4) + lane, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv),
+                valid, qq, qds);
     }
 }
 
@@ -653,8 +656,10 @@ attention_decode_reduce_kernel(void *__restrict__ out,            /* [num_seqs][
 namespace {
 
 typedef void (*ad_kernel_fn)(void *, int, float *, float2 *, const float *, int64_t, const uint8_t *, int, int,
-                             const int32_t *, const int32_t *, int, int, int, int, int, int, int, float, float);
-typedef void (*ad_reduce_fn)(void *, int, const float *, const float2 *, const int32_t *, int, int, int, int);
+                             const int32_t *, const int32_t *, int, int, int, int, int, int, int, float, float,
+                             int8_t *, float2 *);
+typedef void (*ad_reduce_fn)(void *, int, const float *, const float2 *, const int32_t *, int, int, int, int, int8_t *,
+                             float2 *);
 
 template <typename KV, int ROWS> ad_kernel_fn ad_pick_hd(int head_dim)
 {
@@ -730,8 +735,8 @@ extern "C" int cuda_attention_decode(void *out, enum dtype out_dtype, const floa
                                      const struct kv_layer *kv,
                                      const int32_t *seq_lens, const int32_t *block_tables, int max_blocks_per_seq,
                                      int num_seqs, int n_heads, float scale, int max_seq_len, int partition_size,
-                                     int max_partitions, int head_rows, void *workspace, size_t workspace_bytes, int pdl,
-                                     cudaStream_t stream)
+                                     int max_partitions, int head_rows, void *workspace, size_t workspace_bytes,
+                                     void *qact, int pdl, cudaStream_t stream)
 {
     if (num_seqs == 0) return cudaSuccess;
     if (!out || !q || !kv || !kv->data || !seq_lens || !block_tables || num_seqs < 0 || num_seqs > 65535 ||
@@ -751,24 +756,25 @@ extern "C" int cuda_attention_decode(void *out, enum dtype out_dtype, const floa
     case DT_BF16: break;
     default: return cudaErrorInvalidValue;
     }
+    if (qact && (out_dtype != DT_F32 || ((uintptr_t)qact & 15) != 0)) return cudaErrorInvalidValue;
     const int group = n_heads / kv->n_kv_heads, rows = ad_rows(head_rows, group);
     if (rows == 0) return cudaErrorInvalidValue;
     float qk_scale = scale * AD_LOG2E, v_fac = 1.0f;
-    ad_kernel_fn k = nullptr;
+    ad_kernel_fn decode_kernel = nullptr;
     switch (kv->dtype) {
-    case KV_F16: k = ad_pick<__half>(kv->head_dim, rows); break;
-    case KV_BF16: k = ad_pick<__nv_bfloat16>(kv->head_dim, rows); break;
+    case KV_F16: decode_kernel = ad_pick<__half>(kv->head_dim, rows); break;
+    case KV_BF16: decode_kernel = ad_pick<__nv_bfloat16>(kv->head_dim, rows); break;
     case KV_FP8_E4M3:
         if (!(kv->k_scale > 0.0f) || !(kv->v_scale > 0.0f) || !isfinite(kv->k_scale) || !isfinite(kv->v_scale))
             return cudaErrorInvalidValue;
-        k = ad_pick<kv_fp8>(kv->head_dim, rows);
-        qk_scale *= kv->k_scale * 256.0f; /* the staged f16 holds value * 2^-8 */
-        v_fac = kv->v_scale * 256.0f;
+        decode_kernel = ad_pick<kv_fp8>(kv->head_dim, rows);
+        qk_scale *= kv->k_scale;
+        v_fac = kv->v_scale;
         break;
     default: return cudaErrorInvalidValue; /* KV_F32: not supported on the GPU */
     }
-    ad_reduce_fn red = ad_pick_reduce(kv->head_dim);
-    if (!k || !red) return cudaErrorInvalidValue;
+    ad_reduce_fn reduce_kernel = ad_pick_reduce(kv->head_dim);
+    if (!decode_kernel || !reduce_kernel) return cudaErrorInvalidValue;
 
     const int64_t esize = kv->dtype == KV_FP8_E4M3 ? 1 : 2;
     if ((int64_t)kv->n_kv_heads * bs * kv->head_dim * esize > INT32_MAX / 2)
@@ -796,15 +802,17 @@ extern "C" int cuda_attention_decode(void *out, enum dtype out_dtype, const floa
         ws_ml = (float2 *)(ws_o + n * kv->head_dim);
     }
     const int max_ctx = max_seq_len;
+    int8_t *qq = static_cast<int8_t *>(qact);
+    float2 *qds = qact ? qact_ds(qact, (int64_t)n_heads * kv->head_dim, num_seqs) : nullptr;
     dim3 grid((unsigned)nparts, (unsigned)(kv->n_kv_heads * hgroups), (unsigned)num_seqs);
-    TS_LAUNCH_PDL(k, grid, AD_THREADS, 0, stream, pdl, out, (int)out_dtype, ws_o, ws_ml, q, q_stride,
+    TS_LAUNCH_PDL(decode_kernel, grid, AD_THREADS, 0, stream, pdl, out, (int)out_dtype, ws_o, ws_ml, q, q_stride,
                   (const uint8_t *)kv->data, kv->n_kv_heads, bs_log2, seq_lens, block_tables, max_blocks_per_seq,
-                  n_heads, group, hgroups, max_ctx, part, nparts, qk_scale, v_fac);
+                  n_heads, group, hgroups, max_ctx, part, nparts, qk_scale, v_fac, qq, qds);
     if (nparts > 1) {
         int e = TS_LAUNCH_RESULT();
         if (e != 0) return e;
-        TS_LAUNCH_PDL(red, (unsigned)(num_seqs * n_heads), AD_THREADS, 0, stream, pdl, out, (int)out_dtype, ws_o,
-                      ws_ml, seq_lens, n_heads, max_ctx, part, nparts);
+        TS_LAUNCH_PDL(reduce_kernel, (unsigned)(num_seqs * n_heads), AD_THREADS, 0, stream, pdl, out,
+                      (int)out_dtype, ws_o, ws_ml, seq_lens, n_heads, max_ctx, part, nparts, qq, qds);
     }
     return TS_LAUNCH_RESULT();
 }

@@ -73,6 +73,10 @@ int cuda_attention_decode_max_partitions(int num_seqs, int n_heads, int n_kv_hea
  *                 takes several thread blocks per kv head, each reading its K/V.
  *   workspace:    device memory, 16-byte aligned, >= cuda_attention_decode_workspace_size()
  *                 bytes (may be NULL when that is 0); scratch, overwritten
+ *   qact:         NULL, or out quantized for the quantized GEMV of the O projection as
+ *                 well: the bytes cuda_quantize_act(out, n_heads * head_dim, num_seqs,
+ *                 qact) would write (kernels/quant_matmul.h), rows of padding sequences
+ *                 included; needs out_dtype DT_F32, 16-byte aligned
  *   pdl:          non-zero: both kernels are programmatic dependent launches (common.cuh,
  *                 ts_pdl_wait)
  * All pointers except kv are device pointers. Asynchronous on stream; returns 0 or a
@@ -82,8 +86,8 @@ int cuda_attention_decode(void *out, enum dtype out_dtype, const float *q, int64
                           const struct kv_layer *kv, const int32_t *seq_lens,
                           const int32_t *block_tables, int max_blocks_per_seq, int num_seqs,
                           int n_heads, float scale, int max_seq_len, int partition_size,
-                          int max_partitions, int head_rows, void *workspace, size_t workspace_bytes, int pdl,
-                          cudaStream_t stream);
+                          int max_partitions, int head_rows, void *workspace, size_t workspace_bytes, void *qact,
+                          int pdl, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

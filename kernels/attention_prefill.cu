@@ -12,7 +12,7 @@
  * cache serves all `group` query heads (GQA reuse), and a tile may span several tokens.
  * Grid: x = query tiles of all sequences, y = kv head. Tile -> (sequence, tile) needs no
  * workspace: sequence s owns the block indices [tile_start(s), tile_start(s+1)) with
- *   tile_start(s) = floor(query_start[s] * group / BM) + s,
+ *   tile_start(s) = floor((query_start[s] - query_start[0]) * group / BM) + s,
  * which leaves room for its ceil(q_len * group / BM) tiles (at most one index per
  * sequence is left over and exits at once); each CTA finds its s by a binary search of
  * query_start. Block indices run backwards, so within a sequence the tiles that see the
@@ -122,13 +122,6 @@ template <typename T> __device__ __forceinline__ uint32_t ap_pack2(float a, floa
     return ap_bits(ta) | (ap_bits(tb) << 16);
 }
 
-/* Two e4m3 codes (low byte first) -> two F16 values, packed low-first. */
-__device__ __forceinline__ uint32_t ap_e4m3x2(uint32_t two)
-{
-    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(two & 0xffffu), __NV_E4M3);
-    return (uint32_t)h.x | ((uint32_t)h.y << 16);
-}
-
 /* ---- K/V tile staging ------------------------------------------------------------------- */
 
 /* Issues this thread's 16-byte loads of one K or V tile: keys [n0, n0 + BN) of the
@@ -171,14 +164,7 @@ __device__ __forceinline__ void ap_store_tile(typename ap_kv<KVD>::T *dst,
             *(uint4 *)(dst + row * G::LDQ + col * 8) = r[i];
         } else {
             uint4 a, b;
-            a.x = ap_e4m3x2(r[i].x);
-            a.y = ap_e4m3x2(r[i].x >> 16);
-            a.z = ap_e4m3x2(r[i].y);
-            a.w = ap_e4m3x2(r[i].y >> 16);
-            b.x = ap_e4m3x2(r[i].z);
-            b.y = ap_e4m3x2(r[i].z >> 16);
-            b.z = ap_e4m3x2(r[i].w);
-            b.w = ap_e4m3x2(r[i].w >> 16);
+            ts_e4m3x16_to_f16(r[i], a, b);
             uint4 *d = (uint4 *)(dst + row * G::LDQ + col * 16);
             d[0] = a;
             d[1] = b;
@@ -332,18 +318,21 @@ attention_prefill_kernel(void *__restrict__ out,                 // [num_tokens]
     const int tid = (int)threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int kvh = (int)blockIdx.y;
 
-    /* which sequence and tile (file comment): the last s with tile_start(s) <= b */
+    /* which sequence and tile (file comment): the last s with tile_start(s) <= b, rows
+     * counted from the call's first row qbase (0 unless a decode kernel took the rows
+     * before it: kernels/attention_prefill.h) */
     const int b = (int)(gridDim.x - 1 - blockIdx.x);
+    const int qbase = query_start[0];
     int lo = 0, hi = num_seqs - 1;
     while (lo < hi) {
         int mid = (lo + hi + 1) >> 1;
-        if ((int)((int64_t)query_start[mid] * group / AP_BM) + mid <= b) lo = mid;
+        if ((int)((int64_t)(query_start[mid] - qbase) * group / AP_BM) + mid <= b) lo = mid;
         else hi = mid - 1;
     }
     const int s = lo;
     const int q0 = query_start[s], q_len = query_start[s + 1] - q0;
     const int rows = q_len * group;
-    const int r0 = (b - ((int)((int64_t)q0 * group / AP_BM) + s)) * AP_BM;
+    const int r0 = (b - ((int)((int64_t)(q0 - qbase) * group / AP_BM) + s)) * AP_BM;
     if (r0 >= rows) return; /* the spare index of this sequence (uniform: before any barrier) */
 
     const int ctx0 = seq_lens[s] - q_len + 1;           /* context of the first query row */
@@ -453,16 +442,16 @@ struct ap_args {
 template <int HD, enum kv_dtype KVD> static int ap_launch(const ap_args &a)
 {
     const size_t smem = ap_smem_bytes<HD>(sizeof(typename ap_kv<KVD>::T));
-    auto *kernel = attention_prefill_kernel<HD, KVD>;
+    auto *prefill_kernel = attention_prefill_kernel<HD, KVD>;
     /* per call, not cached: the attribute is per device, and one process drives several */
-    cudaError_t e = cudaFuncSetAttribute((const void *)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaError_t e = cudaFuncSetAttribute((const void *)prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)smem);
     if (e != cudaSuccess) return (int)e;
     const int fp8 = KVD == KV_FP8_E4M3;
     const float qk_scale_log2 = a.scale * (fp8 ? a.kv->k_scale : 1.0f) * 1.4426950408889634f;
     const float out_scale = fp8 ? a.kv->v_scale : 1.0f;
     dim3 grid((unsigned)((int64_t)a.num_tokens * a.group / AP_BM + a.num_seqs), (unsigned)a.kv->n_kv_heads);
-    TS_LAUNCH(kernel, grid, AP_THREADS, smem, a.stream, a.out, a.out_dtype, a.q, a.q_stride,
+    TS_LAUNCH(prefill_kernel, grid, AP_THREADS, smem, a.stream, a.out, a.out_dtype, a.q, a.q_stride,
               (const unsigned char *)a.kv->data, a.kv->n_kv_heads, a.bs_shift, qk_scale_log2, out_scale,
               a.query_start, a.seq_lens, a.block_tables, a.max_blocks_per_seq, a.num_seqs, a.n_heads,
               a.group);

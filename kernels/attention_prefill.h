@@ -10,8 +10,10 @@
  * lives in block block_tables[s * max_blocks_per_seq + p / block_size] at offset
  * p % block_size. GQA: query head h reads kv head h / (n_heads / n_kv_heads).
  *   out = softmax(q k^T * scale) v, softmax in F32.
- * Any mix of sequences is correct (prefill chunks beside 1-row decode sequences), though a
- * decode-only step is faster through kernels/attention_decode.h.
+ * Any mix of sequences is correct (prefill chunks beside 1-row decode sequences), though
+ * one-row sequences are faster through kernels/attention_decode.h: a decode-only step
+ * calls that alone, and a mixed step that kernel for its leading one-row sequences and
+ * this one for the rest (query_start then starts past row 0, below).
  *
  * Numerics: Q and the softmax probabilities P are rounded to the cache's 16-bit type (F16
  * for F16 and FP8 caches, BF16 for BF16 caches) to feed the tensor cores; everything else
@@ -44,13 +46,18 @@ extern "C" {
 #include "util/tensor.h"
 
 /* Causal varlen paged attention (see above). Returns 0 or a cudaError_t value.
- *   out:          [num_tokens][n_heads][head_dim] of out_dtype (DT_F32, DT_F16, DT_BF16)
- *   q:            [num_tokens][q_stride], query head h of token t at q + t*q_stride +
+ *   out:          [q0 + num_tokens][n_heads][head_dim] of out_dtype (DT_F32, DT_F16,
+ *                 DT_BF16), q0 = query_start[0]
+ *   q:            [q0 + num_tokens][q_stride], query head h of token t at q + t*q_stride +
  *                 h*head_dim (q_stride = n_heads*head_dim when dense; the fused QKV
  *                 buffer's row length when q is read in place)
  *   kv:           one layer's pool [num_blocks][2][n_kv_heads][block_size][head_dim]
- *   query_start:  [num_seqs + 1], query_start[0] = 0, query_start[num_seqs] <= num_tokens
- *                 (rows past it are batch padding: left unwritten)
+ *   query_start:  [num_seqs + 1], query_start[num_seqs] <= q0 + num_tokens: the call
+ *                 computes rows [q0, query_start[num_seqs]); rows before q0 (a step's
+ *                 leading one-row sequences, computed by cuda_attention_decode: pass
+ *                 query_start + k, seq_lens + k, block_tables + k * max_blocks_per_seq
+ *                 and num_tokens = rows - q0) and past query_start[num_seqs] (batch
+ *                 padding) are left unwritten
  *   seq_lens:     [num_seqs], seq_lens[s] >= query_start[s+1] - query_start[s]
  *   block_tables: [num_seqs][max_blocks_per_seq]
  * scale is usually 1/sqrt(head_dim). num_tokens == 0 launches nothing. */

@@ -321,4 +321,23 @@ __device__ __forceinline__ float ts_e4m3_to_float(uint8_t c)
     return __half2float(__half(h));
 }
 
+/* Two e4m3 codes (bits 0-15 of two, low byte first) -> two F16 of the same values (exact:
+ * every e4m3 value is an F16 value), packed low first. sm_89+: one cvt.rn.f16x2.e4m3x2
+ * (cuda_fp8.h); below, and under the emulator, the header's exact software conversion.
+ * The FP8 KV cache's attention kernels widen their K/V tiles with it. */
+__device__ __forceinline__ uint32_t ts_e4m3x2_to_f16x2(uint32_t two)
+{
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(two & 0xffffu), __NV_E4M3);
+    return (uint32_t)h.x | ((uint32_t)h.y << 16);
+}
+
+/* 16 e4m3 codes (a 16-byte load) -> 16 F16, in order: the first 8 in a, the rest in b. */
+__device__ __forceinline__ void ts_e4m3x16_to_f16(uint4 c, uint4 &a, uint4 &b)
+{
+    a = make_uint4(ts_e4m3x2_to_f16x2(c.x), ts_e4m3x2_to_f16x2(c.x >> 16), ts_e4m3x2_to_f16x2(c.y),
+                   ts_e4m3x2_to_f16x2(c.y >> 16));
+    b = make_uint4(ts_e4m3x2_to_f16x2(c.z), ts_e4m3x2_to_f16x2(c.z >> 16), ts_e4m3x2_to_f16x2(c.w),
+                   ts_e4m3x2_to_f16x2(c.w >> 16));
+}
+
 #endif

@@ -15,8 +15,9 @@
 # cuBLAS only (TESSERA_CUDA_LINEAR=cublas), without programmatic dependent launches
 # (TESSERA_CUDA_PDL=off; also with Q8_0 weights), with Q8_0 weights and no fused kernels
 # (TESSERA_CUDA_FUSE=off: a quantizer launch per linear), with the decode attention's earlier fixed split
-# (TESSERA_CUDA_DECODE_SPLIT=fixed), with its 8-head blocks (TESSERA_CUDA_DECODE_ROWS=auto) and
-# without the L2 prefetch of the next weights (TESSERA_CUDA_L2_PREFETCH=off), and
+# (TESSERA_CUDA_DECODE_SPLIT=fixed), with its 8-head blocks (TESSERA_CUDA_DECODE_ROWS=auto),
+# without the L2 prefetch of the next weights (TESSERA_CUDA_L2_PREFETCH=off) and with a mixed
+# step's decode rows in the prefill attention (TESSERA_CUDA_MIXED_SPLIT=off), and
 # scripts/bench_serving.py at 256 concurrent requests with BF16 and FP8 KV; on a machine
 # with 2 or more GPUs, the same model with --tensor-parallel-size 2 (greedy text = one
 # GPU's, serving throughput). Prints one
@@ -412,31 +413,15 @@ else
         env "$setting" TESSERA_CUDA_LIB=build/libtessera-cuda.so timeout 240 build/tests/tool_bench_cuda \
             "$QWEN_DIR" --dummy --kv-cache-dtype bf16 --max-num-seqs 8 --steps 32 "$@" >"$f" 2>"${f%.txt}.log"
         if [ -n "$(step1 "$f")" ]; then st=INFO; else st=FAIL; fi
+        local mixed=""
+        [ -n "$(mixed1 "$f")" ] && mixed=", mixed step $(mixed1 "$ref") vs $(mixed1 "$f") ms"
         row "Qwen2.5-7B dummy: $label" "$st" \
-            "batch 1 $(step1 "$ref") vs $(step1 "$f") ms, batch 8 $(step8 "$ref") vs $(step8 "$f") ms"
+            "batch 1 $(step1 "$ref") vs $(step1 "$f") ms, batch 8 $(step8 "$ref") vs $(step8 "$f") ms$mixed"
     }
-    # the dense linears' start-up choice (src/backend/cuda/linear.cu) against cuBLAS alone
-    baseline cublas "linear kernels chosen vs cuBLAS only" TESSERA_CUDA_LINEAR=cublas
-    # without programmatic dependent launches (every kernel launched plainly, no pdl
-    # candidates for the linears)
-    baseline nopdl "pdl launches vs none" TESSERA_CUDA_PDL=off
-    # the decode attention's split (src/backend/cuda/forward.cu, cu_decode_split): partitions
-    # of 64 positions, at most one wave of blocks, against the fixed 512-position rule before
-    baseline fixedsplit "decode split by wave vs fixed" TESSERA_CUDA_DECODE_SPLIT=fixed
-    # the decode attention with 16 query heads per block (16x16x16 fragments, the backend's
-    # default) against the kernel's automatic 8 for Qwen's group of 7 (32x8x16: half the MMAs)
-    baseline rows8 "decode attention 16-head (default) vs 8-head" TESSERA_CUDA_DECODE_ROWS=auto
-    # the norms and RoPE of small decode steps prefetching the next linear's weights into
-    # the L2 (kernels/l2_hint.h; the default on sm_90+) against no prefetch
-    baseline nol2 "L2 prefetch of the next weights vs none" TESSERA_CUDA_L2_PREFETCH=off
-    # the quantized GEMVs and their activation quantization as pdl launches (the default)
-    # against plain launches, on the Q8_0 weights
-    baseline q8nopdl "-q q8_0: pdl launches vs none" TESSERA_CUDA_PDL=off "$OUT/bench-cuda-qwen7b-q8_0.txt" \
-        --quantization q8_0
-    # the norms and SiLU·mul writing the quantized GEMVs' input themselves (the other fused
-    # kernels are for dense weights) against a quantizer launch per linear
-    baseline q8nofuse "-q q8_0: fused kernels vs none" TESSERA_CUDA_FUSE=off "$OUT/bench-cuda-qwen7b-q8_0.txt" \
-        --quantization q8_0
+    # the mixed step's time (64 decode rows beside a 1,024-token prompt), where the tool ran it
+    mixed1() { awk '$1 == "mixed" && $2 == "step," && $3 == "64" { print $8 }' "$1" 2>/dev/null; }
+    # the issue's serving targets before the baselines below, so that a run cut short by
+    # its time limit still has them
     if [ "${SKIP_SERVING:-0}" = 1 ]; then
         row "bench_serving (Qwen2.5-7B dummy)" SKIP "SKIP_SERVING=1"
     elif [ -f "$QWEN_DIR/tokenizer.json" ]; then
@@ -458,6 +443,36 @@ else
     else
         row "bench_serving (Qwen2.5-7B dummy)" SKIP "no Qwen tokenizer.json (make test provisions build/testdata)"
     fi
+    # the baselines: one setting changed at a time, side by side with the default,
+    # those that decide a default first
+    # the decode attention with 16 query heads per block (16x16x16 fragments, the backend's
+    # default) against the kernel's automatic 8 for Qwen's group of 7 (32x8x16: half the MMAs)
+    baseline rows8 "decode attention 16-head (default) vs 8-head" TESSERA_CUDA_DECODE_ROWS=auto
+    # a mixed step's decode rows through the decode attention (the default: split as a
+    # decode step of those rows) against every row through the prefill attention; 65
+    # sequences, so that the tool runs its mixed step of 64 decode rows (and batch 64)
+    baseline mixed "mixed step: decode rows split off vs not" TESSERA_CUDA_MIXED_SPLIT=off \
+        "$OUT/bench-cuda-qwen7b.txt" --max-num-seqs 65
+    # the norms and RoPE of small decode steps prefetching the next linear's weights into
+    # the L2 (kernels/l2_hint.h; the default on sm_90+) against no prefetch
+    baseline nol2 "L2 prefetch of the next weights vs none" TESSERA_CUDA_L2_PREFETCH=off
+    # without programmatic dependent launches (every kernel launched plainly, no pdl
+    # candidates for the linears)
+    baseline nopdl "pdl launches vs none" TESSERA_CUDA_PDL=off
+    # the dense linears' start-up choice (src/backend/cuda/linear.cu) against cuBLAS alone
+    baseline cublas "linear kernels chosen vs cuBLAS only" TESSERA_CUDA_LINEAR=cublas
+    # the decode attention's split (src/backend/cuda/forward.cu, cu_decode_split): partitions
+    # of 64 positions, at most one wave of blocks, against the fixed 512-position rule before
+    baseline fixedsplit "decode split by wave vs fixed" TESSERA_CUDA_DECODE_SPLIT=fixed
+    # the quantized GEMVs and their activation quantization as pdl launches (the default)
+    # against plain launches, on the Q8_0 weights
+    baseline q8nopdl "-q q8_0: pdl launches vs none" TESSERA_CUDA_PDL=off "$OUT/bench-cuda-qwen7b-q8_0.txt" \
+        --quantization q8_0
+    # the norms, SiLU·mul and the decode attention writing the quantized GEMVs' input
+    # themselves (the other fused kernels are for dense weights) against a quantizer launch
+    # per linear
+    baseline q8nofuse "-q q8_0: fused kernels vs none" TESSERA_CUDA_FUSE=off "$OUT/bench-cuda-qwen7b-q8_0.txt" \
+        --quantization q8_0
 
     # 4. tensor parallel over 2 GPUs (a machine with one GPU skips it): the same dummy
     # Qwen2.5-7B served with -tp 2 gives -tp 1's greedy text, and its serving throughput

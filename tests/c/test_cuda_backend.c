@@ -1379,13 +1379,13 @@ static void test_quant_loads(void)
     model_free(m);
 }
 
-/* The norms and SiLU·mul before quantized linears write their output quantized as well
- * (forward.cu, act_qact; the kernels' qact), so of a step of up to 8 rows of tiny-q4_k
- * (every linear quantized) only the O projection still launches the activation quantizer:
- * once per layer in the 3-token prefill and in the decode step, against 4 per layer and
- * the LM head's with TESSERA_CUDA_FUSE=off, and the decode token and logprobs are bit for
- * bit the same. (The counts need the emulator; with the real library only the tokens are
- * compared.) */
+/* The norms, SiLU·mul and a decode step's attention write their output quantized as well
+ * when quantized linears read it (forward.cu, act_qact; the kernels' qact), so a decode
+ * step of tiny-q4_k (every linear quantized) launches no activation quantizer, and its
+ * 3-token prefill (prefill attention) one per layer for the O projection, against 4 per
+ * layer and the LM head's with TESSERA_CUDA_FUSE=off either way; the decode token and
+ * logprobs are bit for bit the same. (The counts need the emulator; with the real library
+ * only the tokens are compared.) */
 static void test_fused_quant(void)
 {
     struct model *m = load_model("testmodels/tiny-q4_k.gguf", true, MODEL_LOAD_NO_TOKENIZER);
@@ -1396,9 +1396,11 @@ static void test_fused_quant(void)
     if (g_grids_run) {
         const uint64_t L = (uint64_t)m->cfg.n_layers;
         for (int st = 0; st < 2; st++) {
+            /* the decode attention writes the O projection's input too; the prefill's not */
             const char *step = st ? "decode" : "prefill";
-            CHECK(cnt[0][st].quantize == L, "fused %s: %llu quantizer grids for %llu layers (want 1 per layer)",
-                  step, (unsigned long long)cnt[0][st].quantize, (unsigned long long)L);
+            const uint64_t want = st ? 0 : L;
+            CHECK(cnt[0][st].quantize == want, "fused %s: %llu quantizer grids for %llu layers (want %llu)", step,
+                  (unsigned long long)cnt[0][st].quantize, (unsigned long long)L, (unsigned long long)want);
             CHECK(cnt[1][st].quantize == 4 * L + 1, "TESSERA_CUDA_FUSE=off %s: %llu quantizer grids (want %llu)",
                   step, (unsigned long long)cnt[1][st].quantize, (unsigned long long)(4 * L + 1));
         }
@@ -1441,11 +1443,24 @@ static void test_l2_prefetch(void)
 #define SPLIT_STEPS 4
 #define SPLIT_LEN 512 /* max_model_len */
 
-/* Three sequences of 130, 200 and 260 prompt tokens, one prefill step each, then
- * SPLIT_STEPS greedy decode steps of three rows (graph bucket 4); every decode step splits
- * each context into partitions of 64 positions (forward.cu, cu_decode_split). The sampled
- * tokens and their top-5 logprobs go to tok. Returns 0, or non-zero after a failed CHECK. */
-static int split_run(const struct model *m, bool eager, struct backend_token tok[SPLIT_STEPS][SPLIT_SEQS])
+enum split_sched {
+    SPLIT_DECODE, /* the three prompts prefilled alone, then decode steps of three rows */
+    SPLIT_MIXED,  /* the third prompt in two chunks after the others' decode rows: mixed steps */
+    SPLIT_APART,  /* the same rows as SPLIT_MIXED, but its mixed steps as a decode step of
+                     two rows, then the chunk alone */
+};
+
+/* Three sequences of 130, 200 and 260 prompt tokens, then SPLIT_STEPS greedy steps that
+ * decode a row of each (graph bucket 4), splitting each context into partitions of 64
+ * positions (forward.cu, cu_decode_split). SPLIT_DECODE prefills every prompt alone first;
+ * SPLIT_MIXED prefills the first two, then the third in two chunks (200, then 60 tokens)
+ * after the first two sequences' decode rows in steps 0 and 1 (tok[0][2] is not sampled),
+ * and SPLIT_APART runs the rows of those two steps as two steps each. The sampled tokens
+ * and their top-5 logprobs go to tok; the emulator's count of decode-attention grids
+ * during steps 0 and 1 to *grids01 (if not NULL). Returns 0, or non-zero after a failed
+ * CHECK. */
+static int split_run(const struct model *m, bool eager, enum split_sched sched,
+                     struct backend_token tok[SPLIT_STEPS][SPLIT_SEQS], uint64_t *grids01)
 {
     char err[ERR_BUF];
     struct backend_config c;
@@ -1474,8 +1489,11 @@ static int split_run(const struct model *m, bool eager, struct backend_token tok
     int32_t len[SPLIT_SEQS] = { 130, 200, 260 }, last[SPLIT_SEQS];
     for (int s = 0; s < SPLIT_SEQS; s++)
         for (int i = 0; i < SPLIT_LEN / BS; i++) bt[s][i] = 1 + i * SPLIT_SEQS + s; /* interleaved blocks */
+    const int chunk[2] = { 200, 60 };      /* the third prompt's chunks (SPLIT_MIXED, SPLIT_APART) */
+    const int S3 = SPLIT_SEQS - 1;         /* that prompt's sequence */
+    const bool chunked = sched != SPLIT_DECODE;
     int rc = 0;
-    for (int s = 0; s < SPLIT_SEQS && !rc; s++) { /* the prefills */
+    for (int s = 0; s < (chunked ? S3 : SPLIT_SEQS) && !rc; s++) { /* the prefills */
         const int n = len[s];
         for (int i = 0; i < n; i++) {
             tok_in[i] = 3 + (i * 7 + s * 13) % 997;
@@ -1489,23 +1507,47 @@ static int split_run(const struct model *m, bool eager, struct backend_token tok
         CHECK(!rc, "split: prefill %d: %s", s, err);
         last[s] = out[0].token;
     }
+    const uint64_t grids0 = g_grids_run ? g_grids_run("decode_kernel") : 0;
     for (int step = 0; step < SPLIT_STEPS && !rc; step++) {
-        int32_t qs[SPLIT_SEQS + 1], lens[SPLIT_SEQS], li[SPLIT_SEQS];
-        for (int s = 0; s < SPLIT_SEQS; s++) {
-            const int p = len[s] + step;
-            tok_in[s] = last[s];
-            pos[s] = p;
-            slot[s] = (int64_t)bt[s][p / BS] * BS + p % BS;
-            qs[s] = s;
-            lens[s] = p + 1;
-            li[s] = s;
+        /* sequences [s0, s1) of this step in one batch (two batches in SPLIT_APART's
+         * steps 0 and 1); sequence S3's rows are a chunk in steps 0 and 1 unless SPLIT_DECODE */
+        const bool with_chunk = chunked && step < 2;
+        for (int part = 0; part < (with_chunk && sched == SPLIT_APART ? 2 : 1) && !rc; part++) {
+            const int s0 = part ? S3 : 0, s1 = with_chunk && sched == SPLIT_APART && !part ? S3 : SPLIT_SEQS;
+            int32_t qs[SPLIT_SEQS + 1], lens[SPLIT_SEQS], li[SPLIT_SEQS];
+            int T = 0, nl = 0;
+            for (int s = s0; s < s1; s++) {
+                qs[s - s0] = T;
+                if (with_chunk && s == S3) { /* a chunk of the third prompt; logits at its end */
+                    const int p0 = step ? chunk[0] : 0;
+                    for (int i = 0; i < chunk[step]; i++, T++) {
+                        tok_in[T] = 3 + ((p0 + i) * 7 + s * 13) % 997;
+                        pos[T] = p0 + i;
+                        slot[T] = (int64_t)bt[s][(p0 + i) / BS] * BS + (p0 + i) % BS;
+                    }
+                    lens[s - s0] = p0 + chunk[step];
+                    if (step == 1) li[nl++] = T - 1;
+                    continue;
+                }
+                const int p = chunked && s == S3 ? len[s] + step - 2 : len[s] + step;
+                tok_in[T] = last[s];
+                pos[T] = p;
+                slot[T] = (int64_t)bt[s][p / BS] * BS + p % BS;
+                lens[s - s0] = p + 1;
+                li[nl++] = T++;
+            }
+            qs[s1 - s0] = T;
+            struct batch b = { T, s1 - s0, tok_in, pos, slot, qs, lens, &bt[s0][0], SPLIT_LEN / BS, nl, li };
+            struct backend_token out[SPLIT_SEQS];
+            rc = ops->submit(impl, &b, smp, err, sizeof err) || ops->wait(impl, out, err, sizeof err);
+            CHECK(!rc, "split: step %d (sequences %d-%d): %s", step, s0, s1 - 1, err);
+            /* logits rows are sequences s0.. in order, S3's chunk only at its end */
+            for (int i = 0; i < nl && !rc; i++) {
+                tok[step][s0 + i] = out[i];
+                last[s0 + i] = out[i].token;
+            }
         }
-        qs[SPLIT_SEQS] = SPLIT_SEQS;
-        struct batch b = { SPLIT_SEQS, SPLIT_SEQS, tok_in, pos, slot, qs, lens, &bt[0][0], SPLIT_LEN / BS,
-                           SPLIT_SEQS, li };
-        rc = ops->submit(impl, &b, smp, err, sizeof err) || ops->wait(impl, tok[step], err, sizeof err);
-        CHECK(!rc, "split: decode step %d: %s", step, err);
-        for (int s = 0; s < SPLIT_SEQS && !rc; s++) last[s] = tok[step][s].token;
+        if (step == 1 && grids01) *grids01 = g_grids_run ? g_grids_run("decode_kernel") - grids0 : 0;
     }
     CHECK(rc || info.graphs == !eager, "split: graphs %d with enforce_eager %d", info.graphs, eager);
     sampler_free(g);
@@ -1542,12 +1584,12 @@ static void test_decode_split(void)
     static struct backend_token r[4][SPLIT_STEPS][SPLIT_SEQS]; /* graphs, eager, fixed, 8 rows */
     unsetenv("TESSERA_CUDA_DECODE_SPLIT");
     unsetenv("TESSERA_CUDA_DECODE_ROWS");
-    int rc = split_run(m, false, r[0]) || split_run(m, true, r[1]);
+    int rc = split_run(m, false, SPLIT_DECODE, r[0], NULL) || split_run(m, true, SPLIT_DECODE, r[1], NULL);
     setenv("TESSERA_CUDA_DECODE_SPLIT", "fixed", 1);
-    rc = rc || split_run(m, false, r[2]);
+    rc = rc || split_run(m, false, SPLIT_DECODE, r[2], NULL);
     unsetenv("TESSERA_CUDA_DECODE_SPLIT");
     setenv("TESSERA_CUDA_DECODE_ROWS", "auto", 1);
-    rc = rc || split_run(m, false, r[3]);
+    rc = rc || split_run(m, false, SPLIT_DECODE, r[3], NULL);
     int same = 0, close = 0, close16 = 0, n = 0;
     float dmax = 0, dmax16 = 0;
     for (int st = 0; st < SPLIT_STEPS && !rc; st++)
@@ -1573,6 +1615,62 @@ static void test_decode_split(void)
     env_restore(&was_rows);
     expect_env_refused(m, "TESSERA_CUDA_DECODE_SPLIT", "sometimes", "wave or fixed");
     expect_env_refused(m, "TESSERA_CUDA_DECODE_ROWS", "12", "auto, 8 or 16");
+    model_free(m);
+}
+
+/* Mixed steps (two decode rows, then a prompt chunk): their leading one-row sequences go
+ * through the decode attention, split as a decode step of those rows would be, and the
+ * chunk through the prefill attention (forward.cu; kernels/attention_prefill.h with
+ * query_start past row 0). So the same rows run apart (a decode step of two rows, then the
+ * chunk alone) give the same tokens, and under the emulator, whose linears compute every
+ * row alike at any row count, the same logprobs to the bit. TESSERA_CUDA_MIXED_SPLIT=off
+ * sends every row of a mixed step through the prefill kernel, which rounds Q and the
+ * probabilities to BF16 (2^-8) where the decode kernel keeps ~F32: the same greedy tokens
+ * within 2e-2 in logprob (observed: ~1e-2). Under the emulator the decode kernel runs
+ * once per layer in each mixed step, never when off. Another value is refused. */
+static void test_mixed_split(void)
+{
+    struct model *m = load_model("testmodels/llama3-tiny-hd64", true, MODEL_LOAD_NO_TOKENIZER);
+    if (!m) return;
+    struct env_saved was = env_save("TESSERA_CUDA_MIXED_SPLIT");
+    static struct backend_token r[3][SPLIT_STEPS][SPLIT_SEQS]; /* mixed, apart, mixed with the split off */
+    uint64_t grids[3] = { 0, 0, 0 };
+    unsetenv("TESSERA_CUDA_MIXED_SPLIT");
+    int rc = split_run(m, false, SPLIT_MIXED, r[0], &grids[0]) || split_run(m, false, SPLIT_APART, r[1], &grids[1]);
+    setenv("TESSERA_CUDA_MIXED_SPLIT", "off", 1);
+    rc = rc || split_run(m, false, SPLIT_MIXED, r[2], &grids[2]);
+    env_restore(&was);
+    int same = 0, close = 0, n = 0;
+    float dapart = 0, doff = 0;
+    for (int st = 0; st < SPLIT_STEPS && !rc; st++)
+        for (int s = 0; s < SPLIT_SEQS; s++) {
+            if (st == 0 && s == SPLIT_SEQS - 1) continue; /* mid-prompt: not sampled */
+            const struct backend_token *a = &r[0][st][s], *p = &r[1][st][s], *f = &r[2][st][s];
+            n++;
+            const bool eq = g_emulated ? same_token(a, p) : split_close(p, a, &dapart);
+            same += eq;
+            CHECK(eq, "step %d row %d: mixed token %d (%.9g) vs apart %d (%.9g)", st, s, a->token, a->logprob,
+                  p->token, p->logprob);
+            bool ok = a->token == f->token && fabsf(a->logprob - f->logprob) <= 2e-2f;
+            for (int k = 0; !ok && a->token != f->token && k < f->n_top; k++) /* a near tie swapped */
+                ok = f->top_ids[k] == a->token && fabsf(f->top_logprobs[k] - f->logprob) <= 2e-2f;
+            if (a->token == f->token && fabsf(a->logprob - f->logprob) > doff) doff = fabsf(a->logprob - f->logprob);
+            close += ok;
+            CHECK(ok, "step %d row %d: mixed split token %d (%.9g) vs off %d (%.9g)", st, s, a->token, a->logprob,
+                  f->token, f->logprob);
+        }
+    if (g_grids_run && !rc) {
+        const uint64_t L = (uint64_t)m->cfg.n_layers;
+        CHECK(grids[0] == 2 * L && grids[1] == 2 * L && grids[2] == 0,
+              "decode-attention grids in steps 0-1: %llu mixed, %llu apart, %llu split off (want %llu, %llu, 0)",
+              (unsigned long long)grids[0], (unsigned long long)grids[1], (unsigned long long)grids[2],
+              (unsigned long long)(2 * L), (unsigned long long)(2 * L));
+    }
+    printf("    mixed steps: %d rows; = apart %d (%s), within 2e-2 of TESSERA_CUDA_MIXED_SPLIT=off %d (max |d| %.2g); "
+           "decode-attention grids %llu split, %llu off\n",
+           n, same, g_emulated ? "bit for bit" : "within 1e-2", close, doff, (unsigned long long)grids[0],
+           (unsigned long long)grids[2]);
+    expect_env_refused(m, "TESSERA_CUDA_MIXED_SPLIT", "auto", "on or off");
     model_free(m);
 }
 
@@ -1865,6 +1963,7 @@ int main(int argc, char **argv)
     T(test_fused_quant);
     T(test_l2_prefetch);
     T(test_decode_split);
+    T(test_mixed_split);
     T(test_scoring);
     T(test_tensor_parallel_limits);
     T(test_tensor_parallel);

@@ -16,6 +16,9 @@
  *     step; GPU idle = the backend's event-timed gap between the end of one step and the
  *     start of the next, as a share of the step;
  *   - one 1,024-token prefill step with sampling (TTFT without HTTP and tokenizer);
+ *   - one mixed step: up to 64 sequences of --context tokens decode a row each beside a
+ *     1,024-token prompt (how a server's steps look while prompts arrive), and its excess
+ *     over the prefill alone;
  * and prints one table with the targets of docs/cuda-backend.md. --profile: after the batch-1
  * and batch-8 runs, the forward of their last step again, kernel by kernel
  * (tessera_cuda_profile_forward, src/backend/cuda/profile.h: eager, kernels back to back),
@@ -113,21 +116,13 @@ static void print_profile(const char *what, const struct profile *p, double step
                p->forward_ms > 0 ? 100 * p->row[i].ms / p->forward_ms : 0);
 }
 
-/* Prefills `ctx` tokens for each of n sequences (one chunk per sequence, up to max_tokens
- * rows per step), then runs `steps` pipelined decode steps. Returns the mean decode step in
- * ms and the GPU idle share, or -1. Sequence s owns blocks [s * max_blocks, ...). */
-static double run_decode(struct bench *b, int n, int ctx, int steps, int max_tokens, double *idle_share, char *err,
-                         size_t errlen)
+/* Prefills `ctx` tokens for each of sequences 0 .. n-1, one after another, in chunks of up
+ * to max_tokens rows per step, through x (max_tokens rows). Sequence s owns blocks
+ * [s * max_blocks, ...). Returns 0 or the backend's error. */
+static int prefill_seqs(struct bench *b, struct arrays *x, int n, int ctx, int max_tokens, char *err, size_t errlen)
 {
-    struct arrays a[2]; /* the step in flight borrows one set while the next is built in the other */
-    double result = -1;
-    memset(a, 0, sizeof a);
-    if (arrays_alloc(&a[0], max_tokens > n ? max_tokens : n, b->max_blocks) || arrays_alloc(&a[1], n, b->max_blocks))
-        goto done;
     for (int s = 0; s < n; s++) {
-        /* prefill, in chunks that fit a step */
         for (int p0 = 0; p0 < ctx; p0 += max_tokens) {
-            struct arrays *x = &a[0];
             int T = ctx - p0 < max_tokens ? ctx - p0 : max_tokens;
             for (int t = 0; t < T; t++) {
                 int p = p0 + t;
@@ -142,10 +137,24 @@ static double run_decode(struct bench *b, int n, int ctx, int steps, int max_tok
             x->li[0] = T - 1;
             x->smp[0] = (struct backend_sample){ .sampler = b->greedy, .n_logprobs = -1 };
             struct batch pb = { T, 1, x->tok, x->pos, x->slot, x->qs, x->lens, x->bt, b->max_blocks, 1, x->li };
-            if (b->ops->submit(b->impl, &pb, x->smp, err, errlen) || b->ops->wait(b->impl, x->out, err, errlen))
-                goto done;
+            int rc = b->ops->submit(b->impl, &pb, x->smp, err, errlen);
+            if (rc || (rc = b->ops->wait(b->impl, x->out, err, errlen))) return rc;
         }
     }
+    return 0;
+}
+
+/* Prefills `ctx` tokens for each of n sequences (prefill_seqs), then runs `steps` pipelined
+ * decode steps. Returns the mean decode step in ms and the GPU idle share, or -1. */
+static double run_decode(struct bench *b, int n, int ctx, int steps, int max_tokens, double *idle_share, char *err,
+                         size_t errlen)
+{
+    struct arrays a[2]; /* the step in flight borrows one set while the next is built in the other */
+    double result = -1;
+    memset(a, 0, sizeof a);
+    if (arrays_alloc(&a[0], max_tokens > n ? max_tokens : n, b->max_blocks) || arrays_alloc(&a[1], n, b->max_blocks))
+        goto done;
+    if (prefill_seqs(b, &a[0], n, ctx, max_tokens, err, errlen)) goto done;
     /* decode: every sequence one row, its token the previous step's sample */
     for (int i = 0; i < 2; i++) {
         for (int s = 0; s < n; s++) {
@@ -187,6 +196,67 @@ done:
     return result;
 }
 
+/* One step of batch bt (samples and outputs in a), waited for: its wall time in ms, or -1
+ * on an error (in err). */
+static double step_ms(struct bench *b, const struct batch *bt, struct arrays *a, char *err, size_t errlen)
+{
+    const double t0 = now_ms();
+    if (b->ops->submit(b->impl, bt, a->smp, err, errlen) || b->ops->wait(b->impl, a->out, err, errlen)) return -1;
+    return now_ms() - t0;
+}
+
+/* Repetition rep's time ms into *best (the best of the repetitions after the first, a
+ * warm-up). Returns non-zero, *best = -1, on a failed step (ms < 0). */
+static int keep_best(double *best, double ms, int rep)
+{
+    if (ms < 0) {
+        *best = -1;
+        return 1;
+    }
+    if (rep > 0 && (*best < 0 || ms < *best)) *best = ms;
+    return 0;
+}
+
+/* A mixed step as a server's scheduler makes them while prompts arrive: n sequences of
+ * ctx tokens (prefill_seqs) decode one row each, and sequence n's whole prompt of len
+ * tokens follows them in the same step (logits for every decode row and the prompt's
+ * last). Returns the best of 3 steps (after a warm-up; each waited for) in ms, or -1. */
+static double run_mixed(struct bench *b, int n, int ctx, int len, int max_tokens, char *err, size_t errlen)
+{
+    struct arrays a;
+    double best = -1;
+    if (arrays_alloc(&a, n + len > max_tokens ? n + len : max_tokens, b->max_blocks)) return -1;
+    if (prefill_seqs(b, &a, n, ctx, max_tokens, err, errlen)) goto done;
+    for (int rep = 0; rep < 4; rep++) {
+        for (int s = 0; s <= n; s++) {
+            for (int k = 0; k < b->max_blocks; k++) a.bt[(size_t)s * b->max_blocks + k] = s * b->max_blocks + k;
+            a.smp[s] = (struct backend_sample){ .sampler = b->greedy, .n_logprobs = -1 };
+        }
+        for (int s = 0; s < n; s++) { /* each repetition writes the same decode position again */
+            a.tok[s] = (int32_t)((s * 31 + 7) % b->vocab);
+            a.pos[s] = ctx;
+            a.slot[s] = (int64_t)(s * b->max_blocks + ctx / b->bs) * b->bs + ctx % b->bs;
+            a.qs[s] = s;
+            a.lens[s] = ctx + 1;
+            a.li[s] = s;
+        }
+        for (int t = 0; t < len; t++) {
+            a.tok[n + t] = (int32_t)((t * 7919 + rep) % b->vocab);
+            a.pos[n + t] = t;
+            a.slot[n + t] = (int64_t)(n * b->max_blocks + t / b->bs) * b->bs + t % b->bs;
+        }
+        a.qs[n] = n;
+        a.qs[n + 1] = n + len;
+        a.lens[n] = len;
+        a.li[n] = n + len - 1;
+        struct batch mb = { n + len, n + 1, a.tok, a.pos, a.slot, a.qs, a.lens, a.bt, b->max_blocks, n + 1, a.li };
+        if (keep_best(&best, step_ms(b, &mb, &a, err, errlen), rep)) break;
+    }
+done:
+    arrays_free(&a);
+    return best;
+}
+
 static double run_prefill(struct bench *b, int len, char *err, size_t errlen)
 {
     struct arrays a;
@@ -205,13 +275,7 @@ static double run_prefill(struct bench *b, int len, char *err, size_t errlen)
         a.li[0] = len - 1;
         a.smp[0] = (struct backend_sample){ .sampler = b->greedy, .n_logprobs = -1 };
         struct batch pb = { len, 1, a.tok, a.pos, a.slot, a.qs, a.lens, a.bt, b->max_blocks, 1, a.li };
-        double t0 = now_ms();
-        if (b->ops->submit(b->impl, &pb, a.smp, err, errlen) || b->ops->wait(b->impl, a.out, err, errlen)) {
-            best = -1;
-            break;
-        }
-        double ms = now_ms() - t0;
-        if (rep > 0 && (best < 0 || ms < best)) best = ms;
+        if (keep_best(&best, step_ms(b, &pb, &a, err, errlen), rep)) break;
     }
     arrays_free(&a);
     return best;
@@ -325,6 +389,12 @@ int main(int argc, char **argv)
     if (!err[0] && FITS(64)) d64 = run_decode(&b, 64, ctx, steps, max_tokens, &idle64, err, sizeof err);
     if (!err[0] && FITS(256)) d256 = run_decode(&b, 256, ctx, steps, max_tokens, &idle256, err, sizeof err);
     if (!err[0] && max_model_len >= 1024 && max_tokens >= 1024) pf = run_prefill(&b, 1024, err, sizeof err);
+    /* a mixed step: up to 64 decode rows (as many as max_num_seqs leaves beside the prompt) and a
+       1,024-token prompt */
+    const int mixed_n = max_seqs - 1 < 64 ? max_seqs - 1 : 64;
+    double mx = -1;
+    if (!err[0] && mixed_n >= 1 && FITS(mixed_n + 1) && max_model_len > 1024 && max_tokens >= mixed_n + 1024)
+        mx = run_mixed(&b, mixed_n, ctx, 1024, max_tokens, err, sizeof err);
 #undef FITS
     if (err[0]) {
         fprintf(stderr, "error: %s\n", err);
@@ -354,6 +424,11 @@ int main(int argc, char **argv)
         printf("%-34s %9.0f %-3s %14s\n", "  tokens/s at batch 256", 256e3 / d256, "", "");
     }
     ROW("prefill 1024 tokens + sample (TTFT)", pf, "ms", "<= 30 ms", pf <= 30);
+    char mixed_name[64];
+    snprintf(mixed_name, sizeof mixed_name, "mixed step, %d decode + 1024 prompt", mixed_n);
+    ROW(mixed_name, mx, "ms", "", true);
+    if (mx >= 0 && pf >= 0)
+        printf("%-34s %9.3f %-3s %14s\n", "  => the decode rows' share", mx - pf, "ms", "(mixed - TTFT)");
     printf("%-34s %9.2f %-3s %14s\n", "weights read per decode step", wbytes / 1e9, "GB", "");
     printf("%-34s %9.0f %-3s %14s\n", "  => at batch 1", d1 > 0 ? wbytes / (d1 * 1e-3) / 1e9 : 0, "GB/s",
            "(H200 ~4300 copy)");

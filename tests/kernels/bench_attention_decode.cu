@@ -64,7 +64,7 @@ static double bench_one(struct kbench *b, const char *label, int num_seqs, int c
     double s = kbench_time(b, [&] {
         KB_CHECK(cuda_attention_decode(out, DT_BF16, q, (int64_t)nh * hd, &kv, d_meta, d_meta + num_seqs, max_blocks,
                                        num_seqs, nh, 0.08838835f, ctx, partition, max_partitions, rows, ws, ws_bytes,
-                                       0, b->stream));
+                                       nullptr, 0, b->stream));
     });
     double bytes = (double)num_seqs * ctx * nkv * 2.0 * hd * kv_dtype_size(kvt) + (double)num_seqs * nh * hd * (4 + 2);
     char kernel[64], shape[64];

@@ -14,12 +14,15 @@
  * lazy-rescale threshold tile after tile (the O rescale path), split and unsplit;
  * per-sequence splits under caps of 1, 2, 3 partitions and none (one grid holding
  * sequences split 1 to 5 ways), and the batch-1 / batch-8 decode steps' shapes split
- * automatically; invalid arguments. Block tables are a random permutation of the pool; every cache slot no
+ * automatically; with an F32 output, the quantized copy for the O projection's GEMV (qact:
+ * the bytes of cuda_quantize_act over the output, from the attention kernel and from the
+ * reduce, padding rows included); invalid arguments. Block tables are a random permutation of the pool; every cache slot no
  * sequence owns (whole blocks, the tail of each last block, table entries past a
  * sequence's blocks, which point at NaN blocks) holds NaN, so reading one fails. */
 #include "ktest_paged.h"
 
 #include "kernels/attention_decode.h"
+#include "kernels/quant_matmul.h"
 
 #include <algorithm>
 #include <vector>
@@ -111,6 +114,13 @@ static void run_case(const ad_case &c, uint64_t seed)
     const std::vector<float> ref =
         ktest_attention_ref(hkv, q_dense.data(), qstart, seq_lens, bt, max_blocks, num_seqs, nh, scale);
 
+    /* F32 out: the quantized copy for the O projection's GEMV (qact), against
+       cuda_quantize_act over the kernel's out */
+    const bool with_q = c.out == DT_F32;
+    const int64_t width = (int64_t)nh * hd;
+    const size_t qbytes = with_q ? cuda_quant_act_size(width, num_seqs) : 16;
+    kbuf<unsigned char> d_qact(qbytes), d_qref(qbytes);
+
     char what[200];
     /* both tensor-core layouts on every case: 8 heads per block (32x8x16 fragments), 16
        (16x16x16) */
@@ -120,10 +130,18 @@ static void run_case(const ad_case &c, uint64_t seed)
                  c.max_partitions, rows);
         d_out.poison();
         d_ws.poison();
+        d_qact.poison();
         int rc = cuda_attention_decode(d_out.ptr, c.out, d_q.ptr, q_stride, &kv, d_lens.ptr, d_bt.ptr, max_blocks,
                                        num_seqs, nh, scale, max_seq_len, c.partition_size, c.max_partitions, rows,
-                                       d_ws.ptr, ws_bytes, (s + num_seqs + rows / 8) & 1, 0);
+                                       d_ws.ptr, ws_bytes, with_q ? d_qact.ptr : nullptr,
+                                       (s + num_seqs + rows / 8) & 1, 0);
         CHECK(rc == 0, "%s: cuda_attention_decode returned %d", what, rc);
+        if (with_q) {
+            d_qref.poison();
+            CHECK(cuda_quantize_act((const float *)d_out.ptr, width, num_seqs, d_qref.ptr, 0, 0) == 0,
+                  "%s: cuda_quantize_act failed", what);
+            CHECK(d_qact.download() == d_qref.download(), "%s: qact differs from cuda_quantize_act(out)", what);
+        }
         const std::vector<float> got = ktest_out_to_float(d_out.download(), c.out, (size_t)num_seqs * nh * hd);
         CHECK_CLOSE_ARRAYS(what, got.data(), ref.data(), got.size(), tol_for(kvt, c.out));
         for (int q0 = 0; q0 < num_seqs; q0++) { /* padding rows: exactly zero */
@@ -137,6 +155,8 @@ static void run_case(const ad_case &c, uint64_t seed)
     CHECK_GUARD(d_pool);
     CHECK_GUARD(d_out);
     CHECK_GUARD(d_ws);
+    CHECK_GUARD(d_qact);
+    CHECK_GUARD(d_qref);
     CHECK_GUARD(d_q);
     CHECK_GUARD(d_lens);
     CHECK_GUARD(d_bt);
@@ -309,9 +329,9 @@ static void test_invalid(void)
     kv.head_dim = 128;
     kv.k_scale = kv.v_scale = 1.0f;
     auto call = [&](const struct kv_layer &k, enum dtype od, const float *qp, int64_t qs, int nh, int ns, int maxlen,
-                    int part, size_t wsb, int maxp = 0, int rows = 0) {
+                    int part, size_t wsb, int maxp = 0, int rows = 0, void *qa = nullptr) {
         return cuda_attention_decode(out.ptr, od, qp, qs, &k, meta.ptr, meta.ptr + 2, 2, ns, nh, 0.1f, maxlen, part,
-                                     maxp, rows, ws.ptr, wsb, 0, 0);
+                                     maxp, rows, ws.ptr, wsb, qa, 0, 0);
     };
     const int inval = (int)cudaErrorInvalidValue;
     struct kv_layer k = kv;
@@ -344,6 +364,8 @@ static void test_invalid(void)
     CHECK(call(kv, DT_F32, q.ptr, 256, 2, 1, 16, 0, 0, 0, -8) == inval, "head_rows -8 accepted");
     CHECK(call(kv, DT_F32, q.ptr, 256, 2, 1, 33, 0, 0) == inval, "max_seq_len past the block table accepted");
     CHECK(call(kv, DT_F32, q.ptr, 256, 2, 1, 32, 16, 100) == inval, "a short workspace accepted");
+    CHECK(call(kv, DT_BF16, q.ptr, 256, 2, 1, 16, 0, 0, 0, 0, ws.ptr) == inval, "qact beside a BF16 out accepted");
+    CHECK(call(kv, DT_F32, q.ptr, 256, 2, 1, 16, 0, 0, 0, 0, (char *)ws.ptr + 4) == inval, "unaligned qact accepted");
     CHECK(cudaGetLastError() == cudaSuccess, "a refused call left an error behind");
     std::vector<float> o = out.download();
     bool untouched = true;

@@ -10,7 +10,9 @@
  * heads);
  * KV F16, BF16 and FP8 with k_scale / v_scale != 1; outputs F32, F16, BF16; q read in place
  * from a fused QKV-shaped buffer (row stride, K/V columns NaN); batch padding rows past
- * query_start[num_seqs] (must stay unwritten); scores that climb by more
+ * query_start[num_seqs] (must stay unwritten); calls over a batch's later sequences only
+ * (a mixed step's, after the decode kernel took the leading one-row ones: the rows before
+ * must stay unwritten too); scores that climb by more
  * than the kernel's lazy-rescale threshold from one key tile to the next (the O rescale
  * path); invalid arguments. Block tables are a random permutation of the pool; every
  * cache slot no sequence owns (whole blocks, the tail of each last block, table entries
@@ -50,7 +52,11 @@ static ktol tol_for(enum kv_dtype kvt, enum dtype out)
     return KTOL_F16;
 }
 
-static void run_case(const ap_case &c, uint64_t seed)
+/* The kernel over sequences first.. of case c (first > 0: the call a mixed step makes
+ * after cuda_attention_decode took its leading one-row sequences; query_start then starts
+ * at row query_start[first]), against the twin's rows of the whole batch; the rows before
+ * stay unwritten like the padding after. */
+static void run_case(const ap_case &c, uint64_t seed, int first = 0)
 {
     const int hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads, bs = c.block_size;
     const int num_seqs = (int)c.q_lens.size();
@@ -106,20 +112,25 @@ static void run_case(const ap_case &c, uint64_t seed)
     const std::vector<float> ref =
         ktest_attention_ref(hkv, q_dense.data(), qstart, seq_lens, bt, max_blocks, T, nh, scale);
 
-    char what[160];
-    snprintf(what, sizeof what, "%s (hd %d, %d/%d heads, bs %d, kv %s, out %s)", c.name, hd, nh, nkv, bs,
-             kv_dtype_name(kvt), ktest_act_name(c.out));
+    char what[200];
+    snprintf(what, sizeof what, "%s (hd %d, %d/%d heads, bs %d, kv %s, out %s, from sequence %d)", c.name, hd, nh,
+             nkv, bs, kv_dtype_name(kvt), ktest_act_name(c.out), first);
+    const int q0 = qstart[first];
+    const size_t row_bytes = (size_t)nh * hd * ktest_act_size(c.out);
     KTEST_SEEDS(s) {
         d_out.poison();
-        int rc = cuda_attention_prefill(d_out.ptr, c.out, d_q.ptr, q_stride, &kv, d_qstart.ptr, d_lens.ptr,
-                                        d_bt.ptr, max_blocks, num_seqs, T_all, nh, scale, 0);
+        int rc = cuda_attention_prefill(d_out.ptr, c.out, d_q.ptr, q_stride, &kv, d_qstart.ptr + first,
+                                        d_lens.ptr + first, d_bt.ptr + (size_t)first * max_blocks, max_blocks,
+                                        num_seqs - first, T_all - q0, nh, scale, 0);
         CHECK(rc == 0, "%s: cuda_attention_prefill returned %d", what, rc);
         const std::vector<unsigned char> raw = d_out.download();
         const std::vector<float> got = ktest_out_to_float(raw, c.out, (size_t)T * nh * hd);
-        CHECK_CLOSE_ARRAYS(what, got.data(), ref.data(), got.size(), tol_for(kvt, c.out));
-        bool untouched = true; /* padding rows keep the poison (0xFF bytes: NaN) */
-        for (size_t i = (size_t)T * nh * hd * ktest_act_size(c.out); i < raw.size(); i++) untouched = untouched && raw[i] == 0xff;
-        CHECK(untouched, "%s: a padding row was written", what);
+        const size_t skip = (size_t)q0 * nh * hd;
+        CHECK_CLOSE_ARRAYS(what, got.data() + skip, ref.data() + skip, got.size() - skip, tol_for(kvt, c.out));
+        bool untouched = true; /* rows before q0 and padding rows keep the poison (0xFF bytes: NaN) */
+        for (size_t i = 0; i < raw.size(); i++)
+            if (i < (size_t)q0 * row_bytes || i >= (size_t)T * row_bytes) untouched = untouched && raw[i] == 0xff;
+        CHECK(untouched, "%s: a row outside the call's was written", what);
     }
     CHECK(d_pool.download() == pool, "%s: the kernel wrote into the pool", what);
     CHECK_GUARD(d_pool);
@@ -183,6 +194,34 @@ static void test_rescale(void)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(cases[i], 0x5400 + i);
 }
 
+/* A mixed step's call after the decode kernel took its leading one-row sequences
+ * (src/backend/cuda/forward.cu): query_start begins past row 0; the rows before it are not
+ * written. Also a first sequence that is itself one row (a 1-token chunk: only the leading
+ * run goes to the decode kernel) and tile edges counted from the call's first row. */
+static void test_after_decode_rows(void)
+{
+    const ap_case cases[] = {
+        { "3 decode rows, then a prompt and a chunk", 128, 8, 2, 16, KV_F16, DT_F16, { 1, 1, 1, 40, 17 },
+          { 70, 5, 130, 0, 3 }, false, false, 0 },
+        { "decode rows, a 1-row chunk, a prompt, fp8, fused q, padding", 64, 8, 1, 16, KV_FP8_E4M3, DT_F32,
+          { 1, 1, 1, 20 }, { 90, 33, 0, 0 }, true, false, 3 },
+    };
+    run_case(cases[0], 0x5500, 3);
+    run_case(cases[1], 0x5501, 2);
+    /* Qwen2.5-7B's heads: 21 decode rows (147 flattened rows before the call's first: the
+     * tile numbering must start from query_start[0], not row 0), then a 64-row chunk */
+    ap_case qwen = { "qwen2.5-7b heads, 21 decode rows, bf16", 128, 28, 4, 16, KV_BF16, DT_BF16, {}, {}, true, false,
+                     0 };
+    for (int i = 0; i < 21; i++) {
+        qwen.q_lens.push_back(1);
+        qwen.prefix.push_back((i * 37) % 130);
+    }
+    qwen.q_lens.push_back(64);
+    qwen.prefix.push_back(30);
+    run_case(qwen, 0x5502, 21);
+    run_case(qwen, 0x5503, 10); /* some one-row sequences left to this kernel */
+}
+
 /* Unsupported shapes and types are refused before any launch; zero tokens is a no-op. */
 static void test_invalid(void)
 {
@@ -240,6 +279,7 @@ int main(void)
     RUN(test_chunked_prefill);
     RUN(test_mixed_batches);
     RUN(test_rescale);
+    RUN(test_after_decode_rows);
     RUN(test_invalid);
     return test_summary();
 }

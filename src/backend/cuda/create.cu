@@ -516,17 +516,19 @@ static int setup_rank(struct cuda_backend *b, void *arg, char *err, size_t errle
     static const char *const on_off[] = { "on", "off" }, *const splits[] = { "wave", "fixed" },
                              *const rows[] = { "16", "8", "auto" }, *const loads[] = { "direct", "staged" };
     static const int rows_of[] = { 16, 8, 0 };
-    int pdl, fuse, split, nrows, qload, l2pf;
+    int pdl, fuse, split, nrows, qload, l2pf, mixed;
     if ((rc = env_pick("TESSERA_CUDA_PDL", on_off, 2, "on or off", &pdl, err, errlen)) ||
         (rc = env_pick("TESSERA_CUDA_FUSE", on_off, 2, "on or off", &fuse, err, errlen)) ||
         (rc = env_pick("TESSERA_CUDA_DECODE_SPLIT", splits, 2, "wave or fixed", &split, err, errlen)) ||
         (rc = env_pick("TESSERA_CUDA_DECODE_ROWS", rows, 3, "auto, 8 or 16", &nrows, err, errlen)) ||
         (rc = env_pick("TESSERA_CUDA_QUANT_LOADS", loads, 2, "direct or staged", &qload, err, errlen)) ||
-        (rc = env_pick("TESSERA_CUDA_L2_PREFETCH", on_off, 2, "on or off", &l2pf, err, errlen)))
+        (rc = env_pick("TESSERA_CUDA_L2_PREFETCH", on_off, 2, "on or off", &l2pf, err, errlen)) ||
+        (rc = env_pick("TESSERA_CUDA_MIXED_SPLIT", on_off, 2, "on or off", &mixed, err, errlen)))
         return rc;
     b->pdl = prop.major >= 9 && pdl == 0;  /* programmatic dependent launch (kernels/common.cuh): Hopper+ */
     b->fuse = fuse == 0;                   /* fused kernels (linear.cu, cu_gate_up_fused) */
     b->split_fixed = split == 1;           /* the decode attention's split (forward.cu, cu_decode_split) */
+    b->mixed_split = mixed == 0;           /* mixed steps' one-row sequences: the decode attention (forward.cu) */
     b->qmm_direct = qload == 0;            /* Q4_K GEMV loads (kernels/quant_matmul.h, cuda_quant_gemv) */
     /* query heads per decode attention block (kernels/attention_decode.h, head_rows): 16 (the
        layout every GPU run so far measured) until a GPU run measures 8 against it; auto: the

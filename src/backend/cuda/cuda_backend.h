@@ -130,7 +130,11 @@ struct cu_shape {
     int T, S, L;
     bool decode;
     int max_seq_len;
-    int partition, max_partitions; /* decode: the attention's split (cu_decode_split) */
+    int partition, max_partitions; /* the decode attention's split (cu_decode_split) */
+    /* a mixed step's leading one-row sequences (rows 0 .. lead-1), whose attention goes
+     * through the decode kernel (split as a decode step of lead rows, their longest
+     * context lead_max_len); the rest through the prefill kernel. 0: all through it. */
+    int lead, lead_max_len;
 };
 
 struct cu_graph {
@@ -186,6 +190,9 @@ struct cuda_backend {
     bool fuse;                      /* fused kernels where the plan allows (cu_gate_up_fused;
                                        unless TESSERA_CUDA_FUSE=off; create) */
     bool split_fixed;               /* TESSERA_CUDA_DECODE_SPLIT=fixed (cu_decode_split; create) */
+    bool mixed_split;               /* a mixed step's leading one-row sequences through the decode
+                                       attention (cu_shape.lead; unless
+                                       TESSERA_CUDA_MIXED_SPLIT=off; create) */
     bool qmm_direct;                /* Q4_K GEMV weights loaded straight into registers (unless
                                        TESSERA_CUDA_QUANT_LOADS=staged; create) */
     int decode_rows;                /* the decode attention's head_rows: 16 (default), 8 or 0

@@ -8,15 +8,17 @@
  *                                                            QKV weights into the L2, l2_next; for
  *                                                            quantized linears of 1-8 rows it also
  *                                                            writes act quantized, act_qact; so
- *                                                            does SiLU·mul for the down projection)
+ *                                                            do SiLU·mul for the down projection
+ *                                                            and a decode step's attention for O)
  *     qkv = act @ [Wq|Wk|Wv]                                 fused GEMM (cu_linear_forward: quantized
  *                                                            GEMV; F16/BF16: GEMV, skinny GEMM or
  *                                                            cuBLAS, measured at start-up)
  *     q/k per-head rmsnorm                                   cuda_head_rmsnorm (qwen3)
  *     q = rope(q), kv[slot] = rope(k), v (+ bias: qwen2)     cuda_rope_kv_write (prefetches Wo: the
  *                                                            attention leaves memory idle)
- *     act = attention(q, kv)                                 decode-only: cuda_attention_decode,
- *                                                            else cuda_attention_prefill
+ *     act = attention(q, kv)                                 one-row sequences (decode steps, a mixed
+ *                                                            step's leading ones): cuda_attention_decode;
+ *                                                            the rest: cuda_attention_prefill
  *     delta = act @ Wo
  *     act = rmsnorm(x += delta)                              (prefetches Wg|Wu)
  *     gu = act @ [Wg|Wu] ; act = silu(g) * u                 cuda_silu_mul_rows (where our GEMV or skinny
@@ -62,7 +64,7 @@ void cu_decode_split(const struct cuda_backend *b, int rows, int *partition, int
 
 struct cu_shape cu_decode_graph_shape(const struct cuda_backend *b, int rows)
 {
-    struct cu_shape sh = { rows, rows, rows, true, b->cfg.max_model_len, 0, 0 };
+    struct cu_shape sh = { rows, rows, rows, true, b->cfg.max_model_len, 0, 0, 0, 0 };
     cu_decode_split(b, rows, &sh.partition, &sh.max_partitions);
     return sh;
 }
@@ -145,16 +147,23 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
         STEP("rope_kv_write", cuda_rope_kv_write(d->q, &b->kv[l], d->qkv, qkv_dim, cl->qkv_bias, d->positions, d->slots,
                                                  b->w.inv_freq, 1.0f, c->rope_layout, T, nh,
                                                  l2_next(b, sh, &cl->o, &h), pdl, st));
-        if (sh->decode)
+        /* one-row sequences (a decode step's, a mixed step's leading ones: rows 0 .. nd-1)
+           through the decode kernel, the rest through the prefill kernel; a decode step's
+           attention also writes its output quantized for a quantized O projection */
+        const int nd = sh->decode ? sh->S : sh->lead;
+        xq = sh->decode ? act_qact(b, &cl->o, 1, T) : NULL;
+        if (nd > 0)
             STEP("attention_decode",
                  cuda_attention_decode(d->act, adt, d->q, qd, &b->kv[l], d->seq_lens, d->block_tables, b->max_blocks,
-                                       sh->S, nh, scale, sh->max_seq_len, sh->partition, sh->max_partitions,
-                                       b->decode_rows, d->att_ws, d->att_ws_bytes, pdl, st));
-        else
-            STEP("attention_prefill", cuda_attention_prefill(d->act, adt, d->q, qd, &b->kv[l], d->query_start,
-                                                             d->seq_lens, d->block_tables, b->max_blocks, sh->S, T, nh,
-                                                             scale, st));
-        STEP("attention output projection", cu_linear_forward(b, &cl->o, d->act, NULL, d->delta, dim, T));
+                                       nd, nh, scale, sh->decode ? sh->max_seq_len : sh->lead_max_len,
+                                       sh->partition, sh->max_partitions, b->decode_rows, d->att_ws,
+                                       d->att_ws_bytes, xq, pdl, st));
+        if (nd < sh->S)
+            STEP("attention_prefill",
+                 cuda_attention_prefill(d->act, adt, d->q, qd, &b->kv[l], d->query_start + nd, d->seq_lens + nd,
+                                        d->block_tables + (int64_t)nd * b->max_blocks, b->max_blocks, sh->S - nd,
+                                        T - nd, nh, scale, st));
+        STEP("attention output projection", cu_linear_forward(b, &cl->o, d->act, xq, d->delta, dim, T));
         STEP("all-reduce (attention)", cu_all_reduce(b, d->delta, (size_t)T * dim));
         xq = act_qact(b, cl->gate_up, cl->n_gate_up, T);
         STEP("rmsnorm_residual (MLP)",

@@ -106,10 +106,17 @@ const struct cu_graph *cu_graph_for(const struct cuda_backend *b, int rows)
     return NULL;
 }
 
+/* What the forward needs to know of a batch beyond its arrays (check_batch). */
+struct batch_shape {
+    bool decode;      /* every sequence has exactly one new row */
+    int max_len;      /* the longest context */
+    int lead;         /* leading sequences of one new row each (rows 0 .. lead-1) */
+    int lead_max_len; /* their longest context */
+};
+
 /* batch.h's invariants against this backend's limits (forward.c's check_batch, plus the
- * lag tokens). Sets *decode (every sequence has exactly one new row), *max_len (the
- * longest context) and *nbt (block-table entries in use). */
-static int check_batch(const struct cuda_backend *b, const struct batch *bt, bool *decode, int *max_len, size_t *nbt,
+ * lag tokens). Sets *shp and *nbt (block-table entries in use). */
+static int check_batch(const struct cuda_backend *b, const struct batch *bt, struct batch_shape *shp, size_t *nbt,
                        char *err, size_t errlen)
 {
     const struct model_config *c = &b->m->cfg;
@@ -124,16 +131,19 @@ static int check_batch(const struct cuda_backend *b, const struct batch *bt, boo
                        b->Lmax);
     if (bt->query_start[0] != 0 || bt->query_start[bt->num_seqs] != bt->num_tokens)
         return err_set(err, errlen, ERR_INVALID, "batch: query_start must run from 0 to num_tokens");
-    *decode = bt->num_tokens == bt->num_seqs;
-    *max_len = 0;
+    *shp = (struct batch_shape){ bt->num_tokens == bt->num_seqs, 0, 0, 0 };
     *nbt = 0;
     for (int s = 0; s < bt->num_seqs; s++) {
         const int q0 = bt->query_start[s], q1 = bt->query_start[s + 1], len = bt->seq_lens[s];
         if (q1 < q0 || q1 - q0 > len || len > b->cfg.max_model_len)
             return err_set(err, errlen, ERR_INVALID, "batch: sequence %d has %d new tokens, seq_len %d (max_model_len %d)",
                            s, q1 - q0, len, b->cfg.max_model_len);
-        if (q1 - q0 != 1) *decode = false;
-        if (len > *max_len) *max_len = len;
+        if (q1 - q0 != 1) shp->decode = false;
+        if (len > shp->max_len) shp->max_len = len;
+        if (q1 - q0 == 1 && shp->lead == s) {
+            shp->lead = s + 1;
+            if (len > shp->lead_max_len) shp->lead_max_len = len;
+        }
         const int nblk = (len + bs - 1) / bs;
         if (nblk > bt->max_blocks_per_seq)
             return err_set(err, errlen, ERR_INVALID, "batch: sequence %d needs %d blocks, table holds %d", s, nblk,
@@ -267,9 +277,10 @@ static int pack(struct cuda_backend *b, const struct batch *bt, const struct bac
 }
 
 /* Queues steps 1-5 of the file comment (sampling and its copy only when `sample`). */
-static int enqueue(struct cuda_backend *b, const struct batch *bt, const struct cu_layout *lo, bool decode, int max_len,
-                   bool sample, bool timed, char *err, size_t errlen)
+static int enqueue(struct cuda_backend *b, const struct batch *bt, const struct cu_layout *lo,
+                   const struct batch_shape *shp, bool sample, bool timed, char *err, size_t errlen)
 {
+    const bool decode = shp->decode;
     const int T = bt->num_tokens, S = bt->num_seqs, L = bt->num_logits;
     const int vocab = b->m->cfg.vocab_size;
     const struct cu_graph *g = decode ? cu_graph_for(b, T) : NULL;
@@ -320,8 +331,14 @@ static int enqueue(struct cuda_backend *b, const struct batch *bt, const struct 
             return cu_error(b, true, e, err, errlen, "step %ld: launching the CUDA graph of batch %d", b->step_no,
                             g->batch);
     } else {
-        struct cu_shape sh = { T, S, L, decode, max_len, 0, 0 };
-        if (decode) cu_decode_split(b, T, &sh.partition, &sh.max_partitions);
+        struct cu_shape sh = { T, S, L, decode, shp->max_len, 0, 0, 0, 0 };
+        if (decode) {
+            cu_decode_split(b, T, &sh.partition, &sh.max_partitions);
+        } else if (b->mixed_split && shp->lead > 0) { /* split as a decode step of those rows */
+            sh.lead = shp->lead;
+            sh.lead_max_len = shp->lead_max_len;
+            cu_decode_split(b, sh.lead, &sh.partition, &sh.max_partitions);
+        }
         b->last_shape = sh;
         b->has_last_shape = true;
         const char *where = "";
@@ -375,8 +392,8 @@ static int check_usable(const struct cu_group *g, char *err, size_t errlen)
 struct step_job {
     const struct batch *bt;
     const struct cu_layout *lo;
-    bool decode, sample, timed, logits;
-    int max_len;
+    struct batch_shape shape;
+    bool sample, timed, logits;
 };
 
 static int step_rank(struct cuda_backend *b, void *arg, char *err, size_t errlen)
@@ -384,7 +401,7 @@ static int step_rank(struct cuda_backend *b, void *arg, char *err, size_t errlen
     const struct step_job *j = (const struct step_job *)arg;
     b->step_no++;
     if (!j->timed) b->timed_prev = false; /* the gap after a logits call is not a step-to-step gap */
-    int rc = enqueue(b, j->bt, j->lo, j->decode, j->max_len, j->sample, j->timed, err, errlen);
+    int rc = enqueue(b, j->bt, j->lo, &j->shape, j->sample, j->timed, err, errlen);
     if (rc) return rc;
     if (!j->logits) {
         b->in_flight = true;
@@ -409,7 +426,7 @@ static int prepare(struct cu_group *g, const struct batch *bt, const struct back
     size_t nbt = 0;
     int rc;
     if ((rc = check_usable(g, err, errlen))) return rc;
-    if ((rc = check_batch(b, bt, &j->decode, &j->max_len, &nbt, err, errlen))) return rc;
+    if ((rc = check_batch(b, bt, &j->shape, &nbt, err, errlen))) return rc;
     if ((rc = pack(b, bt, samples, nbt, lo, err, errlen))) return rc;
     j->bt = bt;
     j->lo = lo;
