@@ -15,7 +15,8 @@
 # cuBLAS only (TESSERA_CUDA_LINEAR=cublas), without programmatic dependent launches
 # (TESSERA_CUDA_PDL=off; also with Q8_0 weights), with Q8_0 weights and no fused kernels
 # (TESSERA_CUDA_FUSE=off: a quantizer launch per linear), with the decode attention's earlier fixed split
-# (TESSERA_CUDA_DECODE_SPLIT=fixed), with its 8-head blocks (TESSERA_CUDA_DECODE_ROWS=auto),
+# (TESSERA_CUDA_DECODE_SPLIT=fixed), with its 16-head blocks instead of the layout measured at
+# start-up (TESSERA_CUDA_DECODE_ROWS=16),
 # without the L2 prefetch of the next weights (TESSERA_CUDA_L2_PREFETCH=off) and with a mixed
 # step's decode rows in the prefill attention (TESSERA_CUDA_MIXED_SPLIT=off), and
 # scripts/bench_serving.py at 256 concurrent requests with BF16 and FP8 KV; on a machine
@@ -445,9 +446,10 @@ else
     fi
     # the baselines: one setting changed at a time, side by side with the default,
     # those that decide a default first
-    # the decode attention with 16 query heads per block (16x16x16 fragments, the backend's
-    # default) against the kernel's automatic 8 for Qwen's group of 7 (32x8x16: half the MMAs)
-    baseline rows8 "decode attention 16-head (default) vs 8-head" TESSERA_CUDA_DECODE_ROWS=auto
+    # the decode attention's layout per batch bucket as measured at start-up (the default:
+    # 8 or 16 query heads per block, src/backend/cuda/attention_plan.cu) against 16 heads
+    # (16x16x16 fragments, the only layout before) for Qwen's group of 7
+    baseline rows16 "decode attention layout measured (default) vs 16-head" TESSERA_CUDA_DECODE_ROWS=16
     # a mixed step's decode rows through the decode attention (the default: split as a
     # decode step of those rows) against every row through the prefill attention; 65
     # sequences, so that the tool runs its mixed step of 64 decode rows (and batch 64)
@@ -511,6 +513,9 @@ echo "---- CUDA backend: Qwen2.5-7B, --load-format dummy ----"
 cat "$OUT/bench-cuda-qwen7b.txt" 2>/dev/null
 echo "-- linear kernels chosen at start-up (src/backend/cuda/linear.cu) --"
 grep -E 'BF16 [0-9]+ x [0-9]+ \(|linear kernels chosen' "$OUT/bench-cuda-qwen7b.log" 2>/dev/null | sed 's/^.*cuda: //'
+echo "-- decode attention layouts chosen at start-up (src/backend/cuda/attention_plan.cu) --"
+grep -h 'decode attention heads per block' "$OUT/bench-cuda-qwen7b.log" "$OUT"/serve-qwen7b-*.log 2>/dev/null |
+    sed 's/^.*cuda: //'
 [ -f "$OUT/bench-cuda-qwen7b-q8_0.txt" ] && { echo "-- --quantization q8_0 --"; cat "$OUT/bench-cuda-qwen7b-q8_0.txt"; }
 for kv in bf16 fp8 tp2; do
     [ -f "$OUT/serving-$kv.txt" ] && { echo "-- bench_serving, $kv --"; cat "$OUT/serving-$kv.txt"; }

@@ -1614,7 +1614,70 @@ static void test_decode_split(void)
     env_restore(&was);
     env_restore(&was_rows);
     expect_env_refused(m, "TESSERA_CUDA_DECODE_SPLIT", "sometimes", "wave or fixed");
-    expect_env_refused(m, "TESSERA_CUDA_DECODE_ROWS", "12", "auto, 8 or 16");
+    model_free(m);
+}
+
+/* The decode attention's layout per batch bucket (attention_plan.cu): TESSERA_CUDA_DECODE_ROWS=tune
+ * (the default on a GPU) times both layouts for every decode batch bucket at start-up
+ * (max_num_seqs NP = 8: buckets 1, 2, 4 and 8, each layout 2 rounds of a warm-up and 8
+ * calls, on every GPU), and the decode steps then run the bucket's winner. A decode step's
+ * profile names the layout it ran: 16 heads per block by default under the emulator and
+ * with =16 (the same token bit for bit), 8 with =8, either with =tune (the profile runs on
+ * one GPU; =tune on two is checked by its grids and token); the tokens agree with the default's within split_close (the layouts differ in F32
+ * rounding). Another value is refused. */
+static void test_decode_rows(void)
+{
+    struct model *m = load_model("testmodels/llama3-tiny-hd64", true, MODEL_LOAD_NO_TOKENIZER);
+    if (!m) return;
+    static const struct {
+        const char *value; /* NULL: unset */
+        int tp, head_rows; /* the layout the profile must name; 0: 8 or 16 */
+    } runs[] = { { NULL, 1, 16 }, { "16", 1, 16 }, { "8", 1, 8 }, { "tune", 1, 0 }, { NULL, 2, 16 }, { "tune", 2, 0 } };
+    enum { NRUNS = sizeof runs / sizeof runs[0] };
+    const int L = m->cfg.n_layers, tuned = 4 * 2 * 2 * 9; /* buckets x layouts x rounds x calls */
+    struct env_saved was = env_save("TESSERA_CUDA_DECODE_ROWS");
+    struct backend_token tok[NRUNS];
+    uint64_t grids[NRUNS];
+    for (int i = 0; i < NRUNS; i++) {
+        if (runs[i].value) setenv("TESSERA_CUDA_DECODE_ROWS", runs[i].value, 1);
+        else unsetenv("TESSERA_CUDA_DECODE_ROWS");
+        struct tessera_cuda_profile_row rows[32];
+        int n = 0;
+        const uint64_t g0 = g_grids_run ? g_grids_run("decode_kernel") : 0;
+        profile_run(m, runs[i].tp, &tok[i], NULL, NULL, runs[i].tp == 1 ? rows : NULL, &n, NULL);
+        grids[i] = g_grids_run ? g_grids_run("decode_kernel") - g0 : 0;
+        const char *name = "(none)";
+        int calls = 0;
+        for (int k = 0; k < n; k++)
+            if (!strncmp(rows[k].name, "attention_decode", 16)) {
+                name = rows[k].name;
+                calls += rows[k].calls;
+            }
+        const bool is16 = !strcmp(name, "attention_decode (16 heads per block)"),
+                   is8 = !strcmp(name, "attention_decode (8 heads per block)");
+        CHECK(runs[i].tp > 1 || (calls == L && (runs[i].head_rows == 16 ? is16 : runs[i].head_rows == 8 ? is8 : is16 || is8)),
+              "TESSERA_CUDA_DECODE_ROWS=%s on %d GPU(s): the decode step's profile names %s, %d calls (%d layers)",
+              runs[i].value ? runs[i].value : "(unset)", runs[i].tp, name, calls, L);
+        float dmax = 0;
+        const int d = runs[i].tp == 1 ? 0 : 4; /* the default's run on as many GPUs */
+        CHECK(i == d || (runs[i].head_rows == 16 ? same_token(&tok[d], &tok[i]) : split_close(&tok[d], &tok[i], &dmax)),
+              "TESSERA_CUDA_DECODE_ROWS=%s on %d GPU(s): token %d (%.9g) vs the default's %d (%.9g)",
+              runs[i].value ? runs[i].value : "(unset)", runs[i].tp, tok[i].token, tok[i].logprob, tok[d].token,
+              tok[d].logprob);
+        if (g_verbose) printf("    %s, %d GPU(s): %s, %llu decode grids\n", runs[i].value ? runs[i].value : "(unset)",
+                              runs[i].tp, name, (unsigned long long)grids[i]);
+    }
+    env_restore(&was);
+    if (g_grids_run) { /* the measurement's calls, on each GPU: the runs differ in nothing else */
+        CHECK(grids[3] == grids[0] + (uint64_t)tuned, "=tune: %llu decode-attention grids, the default %llu (+%d expected)",
+              (unsigned long long)grids[3], (unsigned long long)grids[0], tuned);
+        CHECK(grids[1] == grids[0] && grids[2] == grids[0], "=16 / =8: %llu / %llu decode-attention grids, the default %llu",
+              (unsigned long long)grids[1], (unsigned long long)grids[2], (unsigned long long)grids[0]);
+        CHECK(grids[5] == grids[4] + 2 * (uint64_t)tuned,
+              "=tune on 2 GPUs: %llu decode-attention grids, the default %llu (+%d expected)",
+              (unsigned long long)grids[5], (unsigned long long)grids[4], 2 * tuned);
+    }
+    expect_env_refused(m, "TESSERA_CUDA_DECODE_ROWS", "12", "tune, 16, 8 or auto");
     model_free(m);
 }
 
@@ -1963,6 +2026,7 @@ int main(int argc, char **argv)
     T(test_fused_quant);
     T(test_l2_prefetch);
     T(test_decode_split);
+    T(test_decode_rows);
     T(test_mixed_split);
     T(test_scoring);
     T(test_tensor_parallel_limits);

@@ -16,7 +16,8 @@
  *   6. KV cache = gpu_memory_utilization x total - (weights + activations) - graph reserve
  *      (and never more than is free), in blocks of block_size tokens over all layers;
  *      refused with what is missing and the options to change when one max_model_len
- *      sequence does not fit;
+ *      sequence does not fit; then, with TESSERA_CUDA_DECODE_ROWS=tune (the default on a
+ *      GPU), the decode attention's layout per batch bucket timed over it (attention_plan.cu);
  *   7. the decode graphs captured per batch bucket (1, 2, 4, 8, 16, 24, ..., up to
  *      max_num_seqs, at most 512), within a time budget; steps larger than the last
  *      bucket run eagerly.
@@ -47,6 +48,15 @@ extern "C" {
 #define MIB (1024.0 * 1024.0)
 #define CUBLAS_WORKSPACE_BYTES (32u << 20) /* NVIDIA's recommendation for Hopper */
 #define GRAPH_MAX_BATCH 512
+/* TESSERA_CUDA_DECODE_ROWS when unset: measured on a GPU, 16 heads per block under the
+ * CUDA-on-CPU emulator (attention_plan.cu), where timings mean nothing */
+#ifdef TESSERA_EMU
+#define DECODE_ROWS_DEFAULT "16"
+#define DECODE_ROWS_OTHER "tune"
+#else
+#define DECODE_ROWS_DEFAULT "tune"
+#define DECODE_ROWS_OTHER "16"
+#endif
 #define GRAPH_CAPTURE_BUDGET_S 60.0
 
 static double now_s(void)
@@ -304,13 +314,15 @@ static int alloc_buffers(struct cuda_backend *b, char *err, size_t errlen)
         for (int i = 0; i < cl->n_gate_up; i++) need(&cl->gate_up[i], b->Tmax);
         need(&cl->down, b->Tmax);
     }
-    size_t aws = 0;
-    for (int rows = 1; rows <= b->Smax; rows++) {
-        int part, maxp;
-        cu_decode_split(b, rows, &part, &maxp);
-        size_t s = cuda_attention_decode_workspace_size(rows, b->nh, c->head_dim, b->cfg.max_model_len, part, maxp);
-        if (s > aws) aws = s;
-    }
+    size_t aws = 0; /* for either layout (16 or 8 heads per block, or the kernel's auto) */
+    static const int head_rows[] = { 16, 8, 0 };
+    for (int rows = 1; rows <= b->Smax; rows++)
+        for (int h : head_rows) {
+            int part, maxp;
+            cu_decode_split_for(b, rows, h, &part, &maxp);
+            size_t s = cuda_attention_decode_workspace_size(rows, b->nh, c->head_dim, b->cfg.max_model_len, part, maxp);
+            if (s > aws) aws = s;
+        }
     d->qmm_ws_bytes = qws;
     d->att_ws_bytes = aws;
     d->cublas_ws_bytes = CUBLAS_WORKSPACE_BYTES;
@@ -514,13 +526,13 @@ static int setup_rank(struct cuda_backend *b, void *arg, char *err, size_t errle
              prop.multiProcessorCount, (double)b->free0 / GIB, (double)b->total / GIB);
     /* the kernel settings (docs/cuda-backend.md); an unknown value stops start-up */
     static const char *const on_off[] = { "on", "off" }, *const splits[] = { "wave", "fixed" },
-                             *const rows[] = { "16", "8", "auto" }, *const loads[] = { "direct", "staged" };
-    static const int rows_of[] = { 16, 8, 0 };
+                             *const rows[] = { DECODE_ROWS_DEFAULT, DECODE_ROWS_OTHER, "8", "auto" },
+                             *const loads[] = { "direct", "staged" };
     int pdl, fuse, split, nrows, qload, l2pf, mixed;
     if ((rc = env_pick("TESSERA_CUDA_PDL", on_off, 2, "on or off", &pdl, err, errlen)) ||
         (rc = env_pick("TESSERA_CUDA_FUSE", on_off, 2, "on or off", &fuse, err, errlen)) ||
         (rc = env_pick("TESSERA_CUDA_DECODE_SPLIT", splits, 2, "wave or fixed", &split, err, errlen)) ||
-        (rc = env_pick("TESSERA_CUDA_DECODE_ROWS", rows, 3, "auto, 8 or 16", &nrows, err, errlen)) ||
+        (rc = env_pick("TESSERA_CUDA_DECODE_ROWS", rows, 4, "tune, 16, 8 or auto", &nrows, err, errlen)) ||
         (rc = env_pick("TESSERA_CUDA_QUANT_LOADS", loads, 2, "direct or staged", &qload, err, errlen)) ||
         (rc = env_pick("TESSERA_CUDA_L2_PREFETCH", on_off, 2, "on or off", &l2pf, err, errlen)) ||
         (rc = env_pick("TESSERA_CUDA_MIXED_SPLIT", on_off, 2, "on or off", &mixed, err, errlen)))
@@ -530,10 +542,12 @@ static int setup_rank(struct cuda_backend *b, void *arg, char *err, size_t errle
     b->split_fixed = split == 1;           /* the decode attention's split (forward.cu, cu_decode_split) */
     b->mixed_split = mixed == 0;           /* mixed steps' one-row sequences: the decode attention (forward.cu) */
     b->qmm_direct = qload == 0;            /* Q4_K GEMV loads (kernels/quant_matmul.h, cuda_quant_gemv) */
-    /* query heads per decode attention block (kernels/attention_decode.h, head_rows): 16 (the
-       layout every GPU run so far measured) until a GPU run measures 8 against it; auto: the
-       kernel's choice, 8 for groups of up to 8 heads */
-    b->decode_rows = rows_of[nrows];
+    /* query heads per decode attention block (kernels/attention_decode.h, head_rows), per
+       batch bucket: tune = measured on this GPU once the KV cache exists (attention_plan.cu;
+       16 until then); 16, 8, or auto (0: the kernel's choice, 8 for groups of up to 8 heads) */
+    const char *rows_name = rows[nrows];
+    b->decode_rows_tune = !strcmp(rows_name, "tune");
+    memset(b->decode_rows, !strcmp(rows_name, "8") ? 8 : !strcmp(rows_name, "auto") ? 0 : 16, sizeof b->decode_rows);
     /* the next weights into the L2 during a small decode step's norms, RoPE and attention
        (kernels/l2_hint.h): Hopper's bulk prefetch, at most half the L2 per window */
     b->l2_prefetch = prop.major >= 9 && l2pf == 0 && prop.l2CacheSize > 0;
@@ -730,6 +744,13 @@ static int build(struct cu_group *g, struct backend_info *info, char *err, size_
         }
     }
     if ((rc = cu_group_run(g, alloc_kv, &nb, err, errlen))) return rc;
+
+    /* the decode attention's layout per batch bucket, measured over the KV cache */
+    if (b0->decode_rows_tune) {
+        const double ta = now_s();
+        if ((rc = cu_group_run(g, cu_decode_plan, NULL, err, errlen))) return rc;
+        LOG_INFO("cuda", "decode attention layouts chosen in %.2f s", now_s() - ta);
+    }
 
     /* 7. the decode graphs */
     if (n_buckets) {

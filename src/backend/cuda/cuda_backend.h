@@ -48,6 +48,12 @@ struct cublasContext;
 enum cu_linear_kernel { CU_LK_CUBLAS = 0, CU_LK_GEMV, CU_LK_SKINNY, CU_LK_GEMV_PDL, CU_LK_SKINNY_PDL, CU_LK_COUNT };
 #define CU_TUNED_TOKENS 16 /* row counts with a measured choice; more rows: cuBLAS */
 
+/* The decode batch buckets (1, 2, 4, then multiples of 8: cu_bucket_ceil) that keep their
+ * own decode attention layout (cuda_backend.decode_rows): up to CU_DECODE_MAX_ROWS rows;
+ * larger batches share the last bucket's. */
+#define CU_DECODE_MAX_ROWS 512
+#define CU_DECODE_SLOTS (3 + CU_DECODE_MAX_ROWS / 8)
+
 struct cu_linear {
     enum dtype type; /* a GGUF quant type (cuda_quant_matmul) or F16 / BF16 (linear.cu's choice) */
     const void *w;   /* device [n_out][dtype_row_bytes(type, n_in)] */
@@ -131,6 +137,7 @@ struct cu_shape {
     bool decode;
     int max_seq_len;
     int partition, max_partitions; /* the decode attention's split (cu_decode_split) */
+    int head_rows;                 /* its query heads per thread block (cu_decode_split) */
     /* a mixed step's leading one-row sequences (rows 0 .. lead-1), whose attention goes
      * through the decode kernel (split as a decode step of lead rows, their longest
      * context lead_max_len); the rest through the prefill kernel. 0: all through it. */
@@ -195,8 +202,11 @@ struct cuda_backend {
                                        TESSERA_CUDA_MIXED_SPLIT=off; create) */
     bool qmm_direct;                /* Q4_K GEMV weights loaded straight into registers (unless
                                        TESSERA_CUDA_QUANT_LOADS=staged; create) */
-    int decode_rows;                /* the decode attention's head_rows: 16 (default), 8 or 0
-                                       (auto) (TESSERA_CUDA_DECODE_ROWS; create) */
+    bool decode_rows_tune;          /* TESSERA_CUDA_DECODE_ROWS=tune: decode_rows measured per
+                                       batch bucket (attention_plan.cu; create) */
+    int8_t decode_rows[CU_DECODE_SLOTS]; /* the decode attention's head_rows per batch bucket
+                                       (cu_decode_slot): 16, 8 or 0 (auto), set by
+                                       TESSERA_CUDA_DECODE_ROWS or measured (attention_plan.cu) */
     bool l2_prefetch;               /* decode steps of up to CU_TUNED_TOKENS rows prefetch the next
                                        linear's weights into the L2 from the norms and RoPE
                                        (forward.cu, l2_next; sm_90+ unless
@@ -349,18 +359,40 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
  * least rows rows (create.cu's graph buckets; cu_decode_split). */
 static inline int cu_bucket_ceil(int rows) { return rows <= 2 ? rows : rows <= 4 ? 4 : (rows + 7) / 8 * 8; }
 
+/* The index in cuda_backend.decode_rows of the bucket of `rows` decode rows (1 -> 0, 2 -> 1,
+ * 3..4 -> 2, 5..8 -> 3, 9..16 -> 4, ...; past CU_DECODE_MAX_ROWS: the last). */
+static inline int cu_decode_slot(int rows)
+{
+    const int v = cu_bucket_ceil(rows < 1 ? 1 : rows > CU_DECODE_MAX_ROWS ? CU_DECODE_MAX_ROWS : rows);
+    return v <= 2 ? v - 1 : v == 4 ? 2 : 2 + v / 8;
+}
+
 /* The shape a decode graph of `rows` rows is captured with (create.cu's capture; submit
  * records it as the last step's shape when it replays the graph). */
 struct cu_shape cu_decode_graph_shape(const struct cuda_backend *b, int rows);
 
+/* The decode attention's plan for a decode step of `rows` rows (or a mixed step's `rows`
+ * leading one-row sequences) into sh: head_rows, the layout of the rows' bucket
+ * (b->decode_rows), and the split for it (cu_decode_split_for). */
+void cu_decode_split(const struct cuda_backend *b, int rows, struct cu_shape *sh);
+
 /* The decode attention's split (kernels/attention_decode.h: partition_size,
- * max_partitions) for a decode step of `rows` rows: partitions of 64 positions (longer
+ * max_partitions) for a decode step of `rows` rows in blocks of head_rows query heads:
+ * partitions of 64 positions (longer
  * when a long context meets the cap), as many per sequence as fill one wave of resident thread blocks at the rows' batch
  * bucket (1, 2, 4, then multiples of 8), so a graph and an eager step of the same bucket
  * split every context alike and their tokens are equal. TESSERA_CUDA_DECODE_SPLIT=fixed:
  * the earlier rule, partitions of 512 / 1024 / 2048 positions for up to 8 / 64 / more
  * rows, as many as the context needs. */
-void cu_decode_split(const struct cuda_backend *b, int rows, int *partition, int *max_partitions);
+void cu_decode_split_for(const struct cuda_backend *b, int rows, int head_rows, int *partition, int *max_partitions);
+
+/* ---- attention_plan.cu ---------------------------------------------------------------- */
+
+/* The decode attention's layout per batch bucket (b->decode_rows): with b->decode_rows_tune,
+ * both layouts timed on this GPU over the KV cache, else left as TESSERA_CUDA_DECODE_ROWS
+ * set them. After the KV cache exists, before the graphs are captured; logs the choice.
+ * A cu_rank_fn (arg unused). */
+int cu_decode_plan(struct cuda_backend *b, void *arg, char *err, size_t errlen);
 
 /* ---- submit.cu ------------------------------------------------------------------------ */
 

@@ -50,7 +50,7 @@
 #include "kernels/rope.h"
 #include "kernels/step.h"
 
-void cu_decode_split(const struct cuda_backend *b, int rows, int *partition, int *max_partitions)
+void cu_decode_split_for(const struct cuda_backend *b, int rows, int head_rows, int *partition, int *max_partitions)
 {
     if (b->split_fixed) {
         *partition = rows <= 8 ? 512 : rows <= 64 ? 1024 : 2048;
@@ -59,13 +59,19 @@ void cu_decode_split(const struct cuda_backend *b, int rows, int *partition, int
     }
     const int bucket = cu_bucket_ceil(rows);
     *partition = 64;
-    *max_partitions = cuda_attention_decode_max_partitions(bucket, b->nh, b->nkv, b->decode_rows, b->num_sms);
+    *max_partitions = cuda_attention_decode_max_partitions(bucket, b->nh, b->nkv, head_rows, b->num_sms);
+}
+
+void cu_decode_split(const struct cuda_backend *b, int rows, struct cu_shape *sh)
+{
+    sh->head_rows = b->decode_rows[cu_decode_slot(rows)];
+    cu_decode_split_for(b, rows, sh->head_rows, &sh->partition, &sh->max_partitions);
 }
 
 struct cu_shape cu_decode_graph_shape(const struct cuda_backend *b, int rows)
 {
-    struct cu_shape sh = { rows, rows, rows, true, b->cfg.max_model_len, 0, 0, 0, 0 };
-    cu_decode_split(b, rows, &sh.partition, &sh.max_partitions);
+    struct cu_shape sh = { rows, rows, rows, true, b->cfg.max_model_len, 0, 0, 0, 0, 0 };
+    cu_decode_split(b, rows, &sh);
     return sh;
 }
 
@@ -153,10 +159,12 @@ int cu_forward(struct cuda_backend *b, const struct cu_shape *sh, const char **w
         const int nd = sh->decode ? sh->S : sh->lead;
         xq = sh->decode ? act_qact(b, &cl->o, 1, T) : NULL;
         if (nd > 0)
-            STEP("attention_decode",
+            STEP(sh->head_rows == 8    ? "attention_decode (8 heads per block)"
+                 : sh->head_rows == 16 ? "attention_decode (16 heads per block)"
+                                       : "attention_decode (auto heads per block)",
                  cuda_attention_decode(d->act, adt, d->q, qd, &b->kv[l], d->seq_lens, d->block_tables, b->max_blocks,
                                        nd, nh, scale, sh->decode ? sh->max_seq_len : sh->lead_max_len,
-                                       sh->partition, sh->max_partitions, b->decode_rows, d->att_ws,
+                                       sh->partition, sh->max_partitions, sh->head_rows, d->att_ws,
                                        d->att_ws_bytes, xq, pdl, st));
         if (nd < sh->S)
             STEP("attention_prefill",

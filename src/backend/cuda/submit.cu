@@ -331,13 +331,13 @@ static int enqueue(struct cuda_backend *b, const struct batch *bt, const struct 
             return cu_error(b, true, e, err, errlen, "step %ld: launching the CUDA graph of batch %d", b->step_no,
                             g->batch);
     } else {
-        struct cu_shape sh = { T, S, L, decode, shp->max_len, 0, 0, 0, 0 };
+        struct cu_shape sh = { T, S, L, decode, shp->max_len, 0, 0, 0, 0, 0 };
         if (decode) {
-            cu_decode_split(b, T, &sh.partition, &sh.max_partitions);
+            cu_decode_split(b, T, &sh);
         } else if (b->mixed_split && shp->lead > 0) { /* split as a decode step of those rows */
             sh.lead = shp->lead;
             sh.lead_max_len = shp->lead_max_len;
-            cu_decode_split(b, sh.lead, &sh.partition, &sh.max_partitions);
+            cu_decode_split(b, sh.lead, &sh);
         }
         b->last_shape = sh;
         b->has_last_shape = true;
