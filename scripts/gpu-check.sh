@@ -10,8 +10,8 @@
 # parting only at near-ties; a scored prompt's logprobs the CPU's), speculative decoding's
 # scheduler test on the GPU, and Qwen2.5-7B with
 # --load-format dummy: decode step times at batch 1 / 8 / 64 / 256, the TTFT of one
-# 1,024-token prompt, GPU idle between steps, the batch-1 and batch-8 forwards kernel by
-# kernel (tool_bench_cuda --profile), the dense linears' start-up kernel choice against
+# 1,024-token prompt, GPU idle between steps, the batch-1, 8, 64 and 256 forwards kernel by
+# kernel (tool_bench_cuda --profile; again with FP8 KV, the serving target's weak spot), the dense linears' start-up kernel choice against
 # cuBLAS only (TESSERA_CUDA_LINEAR=cublas), without programmatic dependent launches
 # (TESSERA_CUDA_PDL=off; also with Q8_0 weights), with Q8_0 weights and no fused kernels
 # (TESSERA_CUDA_FUSE=off: a quantizer launch per linear), with the decode attention's earlier fixed split
@@ -399,10 +399,12 @@ else
             --kv-cache-dtype bf16 --quantization q8_0 --max-num-seqs 8 --steps 32 \
             >"$OUT/bench-cuda-qwen7b-q8_0.txt" \
             2>"$OUT/bench-cuda-qwen7b-q8_0.log"; then st=PASS; else st=INFO; fi
-    step1() { awk '$1 == "decode" && $3 == "batch" && $4 == "1" { print $5 }' "$1" 2>/dev/null; }
+    # stepn TABLE N: the tool's decode step time at batch N (ms)
+    stepn() { awk -v n="$2" '$1 == "decode" && $3 == "batch" && $4 == n && $5 != "/" { print $5 }' "$1" 2>/dev/null; }
+    step1() { stepn "$1" 1; }
     row "Qwen2.5-7B dummy -q q8_0: batch-1 step" "$st" \
         "$(step1 "$OUT/bench-cuda-qwen7b-q8_0.txt") ms vs BF16 $(step1 "$OUT/bench-cuda-qwen7b.txt") ms, $(( $(date +%s) - s ))s"
-    step8() { awk '$1 == "decode" && $3 == "batch" && $4 == "8" && $5 != "/" { print $5 }' "$1" 2>/dev/null; }
+    step8() { stepn "$1" 8; }
     # baseline NAME "LABEL" VAR=VALUE [REF TOOL-ARGS...]: the batch-1 and batch-8 steps again
     # with one setting changed, side by side with those of REF (default: the main run's
     # table; TOOL-ARGS go to the tool, e.g. --quantization q8_0 beside the q8_0 run). The
@@ -443,6 +445,19 @@ else
         done
     else
         row "bench_serving (Qwen2.5-7B dummy)" SKIP "no Qwen tokenizer.json (make test provisions build/testdata)"
+    fi
+    # the same steps with FP8 KV, kernel by kernel at every batch: where the FP8 serving
+    # target's step time goes (the decode attention's share against the BF16 run's)
+    s=$(date +%s)
+    if TESSERA_CUDA_LIB=build/libtessera-cuda.so timeout 240 build/tests/tool_bench_cuda "$QWEN_DIR" --dummy \
+            --kv-cache-dtype fp8 --steps 32 --profile >"$OUT/bench-cuda-qwen7b-fp8.txt" \
+            2>"$OUT/bench-cuda-qwen7b-fp8.log"; then st=PASS; else st=INFO; fi
+    if [ -n "$(stepn "$OUT/bench-cuda-qwen7b-fp8.txt" 256)" ]; then
+        row "Qwen2.5-7B dummy: fp8 vs bf16 KV steps" "$st" "batch 64 $(stepn "$OUT/bench-cuda-qwen7b-fp8.txt" 64) vs \
+$(stepn "$OUT/bench-cuda-qwen7b.txt" 64) ms, batch 256 $(stepn "$OUT/bench-cuda-qwen7b-fp8.txt" 256) vs \
+$(stepn "$OUT/bench-cuda-qwen7b.txt" 256) ms, $(( $(date +%s) - s ))s"
+    else
+        row "Qwen2.5-7B dummy: fp8 vs bf16 KV steps" FAIL "see $OUT/bench-cuda-qwen7b-fp8.log"
     fi
     # the baselines: one setting changed at a time, side by side with the default,
     # those that decide a default first
@@ -514,9 +529,11 @@ cat "$OUT/bench-cuda-qwen7b.txt" 2>/dev/null
 echo "-- linear kernels chosen at start-up (src/backend/cuda/linear.cu) --"
 grep -E 'BF16 [0-9]+ x [0-9]+ \(|linear kernels chosen' "$OUT/bench-cuda-qwen7b.log" 2>/dev/null | sed 's/^.*cuda: //'
 echo "-- decode attention layouts chosen at start-up (src/backend/cuda/attention_plan.cu) --"
-grep -h 'decode attention heads per block' "$OUT/bench-cuda-qwen7b.log" "$OUT"/serve-qwen7b-*.log 2>/dev/null |
+grep -h 'decode attention heads per block' "$OUT/bench-cuda-qwen7b.log" "$OUT/bench-cuda-qwen7b-fp8.log" \
+    "$OUT"/serve-qwen7b-*.log 2>/dev/null |
     sed 's/^.*cuda: //'
 [ -f "$OUT/bench-cuda-qwen7b-q8_0.txt" ] && { echo "-- --quantization q8_0 --"; cat "$OUT/bench-cuda-qwen7b-q8_0.txt"; }
+[ -f "$OUT/bench-cuda-qwen7b-fp8.txt" ] && { echo "-- --kv-cache-dtype fp8 --"; cat "$OUT/bench-cuda-qwen7b-fp8.txt"; }
 for kv in bf16 fp8 tp2; do
     [ -f "$OUT/serving-$kv.txt" ] && { echo "-- bench_serving, $kv --"; cat "$OUT/serving-$kv.txt"; }
 done

@@ -19,8 +19,8 @@
  *   - one mixed step: up to 64 sequences of --context tokens decode a row each beside a
  *     1,024-token prompt (how a server's steps look while prompts arrive), and its excess
  *     over the prefill alone;
- * and prints one table with the targets of docs/cuda-backend.md. --profile: after the batch-1
- * and batch-8 runs, the forward of their last step again, kernel by kernel
+ * and prints one table with the targets of docs/cuda-backend.md. --profile: after each
+ * decode batch's run (1, 8, 64, 256), the forward of its last step again, kernel by kernel
  * (tessera_cuda_profile_forward, src/backend/cuda/profile.h: eager, kernels back to back),
  * as one table per batch after the main one.
  */
@@ -110,9 +110,9 @@ static void print_profile(const char *what, const struct profile *p, double step
     if (p->rows < 0) return;
     printf("\nforward profile, %s: %.3f ms with kernels back to back (eager, events between them) "
            "against a %.3f ms step\n", what, p->forward_ms, step_ms);
-    printf("%-34s %6s %12s %8s\n", "kernel", "calls", "us/forward", "share");
+    printf("%-40s %6s %12s %8s\n", "kernel", "calls", "us/forward", "share");
     for (int i = 0; i < p->rows; i++)
-        printf("%-34s %6d %12.1f %7.1f%%\n", p->row[i].name, p->row[i].calls, 1e3 * p->row[i].ms,
+        printf("%-40s %6d %12.1f %7.1f%%\n", p->row[i].name, p->row[i].calls, 1e3 * p->row[i].ms,
                p->forward_ms > 0 ? 100 * p->row[i].ms / p->forward_ms : 0);
 }
 
@@ -381,13 +381,17 @@ int main(int argc, char **argv)
     double idle1 = 0, idle8 = 0, idle64 = 0, idle256 = 0, d1 = -1, d8 = -1, d64 = -1, d256 = -1, pf = -1;
     int fails = 0;
     err[0] = 0;
-    static struct profile prof1 = { -1, 0, { { "", 0, 0 } } }, prof8 = { -1, 0, { { "", 0, 0 } } };
+    /* with --profile, each decode batch's last step again kernel by kernel */
+    static struct profile prof[4] = { { -1, 0, { { "", 0, 0 } } }, { -1, 0, { { "", 0, 0 } } },
+                                      { -1, 0, { { "", 0, 0 } } }, { -1, 0, { { "", 0, 0 } } } };
     if (FITS(1)) d1 = run_decode(&b, 1, ctx, steps, max_tokens, &idle1, err, sizeof err);
-    if (!err[0] && d1 >= 0 && profile) run_profile(&b, &prof1, err, sizeof err);
+    if (!err[0] && d1 >= 0 && profile) run_profile(&b, &prof[0], err, sizeof err);
     if (!err[0] && FITS(8)) d8 = run_decode(&b, 8, ctx, steps, max_tokens, &idle8, err, sizeof err);
-    if (!err[0] && d8 >= 0 && profile) run_profile(&b, &prof8, err, sizeof err);
+    if (!err[0] && d8 >= 0 && profile) run_profile(&b, &prof[1], err, sizeof err);
     if (!err[0] && FITS(64)) d64 = run_decode(&b, 64, ctx, steps, max_tokens, &idle64, err, sizeof err);
+    if (!err[0] && d64 >= 0 && profile) run_profile(&b, &prof[2], err, sizeof err);
     if (!err[0] && FITS(256)) d256 = run_decode(&b, 256, ctx, steps, max_tokens, &idle256, err, sizeof err);
+    if (!err[0] && d256 >= 0 && profile) run_profile(&b, &prof[3], err, sizeof err);
     if (!err[0] && max_model_len >= 1024 && max_tokens >= 1024) pf = run_prefill(&b, 1024, err, sizeof err);
     /* a mixed step: up to 64 decode rows (as many as max_num_seqs leaves beside the prompt) and a
        1,024-token prompt */
@@ -432,8 +436,10 @@ int main(int argc, char **argv)
     printf("%-34s %9.2f %-3s %14s\n", "weights read per decode step", wbytes / 1e9, "GB", "");
     printf("%-34s %9.0f %-3s %14s\n", "  => at batch 1", d1 > 0 ? wbytes / (d1 * 1e-3) / 1e9 : 0, "GB/s",
            "(H200 ~4300 copy)");
-    print_profile("batch 1", &prof1, d1);
-    print_profile("batch 8", &prof8, d8);
+    print_profile("batch 1", &prof[0], d1);
+    print_profile("batch 8", &prof[1], d8);
+    print_profile("batch 64", &prof[2], d64);
+    print_profile("batch 256", &prof[3], d256);
     sampler_free(b.greedy);
     b.ops->destroy(b.impl);
     model_free(m);
