@@ -396,8 +396,8 @@ template <int QT, int T, int R, int UPL, bool DIRECT>
 static int qmm_gemv_launch(const uint8_t *w, int64_t n_in, int64_t n_out, const int8_t *xq, const float2 *xds,
                            int num_tokens, float *y, int64_t ldy, int pdl, cudaStream_t stream)
 {
-    auto *k = quant_gemv_kernel<QT, T, R, UPL, DIRECT>;
-    static const int resident = qmm_resident_warps(reinterpret_cast<const void *>(k));
+    auto *gemv_kernel = quant_gemv_kernel<QT, T, R, UPL, DIRECT>;
+    static const int resident = qmm_resident_warps(reinterpret_cast<const void *>(gemv_kernel));
     const int64_t row_bytes = n_in / qtraits<QT>::BLOCK_ELEMS * qtraits<QT>::BLOCK_BYTES;
     const int64_t n_groups = (n_out + R - 1) / R;
     int ks;
@@ -411,8 +411,8 @@ static int qmm_gemv_launch(const uint8_t *w, int64_t n_in, int64_t n_out, const 
         ks = 1;
         ctas = (warps + QMM_WARPS - 1) / QMM_WARPS;
     }
-    TS_LAUNCH_PDL(k, (unsigned)ctas, QMM_THREADS, 0, stream, pdl, w, row_bytes, (int)n_in, n_out, xq, xds, num_tokens,
-                  y, ldy, ks);
+    TS_LAUNCH_PDL(gemv_kernel, (unsigned)ctas, QMM_THREADS, 0, stream, pdl, w, row_bytes, (int)n_in, n_out, xq, xds,
+                  num_tokens, y, ldy, ks);
     return TS_LAUNCH_RESULT();
 }
 

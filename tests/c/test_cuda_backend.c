@@ -174,11 +174,12 @@ struct opts {
     double util;
     int max_model_len;
     int tp; /* tensor_parallel_size (0: 1) */
+    int max_seqs; /* max_num_seqs (0: NP) */
 };
 
 static struct opts opts_default(enum kv_dtype kv)
 {
-    struct opts o = { kv, false, false, true, NP * MB + 3, 0.9, MAXLEN, 1 };
+    struct opts o = { kv, false, false, true, NP * MB + 3, 0.9, MAXLEN, 1, 0 };
     return o;
 }
 
@@ -186,7 +187,7 @@ static void backend_cfg(struct backend_config *c, const struct opts *o)
 {
     memset(c, 0, sizeof *c);
     c->device = BACKEND_DEVICE_CUDA;
-    c->max_num_seqs = NP;
+    c->max_num_seqs = o->max_seqs > 0 ? o->max_seqs : NP;
     c->max_num_batched_tokens = TMAX;
     c->max_model_len = o->max_model_len;
     c->block_size = BS;
@@ -1198,12 +1199,14 @@ static struct step_counts counts_since(struct step_counts a)
     return b;
 }
 
-/* A 3-token prefill, then one decode step naming its token, on tp GPUs. With prows
+/* A 3-token prefill, then one decode step naming its token, on tp GPUs, max_num_seqs
+ * max_seqs (0: NP). With prows
  * (32 rows), the prefill's forward is profiled in between (refused before the first step
  * and while one is in flight) into prows / *pn; with drows, the decode step's after it.
  * The decode step's token and top logprobs go to *out; with cnt, what the emulator counted
  * during the prefill and the decode step to cnt[0] and cnt[1]. */
-static void profile_run(const struct model *m, int tp, struct backend_token *out, struct tessera_cuda_profile_row *prows,
+static void profile_run(const struct model *m, int tp, int max_seqs, struct backend_token *out,
+                        struct tessera_cuda_profile_row *prows,
                         int *pn, struct tessera_cuda_profile_row *drows, int *dn, struct step_counts cnt[2])
 {
     const bool profile = prows != NULL;
@@ -1212,6 +1215,7 @@ static void profile_run(const struct model *m, int tp, struct backend_token *out
     struct opts o = opts_default(KV_BF16);
     o.cpu = false;
     o.tp = tp;
+    o.max_seqs = max_seqs;
     memset(out, 0, sizeof *out);
     if (side_open(&sd, m, &o, err, sizeof err)) {
         CHECK(0, "profile: %s", err);
@@ -1278,7 +1282,7 @@ static void setting_pair(const struct model *m, const char *var, const char *a, 
     memset(cnt, 0, 2 * sizeof cnt[0]);
     for (int i = 0; i < 2; i++) {
         setenv(var, i ? b : a, 1);
-        profile_run(m, 1, &tok[i], NULL, NULL, NULL, NULL, cnt[i]);
+        profile_run(m, 1, 0, &tok[i], NULL, NULL, NULL, NULL, cnt[i]);
     }
     env_restore(&was);
     CHECK(tok[0].n_top > 0 && same_token(&tok[0], &tok[1]), "%s=%s vs %s: token %d (%.9g) vs %d (%.9g)", var, a, b,
@@ -1296,8 +1300,8 @@ static void test_profile(void)
     struct backend_token a, b;
     struct tessera_cuda_profile_row rows[32];
     int n = 0;
-    profile_run(m, 1, &a, rows, &n, NULL, NULL, NULL);
-    profile_run(m, 1, &b, NULL, NULL, NULL, NULL, NULL);
+    profile_run(m, 1, 0, &a, rows, &n, NULL, NULL, NULL);
+    profile_run(m, 1, 0, &b, NULL, NULL, NULL, NULL, NULL);
     CHECK(same_token(&a, &b), "the step after a profile: token %d (%.9g) vs %d (%.9g)", a.token, a.logprob, b.token,
           b.logprob);
     model_free(m);
@@ -1330,7 +1334,7 @@ static void test_fused_mlp(void)
         int n[2][2] = { { 0, 0 }, { 0, 0 } };
         for (int off = 0; off < 2; off++) {
             setenv("TESSERA_CUDA_FUSE", off ? "off" : "on", 1);
-            profile_run(m, 1, &tok[off], rows[off][0], &n[off][0], rows[off][1], &n[off][1], NULL);
+            profile_run(m, 1, 0, &tok[off], rows[off][0], &n[off][0], rows[off][1], &n[off][1], NULL);
         }
         const int L = m->cfg.n_layers;
         const char *fused = "gate/up projection + silu_mul", *step[2] = { "prefill", "decode" };
@@ -1352,7 +1356,7 @@ static void test_fused_mlp(void)
             struct backend_token tp[2];
             for (int off = 0; off < 2; off++) {
                 setenv("TESSERA_CUDA_FUSE", off ? "off" : "on", 1);
-                profile_run(m, 2, &tp[off], NULL, NULL, NULL, NULL, NULL);
+                profile_run(m, 2, 0, &tp[off], NULL, NULL, NULL, NULL, NULL);
             }
             CHECK(same_token(&tp[0], &tp[1]), "2 GPUs, fused vs not: token %d (%.9g) vs %d (%.9g)", tp[0].token,
                   tp[0].logprob, tp[1].token, tp[1].logprob);
@@ -1365,17 +1369,40 @@ static void test_fused_mlp(void)
 }
 
 /* The Q4_K GEMV's weight loads (kernels/quant_matmul.h, cuda_quant_gemv): straight into
- * registers (the default) and through shared memory (TESSERA_CUDA_QUANT_LOADS=staged) give
- * tiny-q4_k the same decode token and logprobs to the bit, after a 3-token prefill (the
- * 4-token instance) and in a one-row decode step; another value is refused. */
+ * registers (the emulator's default) and through shared memory (TESSERA_CUDA_QUANT_LOADS=staged)
+ * give tiny-q4_k the same decode token and logprobs to the bit, after a 3-token prefill (the
+ * 4-token instance) and in a one-row decode step. =tune (the default on a GPU; linear.cu)
+ * times both for every Q4_K matrix shape at the row counts a step can give it, so under the
+ * emulator a run with max_num_seqs 1 launches 2 ways x 2 rounds x (a warm-up and 8 calls)
+ * more GEMV grids for each of the layers' 4 shapes at 1..8 rows and the LM head at 1 row
+ * (its 49,152 rows cost the emulator ~0.15 s a call), and gives the same token to the bit
+ * whichever it picks. Another value is refused. */
 static void test_quant_loads(void)
 {
     struct model *m = load_model("testmodels/tiny-q4_k.gguf", true, MODEL_LOAD_NO_TOKENIZER);
     if (!m) return;
-    struct backend_token tok[2];
+    struct backend_token tok[2], tuned[2];
     struct step_counts cnt[2][2];
     setting_pair(m, "TESSERA_CUDA_QUANT_LOADS", "direct", "staged", tok, cnt);
-    expect_env_refused(m, "TESSERA_CUDA_QUANT_LOADS", "shared", "direct or staged");
+    struct env_saved was = env_save("TESSERA_CUDA_QUANT_LOADS");
+    uint64_t grids[2] = { 0, 0 }; /* GEMV grids of a whole run: direct, tune */
+    for (int i = 0; i < 2; i++) {
+        setenv("TESSERA_CUDA_QUANT_LOADS", i ? "tune" : "direct", 1);
+        const uint64_t g0 = g_grids_run ? g_grids_run("gemv_kernel") : 0;
+        profile_run(m, 1, 1, &tuned[i], NULL, NULL, NULL, NULL, NULL);
+        grids[i] = g_grids_run ? g_grids_run("gemv_kernel") - g0 : 0;
+    }
+    env_restore(&was);
+    if (g_grids_run) { /* the two runs' steps launch alike: the difference is the measurement's */
+        const uint64_t per_t = 2 * 2 * 9, layer_shapes = 4; /* QKV, O, gate/up, down: 256 x 512 / 256 / 1024, 512 x 256 */
+        const uint64_t want = per_t * (layer_shapes * 8 + 1), extra = grids[1] - grids[0];
+        CHECK(extra == want, "=tune: %llu GEMV grids, direct %llu: the measurement's %llu, expected %llu",
+              (unsigned long long)grids[1], (unsigned long long)grids[0], (unsigned long long)extra,
+              (unsigned long long)want);
+    }
+    CHECK(same_token(&tok[0], &tuned[1]), "=tune: token %d (%.9g) vs direct %d (%.9g)", tuned[1].token,
+          tuned[1].logprob, tok[0].token, tok[0].logprob);
+    expect_env_refused(m, "TESSERA_CUDA_QUANT_LOADS", "shared", "tune, direct or staged");
     model_free(m);
 }
 
@@ -1644,7 +1671,7 @@ static void test_decode_rows(void)
         struct tessera_cuda_profile_row rows[32];
         int n = 0;
         const uint64_t g0 = g_grids_run ? g_grids_run("decode_kernel") : 0;
-        profile_run(m, runs[i].tp, &tok[i], NULL, NULL, runs[i].tp == 1 ? rows : NULL, &n, NULL);
+        profile_run(m, runs[i].tp, 0, &tok[i], NULL, NULL, runs[i].tp == 1 ? rows : NULL, &n, NULL);
         grids[i] = g_grids_run ? g_grids_run("decode_kernel") - g0 : 0;
         const char *name = "(none)";
         int calls = 0;

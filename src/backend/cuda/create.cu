@@ -49,13 +49,18 @@ extern "C" {
 #define CUBLAS_WORKSPACE_BYTES (32u << 20) /* NVIDIA's recommendation for Hopper */
 #define GRAPH_MAX_BATCH 512
 /* TESSERA_CUDA_DECODE_ROWS when unset: measured on a GPU, 16 heads per block under the
- * CUDA-on-CPU emulator (attention_plan.cu), where timings mean nothing */
+ * CUDA-on-CPU emulator (attention_plan.cu), where timings mean nothing; */
+/* and TESSERA_CUDA_QUANT_LOADS: measured on a GPU (linear.cu), direct loads under the emulator */
 #ifdef TESSERA_EMU
 #define DECODE_ROWS_DEFAULT "16"
 #define DECODE_ROWS_OTHER "tune"
+#define QUANT_LOADS_DEFAULT "direct"
+#define QUANT_LOADS_OTHER "tune"
 #else
 #define DECODE_ROWS_DEFAULT "tune"
 #define DECODE_ROWS_OTHER "16"
+#define QUANT_LOADS_DEFAULT "tune"
+#define QUANT_LOADS_OTHER "direct"
 #endif
 #define GRAPH_CAPTURE_BUDGET_S 60.0
 
@@ -527,13 +532,13 @@ static int setup_rank(struct cuda_backend *b, void *arg, char *err, size_t errle
     /* the kernel settings (docs/cuda-backend.md); an unknown value stops start-up */
     static const char *const on_off[] = { "on", "off" }, *const splits[] = { "wave", "fixed" },
                              *const rows[] = { DECODE_ROWS_DEFAULT, DECODE_ROWS_OTHER, "8", "auto" },
-                             *const loads[] = { "direct", "staged" };
+                             *const loads[] = { QUANT_LOADS_DEFAULT, QUANT_LOADS_OTHER, "staged" };
     int pdl, fuse, split, nrows, qload, l2pf, mixed;
     if ((rc = env_pick("TESSERA_CUDA_PDL", on_off, 2, "on or off", &pdl, err, errlen)) ||
         (rc = env_pick("TESSERA_CUDA_FUSE", on_off, 2, "on or off", &fuse, err, errlen)) ||
         (rc = env_pick("TESSERA_CUDA_DECODE_SPLIT", splits, 2, "wave or fixed", &split, err, errlen)) ||
         (rc = env_pick("TESSERA_CUDA_DECODE_ROWS", rows, 4, "tune, 16, 8 or auto", &nrows, err, errlen)) ||
-        (rc = env_pick("TESSERA_CUDA_QUANT_LOADS", loads, 2, "direct or staged", &qload, err, errlen)) ||
+        (rc = env_pick("TESSERA_CUDA_QUANT_LOADS", loads, 3, "tune, direct or staged", &qload, err, errlen)) ||
         (rc = env_pick("TESSERA_CUDA_L2_PREFETCH", on_off, 2, "on or off", &l2pf, err, errlen)) ||
         (rc = env_pick("TESSERA_CUDA_MIXED_SPLIT", on_off, 2, "on or off", &mixed, err, errlen)))
         return rc;
@@ -541,7 +546,9 @@ static int setup_rank(struct cuda_backend *b, void *arg, char *err, size_t errle
     b->fuse = fuse == 0;                   /* fused kernels (linear.cu, cu_gate_up_fused) */
     b->split_fixed = split == 1;           /* the decode attention's split (forward.cu, cu_decode_split) */
     b->mixed_split = mixed == 0;           /* mixed steps' one-row sequences: the decode attention (forward.cu) */
-    b->qmm_direct = qload == 0;            /* Q4_K GEMV loads (kernels/quant_matmul.h, cuda_quant_gemv) */
+    /* Q4_K GEMV loads (kernels/quant_matmul.h, cuda_quant_gemv): measured (linear.cu) or fixed */
+    b->qmm_tune = !strcmp(loads[qload], "tune");
+    b->qmm_direct = strcmp(loads[qload], "staged") != 0;
     /* query heads per decode attention block (kernels/attention_decode.h, head_rows), per
        batch bucket: tune = measured on this GPU once the KV cache exists (attention_plan.cu;
        16 until then); 16, 8, or auto (0: the kernel's choice, 8 for groups of up to 8 heads) */

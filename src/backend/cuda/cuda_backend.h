@@ -43,9 +43,15 @@ extern "C" {
 struct cublasContext;
 
 /* One linear layer on the device: y[t][col + o] = sum_i W[o][i] x[t][i], o < n_out. */
-/* The kernels an F16/BF16 linear can run on (linear.cu): chosen per row count at start-up.
- * *_PDL: the same kernel launched with programmatic stream serialization (sm_90+). */
-enum cu_linear_kernel { CU_LK_CUBLAS = 0, CU_LK_GEMV, CU_LK_SKINNY, CU_LK_GEMV_PDL, CU_LK_SKINNY_PDL, CU_LK_COUNT };
+/* The kernels a linear can run on (linear.cu): chosen per row count at start-up. F16/BF16:
+ * cuBLAS, our GEMV or skinny GEMM; *_PDL: the same kernel launched with programmatic stream
+ * serialization (sm_90+). Quantized, 1..QMM_GEMV_MAX_TOKENS rows: the quantized GEMV with
+ * its weights loaded straight into registers (QMM_DIRECT, Q4_K only) or through shared
+ * memory (QMM_STAGED, every other type's one way). */
+enum cu_linear_kernel {
+    CU_LK_CUBLAS = 0, CU_LK_GEMV, CU_LK_SKINNY, CU_LK_GEMV_PDL, CU_LK_SKINNY_PDL,
+    CU_LK_QMM_DIRECT, CU_LK_QMM_STAGED, CU_LK_COUNT
+};
 #define CU_TUNED_TOKENS 16 /* row counts with a measured choice; more rows: cuBLAS */
 
 /* The decode batch buckets (1, 2, 4, then multiples of 8: cu_bucket_ceil) that keep their
@@ -59,7 +65,7 @@ struct cu_linear {
     const void *w;   /* device [n_out][dtype_row_bytes(type, n_in)] */
     int64_t n_in, n_out;
     int64_t col;     /* first output column (q, k, v of different types share the QKV rows) */
-    uint8_t kern[CU_TUNED_TOKENS + 1]; /* F16/BF16: enum cu_linear_kernel for T rows at [T] */
+    uint8_t kern[CU_TUNED_TOKENS + 1]; /* enum cu_linear_kernel for T rows at [T] */
 };
 
 struct cu_layer {
@@ -201,7 +207,10 @@ struct cuda_backend {
                                        attention (cu_shape.lead; unless
                                        TESSERA_CUDA_MIXED_SPLIT=off; create) */
     bool qmm_direct;                /* Q4_K GEMV weights loaded straight into registers (unless
-                                       TESSERA_CUDA_QUANT_LOADS=staged; create) */
+                                       TESSERA_CUDA_QUANT_LOADS=staged; create) where not
+                                       measured (qmm_tune) */
+    bool qmm_tune;                  /* TESSERA_CUDA_QUANT_LOADS=tune: the Q4_K GEMV's loads
+                                       measured per matrix shape and row count (linear.cu) */
     bool decode_rows_tune;          /* TESSERA_CUDA_DECODE_ROWS=tune: decode_rows measured per
                                        batch bucket (attention_plan.cu; create) */
     int8_t decode_rows[CU_DECODE_SLOTS]; /* the decode attention's head_rows per batch bucket
@@ -344,8 +353,10 @@ bool cu_gate_up_fused(const struct cuda_backend *b, const struct cu_layer *cl, c
 int cu_gate_up_silu(struct cuda_backend *b, const struct cu_layer *cl, const void *x, void *act, int T);
 
 /* Chooses the kernel of every F16/BF16 linear for 1..16 rows (TESSERA_CUDA_LINEAR: tune =
- * time the candidates on this GPU, the default; fixed; cublas), after the weights and step
- * buffers exist and before anything is captured. Logs the choices. */
+ * time the candidates on this GPU, the default; fixed; cublas) and the weight loads of
+ * every Q4_K linear's GEMV for 1..8 rows (TESSERA_CUDA_QUANT_LOADS: tune, the default on a
+ * GPU; direct; staged), after the weights and step buffers exist and before anything is
+ * captured. Logs the choices. */
 int cu_linear_plan(struct cuda_backend *b, char *err, size_t errlen);
 
 /* ---- forward.cu ----------------------------------------------------------------------- */

@@ -1,7 +1,12 @@
 /* linear.cu — the CUDA backend's linear layers: which kernel computes y = x W^T for a
  * given weight matrix and row count, and the start-up measurement that decides it.
  *
- * Quantized weights always go to cuda_quant_matmul. An F16/BF16 matrix has three
+ * Quantized weights always go to our quantized kernels (cuda_quant_gemv for 1-8 rows of
+ * activations the kernel before quantized, else cuda_quant_matmul); the one choice there is
+ * how the GEMV loads Q4_K weights: straight into registers ("direct") or through shared
+ * memory ("staged", every other type's only way), measured per Q4_K shape at 1-8 rows as
+ * below (TESSERA_CUDA_QUANT_LOADS: tune, the default on a GPU; direct, the default under
+ * the emulator; staged). An F16/BF16 matrix has three
  * candidates with different strengths: our GEMV (kernels/dense_gemv.cu, CUDA cores, 1-8
  * rows: the fastest single row), our skinny GEMM (kernels/skinny_gemm.cu, tensor cores,
  * 1-16 rows) and cuBLAS's GEMM (any row count; the only choice past 16 rows). Which one
@@ -47,15 +52,20 @@ extern "C" {
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const kernel_names[CU_LK_COUNT] = { "cublas", "gemv", "skinny", "gemv+pdl", "skinny+pdl" };
+static const char *const kernel_names[CU_LK_COUNT] = { "cublas",     "gemv",   "skinny", "gemv+pdl",
+                                                        "skinny+pdl", "direct", "staged" };
 
 static bool is_dense(const struct cu_linear *L) { return !cu_linear_quantized(L); }
 
 static bool is_pdl(enum cu_linear_kernel k) { return k == CU_LK_GEMV_PDL || k == CU_LK_SKINNY_PDL; }
 
-/* Whether kernel k can compute L for T rows from xb (16-byte alignment, row limits). */
+/* Whether kernel k can compute L for T rows from xb (16-byte alignment, row limits); a
+ * quantized L: its GEMV's two ways of loading weights (direct: Q4_K only). */
 static bool can_run(enum cu_linear_kernel k, const struct cu_linear *L, const void *xb, int T)
 {
+    if (!is_dense(L))
+        return T <= QMM_GEMV_MAX_TOKENS &&
+               (k == CU_LK_QMM_STAGED || (k == CU_LK_QMM_DIRECT && L->type == DT_Q4_K));
     const bool aligned = L->n_in % 8 == 0 && ((uintptr_t)L->w | (uintptr_t)xb) % 16 == 0;
     switch (k) {
     case CU_LK_CUBLAS: return true;
@@ -75,10 +85,21 @@ static enum cu_linear_kernel fixed_choice(const struct cu_linear *L, int T, bool
     return pdl ? CU_LK_SKINNY_PDL : CU_LK_SKINNY;
 }
 
-/* y[:, o] = xb @ W^T with kernel k; xb in the weight's type. */
+/* The quantized GEMV's weight loads for L at T rows: straight into registers (Q4_K) unless
+ * the plan chose shared memory for this row count (the fixed choice past CU_TUNED_TOKENS). */
+static int quant_direct(const struct cuda_backend *b, const struct cu_linear *L, int T)
+{
+    return T <= CU_TUNED_TOKENS ? L->kern[T] == CU_LK_QMM_DIRECT : b->qmm_direct;
+}
+
+/* y[:, o] = xb @ W^T with kernel k; xb in the weight's type, or for a quantized L (the
+ * GEMV kernels) its activations quantized (cuda_quantize_act). */
 static int run_dense(struct cuda_backend *b, enum cu_linear_kernel k, const struct cu_linear *L, const void *xb,
                      float *y, int64_t ldy, int T)
 {
+    if (k == CU_LK_QMM_DIRECT || k == CU_LK_QMM_STAGED)
+        return cuda_quant_gemv(L->type, L->w, L->n_in, L->n_out, xb, T, y, ldy, k == CU_LK_QMM_DIRECT, b->pdl,
+                               b->stream);
     const int pdl = is_pdl(k);
     if (k == CU_LK_GEMV || k == CU_LK_GEMV_PDL)
         return cuda_dense_gemv(L->type, L->w, L->n_in, L->n_out, xb, y, ldy, T, pdl, b->stream);
@@ -111,11 +132,11 @@ int cu_linear_forward(struct cuda_backend *b, const struct cu_linear *L, const v
                       int64_t ldy, int T)
 {
     if (!is_dense(L) && xq)
-        return cuda_quant_gemv(L->type, L->w, L->n_in, L->n_out, xq, T, y + L->col, ldy, b->qmm_direct, b->pdl,
+        return cuda_quant_gemv(L->type, L->w, L->n_in, L->n_out, xq, T, y + L->col, ldy, quant_direct(b, L, T), b->pdl,
                                b->stream);
     if (!is_dense(L))
         return cuda_quant_matmul(L->type, L->w, L->n_in, L->n_out, (const float *)x, y + L->col, ldy, T, b->d.qmm_ws,
-                                 b->d.qmm_ws_bytes, b->cublas, b->qmm_direct, b->pdl, b->stream);
+                                 b->d.qmm_ws_bytes, b->cublas, quant_direct(b, L, T), b->pdl, b->stream);
     const void *xb;
     int e = dense_input(b, L, x, T, &xb);
     if (e) return e;
@@ -213,13 +234,12 @@ static void describe(const struct cu_linear *L, int max_t, char *buf, size_t len
     }
 }
 
-/* Measures one shape's candidates at each row count and stores the winners in every
- * matrix of the shape. */
-static int tune_group(struct cuda_backend *b, struct site *group, int n, char *err, size_t errlen)
+/* Measures one shape's candidates at each row count up to max_t and stores the winners in
+ * every matrix of the shape. */
+static int tune_group(struct cuda_backend *b, struct site *group, int n, int max_t, char *err, size_t errlen)
 {
     struct cu_linear *L0 = group[0].L;
-    const void *xb = b->w.act == L0->type ? b->d.act : b->d.cast;
-    int max_t = group[0].max_rows < CU_TUNED_TOKENS ? group[0].max_rows : CU_TUNED_TOKENS;
+    const void *xb = !is_dense(L0) ? b->d.qact : b->w.act == L0->type ? b->d.act : b->d.cast;
     cudaEvent_t e0 = NULL, e1 = NULL;
     cudaError_t e;
     if ((e = cudaEventCreate(&e0)) || (e = cudaEventCreate(&e1))) {
@@ -243,10 +263,11 @@ static int tune_group(struct cuda_backend *b, struct site *group, int n, char *e
                 }
                 if (best[k] < 0 || ms < best[k]) best[k] = ms;
             }
-        int win = CU_LK_CUBLAS;
+        int win = -1; /* the first candidate wins a tie */
         for (int k = CU_LK_CUBLAS; k < CU_LK_COUNT; k++)
-            if (best[k] >= 0 && best[k] < best[win]) win = k;
-        for (int i = 0; i < n; i++) group[i].L->kern[T] = (uint8_t)win;
+            if (best[k] >= 0 && (win < 0 || best[k] < best[win])) win = k;
+        if (win >= 0)
+            for (int i = 0; i < n; i++) group[i].L->kern[T] = (uint8_t)win;
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
@@ -287,28 +308,38 @@ int cu_linear_plan(struct cuda_backend *b, char *err, size_t errlen)
     }
     const int ns = collect_sites(b, sites);
     int rc = 0;
+    /* the quantized GEMVs' measurement reads zeros (whatever the buffer held might be NaN) */
+    cudaError_t e = b->qmm_tune && b->d.qact
+                        ? cudaMemset(b->d.qact, 0, cuda_quant_act_size((int64_t)b->act_width, QMM_GEMV_MAX_TOKENS))
+                        : cudaSuccess;
+    if (e) rc = cu_error(b, false, e, err, errlen, "clearing the quantized activations");
     for (int i = 0; i < ns && !rc; i++) {
-        if (done[i] || !is_dense(sites[i].L)) continue;
+        if (done[i]) continue;
         int n = 0;
         for (int j = i; j < ns; j++)
             if (!done[j] && same_group(&sites[i], &sites[j])) {
                 group[n++] = sites[j];
                 done[j] = true;
             }
-        if (mode == PLAN_TUNE) {
-            if ((rc = tune_group(b, group, n, err, errlen))) break;
-        } else {
-            for (int j = 0; j < n; j++)
-                for (int T = 1; T <= CU_TUNED_TOKENS; T++)
-                    group[j].L->kern[T] =
-                        (uint8_t)(mode == PLAN_FIXED ? fixed_choice(group[j].L, T, b->pdl) : CU_LK_CUBLAS);
-        }
+        const struct cu_linear *L0 = group[0].L;
+        const bool dense = is_dense(L0), q4k = L0->type == DT_Q4_K;
+        const bool tune = dense ? mode == PLAN_TUNE : b->qmm_tune && q4k;
+        /* the fixed choices, for every row count (and the row counts a measurement leaves) */
+        for (int j = 0; j < n; j++)
+            for (int T = 1; T <= CU_TUNED_TOKENS; T++)
+                group[j].L->kern[T] = (uint8_t)(!dense ? (q4k && b->qmm_direct ? CU_LK_QMM_DIRECT : CU_LK_QMM_STAGED)
+                                                : mode == PLAN_FIXED ? fixed_choice(group[j].L, T, b->pdl)
+                                                                     : CU_LK_CUBLAS);
+        const int row_cap = dense ? CU_TUNED_TOKENS : QMM_GEMV_MAX_TOKENS;
+        const int max_t = group[0].max_rows < row_cap ? group[0].max_rows : row_cap;
+        if (tune && (rc = tune_group(b, group, n, max_t, err, errlen))) break;
+        if (!dense && !q4k) continue; /* one way to load them: nothing to say */
         char buf[256];
-        const int max_t = group[0].max_rows < CU_TUNED_TOKENS ? group[0].max_rows : CU_TUNED_TOKENS;
-        describe(group[0].L, max_t, buf, sizeof buf);
-        LOG_INFO("cuda", "device %d: %s %lld x %lld (%d matri%s, TESSERA_CUDA_LINEAR=%s): %s", b->device,
-                 dtype_name(group[0].L->type), (long long)group[0].L->n_in, (long long)group[0].L->n_out, n,
-                 n == 1 ? "x" : "ces", name, buf);
+        describe(L0, max_t, buf, sizeof buf);
+        LOG_INFO("cuda", "device %d: %s %lld x %lld (%d matri%s, %s=%s): %s", b->device, dtype_name(L0->type),
+                 (long long)L0->n_in, (long long)L0->n_out, n, n == 1 ? "x" : "ces",
+                 dense ? "TESSERA_CUDA_LINEAR" : "TESSERA_CUDA_QUANT_LOADS",
+                 dense ? name : b->qmm_tune ? "tune" : b->qmm_direct ? "direct" : "staged", buf);
     }
     free(sites);
     free(group);
