@@ -48,9 +48,9 @@ extern "C" {
 #define MIB (1024.0 * 1024.0)
 #define CUBLAS_WORKSPACE_BYTES (32u << 20) /* NVIDIA's recommendation for Hopper */
 #define GRAPH_MAX_BATCH 512
-/* TESSERA_CUDA_DECODE_ROWS when unset: measured on a GPU, 16 heads per block under the
- * CUDA-on-CPU emulator (attention_plan.cu), where timings mean nothing; */
-/* and TESSERA_CUDA_QUANT_LOADS: measured on a GPU (linear.cu), direct loads under the emulator */
+/* TESSERA_CUDA_DECODE_ROWS and TESSERA_CUDA_QUANT_LOADS when unset: measured on a GPU
+ * (attention_plan.cu, linear.cu); under the CUDA-on-CPU emulator, where timings mean
+ * nothing, 16 heads per block and direct loads */
 #ifdef TESSERA_EMU
 #define DECODE_ROWS_DEFAULT "16"
 #define DECODE_ROWS_OTHER "tune"
