@@ -1668,6 +1668,9 @@ static void test_decode_rows(void)
     struct backend_token tok[NRUNS];
     uint64_t grids[NRUNS];
     for (int i = 0; i < NRUNS; i++) {
+        grids[i] = 0;
+        memset(&tok[i], 0, sizeof tok[i]);
+        if (runs[i].tp > g_device_count(NULL, 0)) continue; /* a machine with one GPU */
         /* the layout this run must name: on a GPU the default is tune (either) */
         const int want = !runs[i].value && !g_emulated ? 0 : runs[i].head_rows;
         if (runs[i].value) setenv("TESSERA_CUDA_DECODE_ROWS", runs[i].value, 1);
@@ -1705,7 +1708,7 @@ static void test_decode_rows(void)
               (unsigned long long)grids[3], (unsigned long long)grids[0], tuned);
         CHECK(grids[1] == grids[0] && grids[2] == grids[0], "=16 / =8: %llu / %llu decode-attention grids, the default %llu",
               (unsigned long long)grids[1], (unsigned long long)grids[2], (unsigned long long)grids[0]);
-        CHECK(grids[5] == grids[4] + 2 * (uint64_t)tuned,
+        CHECK(g_device_count(NULL, 0) < 2 || grids[5] == grids[4] + 2 * (uint64_t)tuned,
               "=tune on 2 GPUs: %llu decode-attention grids, the default %llu (+%d expected)",
               (unsigned long long)grids[5], (unsigned long long)grids[4], 2 * tuned);
     }
