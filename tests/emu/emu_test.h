@@ -1,6 +1,7 @@
 /* emu_test.h — helpers shared by the emulator's own tests (tests/emu/test_emu_*.cu).
  *
  *   emu_child r = emu_run_child(fn);   runs fn in a fork()ed child with its stderr captured
+ *                                      (killed after EMU_CHILD_TIMEOUT_S and run once more)
  *   emu_run_self("--case", "VAR=v")     runs this test binary again (fresh process, so the
  *                                      emulator reads VAR at start-up) with one argument
  *   emu_died_by_abort(r)               the child was killed by SIGABRT (an emulator abort)
@@ -16,7 +17,9 @@
 
 #include "tests/c/test.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,9 +36,17 @@ struct emu_child {
     std::string err;
 };
 
-static inline emu_child emu_run_child(const std::function<void()> &fn)
+/* A child that has not ended after this long is taken for hung (a child normally ends in
+ * seconds, under the sanitizer too). */
+#ifndef EMU_CHILD_TIMEOUT_S
+#define EMU_CHILD_TIMEOUT_S 120
+#endif
+
+/* One fork()ed run of fn (emu_run_child); *hung: it was killed at EMU_CHILD_TIMEOUT_S. */
+static inline emu_child emu_run_child_once(const std::function<void()> &fn, bool *hung)
 {
     emu_child r = { false, 0, -1, std::string() };
+    *hung = false;
     int fds[2];
     if (pipe(fds) != 0) return r;
     fflush(stdout);
@@ -52,9 +63,21 @@ static inline emu_child emu_run_child(const std::function<void()> &fn)
         _exit(0);
     }
     close(fds[1]);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(EMU_CHILD_TIMEOUT_S);
     char buf[4096];
-    ssize_t n;
-    while ((n = read(fds[0], buf, sizeof buf)) > 0) r.err.append(buf, (size_t)n);
+    for (;;) {
+        const long left = (long)std::chrono::duration_cast<std::chrono::milliseconds>(
+                              deadline - std::chrono::steady_clock::now()).count();
+        struct pollfd pfd = { fds[0], POLLIN, 0 };
+        if (left <= 0 || poll(&pfd, 1, (int)left) == 0) { /* no end in sight: kill it */
+            *hung = true;
+            kill(pid, SIGKILL);
+            break;
+        }
+        const ssize_t n = read(fds[0], buf, sizeof buf);
+        if (n > 0) r.err.append(buf, (size_t)n);
+        else if (n == 0 || errno != EINTR) break;
+    }
     close(fds[0]);
     int status = 0;
     waitpid(pid, &status, 0);
@@ -62,6 +85,23 @@ static inline emu_child emu_run_child(const std::function<void()> &fn)
     r.sig = r.signaled ? WTERMSIG(status) : 0;
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     return r;
+}
+
+/* fn in a fork()ed child, stderr captured. A fork()ed copy of a process with threads (the
+ * emulator's stream workers, helpers and watchdog) can block forever on a lock another
+ * thread held at the fork: the emulator's own locks are taken around fork()
+ * (pthread_atfork), but the sanitizer's allocator of GCC 12's libasan is not, and one such
+ * child was seen to hang in make asan. A child still running after EMU_CHILD_TIMEOUT_S is
+ * killed and fn run once more, in a new child; a second hang is returned as is (killed by
+ * SIGKILL), which fails the caller's checks. */
+static inline emu_child emu_run_child(const std::function<void()> &fn)
+{
+    bool hung;
+    emu_child r = emu_run_child_once(fn, &hung);
+    if (!hung) return r;
+    fprintf(stderr, "emu_run_child: a child hung for %d s (a lock held across fork()?): killed, run once more\n",
+            EMU_CHILD_TIMEOUT_S);
+    return emu_run_child_once(fn, &hung);
 }
 
 /* Runs /proc/self/exe with argument arg and environment assignment env ("NAME=value") in a
