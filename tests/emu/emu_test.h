@@ -90,8 +90,8 @@ static inline emu_child emu_run_child_once(const std::function<void()> &fn, bool
 /* fn in a fork()ed child, stderr captured. A fork()ed copy of a process with threads (the
  * emulator's stream workers, helpers and watchdog) can block forever on a lock another
  * thread held at the fork: the emulator's own locks are taken around fork()
- * (pthread_atfork), but the sanitizer's allocator of GCC 12's libasan is not, and one such
- * child was seen to hang in make asan. A child still running after EMU_CHILD_TIMEOUT_S is
+ * (pthread_atfork), but not every lock outside it is (the sanitizer's allocator, presumably),
+ * and one such child was seen to hang in make asan, blocked on a futex. A child still running after EMU_CHILD_TIMEOUT_S is
  * killed and fn run once more, in a new child; a second hang is returned as is (killed by
  * SIGKILL), which fails the caller's checks. */
 static inline emu_child emu_run_child(const std::function<void()> &fn)
