@@ -13,7 +13,7 @@
  * decode batch bucket (1, 2, 4, then multiples of 8, up to max_num_seqs and at most
  * CU_DECODE_MAX_ROWS), that many sequences of PLAN_CONTEXT positions (max_model_len when
  * shorter) on distinct KV blocks, split as a decode step of the bucket is, each layout
- * `reps` calls back to back cycling through the layers' pools (so the K/V stream from HBM
+ * a warm-up and 8 calls back to back cycling through the layers' pools (so the K/V stream from HBM
  * as in a step, not from the L2), two rounds, the best round kept. The winner is stored per
  * bucket (b->decode_rows) and used by every decode step and captured graph of the bucket,
  * and by a mixed step's leading one-row sequences (forward.cu).
@@ -47,31 +47,24 @@ struct plan_input {
     int n, ctx;
 };
 
-/* One decode attention call of a bucket of `rows` rows over the n sequences in the step
- * buffers, in blocks of head_rows heads, on layer l's pool; the output goes to d.act. */
-static int run_once(struct cuda_backend *b, int rows, int head_rows, const struct plan_input *in, int l)
-{
-    const struct model_config *c = &b->m->cfg;
-    int part, maxp;
-    cu_decode_split_for(b, rows, head_rows, &part, &maxp);
-    return cuda_attention_decode(b->d.act, b->w.act, b->d.q, (int64_t)b->nh * c->head_dim, &b->kv[l], b->d.seq_lens,
-                                 b->d.block_tables, b->max_blocks, in->n, b->nh, 1.0f / sqrtf((float)c->head_dim),
-                                 b->cfg.max_model_len, part, maxp, head_rows, b->d.att_ws, b->d.att_ws_bytes, NULL,
-                                 b->pdl, b->stream);
-}
+/* One timed decode attention call (cu_time_calls): a bucket of `rows` rows over the n
+ * sequences in the step buffers, in blocks of head_rows heads, call i on layer i's pool
+ * (modulo the layers); the output goes to d.act. */
+struct layout_call {
+    int rows, head_rows;
+    const struct plan_input *in;
+};
 
-/* Mean time of one call (ms) over `reps` calls after a warm-up, or a negative value when a
- * call fails. */
-static float time_layout(struct cuda_backend *b, int rows, int head_rows, const struct plan_input *in,
-                         cudaEvent_t e0, cudaEvent_t e1)
+static int layout_call(struct cuda_backend *b, int i, void *ctx)
 {
-    const int reps = 8, layers = b->m->cfg.n_layers;
-    if (run_once(b, rows, head_rows, in, 0) || cudaEventRecord(e0, b->stream)) return -1.0f;
-    for (int i = 0; i < reps; i++)
-        if (run_once(b, rows, head_rows, in, (i + 1) % layers)) return -1.0f;
-    float ms = -1.0f;
-    if (cudaEventRecord(e1, b->stream) || cudaEventSynchronize(e1) || cudaEventElapsedTime(&ms, e0, e1)) return -1.0f;
-    return ms / (float)reps;
+    const struct layout_call *c = (const struct layout_call *)ctx;
+    const struct model_config *m = &b->m->cfg;
+    int part, maxp;
+    cu_decode_split_for(b, c->rows, c->head_rows, &part, &maxp);
+    return cuda_attention_decode(b->d.act, b->w.act, b->d.q, (int64_t)b->nh * m->head_dim, &b->kv[i % m->n_layers],
+                                 b->d.seq_lens, b->d.block_tables, b->max_blocks, c->in->n, b->nh,
+                                 1.0f / sqrtf((float)m->head_dim), b->cfg.max_model_len, part, maxp, c->head_rows,
+                                 b->d.att_ws, b->d.att_ws_bytes, NULL, b->pdl, b->stream);
 }
 
 /* The step buffers' sequence lengths and block tables for the timing: n sequences of ctx
@@ -146,7 +139,8 @@ int cu_decode_plan(struct cuda_backend *b, void *arg, char *err, size_t errlen)
         float best[2] = { -1.0f, -1.0f };
         for (int round = 0; round < 2 && !rc; round++)
             for (int k = 0; k < 2; k++) {
-                const float ms = time_layout(b, v, candidates[k], &in, e0, e1);
+                struct layout_call c = { v, candidates[k], &in };
+                const float ms = cu_time_calls(b, 8, layout_call, &c, e0, e1);
                 if (ms < 0) {
                     rc = cu_error(b, false, (int)cudaGetLastError(), err, errlen,
                                   "timing the decode attention with %d heads per block", candidates[k]);

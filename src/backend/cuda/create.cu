@@ -73,6 +73,17 @@ static double now_s(void)
 
 /* ---- helpers shared by the backend's files -------------------------------------------- */
 
+float cu_time_calls(struct cuda_backend *b, int reps, int (*call)(struct cuda_backend *b, int i, void *ctx), void *ctx,
+                    cudaEvent_t e0, cudaEvent_t e1)
+{
+    if (call(b, 0, ctx) || cudaEventRecord(e0, b->stream)) return -1.0f;
+    for (int i = 1; i <= reps; i++)
+        if (call(b, i, ctx)) return -1.0f;
+    float ms = -1.0f;
+    if (cudaEventRecord(e1, b->stream) || cudaEventSynchronize(e1) || cudaEventElapsedTime(&ms, e0, e1)) return -1.0f;
+    return ms / (float)reps;
+}
+
 int cu_error(struct cuda_backend *b, bool fatal, int cuda_err, char *err, size_t errlen, const char *fmt, ...)
 {
     char what[256];

@@ -317,6 +317,13 @@ void cu_nccl_close(struct cu_nccl *n);
  * the size, the name, what is free and the CUDA error string when it fails. */
 int cu_alloc(struct cuda_backend *b, void **out, size_t bytes, const char *what, char *err, size_t errlen);
 
+/* The start-up measurements' timing (linear.cu, attention_plan.cu): call(b, 0, ctx) once as
+ * a warm-up, then call(b, i, ctx) for i = 1..reps back to back on b->stream between events
+ * e0 and e1; the mean time of one of those calls (ms), or a negative value when a call or
+ * an event fails. */
+float cu_time_calls(struct cuda_backend *b, int reps, int (*call)(struct cuda_backend *b, int i, void *ctx), void *ctx,
+                    cudaEvent_t e0, cudaEvent_t e1);
+
 /* Formats "what: CUDA error string" into err and returns ERR_NOMEM for an allocation
  * failure, ERR_IO otherwise. Marks the backend broken when `fatal`. */
 int cu_error(struct cuda_backend *b, bool fatal, int cuda_err, char *err, size_t errlen, const char *fmt, ...)

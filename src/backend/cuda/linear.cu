@@ -94,7 +94,7 @@ static int quant_direct(const struct cuda_backend *b, const struct cu_linear *L,
 
 /* y[:, o] = xb @ W^T with kernel k; xb in the weight's type, or for a quantized L (the
  * GEMV kernels) its activations quantized (cuda_quantize_act). */
-static int run_dense(struct cuda_backend *b, enum cu_linear_kernel k, const struct cu_linear *L, const void *xb,
+static int run_kernel(struct cuda_backend *b, enum cu_linear_kernel k, const struct cu_linear *L, const void *xb,
                      float *y, int64_t ldy, int T)
 {
     if (k == CU_LK_QMM_DIRECT || k == CU_LK_QMM_STAGED)
@@ -142,7 +142,7 @@ int cu_linear_forward(struct cuda_backend *b, const struct cu_linear *L, const v
     if (e) return e;
     enum cu_linear_kernel k = T <= CU_TUNED_TOKENS ? (enum cu_linear_kernel)L->kern[T] : CU_LK_CUBLAS;
     if (!can_run(k, L, xb, T)) k = CU_LK_CUBLAS;
-    return run_dense(b, k, L, xb, y + L->col, ldy, T);
+    return run_kernel(b, k, L, xb, y + L->col, ldy, T);
 }
 
 bool cu_gate_up_fused(const struct cuda_backend *b, const struct cu_layer *cl, const void *x, int T)
@@ -202,21 +202,29 @@ static bool same_group(const struct site *a, const struct site *c)
            a->max_rows == c->max_rows;
 }
 
-/* Mean time of one call of kernel k on T rows, over `reps` calls cycling through the
- * group's matrices (ms), or a negative value when a call fails. */
+/* One timed call of kernel k on T rows (cu_time_calls): call i on the group's matrix
+ * i % n, so the calls cycle through the group's matrices. */
+struct kernel_call {
+    enum cu_linear_kernel k;
+    const struct site *group;
+    int n, T;
+    const void *xb;
+};
+
+static int kernel_call(struct cuda_backend *b, int i, void *ctx)
+{
+    const struct kernel_call *c = (const struct kernel_call *)ctx;
+    const struct site *s = &c->group[i % c->n];
+    return run_kernel(b, c->k, s->L, c->xb, s->y, s->ldy, c->T);
+}
+
+/* Mean time of one call of kernel k on T rows, over 8 calls cycling through the group's
+ * matrices (ms), or a negative value when a call fails. */
 static float time_kernel(struct cuda_backend *b, enum cu_linear_kernel k, const struct site *group, int n, int T,
                          const void *xb, cudaEvent_t e0, cudaEvent_t e1)
 {
-    const int reps = 8;
-    if (run_dense(b, k, group[0].L, xb, group[0].y, group[0].ldy, T)) return -1.0f; /* warm-up */
-    if (cudaEventRecord(e0, b->stream)) return -1.0f;
-    for (int i = 0; i < reps; i++) {
-        const struct site *s = &group[(i + 1) % n];
-        if (run_dense(b, k, s->L, xb, s->y, s->ldy, T)) return -1.0f;
-    }
-    float ms = -1.0f;
-    if (cudaEventRecord(e1, b->stream) || cudaEventSynchronize(e1) || cudaEventElapsedTime(&ms, e0, e1)) return -1.0f;
-    return ms / (float)reps;
+    struct kernel_call c = { k, group, n, T, xb };
+    return cu_time_calls(b, 8, kernel_call, &c, e0, e1);
 }
 
 /* "T1 gemv, T2-8 skinny, T9-16 cublas" for the log. */
